@@ -1,0 +1,1 @@
+"""daca_jax: RL for masked diffusion language models (DACA-GRPO) in JAX/Flax."""

@@ -1,0 +1,57 @@
+"""Name -> implementation registries for swappable pieces (credit, likelihood, objective, ...).
+
+Each kind of swappable piece has one module-level :class:`Registry`. Configs select entries by
+name; an unknown name raises :class:`daca_jax.types.ConfigError` that lists the valid names.
+"""
+from __future__ import annotations
+
+from typing import Callable, Generic, Iterator, TypeVar
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+  """A mapping from names to implementations of one kind.
+
+  Args:
+    kind: human-readable kind ("credit assigner", "likelihood estimator", ...) used in errors.
+    field: the config field that selects an entry (e.g. ``"rl.credit"``), used in errors.
+  """
+
+  def __init__(self, kind: str, field: str):
+    self.kind = kind
+    self.field = field
+    self._entries: dict[str, T] = {}
+
+  def register(self, name: str) -> Callable[[T], T]:
+    """Decorator that registers ``obj`` under ``name``; raises ValueError on a duplicate name."""
+
+    def deco(obj: T) -> T:
+      if name in self._entries:
+        raise ValueError(f"{self.kind} {name!r} is already registered")
+      self._entries[name] = obj
+      return obj
+
+    return deco
+
+  def get(self, name: str) -> T:
+    """Returns the entry for ``name``.
+
+    Raises:
+      ConfigError: ``name`` is not registered; the message names the config field, the value
+        and the valid names.
+    """
+    if name not in self._entries:
+      from daca_jax.types import ConfigError  # local import: types imports registries lazily
+
+      raise ConfigError(self.field, name, f"one of {sorted(self._entries)} ({self.kind})")
+    return self._entries[name]
+
+  def names(self) -> list[str]:
+    return sorted(self._entries)
+
+  def __contains__(self, name: object) -> bool:
+    return name in self._entries
+
+  def __iter__(self) -> Iterator[str]:
+    return iter(sorted(self._entries))

@@ -1,0 +1,29 @@
+"""Packaging for daca_jax: RL for masked diffusion language models in JAX/Flax."""
+from setuptools import find_packages, setup
+
+setup(
+    name="daca_jax",
+    version="0.1.0",
+    description=(
+        "DACA-GRPO (Denoising Progress Scores + Stratified Masking Likelihood) and GRPO-style "
+        "RL for masked diffusion language models, in JAX/Flax."
+    ),
+    packages=find_packages(include=["daca_jax", "daca_jax.*"]),
+    python_requires=">=3.11",
+    install_requires=[
+        "jax>=0.10",
+        "flax>=0.12",
+        "optax>=0.2.4",
+        "orbax-checkpoint>=0.11",
+        "ml-collections>=1.0",
+        "tensorflow-datasets>=4.9",
+        "grain>=0.2",
+        "numpy>=1.26",
+        "absl-py>=2.0",
+        "tqdm>=4.66",
+        "matplotlib>=3.8",
+    ],
+    extras_require={
+        "test": ["pytest>=8", "chex>=0.1.88"],
+    },
+)
