@@ -1,7 +1,7 @@
 """Name -> implementation registries for swappable pieces (credit, likelihood, objective, ...).
 
 Each kind of swappable piece has one module-level :class:`Registry`. Configs select entries by
-name; an unknown name raises :class:`daca_jax.types.ConfigError` that lists the valid names.
+name; an unknown name raises :class:`daca_jax.errors.ConfigError` that lists the valid names.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ class Registry(Generic[T]):
         and the valid names.
     """
     if name not in self._entries:
-      from daca_jax.types import ConfigError  # local import: types imports registries lazily
+      from daca_jax.errors import ConfigError
 
       raise ConfigError(self.field, name, f"one of {sorted(self._entries)} ({self.kind})")
     return self._entries[name]
