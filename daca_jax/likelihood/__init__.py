@@ -1,0 +1,5 @@
+"""Per-token log-likelihood estimators (registry ``LIKELIHOOD``, config field ``rl.likelihood``)."""
+from daca_jax.likelihood.base import LIKELIHOOD, split_key
+from daca_jax.likelihood.common import mask_prompt, token_logprobs
+from daca_jax.likelihood.mean_field import mean_field_logprobs
+from daca_jax.likelihood.stratified import assign_strata, stratified_logprobs

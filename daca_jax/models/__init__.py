@@ -1,0 +1,3 @@
+"""Models: the LLaDA-architecture transformer and its pure ``LogitsFn``."""
+from daca_jax.models.llada import (LogitsFn, ModelConfig, Params, Transformer, count_params, init_model,
+                                   llada_8b_config, make_logits_fn, tiny_config)

@@ -1,0 +1,93 @@
+"""Denoising Progress Scores (DPS), the temporal credit of DACA-GRPO (DESIGN §6; arXiv 2605.16342).
+
+Read off the rollout's own per-step predictions, no extra forward pass. For step s, with
+``conf^(s)_j`` the top-1 probability at completion position j when the model saw x_s and
+``M_{s+1}`` the positions still masked after step s, the step progress is
+
+    Δ_s = mean_{j ∈ M_{s+1}} (conf^(s+1)_j − conf^(s)_j)        (0 when M_{s+1} is empty)
+
+— how much committing the tokens of step s raised the certainty about what is still unknown. Token i
+committed at step c_i gets the raw score ``d_i = Δ_{c_i}`` (plus ``λ`` times its own confidence rise
+from its block's first step to c_i when ``self_term`` λ > 0). Scores are z-scored per sequence over
+valid tokens, mapped to ``w = clip(1 + α z, w_min, w_max)`` and renormalised to mean 1 over valid tokens.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from daca_jax.credit.base import register_credit
+from daca_jax.diffusion.rollout import Trajectory
+from daca_jax.types import CreditConfig, RolloutConfig
+
+
+def step_progress(step_conf: jax.Array, commit_step: jax.Array, rollout_cfg: RolloutConfig,
+                  scope: str = "all") -> jax.Array:
+  """Δ_s for every step.
+
+  Args:
+    step_conf: float32 [S, B, L] top-1 confidence at still-masked positions per step.
+    commit_step: int32 [B, L] commit step of each completion position.
+    rollout_cfg: sampler geometry (for ``scope="block"``).
+    scope: "all" remaining masked positions, or only those of step s's "block".
+  Returns:
+    float32 [S, B]; Δ_{S-1} = 0 (nothing is left after the last step).
+  """
+  steps, _, length = step_conf.shape
+  s_idx = jnp.arange(steps, dtype=jnp.int32)
+  nxt = jnp.concatenate([step_conf[1:], jnp.zeros_like(step_conf[:1])], axis=0)
+  remaining = commit_step[None, :, :] > s_idx[:, None, None]  # [S, B, L]: masked in x_{s+1}
+  remaining &= (s_idx < steps - 1)[:, None, None]
+  if scope == "block":
+    blk_of_pos = jnp.arange(length) // rollout_cfg.block_length  # [L]
+    blk_of_step = s_idx // rollout_cfg.steps_per_block  # [S]
+    remaining &= (blk_of_pos[None, :] == blk_of_step[:, None])[:, None, :]
+  m = remaining.astype(jnp.float32)
+  total = jnp.sum((nxt - step_conf) * m, axis=-1)
+  count = jnp.sum(m, axis=-1)
+  return jnp.where(count > 0, total / jnp.maximum(count, 1.0), 0.0)
+
+
+def zscore_weights(raw: jax.Array, valid: jax.Array, alpha: float, w_min: float,
+                   w_max: float) -> jax.Array:
+  """Per-sequence z-score → ``clip(1 + α z, w_min, w_max)`` → mean 1 over valid tokens.
+
+  Args:
+    raw: float32 [B, L] raw scores.
+    valid: float32 [B, L] 1 for tokens that count.
+  Returns:
+    float32 [B, L], 0 where ``valid`` is 0. A sequence whose scores are all equal gets weight 1.
+  """
+  n = jnp.maximum(jnp.sum(valid, -1, keepdims=True), 1.0)
+  mean = jnp.sum(raw * valid, -1, keepdims=True) / n
+  var = jnp.sum(jnp.square(raw - mean) * valid, -1, keepdims=True) / n
+  std = jnp.sqrt(var)
+  z = jnp.where(std > 1e-8, (raw - mean) / jnp.maximum(std, 1e-8), 0.0)
+  w = jnp.clip(1.0 + alpha * z, w_min, w_max) * valid
+  w_mean = jnp.sum(w, -1, keepdims=True) / n
+  return jnp.where(w_mean > 0, w / jnp.maximum(w_mean, 1e-8), valid)
+
+
+def dps_raw_scores(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig) -> jax.Array:
+  """Raw DPS score ``d_i`` of every completion token: float32 [B, L]."""
+  if traj.step_conf is None:
+    raise ValueError("DPS needs trajectory.step_conf: run the rollout with record_step_conf=True")
+  conf = traj.step_conf
+  delta = step_progress(conf, traj.commit_step, rollout_cfg, cfg.scope)  # [S, B]
+  c = jnp.clip(traj.commit_step, 0, conf.shape[0] - 1)  # [B, L]
+  d = jnp.take_along_axis(delta.T, c, axis=1)
+  if cfg.self_term:
+    length = c.shape[1]
+    first_step = (jnp.arange(length) // rollout_cfg.block_length) * rollout_cfg.steps_per_block
+    conf_bl = jnp.transpose(conf, (1, 2, 0))  # [B, L, S]
+    at_commit = jnp.take_along_axis(conf_bl, c[..., None], -1)[..., 0]
+    at_start = jnp.take_along_axis(conf_bl, jnp.broadcast_to(first_step, c.shape)[..., None], -1)[..., 0]
+    d = d + cfg.self_term * (at_commit - at_start)
+  return d
+
+
+@register_credit("dps", needs_step_conf=True)
+def dps_credit(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig) -> jax.Array:
+  """DPS token weights: float32 [B, L], mean 1 over valid tokens of each sequence, 0 elsewhere."""
+  raw = dps_raw_scores(traj, cfg, rollout_cfg)
+  return zscore_weights(raw, traj.completion_mask, cfg.alpha, cfg.w_min, cfg.w_max)

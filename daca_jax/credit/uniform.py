@@ -1,0 +1,15 @@
+"""Uniform credit: every valid completion token gets weight 1 (the base GRPO-style methods)."""
+from __future__ import annotations
+
+import jax
+
+from daca_jax.credit.base import register_credit
+from daca_jax.diffusion.rollout import Trajectory
+from daca_jax.types import CreditConfig, RolloutConfig
+
+
+@register_credit("uniform")
+def uniform_credit(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig) -> jax.Array:
+  """Returns ``completion_mask`` (float32 [B, L])."""
+  del cfg, rollout_cfg
+  return traj.completion_mask

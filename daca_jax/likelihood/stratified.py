@@ -1,0 +1,99 @@
+"""Stratified Masking Likelihood (SML), the likelihood of DACA-GRPO (DESIGN §7; arXiv 2605.16342).
+
+The L completion positions are split into K strata (a fresh random permutation per sequence and per
+key, by default). Pass k masks stratum k and keeps every other completion token visible, so each token
+is scored with about (K−1)/K of the completion as context; ``logp_i`` is read from the pass that masks
+i, so every token is scored exactly once. The K passes are vectorised with ``jax.vmap`` (or ``lax.map``
+in groups of ``strata_batch`` to bound memory). K = 1 is the mean-field estimate, K = L the
+pseudo-likelihood.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from daca_jax.likelihood.base import LIKELIHOOD, split_key
+from daca_jax.likelihood.common import mask_prompt, token_logprobs
+from daca_jax.types import LikelihoodConfig
+
+
+def _rank(keys: jax.Array) -> jax.Array:
+  """Rank (0..L-1) of each entry along the last axis, ascending, ties to the lower index."""
+  return jnp.argsort(jnp.argsort(keys, axis=-1, stable=True), axis=-1, stable=True).astype(jnp.int32)
+
+
+def assign_strata(key: jax.Array, batch: int, length: int, num_strata: int, partition: str = "random",
+                  commit_step: jax.Array | None = None) -> jax.Array:
+  """Stratum index of every completion position.
+
+  Strata have equal sizes up to one token (``stratum = rank * K // L``).
+
+  Args:
+    key: PRNG key (used by "random" and for tie-breaking in "commit_order").
+    batch: B; length: L; num_strata: K (1 <= K <= L).
+    partition: "random" (fresh permutation per sequence), "strided" (i mod K), "contiguous"
+      (consecutive runs), or "commit_order" (positions committed at nearby steps share a stratum).
+    commit_step: int32 [B, L], required for "commit_order".
+  Returns:
+    int32 [B, L] in [0, K).
+  Raises:
+    ValueError: K outside [1, L], unknown partition, or commit_order without commit_step.
+  """
+  if not 1 <= num_strata <= length:
+    raise ValueError(f"likelihood.num_strata={num_strata} must be in [1, L={length}]")
+  pos = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch, length))
+  if partition == "random":
+    rank = _rank(jax.random.uniform(key, (batch, length)))
+  elif partition == "strided":
+    return pos % num_strata
+  elif partition == "contiguous":
+    rank = pos
+  elif partition == "commit_order":
+    if commit_step is None:
+      raise ValueError("likelihood.partition='commit_order' needs the trajectory's commit_step")
+    jitter = jax.random.uniform(key, (batch, length))
+    rank = _rank(commit_step.astype(jnp.float32) + 0.5 * jitter)
+  else:
+    raise ValueError(f"likelihood.partition={partition!r} is not one of "
+                     "['random', 'strided', 'contiguous', 'commit_order']")
+  return rank * num_strata // length
+
+
+@LIKELIHOOD.register("stratified")
+def stratified_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int,
+                        key: jax.Array, cfg: LikelihoodConfig, *, mask_id: int,
+                        commit_step: jax.Array | None = None) -> jax.Array:
+  """Per-token SML log-probs.
+
+  Args:
+    logits_fn: pure ``(params, tokens[B, T]) -> logits[B, T, V]``.
+    tokens: int32 [B, P+L] rollout sequences.
+    prompt_len: P (static).
+    key: PRNG key: prompt mask (shared by the K passes) and the partition.
+    cfg: ``num_strata`` K, ``partition``, ``p_mask_prompt``, ``strata_batch``.
+    mask_id: ``[MASK]`` id.
+    commit_step: int32 [B, L], needed for ``partition="commit_order"``.
+  Returns:
+    float32 [B, L]; costs K forward passes of batch B.
+  """
+  k_prompt, k_part = split_key(key)
+  b, total = tokens.shape
+  length = total - prompt_len
+  num_strata = cfg.num_strata
+  strata = assign_strata(k_part, b, length, num_strata, cfg.partition, commit_step)
+  prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], cfg.p_mask_prompt, mask_id)
+  comp = tokens[:, prompt_len:]
+
+  def one_pass(k: jax.Array) -> jax.Array:
+    x = jnp.concatenate([prompt, jnp.where(strata == k, mask_id, comp)], axis=1)
+    logits = logits_fn(params, x)[:, prompt_len:]
+    return token_logprobs(logits, comp)  # [B, L]
+
+  ks = jnp.arange(num_strata, dtype=jnp.int32)
+  if cfg.strata_batch and cfg.strata_batch < num_strata:
+    per_pass = jax.lax.map(one_pass, ks, batch_size=cfg.strata_batch)
+  else:
+    per_pass = jax.vmap(one_pass)(ks)  # [K, B, L]
+  return jnp.take_along_axis(per_pass, strata[None], axis=0)[0]

@@ -1,0 +1,161 @@
+"""LLaDA-architecture bidirectional transformer (Flax NNX) exposed as a pure ``LogitsFn``.
+
+Architecture (LLaDA-8B, Nie et al. 2025, "Large Language Diffusion Models"): token embedding, N pre-norm
+blocks (RMSNorm -> multi-head attention with RoPE and **no causal mask** -> residual; RMSNorm -> SwiGLU
+MLP -> residual), final RMSNorm, untied output projection (tie optional), no biases. Grouped-query
+attention through ``n_kv_heads``. Layers are stacked on a leading axis and applied with ``lax.scan``
+(one compiled block, optional remat), so compile time does not grow with depth.
+
+The library never calls the module directly: :func:`make_logits_fn` turns the graph definition into a
+pure ``logits_fn(params, tokens) -> logits`` over an ``nnx.State`` of parameters.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from daca_jax.types import DTYPES as _DTYPES
+from daca_jax.types import ModelConfig, llada_8b_config, tiny_config  # noqa: F401  (re-exported)
+
+Params = Any  # an nnx.State (pytree) of parameters
+LogitsFn = Callable[..., jax.Array]
+
+
+class RMSNorm(nnx.Module):
+  """Root-mean-square norm with a learned scale, computed in float32."""
+
+  def __init__(self, dim: int, eps: float, param_dtype: Any):
+    self.scale = nnx.Param(jnp.ones((dim,), param_dtype))
+    self.eps = eps
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    x32 = x.astype(jnp.float32)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+    return (y * self.scale[...].astype(jnp.float32)).astype(x.dtype)
+
+
+def rope(x: jax.Array, positions: jax.Array, theta: float) -> jax.Array:
+  """Rotary embedding (rotate-half convention of Llama/LLaDA).
+
+  Args:
+    x: [B, T, H, Dh] queries or keys.
+    positions: [B, T] int32 absolute positions.
+    theta: RoPE base.
+  Returns:
+    [B, T, H, Dh], same dtype as ``x``.
+  """
+  half = x.shape[-1] // 2
+  inv_freq = 1.0 / (theta ** (jnp.arange(half, dtype=jnp.float32) / half))
+  ang = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, half]
+  cos = jnp.cos(ang)[:, :, None, :]
+  sin = jnp.sin(ang)[:, :, None, :]
+  x32 = x.astype(jnp.float32)
+  x1, x2 = x32[..., :half], x32[..., half:]
+  out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+  return out.astype(x.dtype)
+
+
+class Block(nnx.Module):
+  """One pre-norm transformer block with bidirectional attention and a SwiGLU MLP."""
+
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    dt, pdt = _DTYPES[cfg.dtype], _DTYPES[cfg.param_dtype]
+    init = nnx.initializers.normal(stddev=0.02)
+    lin = lambda i, o: nnx.Linear(i, o, use_bias=False, dtype=dt, param_dtype=pdt, kernel_init=init,
+                                  rngs=rngs)
+    hd = cfg.head_dim
+    self.cfg = cfg
+    self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pdt)
+    self.q_proj = lin(cfg.d_model, cfg.n_heads * hd)
+    self.k_proj = lin(cfg.d_model, cfg.kv_heads * hd)
+    self.v_proj = lin(cfg.d_model, cfg.kv_heads * hd)
+    self.o_proj = lin(cfg.n_heads * hd, cfg.d_model)
+    self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pdt)
+    self.gate_proj = lin(cfg.d_model, cfg.mlp_dim)
+    self.up_proj = lin(cfg.d_model, cfg.mlp_dim)
+    self.down_proj = lin(cfg.mlp_dim, cfg.d_model)
+
+  def __call__(self, x: jax.Array, positions: jax.Array) -> jax.Array:
+    cfg = self.cfg
+    b, t, _ = x.shape
+    hd = cfg.head_dim
+    h = self.attn_norm(x)
+    q = rope(self.q_proj(h).reshape(b, t, cfg.n_heads, hd), positions, cfg.rope_theta)
+    k = rope(self.k_proj(h).reshape(b, t, cfg.kv_heads, hd), positions, cfg.rope_theta)
+    v = self.v_proj(h).reshape(b, t, cfg.kv_heads, hd)
+    # No mask argument: every position attends to every position (masked diffusion is bidirectional).
+    attn = jax.nn.dot_product_attention(q, k, v, scale=hd ** -0.5)
+    x = x + self.o_proj(attn.reshape(b, t, cfg.n_heads * hd))
+    h = self.mlp_norm(x)
+    x = x + self.down_proj(jax.nn.silu(self.gate_proj(h)) * self.up_proj(h))
+    return x
+
+
+class Transformer(nnx.Module):
+  """LLaDA-style masked diffusion LM. Call: ``tokens [B, T] int32 -> logits [B, T, V] float32``."""
+
+  def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    cfg.validate()
+    self.cfg = cfg
+    pdt = _DTYPES[cfg.param_dtype]
+    self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=_DTYPES[cfg.dtype], param_dtype=pdt,
+                           embedding_init=nnx.initializers.normal(stddev=0.02), rngs=rngs)
+
+    @nnx.split_rngs(splits=cfg.n_layers)
+    @nnx.vmap(in_axes=(0,), out_axes=0)
+    def make_layers(rngs: nnx.Rngs) -> Block:
+      return Block(cfg, rngs)
+
+    self.layers = make_layers(rngs)
+    self.final_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pdt)
+    if not cfg.tie_embeddings:
+      self.lm_head = nnx.Linear(cfg.d_model, cfg.vocab_size, use_bias=False, dtype=_DTYPES[cfg.dtype],
+                                param_dtype=pdt, kernel_init=nnx.initializers.normal(stddev=0.02),
+                                rngs=rngs)
+
+  def __call__(self, tokens: jax.Array, positions: jax.Array | None = None,
+               return_hidden: bool = False):
+    cfg = self.cfg
+    if positions is None:
+      positions = jnp.broadcast_to(jnp.arange(tokens.shape[-1], dtype=jnp.int32), tokens.shape)
+    x = self.embed(tokens)
+    graphdef, layer_state = nnx.split(self.layers)
+
+    def body(h, state):
+      return nnx.merge(graphdef, state)(h, positions), None
+
+    if cfg.remat == "full":
+      body = jax.checkpoint(body)
+    elif cfg.remat == "dots":
+      body = jax.checkpoint(body, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
+    x, _ = jax.lax.scan(body, x, layer_state)
+    hidden = self.final_norm(x)
+    if cfg.tie_embeddings:
+      logits = self.embed.attend(hidden)
+    else:
+      logits = self.lm_head(hidden)
+    logits = logits.astype(jnp.float32)
+    return (logits, hidden) if return_hidden else logits
+
+
+def init_model(cfg: ModelConfig, seed: int = 0) -> tuple[nnx.GraphDef, Params]:
+  """Builds the model and splits it into (graphdef, params) where params is an ``nnx.State``."""
+  model = Transformer(cfg, nnx.Rngs(seed))
+  graphdef, params = nnx.split(model, nnx.Param)
+  return graphdef, params
+
+
+def make_logits_fn(graphdef: nnx.GraphDef) -> LogitsFn:
+  """Returns the pure ``logits_fn(params, tokens[B, T] int32, positions=None) -> [B, T, V] float32``."""
+
+  def logits_fn(params: Params, tokens: jax.Array, positions: jax.Array | None = None) -> jax.Array:
+    return nnx.merge(graphdef, params)(tokens, positions)
+
+  return logits_fn
+
+
+def count_params(params: Params) -> int:
+  return sum(int(x.size) for x in jax.tree.leaves(params))

@@ -1,0 +1,439 @@
+"""Typed, validated config sections.
+
+``experiments/`` converts an ``ml_collections.ConfigDict`` into these frozen dataclasses once
+(:func:`train_config_from_dict`); the library only ever sees the dataclasses. Every check raises
+:class:`daca_jax.errors.ConfigError` naming the field (``section.name``), the value and what is allowed.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Mapping
+
+import jax.numpy as jnp
+
+from daca_jax.errors import ConfigError
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+_REMAT = ("none", "full", "dots")
+
+
+def _positive(prefix: str, obj: Any, *names: str) -> None:
+  for name in names:
+    v = getattr(obj, name)
+    if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+      raise ConfigError(f"{prefix}.{name}", v, "a positive integer")
+
+
+def _non_negative(prefix: str, obj: Any, *names: str) -> None:
+  for name in names:
+    v = getattr(obj, name)
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+      raise ConfigError(f"{prefix}.{name}", v, "a number >= 0")
+
+
+def _one_of(prefix: str, obj: Any, name: str, allowed: tuple[str, ...]) -> None:
+  v = getattr(obj, name)
+  if v not in allowed:
+    raise ConfigError(f"{prefix}.{name}", v, f"one of {list(allowed)}")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Transformer hyper-parameters (LLaDA architecture, DESIGN §4).
+
+  Attributes:
+    vocab_size: V, number of token ids (mask id included).
+    d_model: D, residual width.
+    n_layers: number of transformer blocks.
+    n_heads: attention heads; ``d_model % n_heads == 0``.
+    n_kv_heads: key/value heads (GQA); divides ``n_heads``. 0 means ``n_heads``.
+    mlp_dim: SwiGLU hidden width.
+    rope_theta: RoPE base (LLaDA uses 500000).
+    norm_eps: RMSNorm epsilon.
+    tie_embeddings: reuse the embedding matrix as the output projection.
+    dtype: compute dtype name ("float32" / "bfloat16" / "float16").
+    param_dtype: parameter dtype name.
+    remat: per-layer rematerialisation: "none", "full" (recompute the block in the backward pass)
+      or "dots" (save matmul outputs only).
+    mask_token_id: id of ``[MASK]``.
+  """
+
+  vocab_size: int = 260
+  d_model: int = 128
+  n_layers: int = 4
+  n_heads: int = 4
+  n_kv_heads: int = 0
+  mlp_dim: int = 384
+  rope_theta: float = 10000.0
+  norm_eps: float = 1e-5
+  tie_embeddings: bool = False
+  dtype: str = "float32"
+  param_dtype: str = "float32"
+  remat: str = "none"
+  mask_token_id: int = 257
+
+  @property
+  def kv_heads(self) -> int:
+    return self.n_kv_heads or self.n_heads
+
+  @property
+  def head_dim(self) -> int:
+    return self.d_model // self.n_heads
+
+  def validate(self, prefix: str = "model") -> "ModelConfig":
+    _positive(prefix, self, "vocab_size", "d_model", "n_layers", "n_heads", "mlp_dim")
+    if self.d_model % self.n_heads:
+      raise ConfigError(f"{prefix}.n_heads", self.n_heads, f"a divisor of d_model={self.d_model}")
+    if self.head_dim % 2:
+      raise ConfigError(f"{prefix}.n_heads", self.n_heads, "a value giving an even head_dim (RoPE)")
+    if self.n_kv_heads < 0 or self.n_heads % self.kv_heads:
+      raise ConfigError(f"{prefix}.n_kv_heads", self.n_kv_heads,
+                        f"0 or a divisor of n_heads={self.n_heads}")
+    _one_of(prefix, self, "dtype", tuple(DTYPES))
+    _one_of(prefix, self, "param_dtype", tuple(DTYPES))
+    _one_of(prefix, self, "remat", _REMAT)
+    if not 0 <= self.mask_token_id < self.vocab_size:
+      raise ConfigError(f"{prefix}.mask_token_id", self.mask_token_id,
+                        f"an id in [0, vocab_size={self.vocab_size})")
+    return self
+
+
+def tiny_config(**overrides: Any) -> ModelConfig:
+  """≈0.9 M parameters for the byte tokenizer (V = 260); trains in minutes on a 2-core CPU."""
+  return dataclasses.replace(ModelConfig(), **overrides)
+
+
+def llada_8b_config(**overrides: Any) -> ModelConfig:
+  """LLaDA-8B-Instruct: D 4096, 32 layers, 32 heads, MLP 12288, V 126464, mask 126336, theta 5e5."""
+  base = ModelConfig(vocab_size=126464, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=32,
+                     mlp_dim=12288, rope_theta=500000.0, dtype="bfloat16", mask_token_id=126336)
+  return dataclasses.replace(base, **overrides)
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutConfig:
+  """Rollout sampler (DESIGN §5; LLaDA's semi-autoregressive low-confidence remasking).
+
+  Attributes:
+    gen_length: L, completion tokens generated per prompt.
+    block_length: semi-autoregressive block size; must divide ``gen_length``.
+    steps: S, denoising steps (= model calls); split evenly over the ``gen_length/block_length``
+      blocks, so it must be a multiple of the number of blocks.
+    temperature: Gumbel-max sampling temperature; 0 is greedy.
+    remasking: "low_confidence" (commit the most confident candidates) or "random".
+  """
+
+  gen_length: int = 20
+  block_length: int = 20
+  steps: int = 10
+  temperature: float = 1.0
+  remasking: str = "low_confidence"
+
+  @property
+  def num_blocks(self) -> int:
+    return self.gen_length // self.block_length
+
+  @property
+  def steps_per_block(self) -> int:
+    return self.steps // self.num_blocks
+
+  def validate(self, prefix: str = "rollout") -> "RolloutConfig":
+    _positive(prefix, self, "gen_length", "block_length", "steps")
+    if self.gen_length % self.block_length:
+      raise ConfigError(f"{prefix}.block_length", self.block_length,
+                        f"a divisor of {prefix}.gen_length={self.gen_length}")
+    if self.steps % self.num_blocks:
+      raise ConfigError(f"{prefix}.steps", self.steps,
+                        f"a multiple of the number of blocks gen_length/block_length="
+                        f"{self.num_blocks}")
+    if self.steps_per_block > self.block_length:
+      raise ConfigError(f"{prefix}.steps", self.steps,
+                        f"at most one step per token: <= gen_length={self.gen_length}")
+    _non_negative(prefix, self, "temperature")
+    from daca_jax.diffusion.remasking import REMASKING
+
+    REMASKING.get(self.remasking)  # raises ConfigError listing the valid names
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class CreditConfig:
+  """Options of the credit assigners (DESIGN §6). The assigner itself is chosen by ``rl.credit``.
+
+  Attributes:
+    alpha: DPS z-score gain: ``w = clip(1 + alpha * z, w_min, w_max)``.
+    w_min: lower clip of DPS weights.
+    w_max: upper clip of DPS weights.
+    scope: which still-masked positions measure step progress: "all" remaining or the current
+      "block" only.
+    self_term: λ, weight of the token's own confidence rise from its block's first step to its
+      commit step, added to the raw score.
+  """
+
+  alpha: float = 0.5
+  w_min: float = 0.5
+  w_max: float = 2.0
+  scope: str = "all"
+  self_term: float = 0.0
+
+  def validate(self, prefix: str = "credit") -> "CreditConfig":
+    _non_negative(prefix, self, "alpha", "w_min", "self_term")
+    if not self.w_max >= self.w_min:
+      raise ConfigError(f"{prefix}.w_max", self.w_max, f">= {prefix}.w_min={self.w_min}")
+    if not self.w_min <= 1.0 <= self.w_max:
+      raise ConfigError(f"{prefix}.w_min", self.w_min, "w_min <= 1 <= w_max so that mean 1 is reachable")
+    _one_of(prefix, self, "scope", ("all", "block"))
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class LikelihoodConfig:
+  """Options of the likelihood estimators (DESIGN §7). The estimator is chosen by ``rl.likelihood``.
+
+  Attributes:
+    num_strata: K, strata of the stratified (SML) estimator; 1 <= K <= gen_length.
+    partition: how SML splits completion positions into strata: "random", "strided",
+      "contiguous" or "commit_order".
+    p_mask_prompt: probability of masking each prompt token (d1 uses 0.15).
+    strata_batch: 0 vectorises all K strata at once (``jax.vmap``); n > 0 evaluates n strata at a
+      time (``lax.map``) to bound memory.
+  """
+
+  num_strata: int = 4
+  partition: str = "random"
+  p_mask_prompt: float = 0.15
+  strata_batch: int = 0
+
+  def validate(self, prefix: str = "likelihood") -> "LikelihoodConfig":
+    _positive(prefix, self, "num_strata")
+    _one_of(prefix, self, "partition", ("random", "strided", "contiguous", "commit_order"))
+    if not 0.0 <= self.p_mask_prompt < 1.0:
+      raise ConfigError(f"{prefix}.p_mask_prompt", self.p_mask_prompt, "a probability in [0, 1)")
+    _non_negative(prefix, self, "strata_batch")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class RLConfig:
+  """GRPO learner (DESIGN §8–9).
+
+  Attributes:
+    objective: base method ("diffu_grpo", ...).
+    credit: token credit assigner ("uniform", "dps").
+    likelihood: per-token log-prob estimator ("mean_field", "stratified").
+    steps: RL iterations (each: one rollout batch, ``num_iterations`` updates).
+    prompts_per_step: distinct prompts per iteration; batch B = prompts_per_step * group_size.
+    group_size: G, completions per prompt.
+    num_iterations: μ, policy updates per rollout batch (new likelihood mask each).
+    clip_eps: ε of the ratio clip.
+    beta: β of the k3 KL penalty to the reference policy (0 disables the reference pass).
+    normalize_adv_std: divide group advantages by the group std (d1 does not).
+    learning_rate: peak AdamW learning rate.
+    warmup_steps: linear warmup (optimizer updates).
+    weight_decay: AdamW weight decay.
+    max_grad_norm: global-norm gradient clip.
+    eval_every: evaluate on the eval set every N iterations (0: only before and after).
+  """
+
+  objective: str = "diffu_grpo"
+  credit: str = "dps"
+  likelihood: str = "stratified"
+  steps: int = 60
+  prompts_per_step: int = 8
+  group_size: int = 8
+  num_iterations: int = 2
+  clip_eps: float = 0.5
+  beta: float = 0.04
+  normalize_adv_std: bool = False
+  learning_rate: float = 1e-4
+  warmup_steps: int = 5
+  weight_decay: float = 0.0
+  max_grad_norm: float = 1.0
+  eval_every: int = 0
+
+  def validate(self, prefix: str = "rl") -> "RLConfig":
+    from daca_jax.credit import CREDIT
+    from daca_jax.likelihood import LIKELIHOOD
+    from daca_jax.rl.objectives import OBJECTIVES
+
+    OBJECTIVES.get(self.objective)
+    CREDIT.get(self.credit)
+    LIKELIHOOD.get(self.likelihood)
+    _positive(prefix, self, "prompts_per_step", "group_size", "num_iterations")
+    _non_negative(prefix, self, "steps", "clip_eps", "beta", "learning_rate", "warmup_steps",
+                  "weight_decay", "max_grad_norm", "eval_every")
+    if self.group_size < 2:
+      raise ConfigError(f"{prefix}.group_size", self.group_size, ">= 2 (group advantages)")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTConfig:
+  """Supervised warm start with LLaDA's masked-diffusion SFT loss (DESIGN §5).
+
+  Attributes:
+    steps: optimizer steps (0 skips SFT).
+    batch_size: sequences per step.
+    learning_rate: peak AdamW learning rate (cosine decay after warmup).
+    warmup_steps: linear warmup steps.
+    weight_decay: AdamW weight decay.
+    max_grad_norm: global-norm gradient clip.
+    num_train_examples: size of the generated training pool.
+  """
+
+  steps: int = 600
+  batch_size: int = 64
+  learning_rate: float = 1e-3
+  warmup_steps: int = 50
+  weight_decay: float = 0.01
+  max_grad_norm: float = 1.0
+  num_train_examples: int = 20000
+
+  def validate(self, prefix: str = "sft") -> "SFTConfig":
+    _non_negative(prefix, self, "steps", "learning_rate", "warmup_steps", "weight_decay",
+                  "max_grad_norm")
+    _positive(prefix, self, "batch_size", "num_train_examples")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskConfig:
+  """Which task, and where its evaluation data comes from.
+
+  Attributes:
+    name: registered task name ("sudoku4x4").
+    num_blanks: blanks per generated training puzzle (d1's test set has 8).
+    eval_path: explicit evaluation file; "" means ``<data.data_dir>/sudoku/d1_test.csv`` when present,
+      else a generated held-out set (announced loudly).
+    eval_size: size of the generated held-out set used when no file is found.
+    num_eval_examples: evaluate on the first N examples only (0: all).
+  """
+
+  name: str = "sudoku4x4"
+  num_blanks: int = 8
+  eval_path: str = ""
+  eval_size: int = 500
+  num_eval_examples: int = 0
+
+  def validate(self, prefix: str = "task") -> "TaskConfig":
+    from daca_jax.tasks.base import TASKS
+
+    TASKS.get(self.name)
+    _positive(prefix, self, "num_blanks", "eval_size")
+    _non_negative(prefix, self, "num_eval_examples")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+  """Attributes:
+    data_dir: folder of benchmark files; "" means ``$DACA_DATA_DIR`` or ``../shared/data`` beside the
+      repository. An explicitly given folder that does not exist is an error.
+  """
+
+  data_dir: str = ""
+
+  def validate(self, prefix: str = "data") -> "DataConfig":
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+  """Evaluation decoding (d1's protocol: temperature 0).
+
+  Attributes:
+    batch_size: prompts decoded per call (the last batch is padded; shapes stay static).
+    temperature: decoding temperature (0 = greedy, d1).
+  """
+
+  batch_size: int = 250
+  temperature: float = 0.0
+
+  def validate(self, prefix: str = "eval") -> "EvalConfig":
+    _positive(prefix, self, "batch_size")
+    _non_negative(prefix, self, "temperature")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointConfig:
+  """Attributes:
+    every: save an RL checkpoint every N iterations (and always at the end); SFT saves every
+      ``sft_every`` steps.
+    sft_every: SFT checkpoint interval (steps).
+    max_to_keep: checkpoints kept per phase.
+  """
+
+  every: int = 10
+  sft_every: int = 200
+  max_to_keep: int = 2
+
+  def validate(self, prefix: str = "checkpoint") -> "CheckpointConfig":
+    _positive(prefix, self, "every", "sft_every", "max_to_keep")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  """The whole main job (``experiments/train.py``)."""
+
+  seed: int = 0
+  model: ModelConfig = ModelConfig()
+  rollout: RolloutConfig = RolloutConfig()
+  credit: CreditConfig = CreditConfig()
+  likelihood: LikelihoodConfig = LikelihoodConfig()
+  rl: RLConfig = RLConfig()
+  sft: SFTConfig = SFTConfig()
+  task: TaskConfig = TaskConfig()
+  data: DataConfig = DataConfig()
+  eval: EvalConfig = EvalConfig()
+  checkpoint: CheckpointConfig = CheckpointConfig()
+
+  def validate(self) -> "TrainConfig":
+    for f in dataclasses.fields(self):
+      if f.name != "seed":
+        getattr(self, f.name).validate(f.name)
+    if self.rl.likelihood == "stratified" and self.likelihood.num_strata > self.rollout.gen_length:
+      raise ConfigError("likelihood.num_strata", self.likelihood.num_strata,
+                        f"<= rollout.gen_length={self.rollout.gen_length} (one token per stratum at most)")
+    return self
+
+  def to_dict(self) -> dict[str, Any]:
+    return dataclasses.asdict(self)
+
+
+
+
+
+def _build(cls: type, values: Mapping[str, Any], prefix: str) -> Any:
+  names = {f.name: f for f in dataclasses.fields(cls)}
+  unknown = sorted(set(values) - set(names))
+  if unknown:
+    raise ConfigError(f"{prefix}.{unknown[0]}", values[unknown[0]], f"a field of {prefix}: {sorted(names)}")
+  kwargs = {}
+  for k, v in values.items():
+    default = getattr(cls(), k)
+    if isinstance(default, float) and isinstance(v, int) and not isinstance(v, bool):
+      v = float(v)
+    kwargs[k] = v
+  return cls(**kwargs)
+
+
+def train_config_from_dict(d: Mapping[str, Any]) -> TrainConfig:
+  """Builds and validates a :class:`TrainConfig` from a (nested) mapping or ConfigDict.
+
+  Raises:
+    ConfigError: an unknown section or field, or a value that is not allowed.
+  """
+  if hasattr(d, "to_dict"):
+    d = d.to_dict()
+  sections = {"seed": int(d.get("seed", 0))}
+  classes = {f.name: type(getattr(TrainConfig(), f.name)) for f in dataclasses.fields(TrainConfig)
+             if f.name != "seed"}
+  for key, value in d.items():
+    if key == "seed":
+      continue
+    if key not in classes:
+      raise ConfigError(key, "<section>", f"one of the sections {sorted(classes)} or 'seed'")
+    sections[key] = _build(classes[key], value, key)
+  return TrainConfig(**sections).validate()
