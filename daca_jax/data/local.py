@@ -1,0 +1,110 @@
+"""Loaders for benchmark files stored on the local disk (no downloads).
+
+The project's shared benchmark files live at ``<repo root>/../shared/data`` (see its SOURCES.md);
+``$DACA_DATA_DIR`` overrides that location.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import pathlib
+
+DATA_DIR_ENV = "DACA_DATA_DIR"
+
+_SUDOKU_CELLS = 16
+
+
+def default_data_dir() -> pathlib.Path:
+  """Returns the default data directory.
+
+  Returns:
+    ``$DACA_DATA_DIR`` when that environment variable is set and non-empty, else
+    ``<repo root>/../shared/data`` where the repo root is the parent of the ``daca_jax`` package
+    directory. The directory may not exist.
+  """
+  env = os.environ.get(DATA_DIR_ENV, "")
+  if env:
+    return pathlib.Path(env).expanduser()
+  repo_root = pathlib.Path(__file__).resolve().parents[2]
+  return repo_root.parent / "shared" / "data"
+
+
+def resolve_data_dir(configured: str) -> pathlib.Path | None:
+  """Resolves the config field ``data.data_dir`` to a directory.
+
+  Args:
+    configured: the configured path; ``""`` means "the default, if present".
+
+  Returns:
+    ``default_data_dir()`` when ``configured`` is empty and that directory exists; ``None`` when
+    it is empty and the default does not exist; otherwise ``Path(configured)``.
+
+  Raises:
+    FileNotFoundError: ``configured`` is non-empty and is not an existing directory; the message
+      names ``data.data_dir`` and the path.
+  """
+  if not configured:
+    default = default_data_dir()
+    return default if default.is_dir() else None
+  path = pathlib.Path(configured).expanduser()
+  if not path.exists():
+    raise FileNotFoundError(f"data.data_dir={configured!r}: directory {str(path)!r} does not exist")
+  if not path.is_dir():
+    raise FileNotFoundError(f"data.data_dir={configured!r}: {str(path)!r} is not a directory")
+  return path
+
+
+def _check_grid(text: str, allowed: str, what: str, where: str) -> None:
+  if len(text) != _SUDOKU_CELLS or any(c not in allowed for c in text):
+    raise ValueError(
+        f"{where}: {what} {text!r} must be {_SUDOKU_CELLS} digits in {allowed[0]}..{allowed[-1]}")
+
+
+def read_sudoku_csv(path: str | os.PathLike[str]) -> list[tuple[str, str]]:
+  """Reads a 4x4 Sudoku CSV in d1's ``4x4_test_sudoku.csv`` layout.
+
+  The file has a header naming the columns ``Puzzle`` and ``Solution`` (other columns are
+  ignored); each row holds a puzzle (16 digits row-major, ``0`` = blank) and its solution
+  (16 digits in 1..4). Blank lines are skipped.
+
+  Source of the layout: dllm-reasoning/d1 ``dataset/4x4_test_sudoku.csv``.
+
+  Args:
+    path: the CSV file.
+
+  Returns:
+    ``list[(puzzle, solution)]`` in file order.
+
+  Raises:
+    FileNotFoundError: ``path`` does not exist.
+    ValueError: missing header columns, a malformed row, a cell that is not a digit of the
+      allowed range, or a solution that changes a given of its puzzle; the message names the file
+      and the line number.
+  """
+  path = pathlib.Path(path)
+  rows: list[tuple[str, str]] = []
+  with path.open(newline="", encoding="utf-8-sig") as f:
+    reader = csv.reader(f)
+    header = next(reader, None)
+    if header is None:
+      raise ValueError(f"{path}: empty file, expected a header 'Puzzle,Solution'")
+    names = [h.strip() for h in header]
+    if "Puzzle" not in names or "Solution" not in names:
+      raise ValueError(f"{path}:1: header {header!r} must name the columns 'Puzzle' and 'Solution'")
+    i_p, i_s = names.index("Puzzle"), names.index("Solution")
+    for fields in reader:
+      where = f"{path}:{reader.line_num}"
+      if not fields or all(not x.strip() for x in fields):
+        continue
+      if len(fields) != len(names):
+        raise ValueError(f"{where}: expected {len(names)} fields, got {len(fields)}: {fields!r}")
+      puzzle, solution = fields[i_p].strip(), fields[i_s].strip()
+      _check_grid(puzzle, "01234", "puzzle", where)
+      _check_grid(solution, "1234", "solution", where)
+      for cell, (p, s) in enumerate(zip(puzzle, solution)):
+        if p != "0" and p != s:
+          raise ValueError(
+              f"{where}: solution {solution!r} changes given {p!r} at cell {cell} of puzzle "
+              f"{puzzle!r}")
+      rows.append((puzzle, solution))
+  return rows

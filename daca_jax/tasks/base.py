@@ -1,0 +1,172 @@
+"""The task interface used by the trainer, and the task registry.
+
+A task bundles prompt formatting, a tokenizer, reward functions, evaluation metrics and a data
+source (DESIGN.md §11). Tasks are selected by name through :data:`TASKS` (config field
+``task.name``) and built with :func:`make_task`.
+
+Token layout shared by every task (see :meth:`Task.encode_prompts` / :meth:`Task.encode_targets`):
+
+* prompt: ``[pad, ..., pad, bos, prompt bytes...]``, exactly ``prompt_len`` tokens (left-padded);
+* completion / SFT target: ``[target bytes..., eos, eos, ...]``, exactly ``gen_length`` tokens.
+"""
+from __future__ import annotations
+
+import abc
+import dataclasses
+import importlib
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from daca_jax.errors import ConfigError
+from daca_jax.registry import Registry
+from daca_jax.tasks.tokenizer import ByteTokenizer
+
+# Modules that register built-in tasks in TASKS when imported. A new task module adds its name here
+# so that `make_task` finds it without the caller importing it first.
+_BUILTIN_TASK_MODULES: tuple[str, ...] = ("daca_jax.tasks.sudoku",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+  """One task example.
+
+  Attributes:
+    prompt: task input text given to the model (before tokenization; no special tokens).
+    target: reference completion used as the SFT target (no EOS; :meth:`Task.encode_targets`
+      appends EOS padding).
+    meta: task-specific fields used by the grader (e.g. ``{"puzzle": ..., "solution": ...}``).
+  """
+
+  prompt: str
+  target: str
+  meta: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def _describe(example: Example, index: int, limit: int = 60) -> str:
+  text = example.prompt if len(example.prompt) <= limit else example.prompt[:limit] + "..."
+  return f"example {index} (prompt {text!r})"
+
+
+class Task(abc.ABC):
+  """Abstract task.
+
+  Subclasses set the attributes below in ``__init__`` (or as class attributes) and implement the
+  abstract methods.
+
+  Attributes:
+    name: registry name of the task (value of ``task.name``).
+    tokenizer: the tokenizer used by :meth:`encode_prompts` / :meth:`encode_targets`.
+    prompt_len: fixed number of prompt tokens P (bos + encoded prompt, left-padded with pad_id).
+    min_gen_length: smallest completion length (tokens, including one EOS) that can hold a full
+      answer.
+  """
+
+  name: str
+  tokenizer: ByteTokenizer
+  prompt_len: int
+  min_gen_length: int
+
+  @abc.abstractmethod
+  def train_examples(self, num: int, seed: int) -> list[Example]:
+    """Returns ``num`` training examples; deterministic for a given ``seed``."""
+
+  @abc.abstractmethod
+  def eval_examples(self) -> tuple[list[Example], str]:
+    """Returns ``(examples, source)``: the evaluation set and a human-readable description of it."""
+
+  @abc.abstractmethod
+  def reward(self, completions: Sequence[str], examples: Sequence[Example]) -> np.ndarray:
+    """Returns float32 ``[N]`` rewards of decoded ``completions[i]`` for ``examples[i]``."""
+
+  @abc.abstractmethod
+  def metrics(self, completions: Sequence[str], examples: Sequence[Example]) -> dict[str, float]:
+    """Returns evaluation metrics; always includes ``"num_examples"``."""
+
+  def encode_prompts(self, examples: Sequence[Example]) -> np.ndarray:
+    """Tokenizes prompts as ``bos + encode(prompt)``, left-padded with ``pad_id``.
+
+    Args:
+      examples: N examples.
+
+    Returns:
+      int32 array ``[N, prompt_len]``.
+
+    Raises:
+      ValueError: a prompt needs more than ``prompt_len`` tokens; the message names the example.
+    """
+    tok = self.tokenizer
+    p = int(self.prompt_len)
+    out = np.full((len(examples), p), tok.pad_id, dtype=np.int32)
+    for i, ex in enumerate(examples):
+      ids = [tok.bos_id] + tok.encode(ex.prompt)
+      if len(ids) > p:
+        raise ValueError(
+            f"task {self.name!r}: {_describe(ex, i)} needs {len(ids)} prompt tokens "
+            f"(bos + {len(ids) - 1}), more than prompt_len={p}")
+      out[i, p - len(ids):] = ids
+    return out
+
+  def encode_targets(self, examples: Sequence[Example], gen_length: int) -> np.ndarray:
+    """Tokenizes SFT targets as ``encode(target)`` followed by ``eos_id`` up to ``gen_length``.
+
+    Every row holds at least one ``eos_id``.
+
+    Args:
+      examples: N examples.
+      gen_length: completion length G (config field ``rollout.gen_length``).
+
+    Returns:
+      int32 array ``[N, gen_length]``.
+
+    Raises:
+      ConfigError (a ValueError): ``gen_length`` is not a positive int, or a target plus one EOS
+        does not fit; the message names ``rollout.gen_length``, its value and the needed length.
+    """
+    if (isinstance(gen_length, bool) or not isinstance(gen_length, (int, np.integer))
+        or gen_length < 1):
+      raise ConfigError("rollout.gen_length", gen_length, "a positive int")
+    tok = self.tokenizer
+    g = int(gen_length)
+    out = np.full((len(examples), g), tok.eos_id, dtype=np.int32)
+    encoded = [tok.encode(ex.target) for ex in examples]
+    if encoded:
+      needed = max(len(ids) for ids in encoded) + 1
+      if needed > g:
+        worst = max(range(len(encoded)), key=lambda i: len(encoded[i]))
+        raise ConfigError(
+            "rollout.gen_length", g,
+            f">= {needed} for task {self.name!r} (the target of "
+            f"{_describe(examples[worst], worst)} is {needed - 1} tokens plus one EOS)")
+    for i, ids in enumerate(encoded):
+      out[i, :len(ids)] = ids
+    return out
+
+  def decode_completions(self, ids: Any) -> list[str]:
+    """Decodes completion ids ``[N, G]`` to text, stopping at the first EOS of each row."""
+    return self.tokenizer.decode_batch(ids, stop_at_eos=True)
+
+
+TASKS: Registry[type[Task]] = Registry("task", "task.name")
+
+
+def _import_builtin_tasks() -> None:
+  for module in _BUILTIN_TASK_MODULES:
+    importlib.import_module(module)
+
+
+def make_task(name: str, **kwargs: Any) -> Task:
+  """Builds the task registered as ``name``.
+
+  Args:
+    name: a registered task name (config field ``task.name``), e.g. ``"sudoku4x4"``.
+    **kwargs: forwarded to the task's constructor.
+
+  Returns:
+    The task instance.
+
+  Raises:
+    ConfigError: ``name`` is not registered (the message lists the valid names).
+  """
+  _import_builtin_tasks()
+  return TASKS.get(name)(**kwargs)

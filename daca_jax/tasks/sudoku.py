@@ -1,0 +1,420 @@
+"""4x4 Sudoku task (``sudoku4x4``): enumeration, puzzle generator, graders and data.
+
+Grids are 16-character strings of digits in row-major order, ``'0'`` = blank (the format of
+dllm-reasoning/d1 ``dataset/4x4_test_sudoku.csv``). A valid solution has every row, column and
+2x2 box holding 1..4 exactly once; there are 288 such grids, enumerated here by backtracking.
+
+Prompt format for tiny byte-level models: ``prompt = puzzle`` (16 digits; the tokenizer adds
+``bos``, so ``prompt_len = 17``) and ``target = solution`` (16 digits; ``min_gen_length = 17``
+with one EOS).
+
+Rewards and metrics:
+
+* ``reward`` (d1's reward): fraction of the puzzle's blank cells whose digit equals the stored
+  solution.
+* ``strict_solved``: the completion is a valid complete grid keeping every given. Any valid
+  completion counts, since d1's puzzles do not all have a unique solution (376 of 500 do).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import pathlib
+from typing import Any, Collection, Sequence
+
+import numpy as np
+
+from daca_jax.data import local
+from daca_jax.errors import ConfigError
+from daca_jax.tasks.base import TASKS, Example, Task
+from daca_jax.tasks.tokenizer import ByteTokenizer
+
+NUM_CELLS = 16
+NUM_SOLUTION_GRIDS = 288  # documented fact; all_solution_grids() computes it.
+D1_TEST_FILE = "sudoku/d1_test.csv"  # relative to the data dir (see ../shared/data/SOURCES.md)
+
+# Cell index groups (rows, columns, 2x2 boxes) of a row-major 4x4 grid.
+_ROWS = tuple(tuple(4 * r + c for c in range(4)) for r in range(4))
+_COLS = tuple(tuple(4 * r + c for r in range(4)) for c in range(4))
+_BOXES = tuple(
+    tuple(4 * (br + r) + bc + c for r in range(2) for c in range(2))
+    for br in (0, 2) for bc in (0, 2))
+# For each cell, the other cells that share a row, column or box with it.
+_PEERS = tuple(
+    tuple(sorted({j for g in _ROWS + _COLS + _BOXES if i in g for j in g} - {i}))
+    for i in range(NUM_CELLS))
+
+
+def _enumerate_grids() -> list[list[int]]:
+  """Backtracking over cells 0..15 in order; yields grids in lexicographic order."""
+  grid = [0] * NUM_CELLS
+  out: list[list[int]] = []
+
+  def fill(cell: int) -> None:
+    if cell == NUM_CELLS:
+      out.append(list(grid))
+      return
+    used = {grid[j] for j in _PEERS[cell] if j < cell}
+    for digit in range(1, 5):
+      if digit not in used:
+        grid[cell] = digit
+        fill(cell + 1)
+    grid[cell] = 0
+
+  fill(0)
+  return out
+
+
+@functools.lru_cache(maxsize=None)
+def all_solution_grids() -> np.ndarray:
+  """Returns every valid complete 4x4 Sudoku grid.
+
+  Returns:
+    Read-only int8 array ``[288, 16]``, row-major cells with digits 1..4, in lexicographic order.
+  """
+  grids = np.asarray(_enumerate_grids(), dtype=np.int8)
+  grids.setflags(write=False)
+  return grids
+
+
+@functools.lru_cache(maxsize=None)
+def _solution_strings() -> dict[str, int]:
+  """Maps each solution grid's 16-digit string to its row in ``all_solution_grids()``."""
+  return {"".join(map(str, g)): i for i, g in enumerate(all_solution_grids().tolist())}
+
+
+@functools.lru_cache(maxsize=None)
+def _agreement_masks() -> np.ndarray:
+  """uint32 ``[288, 288]``: bit c of ``[g, h]`` is set iff grids g and h agree on cell c."""
+  grids = all_solution_grids()
+  eq = grids[:, None, :] == grids[None, :, :]
+  weights = (1 << np.arange(NUM_CELLS)).astype(np.uint32)
+  return (eq.astype(np.uint32) * weights).sum(axis=-1).astype(np.uint32)
+
+
+def _parse_puzzle(puzzle: str) -> np.ndarray:
+  if (not isinstance(puzzle, str) or len(puzzle) != NUM_CELLS
+      or any(c not in "01234" for c in puzzle)):
+    raise ValueError(
+        f"a 4x4 sudoku puzzle must be {NUM_CELLS} digits in 0..4 (0 = blank), got {puzzle!r}")
+  return np.frombuffer(puzzle.encode("ascii"), dtype=np.uint8).astype(np.int8) - ord("0")
+
+
+def _matching_grids(puzzle: str) -> np.ndarray:
+  """Boolean ``[288]``: which solution grids keep every given of ``puzzle``."""
+  cells = _parse_puzzle(puzzle)
+  given = cells != 0
+  return np.all(all_solution_grids()[:, given] == cells[given], axis=1)
+
+
+def count_solutions(puzzle: str) -> int:
+  """Number of valid complete grids that keep every given of ``puzzle``.
+
+  Args:
+    puzzle: 16 digits in 0..4, ``'0'`` = blank.
+
+  Returns:
+    The count (0 if the givens contradict each other).
+
+  Raises:
+    ValueError: ``puzzle`` is not 16 digits in 0..4.
+  """
+  return int(_matching_grids(puzzle).sum())
+
+
+def is_valid_solution(puzzle: str, grid: str) -> bool:
+  """Whether ``grid`` is a valid complete 4x4 Sudoku that keeps every given of ``puzzle``.
+
+  Args:
+    puzzle: 16 digits in 0..4, ``'0'`` = blank.
+    grid: candidate solution; any string (malformed candidates give False, never an error).
+
+  Returns:
+    True iff ``grid`` is one of the 288 valid grids and agrees with every non-zero cell of
+    ``puzzle``.
+
+  Raises:
+    ValueError: ``puzzle`` is malformed.
+  """
+  _parse_puzzle(puzzle)
+  if not isinstance(grid, str) or grid not in _solution_strings():
+    return False
+  return all(p == "0" or p == g for p, g in zip(puzzle, grid))
+
+
+def _popcounts() -> np.ndarray:
+  x = np.arange(1 << NUM_CELLS, dtype=np.uint32)
+  counts = np.zeros_like(x)
+  for b in range(NUM_CELLS):
+    counts += (x >> b) & 1
+  return counts
+
+
+@functools.lru_cache(maxsize=None)
+def max_unique_blanks() -> int:
+  """Largest number of blanks for which some 4x4 puzzle has exactly one solution.
+
+  Computed by enumeration: for k = 0, 1, ... givens, every grid and every set of k given cells is
+  tested (a puzzle from grid g with given cells S is unique iff no other grid agrees with g on all
+  of S). Uniqueness is monotone in the givens, so every blank count up to the result is feasible.
+
+  Returns:
+    The maximum (12, i.e. at least 4 givens are needed).
+  """
+  agree = _agreement_masks()
+  popcount = _popcounts()
+  for k in range(NUM_CELLS + 1):
+    subsets = np.flatnonzero(popcount == k).astype(np.uint32)
+    for g in range(agree.shape[0]):
+      hits = ((agree[g][:, None] & subsets[None, :]) == subsets[None, :]).sum(axis=0)
+      if np.any(hits == 1):
+        return NUM_CELLS - k
+  raise AssertionError("unreachable: a full grid is always a unique puzzle")
+
+
+def _check_num_blanks(num_blanks: Any) -> tuple[int, int]:
+  """Validates ``task.num_blanks`` (int or inclusive (lo, hi)); returns ``(lo, hi)``."""
+  hi_max = max_unique_blanks()
+  allowed = (f"an int or an inclusive (lo, hi) range within 1..{hi_max} (4x4 puzzles with more "
+             f"than {hi_max} blanks never have a unique solution)")
+
+  def is_int(x: Any) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+  if is_int(num_blanks):
+    lo = hi = int(num_blanks)
+  elif (isinstance(num_blanks, (tuple, list)) and len(num_blanks) == 2
+        and all(is_int(x) for x in num_blanks)):
+    lo, hi = int(num_blanks[0]), int(num_blanks[1])
+  else:
+    raise ConfigError("task.num_blanks", num_blanks, allowed)
+  if not 1 <= lo <= hi <= hi_max:
+    raise ConfigError("task.num_blanks", num_blanks, allowed)
+  return lo, hi
+
+
+def generate_puzzles(
+    num: int,
+    num_blanks: int | tuple[int, int],
+    seed: int,
+    exclude: Collection[str] = frozenset(),
+    max_consecutive_failures: int = 20_000,
+) -> list[tuple[str, str]]:
+  """Generates distinct 4x4 puzzles that have exactly one solution.
+
+  Each attempt draws (with ``np.random.default_rng(seed)``) a solution grid uniformly from the 288,
+  a blank count (``num_blanks``, or uniform in the inclusive range), and that many distinct cells
+  to blank. The puzzle is kept iff it has exactly one solution, is not in ``exclude`` and was not
+  generated before. Deterministic for a given ``seed``.
+
+  Args:
+    num: number of puzzles, >= 0.
+    num_blanks: blanks per puzzle (int) or an inclusive ``(lo, hi)`` range drawn per puzzle.
+    seed: seed of the numpy Generator.
+    exclude: puzzle strings that must not be generated (e.g. the evaluation set).
+    max_consecutive_failures: give up after this many attempts in a row that add nothing.
+
+  Returns:
+    ``list[(puzzle, solution)]`` of length ``num``: 16-digit strings, ``'0'`` = blank.
+
+  Raises:
+    ConfigError (a ValueError): ``num_blanks`` is malformed or outside ``1..max_unique_blanks()``;
+      the message names ``task.num_blanks``.
+    ValueError: ``num`` is negative, or not enough distinct unique puzzles exist (message names
+      ``task.num_blanks``).
+  """
+  lo, hi = _check_num_blanks(num_blanks)
+  if not isinstance(exclude, (set, frozenset)):
+    exclude = frozenset(exclude)
+  if num < 0:
+    raise ValueError(f"generate_puzzles: num must be >= 0, got {num}")
+  grids = all_solution_grids()
+  grid_strs = ["".join(map(str, g)) for g in grids.tolist()]
+  agree = _agreement_masks()
+  rng = np.random.default_rng(seed)
+  full = (1 << NUM_CELLS) - 1
+  seen: set[str] = set()
+  out: list[tuple[str, str]] = []
+  failures = 0
+  while len(out) < num:
+    g = int(rng.integers(len(grids)))
+    k = lo if lo == hi else int(rng.integers(lo, hi + 1))
+    blanks = rng.choice(NUM_CELLS, size=k, replace=False)
+    given_mask = full
+    for c in blanks.tolist():
+      given_mask &= ~(1 << c)
+    sol = grid_strs[g]
+    chars = list(sol)
+    for c in blanks.tolist():
+      chars[c] = "0"
+    puzzle = "".join(chars)
+    unique = int(np.count_nonzero((agree[g] & given_mask) == given_mask)) == 1
+    if unique and puzzle not in seen and puzzle not in exclude:
+      seen.add(puzzle)
+      out.append((puzzle, sol))
+      failures = 0
+    else:
+      failures += 1
+      if failures >= max_consecutive_failures:
+        raise ValueError(
+            f"could only generate {len(out)} of {num} distinct unique-solution 4x4 puzzles with "
+            f"task.num_blanks={num_blanks!r} ({len(exclude)} puzzles excluded; "
+            f"{max_consecutive_failures} attempts in a row found nothing new); "
+            f"use a different task.num_blanks or fewer examples")
+  return out
+
+
+def parse_completion(text: str) -> str:
+  """Answer grid read from a completion: its first 16 characters after leading whitespace.
+
+  The result may be shorter than 16 characters or hold non-digits; such cells count as wrong.
+  """
+  return text.lstrip()[:NUM_CELLS]
+
+
+def cell_reward(completion: str, puzzle: str, solution: str) -> float:
+  """d1's reward: fraction of blank cells where the parsed completion equals ``solution``.
+
+  Args:
+    completion: decoded completion text (any string).
+    puzzle: 16 digits, ``'0'`` = blank.
+    solution: the stored 16-digit solution.
+
+  Returns:
+    A float in [0, 1]; 1.0 for a puzzle without blanks.
+  """
+  answer = parse_completion(completion)
+  blanks = [i for i, c in enumerate(puzzle) if c == "0"]
+  if not blanks:
+    return 1.0
+  correct = sum(1 for i in blanks if i < len(answer) and answer[i] == solution[i])
+  return correct / len(blanks)
+
+
+def _examples(rows: Sequence[tuple[str, str]]) -> list[Example]:
+  return [Example(prompt=p, target=s, meta={"puzzle": p, "solution": s}) for p, s in rows]
+
+
+@TASKS.register("sudoku4x4")
+class Sudoku4x4Task(Task):
+  """4x4 Sudoku: 16-digit puzzle in, 16-digit solution out.
+
+  Args:
+    data_dir: data directory (config field ``data.data_dir``): ``None`` = no local data; ``""`` =
+      :func:`daca_jax.data.local.default_data_dir` if it exists; otherwise a directory that must
+      exist. The d1 test set is read from ``<data_dir>/sudoku/d1_test.csv`` when present.
+    eval_path: explicit evaluation CSV (``Puzzle,Solution`` header, d1 layout); overrides
+      ``data_dir``.
+    num_blanks: blanks per generated puzzle (int or inclusive ``(lo, hi)``), used for training
+      examples and for the generated fallback evaluation set.
+    eval_size: size of the generated fallback evaluation set.
+    seed: seed of the generated fallback evaluation set.
+
+  Raises:
+    FileNotFoundError: ``eval_path`` is given but does not exist (message names
+      ``task.eval_path``), or ``data_dir`` is given but does not exist (names ``data.data_dir``).
+    ConfigError: bad ``num_blanks`` / ``eval_size``.
+  """
+
+  name = "sudoku4x4"
+  prompt_len = NUM_CELLS + 1
+  min_gen_length = NUM_CELLS + 1
+
+  def __init__(
+      self,
+      data_dir: str | os.PathLike[str] | None = None,
+      eval_path: str = "",
+      num_blanks: int | tuple[int, int] = 8,
+      eval_size: int = 500,
+      seed: int = 1234,
+  ):
+    self.tokenizer = ByteTokenizer()
+    _check_num_blanks(num_blanks)
+    if (isinstance(eval_size, bool) or not isinstance(eval_size, (int, np.integer))
+        or eval_size < 1):
+      raise ConfigError("task.eval_size", eval_size, "a positive int")
+    self.num_blanks: int | tuple[int, int] = (
+        tuple(num_blanks) if isinstance(num_blanks, (tuple, list)) else int(num_blanks))
+    self.eval_size = int(eval_size)
+    self.seed = int(seed)
+    self.eval_path = str(eval_path) if eval_path else ""
+    if self.eval_path and not pathlib.Path(self.eval_path).expanduser().is_file():
+      raise FileNotFoundError(f"task.eval_path={self.eval_path!r}: file does not exist")
+    self.data_dir = None if data_dir is None else local.resolve_data_dir(str(data_dir))
+    self._eval: tuple[list[Example], str] | None = None
+
+  def _load_csv(self, path: pathlib.Path) -> list[Example]:
+    rows = local.read_sudoku_csv(path)
+    for i, (puzzle, solution) in enumerate(rows):
+      if not is_valid_solution(puzzle, solution):
+        raise ValueError(
+            f"{path}: data row {i + 1}: {solution!r} is not a valid solution of {puzzle!r}")
+    if not rows:
+      raise ValueError(f"{path}: no puzzles")
+    return _examples(rows)
+
+  def eval_examples(self) -> tuple[list[Example], str]:
+    """Returns ``(examples, source)``; loaded once and cached.
+
+    Order of preference: ``eval_path``; ``<data_dir>/sudoku/d1_test.csv``; a GENERATED held-out set
+    of ``eval_size`` puzzles (seed ``seed``), with a source string saying d1's file was not found.
+    """
+    if self._eval is None:
+      if self.eval_path:
+        path = pathlib.Path(self.eval_path).expanduser()
+        examples = self._load_csv(path)
+        source = f"{path} (task.eval_path, {len(examples)} puzzles)"
+      else:
+        d1 = None if self.data_dir is None else self.data_dir / D1_TEST_FILE
+        if d1 is not None and d1.is_file():
+          examples = self._load_csv(d1)
+          source = (f"d1 4x4 Sudoku test set {d1} ({len(examples)} puzzles; dllm-reasoning/d1 "
+                    f"dataset/4x4_test_sudoku.csv)")
+        else:
+          where = (f"no data dir (data.data_dir unset and {local.default_data_dir()} absent)"
+                   if d1 is None else f"{d1} does not exist")
+          rows = generate_puzzles(self.eval_size, self.num_blanks, seed=self.seed)
+          examples = _examples(rows)
+          source = (f"GENERATED held-out set of {len(examples)} unique-solution puzzles "
+                    f"(num_blanks={self.num_blanks!r}, seed={self.seed}): d1's test file "
+                    f"{D1_TEST_FILE} was not found ({where})")
+      self._eval = (examples, source)
+    return list(self._eval[0]), self._eval[1]
+
+  def train_examples(self, num: int, seed: int) -> list[Example]:
+    """Generates ``num`` distinct unique-solution puzzles, none of them in the evaluation set."""
+    exclude = frozenset(ex.meta["puzzle"] for ex in self.eval_examples()[0])
+    return _examples(generate_puzzles(num, self.num_blanks, seed=seed, exclude=exclude))
+
+  @staticmethod
+  def _check_lengths(completions: Sequence[str], examples: Sequence[Example]) -> None:
+    if len(completions) != len(examples):
+      raise ValueError(f"got {len(completions)} completions for {len(examples)} examples")
+
+  def reward(self, completions: Sequence[str], examples: Sequence[Example]) -> np.ndarray:
+    """d1's reward per completion: float32 ``[N]`` in [0, 1] (see :func:`cell_reward`)."""
+    self._check_lengths(completions, examples)
+    rewards = [cell_reward(c, ex.meta["puzzle"], ex.meta["solution"])
+               for c, ex in zip(completions, examples)]
+    return np.asarray(rewards, dtype=np.float32).reshape(len(examples))
+
+  def metrics(self, completions: Sequence[str], examples: Sequence[Example]) -> dict[str, float]:
+    """Evaluation metrics.
+
+    Returns:
+      ``strict_solved``: fraction of completions that are a valid complete grid keeping the givens
+      (any valid grid counts); ``cell_accuracy``: mean d1 reward; ``exact_match``: fraction equal
+      to the stored solution; ``num_examples``: N. Rates are 0.0 when N = 0.
+    """
+    self._check_lengths(completions, examples)
+    n = len(examples)
+    answers = [parse_completion(c) for c in completions]
+    strict = sum(is_valid_solution(ex.meta["puzzle"], a) for a, ex in zip(answers, examples))
+    exact = sum(a == ex.meta["solution"] for a, ex in zip(answers, examples))
+    rewards = self.reward(completions, examples)
+    return {
+        "strict_solved": strict / n if n else 0.0,
+        "cell_accuracy": float(rewards.mean()) if n else 0.0,
+        "exact_match": exact / n if n else 0.0,
+        "num_examples": float(n),
+    }
