@@ -1,0 +1,356 @@
+"""Atomic checkpoints of training state (the only module that imports orbax).
+
+A checkpoint directory holds one sub-directory per saved step (``<dir>/<step>/``), each with two
+items: ``state`` (any pytree of arrays and Python scalars, written with orbax's standard pytree
+handler) and ``metadata`` (a JSON dict: config, data-iterator position, ...).
+
+Atomicity: orbax writes every step into ``<dir>/<step>.orbax-checkpoint-tmp*`` and renames it to
+``<dir>/<step>`` only once everything (including ``commit_success.txt``) is on disk. On top of that,
+:class:`Checkpointer` only reports a step whose directory holds ``commit_success.txt``, and when it
+opens a directory it deletes leftovers of interrupted saves (orbax tmp directories and step
+directories without the commit file), so a half-written checkpoint is never listed or restored and
+never counts against ``max_to_keep``.
+
+Typical use::
+
+  ckpt = Checkpointer(workdir / "checkpoints", max_to_keep=3)
+  if ckpt.latest_step() is not None:
+    state, meta = ckpt.restore(None, target=state)
+  ...
+  ckpt.save(step, state, metadata={"config": cfg.to_dict(), "data_pos": pos})
+  ...
+  ckpt.close()  # waits for the last asynchronous save
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+from typing import Any
+
+import orbax.checkpoint as ocp
+
+PyTree = Any
+
+# Orbax writes this file into a step directory right before the atomic rename.
+_COMMIT_FILE = "commit_success.txt"
+# Orbax's temporary directories: ``<name>.orbax-checkpoint-tmp`` (optionally ``-<timestamp>``).
+_TMP_MARKER = ".orbax-checkpoint-tmp"
+_STEP_DIR_RE = re.compile(r"^(0|[1-9]\d*)$")
+
+_log = logging.getLogger(__name__)
+
+
+class _DropOrbaxInfo(logging.Filter):
+  """Drops orbax records below WARNING from the shared ``absl`` logger."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    if record.levelno >= logging.WARNING:
+      return True
+    path = (record.pathname or "").replace("\\", "/")
+    return "/orbax/" not in path
+
+
+def _quiet_orbax_logging() -> None:
+  """Silences orbax's per-save INFO chatter; other absl users keep their logging (idempotent)."""
+  absl_logger = logging.getLogger("absl")
+  if not any(isinstance(f, _DropOrbaxInfo) for f in absl_logger.filters):
+    absl_logger.addFilter(_DropOrbaxInfo())
+
+
+_quiet_orbax_logging()
+
+
+def _is_committed(path: str) -> bool:
+  """Whether ``path`` is a finished orbax checkpoint directory."""
+  return os.path.isfile(os.path.join(path, _COMMIT_FILE))
+
+
+def _check_json(metadata: dict[str, Any]) -> None:
+  """Raises TypeError now (not later in orbax's background thread) if ``metadata`` isn't JSON."""
+  if not isinstance(metadata, dict):
+    raise TypeError(f"metadata must be a dict, got {type(metadata).__name__}")
+  try:
+    json.dumps(metadata)
+  except (TypeError, ValueError) as e:
+    raise TypeError(f"metadata is not JSON-serialisable: {e}") from e
+
+
+def _remove_unfinished(directory: str) -> list[str]:
+  """Deletes interrupted saves in ``directory``; returns the names removed.
+
+  Removed: orbax temporary directories (``*.orbax-checkpoint-tmp*``) and step directories
+  (decimal names) without ``commit_success.txt``.
+  """
+  removed = []
+  for name in sorted(os.listdir(directory)):
+    path = os.path.join(directory, name)
+    if not os.path.isdir(path):
+      continue
+    if _TMP_MARKER in name or (_STEP_DIR_RE.match(name) and not _is_committed(path)):
+      shutil.rmtree(path, ignore_errors=True)
+      removed.append(name)
+  if removed:
+    _log.warning("Removed unfinished checkpoint directories in %s: %s", directory, removed)
+  return removed
+
+
+class Checkpointer:
+  """Keeps the last ``max_to_keep`` checkpoints of a training run in one directory.
+
+  Args:
+    directory: where checkpoints live; created (with parents) if missing. Leftovers of
+      interrupted saves in it are deleted.
+    max_to_keep: number of checkpoints kept; after each save, all but the ``max_to_keep`` most
+      recently *saved* ones are deleted (orbax's policy: saving a step below the latest one
+      keeps it and drops an older-saved one). ``None`` keeps all.
+    async_save: if True (default), :meth:`save` returns once the arrays are copied to host memory
+      and the files are written in a background thread; call :meth:`wait` (or :meth:`close`)
+      before relying on them being on disk. If False every save is fully synchronous.
+
+  Raises:
+    ValueError: ``max_to_keep`` < 1.
+  """
+
+  def __init__(
+      self,
+      directory: str | os.PathLike,
+      max_to_keep: int | None = 3,
+      *,
+      async_save: bool = True,
+  ):
+    if max_to_keep is not None and max_to_keep < 1:
+      raise ValueError(f"max_to_keep must be >= 1 or None, got {max_to_keep}")
+    self.directory = os.path.abspath(os.fspath(directory))
+    os.makedirs(self.directory, exist_ok=True)
+    _remove_unfinished(self.directory)
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=max_to_keep,
+        create=True,
+        enable_async_checkpointing=async_save,
+    )
+    self._mgr = ocp.CheckpointManager(
+        self.directory, item_names=("state", "metadata"), options=options
+    )
+    self._closed = False
+
+  # --- queries -------------------------------------------------------------------------------
+
+  def _step_path(self, step: int) -> str:
+    return os.path.join(self.directory, str(step))
+
+  def all_steps(self) -> list[int]:
+    """Steps of all finished checkpoints, ascending (waits for pending async saves first)."""
+    self.wait()
+    return sorted(int(s) for s in self._mgr.all_steps() if _is_committed(self._step_path(s)))
+
+  def latest_step(self) -> int | None:
+    """The largest finished step, or None if there is no checkpoint."""
+    steps = self.all_steps()
+    return steps[-1] if steps else None
+
+  # --- save / restore ------------------------------------------------------------------------
+
+  def save(
+      self,
+      step: int,
+      state: PyTree,
+      metadata: dict[str, Any] | None = None,
+      *,
+      force: bool = False,
+  ) -> bool:
+    """Saves ``state`` and ``metadata`` as checkpoint ``step``.
+
+    Args:
+      step: non-negative int (Python or numpy/JAX integer scalar).
+      state: pytree of jax/numpy arrays (any dtype, including bfloat16 and PRNG keys, raw uint32
+        or typed) and Python scalars; ``flax.nnx.State`` and optax states are fine. Arrays
+        are copied to host memory before this returns, so they may then be donated (jax) or
+        modified in place (numpy) even while an asynchronous save is still writing.
+      metadata: JSON-serialisable dict (``None`` -> ``{}``). Note JSON turns tuples into lists
+        and non-string keys into strings.
+      force: if ``step`` already has a finished checkpoint, replace it. Without ``force`` such a
+        save is skipped with a warning (e.g. a final save at a step the loop already saved).
+
+    Returns:
+      True if a checkpoint was written, False if skipped.
+
+    Raises:
+      ValueError: negative step; RuntimeError: the checkpointer is closed or orbax refused the
+      save; TypeError: ``metadata`` is not a JSON-serialisable dict.
+    """
+    if self._closed:
+      raise RuntimeError(f"Checkpointer for {self.directory} is closed")
+    step = int(step)
+    if step < 0:
+      raise ValueError(f"step must be >= 0, got {step}")
+    metadata = {} if metadata is None else metadata
+    _check_json(metadata)
+    self._mgr.wait_until_finished()  # a save of this very step may still be in flight
+    latest = self.latest_step()
+    if latest is not None and step < latest:
+      _log.warning(
+          "Saving step %d below the latest step %d in %s; latest_step() still returns %d",
+          step, latest, self.directory, latest,
+      )
+    path = self._step_path(step)
+    if _is_committed(path):
+      if not force:
+        _log.warning("Checkpoint %d already exists in %s; not saved again", step, self.directory)
+        return False
+      self._mgr.delete(step)
+    if os.path.exists(path):  # unfinished directory orbax would refuse to overwrite
+      shutil.rmtree(path)
+    # ``force=True`` bypasses orbax's save-interval policy, which silently skips any step
+    # <= the latest one; we decide above whether a step is to be saved.
+    saved = self._mgr.save(
+        step,
+        args=ocp.args.Composite(
+            state=ocp.args.StandardSave(state),
+            metadata=ocp.args.JsonSave(metadata),
+        ),
+        force=True,
+    )
+    if not saved:
+      raise RuntimeError(f"orbax did not save step {step} in {self.directory}")
+    return True
+
+  def restore(self, step: int | None, target: PyTree) -> tuple[PyTree, dict[str, Any]]:
+    """Restores checkpoint ``step`` (None -> the latest) into the structure of ``target``.
+
+    Args:
+      step: step to restore, or None for the latest finished one.
+      target: pytree with the saved structure; leaves are concrete arrays / Python scalars or
+        ``jax.ShapeDtypeStruct`` (e.g. from ``jax.eval_shape``). Arrays come back as the leaf
+        kind of the target (jax array for jax arrays and ShapeDtypeStructs, numpy for numpy,
+        Python scalars for Python scalars), with the target's dtypes and shardings. Container
+        types (``nnx.State``, optax NamedTuples, dicts) are those of ``target``.
+
+    Returns:
+      ``(state, metadata)``.
+
+    Raises:
+      FileNotFoundError: no checkpoint in the directory, or no finished checkpoint ``step``; the
+        message names the directory and the available steps.
+      ValueError: ``target``'s tree structure does not match the checkpoint.
+    """
+    self.wait()
+    steps = self.all_steps()
+    if step is None:
+      if not steps:
+        raise FileNotFoundError(f"No checkpoint found in {self.directory}")
+      step = steps[-1]
+    step = int(step)
+    if step not in steps:
+      raise FileNotFoundError(
+          f"No checkpoint for step {step} in {self.directory}; available steps: {steps}"
+      )
+    try:
+      restored = self._mgr.restore(
+          step,
+          args=ocp.args.Composite(
+              state=ocp.args.StandardRestore(target),
+              metadata=ocp.args.JsonRestore(),
+          ),
+      )
+    except (KeyError, ValueError, TypeError) as e:
+      raise ValueError(
+          f"Checkpoint {step} in {self.directory} does not match the target structure: {e}"
+      ) from e
+    metadata = restored.metadata
+    return restored.state, ({} if metadata is None else dict(metadata))
+
+  # --- lifecycle -----------------------------------------------------------------------------
+
+  def wait(self) -> None:
+    """Blocks until every pending asynchronous save is on disk."""
+    if not self._closed:
+      self._mgr.wait_until_finished()
+
+  def close(self) -> None:
+    """Waits for pending saves and releases orbax's resources (idempotent)."""
+    if not self._closed:
+      self._mgr.wait_until_finished()
+      self._mgr.close()
+      self._closed = True
+
+  def __enter__(self) -> Checkpointer:
+    return self
+
+  def __exit__(self, *exc_info: Any) -> None:
+    self.close()
+
+  def __repr__(self) -> str:
+    return f"Checkpointer({self.directory!r}, steps={self.all_steps()})"
+
+
+# --- one-off pytrees ---------------------------------------------------------------------------
+
+
+def pytree_exists(path: str | os.PathLike) -> bool:
+  """Whether ``path`` holds a finished :func:`save_pytree` checkpoint."""
+  return _is_committed(os.path.abspath(os.fspath(path)))
+
+
+def save_pytree(path: str | os.PathLike, state: PyTree, *, force: bool = False) -> None:
+  """Saves one pytree into directory ``path`` atomically and synchronously.
+
+  Orbax writes to ``<path>.orbax-checkpoint-tmp*`` and renames it to ``path`` when done, so
+  ``path`` either holds the whole pytree or does not exist. Leftovers of an interrupted earlier
+  save are removed first.
+
+  Args:
+    path: destination directory (parents are created).
+    state: pytree as for :meth:`Checkpointer.save`.
+    force: replace an existing finished checkpoint at ``path``.
+
+  Raises:
+    FileExistsError: ``path`` holds a finished checkpoint and ``force`` is False, or ``path``
+      exists and is not a directory.
+  """
+  path = os.path.abspath(os.fspath(path))
+  parent = os.path.dirname(path)
+  os.makedirs(parent, exist_ok=True)
+  base = os.path.basename(path)
+  for name in os.listdir(parent):
+    if name.startswith(base + _TMP_MARKER):
+      shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
+  if os.path.exists(path):
+    if not os.path.isdir(path):
+      raise FileExistsError(f"{path} exists and is not a directory")
+    if _is_committed(path) and not force:
+      raise FileExistsError(f"A checkpoint already exists at {path} (use force=True to replace)")
+    shutil.rmtree(path)
+  checkpointer = ocp.Checkpointer(ocp.StandardCheckpointHandler())
+  try:
+    checkpointer.save(path, args=ocp.args.StandardSave(state))
+  finally:
+    checkpointer.close()
+
+
+def load_pytree(path: str | os.PathLike, target: PyTree) -> PyTree:
+  """Restores a pytree saved by :func:`save_pytree` into the structure of ``target``.
+
+  Args:
+    path: directory written by :func:`save_pytree`.
+    target: as for :meth:`Checkpointer.restore`.
+
+  Returns:
+    The restored pytree.
+
+  Raises:
+    FileNotFoundError: ``path`` holds no finished checkpoint (missing or interrupted save).
+    ValueError: ``target``'s tree structure does not match the checkpoint.
+  """
+  path = os.path.abspath(os.fspath(path))
+  if not _is_committed(path):
+    raise FileNotFoundError(f"No finished checkpoint at {path}")
+  checkpointer = ocp.Checkpointer(ocp.StandardCheckpointHandler())
+  try:
+    return checkpointer.restore(path, args=ocp.args.StandardRestore(target))
+  except (KeyError, ValueError, TypeError) as e:
+    raise ValueError(f"Checkpoint at {path} does not match the target structure: {e}") from e
+  finally:
+    checkpointer.close()

@@ -1,0 +1,313 @@
+"""Metrics logging (JSON lines), curves (PNG), a plain-text results table and progress bars.
+
+JSONL format: one object per line, ``{"step": <int>, "<name>": <value>, ...}``. Values are Python
+ints, floats, bools, strings, None, lists or dicts; jax/numpy scalars and arrays are converted with
+``.item()`` / ``.tolist()``. The file is strict JSON: non-finite floats are written as the strings
+``"NaN"``, ``"Infinity"`` and ``"-Infinity"``, and :func:`read_metrics` turns exactly these strings
+back into floats.
+"""
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+_NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _float_to_json(x: float) -> float | str:
+  if math.isnan(x):
+    return "NaN"
+  if math.isinf(x):
+    return "Infinity" if x > 0 else "-Infinity"
+  return x
+
+
+def _to_json(value: Any, name: str) -> Any:
+  """Converts ``value`` to JSON-ready Python values; raises TypeError naming ``name`` otherwise."""
+  if value is None or isinstance(value, (bool, str)):
+    return value
+  if isinstance(value, numbers.Integral):
+    return int(value)
+  if isinstance(value, numbers.Real):
+    return _float_to_json(float(value))
+  if isinstance(value, Mapping):
+    return {str(k): _to_json(v, f"{name}.{k}") for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [_to_json(v, f"{name}[{i}]") for i, v in enumerate(value)]
+  if hasattr(value, "__array__") and hasattr(value, "dtype"):  # numpy / jax arrays and scalars
+    arr = np.asarray(value)
+    if arr.dtype.kind in "biuf" or arr.dtype.name == "bfloat16":
+      if arr.dtype.name == "bfloat16" or arr.dtype.kind == "f":
+        arr = arr.astype(np.float64)
+      return _to_json(arr.item() if arr.ndim == 0 else arr.tolist(), name)
+  raise TypeError(
+      f"metric {name!r} has a value of type {type(value).__name__}; expected a number, string, "
+      "bool, None, numeric array or a list/dict of those"
+  )
+
+
+def _from_json(value: Any) -> Any:
+  if isinstance(value, str):
+    return _NON_FINITE.get(value, value)
+  if isinstance(value, list):
+    return [_from_json(v) for v in value]
+  if isinstance(value, dict):
+    return {k: _from_json(v) for k, v in value.items()}
+  return value
+
+
+def _parse_lines(text: str, path: str) -> list[dict[str, Any]]:
+  """Parses JSONL ``text``; a broken *last* line (killed writer) is dropped, others raise."""
+  lines = text.split("\n")
+  records = []
+  for i, line in enumerate(lines):
+    if not line.strip():
+      continue
+    try:
+      record = json.loads(line)
+      if not isinstance(record, dict) or "step" not in record:
+        raise ValueError("not an object with a 'step' field")
+    except ValueError as e:
+      if all(not rest.strip() for rest in lines[i + 1:]):
+        break  # half-written last line
+      raise ValueError(f"{path}:{i + 1}: malformed metrics line: {e}") from e
+    records.append(_from_json(record))
+  return records
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
+  """Reads a metrics JSONL file into a list of dicts, in file order.
+
+  A malformed last line (left by a process killed mid-write) is ignored. ``"NaN"``,
+  ``"Infinity"`` and ``"-Infinity"`` strings come back as floats.
+
+  Raises:
+    FileNotFoundError: ``path`` does not exist.
+    ValueError: a line other than the last is not a JSON object with a ``"step"`` field.
+  """
+  path = os.fspath(path)
+  with open(path, encoding="utf-8") as f:
+    return _parse_lines(f.read(), path)
+
+
+class MetricsWriter:
+  """Appends metrics to a JSONL file, one flushed line per :meth:`write`.
+
+  Opening an existing file continues it; if it ends in a half-written line (process killed
+  mid-write), that fragment is cut off first so the next record starts on its own line.
+
+  Args:
+    path: the JSONL file; parent directories are created.
+
+  Usable as a context manager (closes the file on exit).
+  """
+
+  def __init__(self, path: str | os.PathLike):
+    self.path = os.fspath(path)
+    parent = os.path.dirname(os.path.abspath(self.path))
+    os.makedirs(parent, exist_ok=True)
+    self._drop_partial_last_line()
+    self._file = open(self.path, "a", encoding="utf-8")
+
+  def _drop_partial_last_line(self) -> None:
+    if not os.path.exists(self.path):
+      return
+    with open(self.path, "rb+") as f:
+      data = f.read()
+      if data and not data.endswith(b"\n"):
+        f.truncate(data.rfind(b"\n") + 1)
+
+  def write(self, step: int, metrics: Mapping[str, Any]) -> None:
+    """Appends ``{"step": step, **metrics}`` as one line and flushes it.
+
+    Args:
+      step: integer step (Python, numpy or 0-d jax integer).
+      metrics: name -> value; values as described in the module docstring. A ``"step"`` key is
+        allowed only if it equals ``step``.
+
+    Raises:
+      TypeError: a value cannot be converted (message names the metric) or ``step`` is not an
+        integer.
+      ValueError: ``metrics["step"]`` differs from ``step``, or the writer is closed.
+    """
+    if self._file.closed:
+      raise ValueError(f"MetricsWriter for {self.path} is closed")
+    if isinstance(step, bool) or not isinstance(_to_json(step, "step"), int):
+      raise TypeError(f"step must be an integer, got {step!r}")
+    step = int(step)
+    if "step" in metrics and _to_json(metrics["step"], "step") != step:
+      raise ValueError(f"metrics['step']={metrics['step']!r} differs from step={step}")
+    record = {"step": step}
+    for name, value in metrics.items():
+      if name != "step":
+        record[str(name)] = _to_json(value, str(name))
+    self._file.write(json.dumps(record, allow_nan=False) + "\n")
+    self._file.flush()
+
+  def truncate_after(self, step: int) -> None:
+    """Removes every record with ``"step" > step`` (and a half-written last line).
+
+    Used when a run resumes from checkpoint ``step``: the records logged after that checkpoint
+    are redone by the resumed run, so the log continues without duplicates. The file is
+    rewritten atomically (temporary file + rename).
+    """
+    self._file.close()
+    with open(self.path, encoding="utf-8") as f:
+      text = f.read()
+    lines = [ln for ln in text.split("\n") if ln.strip()]
+    kept = []
+    for i, line in enumerate(lines):
+      try:
+        record = json.loads(line)
+      except ValueError:
+        if i == len(lines) - 1:
+          break
+        raise ValueError(f"{self.path}:{i + 1}: malformed metrics line") from None
+      if record.get("step", -math.inf) <= step:
+        kept.append(line)
+    tmp = self.path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+      f.write("".join(line + "\n" for line in kept))
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, self.path)
+    self._file = open(self.path, "a", encoding="utf-8")
+
+  def close(self) -> None:
+    """Closes the file (idempotent)."""
+    self._file.close()
+
+  def __enter__(self) -> MetricsWriter:
+    return self
+
+  def __exit__(self, *exc_info: Any) -> None:
+    self.close()
+
+
+def _is_number(x: Any) -> bool:
+  return isinstance(x, numbers.Real) and not isinstance(x, bool)
+
+
+def plot_curves(
+    records: Sequence[Mapping[str, Any]],
+    keys: Sequence[str],
+    png_path: str | os.PathLike,
+    title: str = "",
+) -> None:
+  """Plots each metric in ``keys`` against ``"step"`` on one axis and saves a PNG.
+
+  Uses matplotlib's Agg canvas directly (no pyplot, no global backend change). Records without
+  a key, or with a non-numeric value for it, are skipped for that key; keys with no numeric
+  value at all get no line. With nothing to plot, the PNG shows "no data".
+
+  Args:
+    records: dicts with a ``"step"`` field, e.g. from :func:`read_metrics`.
+    keys: metric names to plot.
+    png_path: output file; parent directories are created.
+    title: axes title.
+  """
+  from matplotlib.backends.backend_agg import FigureCanvasAgg
+  from matplotlib.figure import Figure
+
+  fig = Figure(figsize=(7, 4.5), dpi=100)
+  FigureCanvasAgg(fig)
+  ax = fig.add_subplot(1, 1, 1)
+  plotted = 0
+  for key in keys:
+    points = sorted(
+        (r["step"], float(r[key]))
+        for r in records
+        if _is_number(r.get("step")) and _is_number(r.get(key))
+    )
+    if not points:
+      continue
+    xs, ys = zip(*points)
+    ax.plot(xs, ys, marker="." if len(xs) < 50 else None, label=key)
+    plotted += 1
+  if plotted:
+    ax.set_xlabel("step")
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="best")
+  else:
+    ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, fontsize=16)
+    ax.set_xticks([])
+    ax.set_yticks([])
+  if title:
+    ax.set_title(title)
+  png_path = os.fspath(png_path)
+  os.makedirs(os.path.dirname(os.path.abspath(png_path)), exist_ok=True)
+  fig.savefig(png_path, format="png", bbox_inches="tight")
+
+
+def _is_numeric_cell(value: Any) -> bool:
+  if _is_number(value):
+    return True
+  return hasattr(value, "dtype") and getattr(value, "ndim", None) == 0 and (
+      np.asarray(value).dtype.kind in "iuf" or np.asarray(value).dtype.name == "bfloat16")
+
+
+def _cell(value: Any) -> str:
+  if _is_numeric_cell(value):
+    value = np.asarray(value).item() if hasattr(value, "dtype") else value
+    return f"{float(value):.4f}" if isinstance(value, float) else str(int(value))
+  return str(value)
+
+
+def format_table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:
+  """Formats a plain-text table with aligned columns.
+
+  Floats (Python, numpy, 0-d jax) are shown with 4 decimals, integers as they are, anything else
+  with ``str``. A column whose cells are all numbers (bools excluded) is right-aligned, header
+  included; other columns are left-aligned. Columns are separated by two spaces and the header by
+  a dashed rule; lines carry no trailing spaces.
+
+  Example::
+
+    method     acc  steps
+    ------  ------  -----
+    grpo    0.5000     10
+    daca    0.7500     10
+
+  Raises:
+    ValueError: a row's length differs from ``len(headers)``.
+  """
+  headers = [str(h) for h in headers]
+  for i, row in enumerate(rows):
+    if len(row) != len(headers):
+      raise ValueError(f"row {i} has {len(row)} cells, expected {len(headers)} (headers)")
+  cells = [[_cell(v) for v in row] for row in rows]
+  right = [bool(rows) and all(_is_numeric_cell(row[j]) for row in rows)
+           for j in range(len(headers))]
+  widths = [max([len(h)] + [len(c[j]) for c in cells]) for j, h in enumerate(headers)]
+
+  def line(values: Sequence[str]) -> str:
+    return "  ".join(
+        v.rjust(w) if r else v.ljust(w) for v, w, r in zip(values, widths, right)
+    ).rstrip()
+
+  out = [line(headers), line(["-" * w for w in widths])] + [line(c) for c in cells]
+  return "\n".join(out)
+
+
+def progress(
+    iterable: Iterable[Any] | None = None,
+    total: int | None = None,
+    desc: str = "",
+    disable: bool | None = None,
+):
+  """Returns a ``tqdm`` progress bar (on stderr) over ``iterable`` or for ``total`` updates.
+
+  Args:
+    iterable: items to iterate; None for a manual bar (``bar.update(n)``).
+    total: number of items (defaults to ``len(iterable)`` when available).
+    desc: label shown left of the bar.
+    disable: passed to tqdm; ``None`` disables the bar when stderr is not a terminal.
+  """
+  from tqdm import tqdm
+
+  return tqdm(iterable, total=total, desc=desc, disable=disable, dynamic_ncols=True)
