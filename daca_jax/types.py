@@ -316,7 +316,7 @@ class TaskConfig:
   num_eval_examples: int = 0
 
   def validate(self, prefix: str = "task") -> "TaskConfig":
-    from daca_jax.tasks.base import TASKS
+    from daca_jax.tasks import TASKS
 
     TASKS.get(self.name)
     _positive(prefix, self, "num_blanks", "eval_size")

@@ -89,7 +89,7 @@ class GRPOLearner:
       (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
       updates, opt_state = self.optimizer.update(grads, opt_state, params)
       params = optax.apply_updates(params, updates)
-      metrics = dict(aux, loss=loss, grad_norm=optax.global_norm(grads))
+      metrics = dict(aux, loss=loss, grad_norm=optax.tree.norm(grads))
       return (params, opt_state), metrics
 
     (params, opt_state), ms = jax.lax.scan(inner, (params, opt_state),

@@ -1,0 +1,43 @@
+"""Batched evaluation: decode a task's prompts with the rollout sampler and grade the completions."""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import jax
+import numpy as np
+
+from daca_jax.metrics import progress
+from daca_jax.tasks.base import Example, Task
+
+
+def generate(rollout_fn: Callable[..., Any], params: Any, prompts: np.ndarray, batch_size: int,
+             key: jax.Array, *, show_progress: bool = False, desc: str = "eval") -> np.ndarray:
+  """Runs ``rollout_fn`` over ``prompts`` in fixed-size batches (the last one padded).
+
+  Args:
+    rollout_fn: ``(params, prompts[b, P], key) -> Trajectory`` (jitted; one compile for all batches).
+    prompts: int32 [N, P].
+    batch_size: b.
+    key: PRNG key; batch i uses ``fold_in(key, i)``.
+  Returns:
+    int32 [N, L] completion tokens.
+  """
+  n = prompts.shape[0]
+  num_batches = -(-n // batch_size)
+  padded = np.concatenate([prompts, np.repeat(prompts[-1:], num_batches * batch_size - n, 0)], 0)
+  outs = []
+  for i in progress(range(num_batches), desc=desc, disable=not show_progress):
+    traj = rollout_fn(params, padded[i * batch_size:(i + 1) * batch_size], jax.random.fold_in(key, i))
+    outs.append(np.asarray(traj.completion))
+  return np.concatenate(outs, 0)[:n]
+
+
+def evaluate(task: Task, rollout_fn: Callable[..., Any], params: Any, examples: Sequence[Example],
+             batch_size: int, key: jax.Array, *, show_progress: bool = False,
+             desc: str = "eval") -> tuple[dict[str, float], list[str]]:
+  """Decodes every example and returns ``(task.metrics(...), completions)``."""
+  prompts = task.encode_prompts(examples)
+  completion_ids = generate(rollout_fn, params, prompts, min(batch_size, len(examples)), key,
+                            show_progress=show_progress, desc=desc)
+  completions = task.decode_completions(completion_ids)
+  return task.metrics(completions, examples), completions

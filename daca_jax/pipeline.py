@@ -1,0 +1,279 @@
+"""The main job: SFT warm start → evaluation → GRPO (DACA or a baseline) → evaluation.
+
+Everything ``experiments/train.py`` does lives here so it can be imported and tested. Each phase is
+resumable from ``workdir``: the SFT warm start is cached in ``workdir/sft`` (reused when the job is
+run again), evaluations are cached as JSON, RL checkpoints live in ``workdir/rl``. Data order and PRNG
+keys are pure functions of ``(seed, step)``, so a run killed mid-way and resumed reproduces the
+uninterrupted run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+import time
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from daca_jax.checkpoint import Checkpointer
+from daca_jax.diffusion.rollout import make_rollout_fn
+from daca_jax.diffusion.sft import sft_loss
+from daca_jax.errors import ConfigError
+from daca_jax.evaluation import evaluate
+from daca_jax.metrics import MetricsWriter, format_table, plot_curves, progress, read_metrics
+from daca_jax.models import init_model, make_logits_fn
+from daca_jax.rl.learner import GRPOLearner
+from daca_jax.rl.optim import make_optimizer
+from daca_jax.tasks.base import Example, Task, make_task
+from daca_jax.types import TrainConfig
+
+# Config fields that may change between a run and its resumption (they do not change what is trained).
+_RESUMABLE_CHANGES = ("rl.steps", "rl.eval_every", "eval.", "checkpoint.", "task.num_eval_examples")
+_SFT_STREAM, _RL_STREAM, _EVAL_STREAM = 1, 2, 3
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(_flatten(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
+
+
+def check_workdir_config(workdir: pathlib.Path, cfg: TrainConfig) -> None:
+  """Records the config in ``workdir/config.json``; refuses to resume a run with a different one.
+
+  Raises:
+    ConfigError: ``workdir`` holds a run whose config differs in a field that changes training.
+  """
+  path = workdir / "config.json"
+  new = _flatten(json.loads(json.dumps(cfg.to_dict())))
+  if path.exists():
+    old = _flatten(json.loads(path.read_text()))
+    diff = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)
+            and not any(k == f or (f.endswith(".") and k.startswith(f)) for f in _RESUMABLE_CHANGES)]
+    if diff:
+      k = diff[0]
+      raise ConfigError(k, new.get(k), f"{old.get(k)!r} as in the run already in --workdir={workdir} "
+                        f"(differing fields: {diff}); use a new --workdir to start a different run")
+  path.write_text(json.dumps(cfg.to_dict(), indent=2))
+
+
+def build_task(cfg: TrainConfig) -> Task:
+  """Instantiates the configured task and checks that model and sampler fit its tokenizer."""
+  task = make_task(cfg.task.name, data_dir=cfg.data.data_dir, eval_path=cfg.task.eval_path,
+                   num_blanks=cfg.task.num_blanks, eval_size=cfg.task.eval_size)
+  tok = task.tokenizer
+  if cfg.model.vocab_size < tok.vocab_size:
+    raise ConfigError("model.vocab_size", cfg.model.vocab_size, f">= the tokenizer's {tok.vocab_size}")
+  if cfg.model.mask_token_id != tok.mask_id:
+    raise ConfigError("model.mask_token_id", cfg.model.mask_token_id, f"the tokenizer's mask id {tok.mask_id}")
+  if cfg.rollout.gen_length < task.min_gen_length:
+    raise ConfigError("rollout.gen_length", cfg.rollout.gen_length,
+                      f">= {task.min_gen_length} (the longest {cfg.task.name} answer plus EOS)")
+  return task
+
+
+def run_sft(cfg: TrainConfig, task: Task, examples: list[Example], logits_fn: Callable[..., Any],
+            params: Any, workdir: pathlib.Path, *, show_progress: bool = True,
+            log: Callable[[str], None] = print) -> Any:
+  """SFT warm start with the masked-diffusion SFT loss; cached and resumable in ``workdir/sft``."""
+  sft = cfg.sft
+  if sft.steps == 0:
+    return params
+  optimizer, schedule = make_optimizer(sft.learning_rate, sft.warmup_steps, sft.weight_decay,
+                                       sft.max_grad_norm, decay_steps=max(sft.steps - sft.warmup_steps, 1))
+  state = {"params": params, "opt_state": optimizer.init(params)}
+  ckpt = Checkpointer(workdir / "sft", max_to_keep=cfg.checkpoint.max_to_keep)
+  start = ckpt.latest_step() or 0
+  if start:
+    state, _ = ckpt.restore(start, state)
+  if start >= sft.steps:
+    log(f"SFT warm start: reusing the cached model in {workdir / 'sft'} (step {start}).")
+    ckpt.close()
+    return state["params"]
+  if start:
+    log(f"SFT: resuming from step {start}.")
+  p = task.prompt_len
+  tokens = np.concatenate([task.encode_prompts(examples),
+                           task.encode_targets(examples, cfg.rollout.gen_length)], axis=1)
+  mask_id = task.tokenizer.mask_id
+
+  @jax.jit
+  def train_step(state, batch, key):
+    (loss, aux), grads = jax.value_and_grad(
+        lambda prm: sft_loss(logits_fn, prm, batch, p, key, mask_id), has_aux=True)(state["params"])
+    updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
+    return {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state}, dict(aux, loss=loss)
+
+  base_key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _SFT_STREAM)
+  log_every = max(1, min(25, sft.steps // 20))
+  with MetricsWriter(workdir / "sft_metrics.jsonl") as writer:
+    writer.truncate_after(start)
+    bar = progress(range(start, sft.steps), total=sft.steps - start, desc="SFT", disable=not show_progress)
+    for step in bar:
+      idx = np.random.default_rng([cfg.seed, _SFT_STREAM, step]).integers(0, len(tokens), sft.batch_size)
+      state, aux = train_step(state, tokens[idx], jax.random.fold_in(base_key, step))
+      done = step + 1
+      if done % log_every == 0 or done == sft.steps:
+        m = {k: float(v) for k, v in aux.items()}
+        m["lr"] = float(schedule(done))
+        writer.write(done, m)
+        if hasattr(bar, "set_postfix"):
+          bar.set_postfix(loss=f"{m['loss']:.3f}", acc=f"{m['token_acc']:.3f}")
+      if done % cfg.checkpoint.sft_every == 0 or done == sft.steps:
+        ckpt.save(done, state, metadata={"phase": "sft", "step": done})
+  ckpt.close()
+  return state["params"]
+
+
+def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOLearner, params: Any,
+           ref_params: Any, workdir: pathlib.Path, *, eval_fn: Callable[[Any], dict] | None = None,
+           show_progress: bool = True, log: Callable[[str], None] = print) -> Any:
+  """GRPO iterations with checkpoints in ``workdir/rl`` and one ``metrics.jsonl`` line per iteration."""
+  rl = cfg.rl
+  if rl.steps == 0:
+    return params
+  state = {"params": params, "opt_state": learner.init_opt_state(params)}
+  ckpt = Checkpointer(workdir / "rl", max_to_keep=cfg.checkpoint.max_to_keep)
+  start = ckpt.latest_step() or 0
+  if start:
+    state, _ = ckpt.restore(start, state)
+    log(f"RL: resuming from iteration {start}.")
+  if start >= rl.steps:
+    ckpt.close()
+    return state["params"]
+  prompts_all = task.encode_prompts(examples)
+  base_key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _RL_STREAM)
+  g = rl.group_size
+  with MetricsWriter(workdir / "metrics.jsonl") as writer:
+    writer.truncate_after(start)
+    bar = progress(range(start, rl.steps), total=rl.steps - start, desc=f"RL {rl.objective}",
+                   disable=not show_progress)
+    for step in bar:
+      rng = np.random.default_rng([cfg.seed, _RL_STREAM, step])
+      idx = rng.choice(len(examples), rl.prompts_per_step, replace=False)
+      prompts = np.repeat(prompts_all[idx], g, axis=0)
+      batch_examples = [examples[i] for i in idx for _ in range(g)]
+      k_roll, k_upd = jax.random.split(jax.random.fold_in(base_key, step))
+      t0 = time.perf_counter()
+      traj = learner.rollout(state["params"], prompts, k_roll)
+      completion_ids = np.asarray(traj.completion)
+      t_roll = time.perf_counter() - t0
+      completions = task.decode_completions(completion_ids)
+      rewards = np.asarray(task.reward(completions, batch_examples), np.float32)
+      t1 = time.perf_counter()
+      weights = learner.credit_weights(traj)
+      params_new, opt_state, m = learner.update(state["params"], state["opt_state"], ref_params, traj,
+                                                jnp.asarray(rewards), weights, k_upd)
+      state = {"params": params_new, "opt_state": opt_state}
+      m = {k: float(v) for k, v in m.items()}
+      t_upd = time.perf_counter() - t1
+      done = step + 1
+      lengths = np.asarray(traj.completion_mask).sum(-1)
+      m.update(reward_mean=float(rewards.mean()), reward_std=float(rewards.std()),
+               reward_max=float(rewards.max()), accuracy=float(np.mean(rewards >= 1.0)),
+               completion_length=float(lengths.mean()),
+               lr=float(learner.schedule(done * rl.num_iterations)),
+               rollout_s=t_roll, update_s=t_upd,
+               rollout_tokens_per_s=float(prompts.shape[0] * cfg.rollout.gen_length / max(t_roll, 1e-9)))
+      if eval_fn is not None and rl.eval_every and done % rl.eval_every == 0 and done < rl.steps:
+        m.update({f"eval/{k}": v for k, v in eval_fn(state["params"]).items()})
+      writer.write(done, m)
+      if hasattr(bar, "set_postfix"):
+        bar.set_postfix(reward=f"{m['reward_mean']:.3f}", kl=f"{m['kl']:.4f}")
+      if done % cfg.checkpoint.every == 0 or done == rl.steps:
+        ckpt.save(done, state, metadata={"phase": "rl", "step": done})
+  ckpt.close()
+  return state["params"]
+
+
+def _cached_eval(path: pathlib.Path, run: Callable[[], tuple[dict, list[str]]],
+                 examples: list[Example]) -> dict[str, float]:
+  if path.exists():
+    return json.loads(path.read_text())["metrics"]
+  metrics, completions = run()
+  with open(path.with_suffix(".generations.jsonl"), "w") as f:
+    for ex, c in zip(examples, completions):
+      f.write(json.dumps({"prompt": ex.prompt, "target": ex.target, "completion": c}) + "\n")
+  tmp = path.with_suffix(".tmp")
+  tmp.write_text(json.dumps({"metrics": metrics}, indent=2))
+  tmp.replace(path)
+  return metrics
+
+
+def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress: bool = True,
+                 log: Callable[[str], None] = print) -> dict[str, Any]:
+  """SFT warm start → eval → RL → eval; writes ``results.json``, ``metrics.jsonl`` and plots.
+
+  Returns:
+    The results dict written to ``workdir/results.json``:
+    ``{"eval_before", "eval_after", "config", "eval_source", "timings"}``.
+  Raises:
+    ConfigError: a config value that does not fit the task, or a workdir holding another run.
+    FileNotFoundError: an explicitly configured data path that does not exist.
+  """
+  workdir = pathlib.Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  task = build_task(cfg)
+  check_workdir_config(workdir, cfg)
+  timings: dict[str, float] = {}
+  eval_examples, source = task.eval_examples()
+  if cfg.task.num_eval_examples:
+    eval_examples = eval_examples[:cfg.task.num_eval_examples]
+  log(f"Evaluation set: {source} ({len(eval_examples)} examples)")
+  train_examples = task.train_examples(cfg.sft.num_train_examples, cfg.seed)
+
+  graphdef, params = init_model(cfg.model, cfg.seed)
+  logits_fn = make_logits_fn(graphdef)
+  tok = task.tokenizer
+
+  t0 = time.perf_counter()
+  params = run_sft(cfg, task, train_examples, logits_fn, params, workdir, show_progress=show_progress,
+                   log=log)
+  timings["sft_s"] = time.perf_counter() - t0
+
+  eval_rollout = make_rollout_fn(logits_fn, dataclasses.replace(cfg.rollout, temperature=cfg.eval.temperature),
+                                 mask_id=tok.mask_id, eos_id=tok.eos_id)
+  eval_key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _EVAL_STREAM)
+
+  def run_eval(prm: Any, desc: str):
+    return evaluate(task, eval_rollout, prm, eval_examples, cfg.eval.batch_size, eval_key,
+                    show_progress=show_progress, desc=desc)
+
+  t0 = time.perf_counter()
+  eval_before = _cached_eval(workdir / "eval_before.json", lambda: run_eval(params, "eval (before RL)"),
+                             eval_examples)
+  timings["eval_before_s"] = time.perf_counter() - t0
+
+  learner = GRPOLearner(logits_fn, cfg, mask_id=tok.mask_id, eos_id=tok.eos_id)
+  t0 = time.perf_counter()
+  ref_params = params
+  params = run_rl(cfg, task, train_examples, learner, params, ref_params, workdir,
+                  eval_fn=lambda prm: run_eval(prm, "eval")[0], show_progress=show_progress, log=log)
+  timings["rl_s"] = time.perf_counter() - t0
+
+  t0 = time.perf_counter()
+  eval_after = _cached_eval(workdir / "eval_after.json", lambda: run_eval(params, "eval (after RL)"),
+                            eval_examples)
+  timings["eval_after_s"] = time.perf_counter() - t0
+
+  results = {"eval_before": eval_before, "eval_after": eval_after, "config": cfg.to_dict(),
+             "eval_source": source, "timings": timings}
+  (workdir / "results.json").write_text(json.dumps(results, indent=2))
+  records = read_metrics(workdir / "metrics.jsonl") if (workdir / "metrics.jsonl").exists() else []
+  plot_curves(records, ["reward_mean", "accuracy"], workdir / "reward_curve.png",
+              title=f"{cfg.task.name}: {cfg.rl.objective} + credit={cfg.rl.credit}, "
+                    f"likelihood={cfg.rl.likelihood}")
+  keys = [k for k in eval_before if k != "num_examples"]
+  rows = [[k, eval_before[k], eval_after[k], eval_after[k] - eval_before[k]] for k in keys]
+  rows.append(["num_examples", eval_before["num_examples"], eval_after["num_examples"], ""])
+  log("\n" + format_table(rows, ["metric", "before RL", "after RL", "change"]))
+  log(f"Results written to {workdir / 'results.json'}")
+  return results

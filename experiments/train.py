@@ -1,0 +1,34 @@
+"""Main job: SFT warm start → eval → GRPO (DACA-GRPO by default) → eval.
+
+  python experiments/train.py --config=configs/sudoku_tiny.py --workdir=runs/sudoku [--config.a.b=v]
+
+Writes ``WORKDIR/results.json``, ``metrics.jsonl``, ``reward_curve.png`` and checkpoints; running the
+same command again resumes (or reuses) what is already there.
+"""
+import sys
+
+from absl import app, flags
+from ml_collections import config_flags
+
+from daca_jax.errors import ConfigError
+from daca_jax.pipeline import run_main_job
+from daca_jax.types import train_config_from_dict
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:preset]).")
+_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory (checkpoints, metrics, results).")
+_PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")
+flags.mark_flags_as_required(["config", "workdir"])
+
+
+def main(argv):
+  del argv
+  try:
+    cfg = train_config_from_dict(_CONFIG.value)
+    run_main_job(cfg, _WORKDIR.value, show_progress=_PROGRESS.value)
+  except (ConfigError, FileNotFoundError) as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,81 @@
+"""Bad configs give one clear error naming the field, the value and what is allowed."""
+import subprocess
+import sys
+import pathlib
+
+import pytest
+
+from configs import sudoku_tiny
+from daca_jax.errors import ConfigError
+from daca_jax.pipeline import build_task
+from daca_jax.types import train_config_from_dict
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _cfg(**overrides):
+  c = sudoku_tiny.get_config("default")
+  for dotted, v in overrides.items():
+    section, name = dotted.split("__")
+    c[section][name] = v
+  return c
+
+
+def test_default_and_smoke_configs_validate():
+  for preset in ("default", "smoke"):
+    cfg = train_config_from_dict(sudoku_tiny.get_config(preset))
+    assert cfg.rl.credit == "dps" and cfg.rl.likelihood == "stratified" and cfg.likelihood.num_strata == 4
+
+
+@pytest.mark.parametrize("field,value,pattern", [
+    ("rl__credit", "dpss", r"rl\.credit='dpss'.*\['dps', 'uniform'\]"),
+    ("rl__likelihood", "meanfield", r"rl\.likelihood='meanfield'.*mean_field.*stratified"),
+    ("rl__objective", "ppo", r"rl\.objective='ppo'.*diffu_grpo"),
+    ("rollout__remasking", "topk", r"rollout\.remasking='topk'.*low_confidence"),
+    ("task__name", "chess", r"task\.name='chess'.*sudoku4x4"),
+    ("likelihood__num_strata", 21, r"likelihood\.num_strata=21.*gen_length=20"),
+    ("rollout__steps", 7, r"rollout\.steps=7.*multiple of the number of blocks"),
+    ("rollout__block_length", 6, r"rollout\.block_length=6.*divisor of rollout\.gen_length=20"),
+    ("likelihood__partition", "zigzag", r"likelihood\.partition='zigzag'"),
+    ("credit__scope", "global", r"credit\.scope='global'"),
+    ("rl__group_size", 1, r"rl\.group_size=1"),
+    ("model__n_heads", 3, r"model\.n_heads=3"),
+])
+def test_bad_values_name_the_field(field, value, pattern):
+  if field == "rollout__steps":
+    overrides = {"rollout__block_length": 10, field: value}
+  else:
+    overrides = {field: value}
+  with pytest.raises(ConfigError, match=pattern):
+    train_config_from_dict(_cfg(**overrides))
+
+
+def test_steps_divisible_by_blocks_ok():
+  cfg = train_config_from_dict(_cfg(rollout__block_length=5, rollout__steps=8))
+  assert cfg.rollout.steps_per_block == 2
+
+
+def test_gen_length_too_short_for_task():
+  cfg = train_config_from_dict(_cfg(rollout__gen_length=12, rollout__block_length=12, rollout__steps=6,
+                                    likelihood__num_strata=4))
+  with pytest.raises(ConfigError, match=r"rollout\.gen_length=12.*>= 17"):
+    build_task(cfg)
+
+
+def test_missing_explicit_paths(tmp_path):
+  cfg = train_config_from_dict(_cfg(task__eval_path=str(tmp_path / "nope.csv")))
+  with pytest.raises(FileNotFoundError, match=r"task\.eval_path"):
+    build_task(cfg)
+  cfg = train_config_from_dict(_cfg(data__data_dir=str(tmp_path / "nodir")))
+  with pytest.raises(FileNotFoundError, match=r"data\.data_dir"):
+    build_task(cfg)
+
+
+def test_cli_reports_one_clear_line(tmp_path):
+  proc = subprocess.run(
+      [sys.executable, "experiments/train.py", "--config=configs/sudoku_tiny.py:smoke",
+       f"--workdir={tmp_path}", "--config.rl.credit=nope"],
+      cwd=REPO, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 2
+  assert "error: rl.credit='nope' is not allowed" in proc.stderr
+  assert "Traceback" not in proc.stderr

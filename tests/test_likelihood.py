@@ -1,0 +1,123 @@
+"""Mean-field and stratified (SML) likelihoods: K=1 equals mean-field, every token scored once, K=L
+equals the pseudo-likelihood from a direct loop."""
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from daca_jax.likelihood import LIKELIHOOD, assign_strata, mask_prompt
+from daca_jax.types import LikelihoodConfig
+from tests.fixed_logit_model import jax_logits, make_params, np_logits
+
+V, MASK, P, L, B = 12, 10, 3, 8, 5
+
+
+@pytest.fixture(scope="module")
+def setup():
+  params = jax.tree.map(jnp.asarray, make_params(P + L, V, seed=3))
+  rng = np.random.default_rng(0)
+  tokens = jnp.asarray(rng.integers(0, 10, (B, P + L)), jnp.int32)
+  return params, tokens
+
+
+def _np_logp(params, x, targets):
+  logits = np_logits(params, x)[:, P:]
+  logz = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
+  return np.take_along_axis(logits, targets[..., None], -1)[..., 0] - logz
+
+
+@pytest.mark.parametrize("p_mask_prompt", [0.0, 0.5])
+def test_stratified_k1_equals_mean_field_exactly(setup, p_mask_prompt):
+  params, tokens = setup
+  key = jax.random.PRNGKey(11)
+  mf = LIKELIHOOD.get("mean_field")(jax_logits, params, tokens, P, key,
+                                    LikelihoodConfig(p_mask_prompt=p_mask_prompt), mask_id=MASK)
+  sml = LIKELIHOOD.get("stratified")(jax_logits, params, tokens, P, key,
+                                     LikelihoodConfig(num_strata=1, p_mask_prompt=p_mask_prompt), mask_id=MASK)
+  np.testing.assert_array_equal(np.asarray(mf), np.asarray(sml))
+
+
+def test_mean_field_matches_numpy(setup):
+  params, tokens = setup
+  got = LIKELIHOOD.get("mean_field")(jax_logits, params, tokens, P, jax.random.PRNGKey(0),
+                                     LikelihoodConfig(p_mask_prompt=0.0), mask_id=MASK)
+  x = np.asarray(tokens).copy()
+  x[:, P:] = MASK
+  np.testing.assert_allclose(got, _np_logp(params, x, np.asarray(tokens)[:, P:]), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("partition", ["random", "strided", "contiguous", "commit_order"])
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 8])
+def test_strata_partition_completion(partition, k):
+  commit = jnp.asarray(np.random.default_rng(1).integers(0, 4, (B, L)))
+  strata = np.asarray(assign_strata(jax.random.PRNGKey(2), B, L, k, partition, commit))
+  assert strata.min() >= 0 and strata.max() < k
+  for row in strata:  # every position in exactly one stratum, sizes equal up to one
+    sizes = np.bincount(row, minlength=k)
+    assert sizes.sum() == L and sizes.max() - sizes.min() <= 1
+  if partition == "commit_order":  # strata ordered by commit step
+    for row, c in zip(strata, np.asarray(commit)):
+      assert all(row[i] <= row[j] for i in range(L) for j in range(L) if c[i] < c[j])
+
+
+def test_random_partition_changes_with_key_and_row():
+  s1 = np.asarray(assign_strata(jax.random.PRNGKey(0), 64, L, 4))
+  s2 = np.asarray(assign_strata(jax.random.PRNGKey(1), 64, L, 4))
+  assert (s1 != s2).any() and len({tuple(r) for r in s1}) > 1
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_each_token_scored_once_from_the_pass_that_masks_it(setup, k):
+  """Oracle: for every token, rebuild by hand the pass that masks it (its stratum masked, the rest of
+  the completion visible) and score it with the numpy model."""
+  params, tokens = setup
+  key = jax.random.PRNGKey(5)
+  cfg = LikelihoodConfig(num_strata=k, p_mask_prompt=0.0)
+  got = np.asarray(LIKELIHOOD.get("stratified")(jax_logits, params, tokens, P, key, cfg, mask_id=MASK))
+  _, k_part = jax.random.split(key)
+  strata = np.asarray(assign_strata(k_part, B, L, k))
+  tok = np.asarray(tokens)
+  expect = np.zeros((B, L))
+  for s in range(k):
+    x = tok.copy()
+    x[:, P:][strata == s] = MASK
+    lp = _np_logp(params, x, tok[:, P:])
+    expect[strata == s] = lp[strata == s]
+  np.testing.assert_allclose(got, expect, rtol=1e-5, atol=1e-5)
+
+
+def test_k_equals_l_is_pseudo_likelihood(setup):
+  params, tokens = setup
+  cfg = LikelihoodConfig(num_strata=L, p_mask_prompt=0.0)
+  got = np.asarray(LIKELIHOOD.get("stratified")(jax_logits, params, tokens, P, jax.random.PRNGKey(9), cfg,
+                                                mask_id=MASK))
+  tok = np.asarray(tokens)
+  expect = np.zeros((B, L))
+  for i in range(L):  # pseudo-likelihood: mask one position, everything else visible
+    x = tok.copy()
+    x[:, P + i] = MASK
+    expect[:, i] = _np_logp(params, x, tok[:, P:])[:, i]
+  np.testing.assert_allclose(got, expect, rtol=1e-5, atol=1e-5)
+
+
+def test_strata_batch_lax_map_equals_vmap(setup):
+  params, tokens = setup
+  key = jax.random.PRNGKey(4)
+  f = LIKELIHOOD.get("stratified")
+  a = f(jax_logits, params, tokens, P, key, LikelihoodConfig(num_strata=4), mask_id=MASK)
+  b = f(jax_logits, params, tokens, P, key, LikelihoodConfig(num_strata=4, strata_batch=2), mask_id=MASK)
+  np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_prompt_mask_rate():
+  x = jnp.zeros((200, 50), jnp.int32)
+  m = np.asarray(mask_prompt(jax.random.PRNGKey(0), x, 0.15, MASK)) == MASK
+  assert abs(m.mean() - 0.15) < 0.01
+  assert (np.asarray(mask_prompt(jax.random.PRNGKey(0), x, 0.0, MASK)) == 0).all()
+
+
+def test_assign_strata_rejects_bad_k():
+  with pytest.raises(ValueError, match="num_strata"):
+    assign_strata(jax.random.PRNGKey(0), 2, 4, 5)
