@@ -227,6 +227,8 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   eval_examples, source = task.eval_examples()
   if cfg.task.num_eval_examples:
     eval_examples = eval_examples[:cfg.task.num_eval_examples]
+  if "GENERATED" in source:
+    log("!" * 80 + f"\nWARNING: evaluating on a generated set, not the benchmark file.\n{source}\n" + "!" * 80)
   log(f"Evaluation set: {source} ({len(eval_examples)} examples)")
   train_examples = task.train_examples(cfg.sft.num_train_examples, cfg.seed)
 

@@ -75,16 +75,20 @@ class GRPOLearner:
     adv = group_advantages(rewards, rl.group_size, rl.normalize_adv_std)
     logp_fn = lambda prm, k: self.logprobs(prm, traj.tokens, p, k, traj.commit_step)
 
-    def inner(carry, j):
+    def inner(carry, j, first: bool = False):
       params, opt_state = carry
       k = jax.random.fold_in(key, j)
-      logp_old = jax.lax.stop_gradient(logp_fn(old_params, k))
-      logp_ref = jax.lax.stop_gradient(logp_fn(ref_params, k)) if rl.beta > 0 else logp_old
-      batch = PolicyBatch(logp_old=logp_old, logp_ref=logp_ref, advantages=adv, weights=weights,
-                          mask=traj.completion_mask)
+      # At the first inner iteration θ = θ_old, so logp_old is the policy's own (stop-gradient)
+      # log-prob under the same masks: no separate θ_old pass is needed.
+      logp_old = None if first else jax.lax.stop_gradient(logp_fn(old_params, k))
+      logp_ref = jax.lax.stop_gradient(logp_fn(ref_params, k)) if rl.beta > 0 else None
 
       def loss_fn(prm):
-        return self.objective(logp_fn(prm, k), batch, rl)
+        logp = logp_fn(prm, k)
+        old = jax.lax.stop_gradient(logp) if first else logp_old
+        batch = PolicyBatch(logp_old=old, logp_ref=old if logp_ref is None else logp_ref,
+                            advantages=adv, weights=weights, mask=traj.completion_mask)
+        return self.objective(logp, batch, rl)
 
       (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
       updates, opt_state = self.optimizer.update(grads, opt_state, params)
@@ -92,8 +96,12 @@ class GRPOLearner:
       metrics = dict(aux, loss=loss, grad_norm=optax.tree.norm(grads))
       return (params, opt_state), metrics
 
-    (params, opt_state), ms = jax.lax.scan(inner, (params, opt_state),
-                                           jnp.arange(rl.num_iterations, dtype=jnp.int32))
+    (params, opt_state), m0 = inner((params, opt_state), 0, first=True)
+    ms = jax.tree.map(lambda x: x[None], m0)
+    if rl.num_iterations > 1:
+      (params, opt_state), rest = jax.lax.scan(inner, (params, opt_state),
+                                               jnp.arange(1, rl.num_iterations, dtype=jnp.int32))
+      ms = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), ms, rest)
     metrics = jax.tree.map(jnp.mean, ms)
     metrics["adv_std"] = jnp.std(adv)
     metrics["zero_std_groups"] = zero_std_group_fraction(rewards, rl.group_size)
