@@ -69,6 +69,7 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
   c.rl.warmup_steps = 5  # Linear warmup (optimizer updates).
   c.rl.weight_decay = 0.0  # AdamW weight decay.
   c.rl.max_grad_norm = 1.0  # Global-norm gradient clip.
+  c.rl.adam_eps = 1e-8  # Adam epsilon.
   c.rl.eval_every = 0  # Evaluate every N iterations (0: only before and after RL).
 
   c.sft = ml_collections.ConfigDict()

@@ -232,6 +232,7 @@ class RLConfig:
     warmup_steps: linear warmup (optimizer updates).
     weight_decay: AdamW weight decay.
     max_grad_norm: global-norm gradient clip.
+    adam_eps: Adam's epsilon.
     eval_every: evaluate on the eval set every N iterations (0: only before and after).
   """
 
@@ -249,6 +250,7 @@ class RLConfig:
   warmup_steps: int = 5
   weight_decay: float = 0.0
   max_grad_norm: float = 1.0
+  adam_eps: float = 1e-8
   eval_every: int = 0
 
   def validate(self, prefix: str = "rl") -> "RLConfig":
@@ -261,7 +263,7 @@ class RLConfig:
     LIKELIHOOD.get(self.likelihood)
     _positive(prefix, self, "prompts_per_step", "group_size", "num_iterations")
     _non_negative(prefix, self, "steps", "clip_eps", "beta", "learning_rate", "warmup_steps",
-                  "weight_decay", "max_grad_norm", "eval_every")
+                  "weight_decay", "max_grad_norm", "adam_eps", "eval_every")
     if self.group_size < 2:
       raise ConfigError(f"{prefix}.group_size", self.group_size, ">= 2 (group advantages)")
     return self

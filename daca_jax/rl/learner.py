@@ -38,7 +38,8 @@ class GRPOLearner:
     self.likelihood = LIKELIHOOD.get(cfg.rl.likelihood)
     self.objective = OBJECTIVES.get(cfg.rl.objective)
     self.optimizer, self.schedule = make_optimizer(cfg.rl.learning_rate, cfg.rl.warmup_steps,
-                                                   cfg.rl.weight_decay, cfg.rl.max_grad_norm)
+                                                   cfg.rl.weight_decay, cfg.rl.max_grad_norm,
+                                                   eps=cfg.rl.adam_eps)
     self.rollout = make_rollout_fn(logits_fn, cfg.rollout, mask_id=mask_id, eos_id=eos_id,
                                    record_step_conf=self.credit.needs_step_conf,
                                    record_step_entropy=self.credit.needs_step_entropy)

@@ -5,10 +5,12 @@ import optax
 
 
 def make_optimizer(learning_rate: float, warmup_steps: int, weight_decay: float, max_grad_norm: float,
-                   decay_steps: int = 0) -> tuple[optax.GradientTransformation, optax.Schedule]:
+                   decay_steps: int = 0, eps: float = 1e-8) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """``clip_by_global_norm -> adamw`` with a linear warmup to ``learning_rate``.
 
   Args:
+    eps: Adam's epsilon; a larger value damps the steps of parameters whose gradients are tiny
+      (sparse-reward RL batches), instead of normalising noise to full-size steps.
     decay_steps: if > 0, cosine decay to 10% of the peak over this many steps after warmup;
       otherwise the rate stays constant after warmup.
   Returns:
@@ -25,5 +27,5 @@ def make_optimizer(learning_rate: float, warmup_steps: int, weight_decay: float,
   else:
     schedule = optax.constant_schedule(learning_rate)
   opt = optax.chain(optax.clip_by_global_norm(max_grad_norm) if max_grad_norm > 0 else optax.identity(),
-                    optax.adamw(schedule, weight_decay=weight_decay))
+                    optax.adamw(schedule, eps=eps, weight_decay=weight_decay))
   return opt, schedule
