@@ -86,7 +86,7 @@ def run_sft(cfg: TrainConfig, task: Task, examples: list[Example], logits_fn: Ca
   """SFT warm start with the masked-diffusion SFT loss; cached and resumable in ``workdir/sft``."""
   sft = cfg.sft
   if sft.steps == 0:
-    return params
+    return params, False
   optimizer, schedule = make_optimizer(sft.learning_rate, sft.warmup_steps, sft.weight_decay,
                                        sft.max_grad_norm, decay_steps=max(sft.steps - sft.warmup_steps, 1))
   state = {"params": params, "opt_state": optimizer.init(params)}
@@ -97,7 +97,7 @@ def run_sft(cfg: TrainConfig, task: Task, examples: list[Example], logits_fn: Ca
   if start >= sft.steps:
     log(f"SFT warm start: reusing the cached model in {workdir / 'sft'} (step {start}).")
     ckpt.close()
-    return state["params"]
+    return state["params"], False
   if start:
     log(f"SFT: resuming from step {start}.")
   p = task.prompt_len
@@ -130,7 +130,7 @@ def run_sft(cfg: TrainConfig, task: Task, examples: list[Example], logits_fn: Ca
       if done % cfg.checkpoint.sft_every == 0 or done == sft.steps:
         ckpt.save(done, state, metadata={"phase": "sft", "step": done})
   ckpt.close()
-  return state["params"]
+  return state["params"], True
 
 
 def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOLearner, params: Any,
@@ -139,16 +139,18 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
   """GRPO iterations with checkpoints in ``workdir/rl`` and one ``metrics.jsonl`` line per iteration."""
   rl = cfg.rl
   if rl.steps == 0:
-    return params
+    return params, False
   state = {"params": params, "opt_state": learner.init_opt_state(params)}
   ckpt = Checkpointer(workdir / "rl", max_to_keep=cfg.checkpoint.max_to_keep)
   start = ckpt.latest_step() or 0
   if start:
     state, _ = ckpt.restore(start, state)
-    log(f"RL: resuming from iteration {start}.")
   if start >= rl.steps:
+    log(f"RL: already complete in {workdir / 'rl'} (iteration {start}); reusing it.")
     ckpt.close()
-    return state["params"]
+    return state["params"], False
+  if start:
+    log(f"RL: resuming from iteration {start}.")
   prompts_all = task.encode_prompts(examples)
   base_key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _RL_STREAM)
   g = rl.group_size
@@ -182,7 +184,8 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
                completion_length=float(lengths.mean()),
                lr=float(learner.schedule(done * rl.num_iterations)),
                rollout_s=t_roll, update_s=t_upd,
-               rollout_tokens_per_s=float(prompts.shape[0] * cfg.rollout.gen_length / max(t_roll, 1e-9)))
+               rollout_tokens_per_s=float(prompts.shape[0] * cfg.rollout.gen_length / max(t_roll, 1e-9)),
+               includes_compile=float(step == start))  # first iteration of a process: times include jit
       if eval_fn is not None and rl.eval_every and done % rl.eval_every == 0 and done < rl.steps:
         m.update({f"eval/{k}": v for k, v in eval_fn(state["params"]).items()})
       writer.write(done, m)
@@ -191,21 +194,25 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
       if done % cfg.checkpoint.every == 0 or done == rl.steps:
         ckpt.save(done, state, metadata={"phase": "rl", "step": done})
   ckpt.close()
-  return state["params"]
+  return state["params"], True
 
 
-def _cached_eval(path: pathlib.Path, run: Callable[[], tuple[dict, list[str]]],
-                 examples: list[Example]) -> dict[str, float]:
+def _cached_eval(path: pathlib.Path, fingerprint: dict[str, Any], run: Callable[[], tuple[dict, list[str]]],
+                 examples: list[Example]) -> tuple[dict[str, float], bool]:
+  """Returns (metrics, from_cache). The cache is used only if it was made with the same
+  ``fingerprint`` (eval settings, number of examples, training steps behind the parameters)."""
   if path.exists():
-    return json.loads(path.read_text())["metrics"]
+    cached = json.loads(path.read_text())
+    if cached.get("fingerprint") == fingerprint:
+      return cached["metrics"], True
   metrics, completions = run()
   with open(path.with_suffix(".generations.jsonl"), "w") as f:
     for ex, c in zip(examples, completions):
       f.write(json.dumps({"prompt": ex.prompt, "target": ex.target, "completion": c}) + "\n")
   tmp = path.with_suffix(".tmp")
-  tmp.write_text(json.dumps({"metrics": metrics}, indent=2))
+  tmp.write_text(json.dumps({"metrics": metrics, "fingerprint": fingerprint}, indent=2))
   tmp.replace(path)
-  return metrics
+  return metrics, False
 
 
 def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress: bool = True,
@@ -220,8 +227,8 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     FileNotFoundError: an explicitly configured data path that does not exist.
   """
   workdir = pathlib.Path(workdir)
+  task = build_task(cfg)  # before creating the workdir: a bad path leaves nothing behind
   workdir.mkdir(parents=True, exist_ok=True)
-  task = build_task(cfg)
   check_workdir_config(workdir, cfg)
   timings: dict[str, float] = {}
   eval_examples, source = task.eval_examples()
@@ -229,7 +236,8 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     eval_examples = eval_examples[:cfg.task.num_eval_examples]
   if "GENERATED" in source:
     log("!" * 80 + f"\nWARNING: evaluating on a generated set, not the benchmark file.\n{source}\n" + "!" * 80)
-  log(f"Evaluation set: {source} ({len(eval_examples)} examples)")
+  else:
+    log(f"Evaluation set: {source}; using {len(eval_examples)} examples")
   train_examples = task.train_examples(cfg.sft.num_train_examples, cfg.seed)
 
   graphdef, params = init_model(cfg.model, cfg.seed)
@@ -237,9 +245,10 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   tok = task.tokenizer
 
   t0 = time.perf_counter()
-  params = run_sft(cfg, task, train_examples, logits_fn, params, workdir, show_progress=show_progress,
-                   log=log)
-  timings["sft_s"] = time.perf_counter() - t0
+  params, did_work = run_sft(cfg, task, train_examples, logits_fn, params, workdir,
+                             show_progress=show_progress, log=log)
+  if did_work:
+    timings["sft_s"] = time.perf_counter() - t0
 
   eval_rollout = make_rollout_fn(logits_fn, dataclasses.replace(cfg.rollout, temperature=cfg.eval.temperature),
                                  mask_id=tok.mask_id, eos_id=tok.eos_id)
@@ -249,26 +258,39 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     return evaluate(task, eval_rollout, prm, eval_examples, cfg.eval.batch_size, eval_key,
                     show_progress=show_progress, desc=desc)
 
+  fingerprint = {"eval": dataclasses.asdict(cfg.eval), "num_examples": len(eval_examples),
+                 "source": source, "sft_steps": cfg.sft.steps}
   t0 = time.perf_counter()
-  eval_before = _cached_eval(workdir / "eval_before.json", lambda: run_eval(params, "eval (before RL)"),
-                             eval_examples)
-  timings["eval_before_s"] = time.perf_counter() - t0
+  eval_before, cached_before = _cached_eval(workdir / "eval_before.json", fingerprint,
+                                            lambda: run_eval(params, "eval (before RL)"), eval_examples)
+  if not cached_before:
+    timings["eval_before_s"] = time.perf_counter() - t0
 
   learner = GRPOLearner(logits_fn, cfg, mask_id=tok.mask_id, eos_id=tok.eos_id)
   t0 = time.perf_counter()
   ref_params = params
-  params = run_rl(cfg, task, train_examples, learner, params, ref_params, workdir,
-                  eval_fn=lambda prm: run_eval(prm, "eval")[0], show_progress=show_progress, log=log)
-  timings["rl_s"] = time.perf_counter() - t0
+  params, did_work = run_rl(cfg, task, train_examples, learner, params, ref_params, workdir,
+                            eval_fn=lambda prm: run_eval(prm, "eval")[0], show_progress=show_progress,
+                            log=log)
+  if did_work:
+    timings["rl_s"] = time.perf_counter() - t0
 
   t0 = time.perf_counter()
-  eval_after = _cached_eval(workdir / "eval_after.json", lambda: run_eval(params, "eval (after RL)"),
-                            eval_examples)
-  timings["eval_after_s"] = time.perf_counter() - t0
+  eval_after, cached = _cached_eval(workdir / "eval_after.json", dict(fingerprint, rl_steps=cfg.rl.steps),
+                                    lambda: run_eval(params, "eval (after RL)"), eval_examples)
+  if not cached:
+    timings["eval_after_s"] = time.perf_counter() - t0
+  if cached_before or cached:
+    log("Evaluation results " + ("before and after RL" if cached_before and cached else
+                                 "before RL" if cached_before else "after RL")
+        + " loaded from the workdir's cache (same settings, same trained steps).")
 
+  results_path = workdir / "results.json"
+  if results_path.exists():  # keep the timings of phases that this invocation only loaded from cache
+    timings = {**json.loads(results_path.read_text()).get("timings", {}), **timings}
   results = {"eval_before": eval_before, "eval_after": eval_after, "config": cfg.to_dict(),
              "eval_source": source, "timings": timings}
-  (workdir / "results.json").write_text(json.dumps(results, indent=2))
+  results_path.write_text(json.dumps(results, indent=2))
   records = read_metrics(workdir / "metrics.jsonl") if (workdir / "metrics.jsonl").exists() else []
   plot_curves(records, ["reward_mean", "accuracy"], workdir / "reward_curve.png",
               title=f"{cfg.task.name}: {cfg.rl.objective} + credit={cfg.rl.credit}, "

@@ -239,10 +239,10 @@ class RLConfig:
   objective: str = "diffu_grpo"
   credit: str = "dps"
   likelihood: str = "stratified"
-  steps: int = 60
+  steps: int = 150
   prompts_per_step: int = 8
   group_size: int = 8
-  num_iterations: int = 2
+  num_iterations: int = 1
   clip_eps: float = 0.5
   beta: float = 0.04
   normalize_adv_std: bool = False
@@ -283,7 +283,7 @@ class SFTConfig:
     num_train_examples: size of the generated training pool.
   """
 
-  steps: int = 600
+  steps: int = 300
   batch_size: int = 64
   learning_rate: float = 1e-3
   warmup_steps: int = 50

@@ -7,7 +7,7 @@ same command again resumes (or reuses) what is already there.
 """
 import sys
 
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 from daca_jax.errors import ConfigError
@@ -22,6 +22,7 @@ flags.mark_flags_as_required(["config", "workdir"])
 
 def main(argv):
   del argv
+  logging.set_verbosity(logging.WARNING)  # keep JAX's backend-probing INFO lines out of the output
   try:
     cfg = train_config_from_dict(_CONFIG.value)
     run_main_job(cfg, _WORKDIR.value, show_progress=_PROGRESS.value)
@@ -31,4 +32,13 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  try:  # parse once up front so that a bad --config override is one line, not a traceback
+    flags.FLAGS(sys.argv)
+  except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:
+    lines = [l.strip() for l in str(e).replace("\\n", "\n").replace("\\'", "'").splitlines() if l.strip()]
+    msg = lines[-1].strip("'\"") if lines else type(e).__name__
+    if isinstance(e, (AttributeError, KeyError)):
+      msg = f"unknown config field: {' '.join(lines)} (the valid fields are listed in the config file)"
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(2)
+  app.run(main, flags_parser=lambda argv: argv[:1])  # flags are already parsed above

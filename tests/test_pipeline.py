@@ -35,13 +35,22 @@ def test_smoke_run_writes_results_and_reuses_cache(tmp_path):
       assert 0.0 <= res[phase][k] <= 1.0
     assert res[phase]["num_examples"] == 32
   assert res["config"]["rl"]["credit"] == "dps" and res["config"]["rl"]["likelihood"] == "stratified"
-  assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]
+  records = read_metrics(tmp_path / "metrics.jsonl")
+  assert [r["step"] for r in records] == [1, 2, 3]
+  assert min(r["zero_std_groups"] for r in records) < 1.0, "no group had a reward spread: RL got no signal"
   assert (tmp_path / "reward_curve.png").stat().st_size > 1000
   assert "strict_solved" in proc.stdout and "before RL" in proc.stdout
   again = _run([f"--workdir={tmp_path}"])
   assert again.returncode == 0
   assert "reusing the cached model" in again.stdout
-  assert json.loads((tmp_path / "results.json").read_text())["eval_after"] == res["eval_after"]
+  res2 = json.loads((tmp_path / "results.json").read_text())
+  assert res2["eval_after"] == res["eval_after"]
+  assert res2["timings"] == res["timings"], "a cached rerun must keep the timings of the real run"
+  # An allowed change of the evaluation settings recomputes the cached evaluations.
+  third = _run([f"--workdir={tmp_path}", "--config.task.num_eval_examples=16"])
+  assert third.returncode == 0, third.stderr[-3000:]
+  res3 = json.loads((tmp_path / "results.json").read_text())
+  assert res3["eval_before"]["num_examples"] == res3["eval_after"]["num_examples"] == 16
 
 
 def test_d1_baseline_by_flags(tmp_path):
