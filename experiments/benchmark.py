@@ -13,7 +13,7 @@ import json
 import jax
 import jax.numpy as jnp
 import numpy as np
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 from daca_jax.benchmarking import time_fn
@@ -33,6 +33,7 @@ _JSON = flags.DEFINE_string("json", "", "Also write every figure to this JSON fi
 
 def main(argv):
   del argv
+  logging.set_verbosity(logging.WARNING)
   cfg = train_config_from_dict(_CONFIG.value)
   b, r = _BATCH.value, _REPEATS.value
   gd, params = init_model(cfg.model, cfg.seed)
