@@ -80,6 +80,16 @@ def build_task(cfg: TrainConfig) -> Task:
   return task
 
 
+def _open_phase(directory: pathlib.Path, state: dict[str, Any],
+                max_to_keep: int) -> tuple[Checkpointer, dict[str, Any], int]:
+  """Opens a phase's checkpoint directory; returns (checkpointer, latest state or ``state``, its step)."""
+  ckpt = Checkpointer(directory, max_to_keep=max_to_keep)
+  start = ckpt.latest_step() or 0
+  if start:
+    state, _ = ckpt.restore(start, state)
+  return ckpt, state, start
+
+
 def run_sft(cfg: TrainConfig, task: Task, examples: list[Example], logits_fn: Callable[..., Any],
             params: Any, workdir: pathlib.Path, *, show_progress: bool = True,
             log: Callable[[str], None] = print) -> Any:
@@ -89,11 +99,8 @@ def run_sft(cfg: TrainConfig, task: Task, examples: list[Example], logits_fn: Ca
     return params, False
   optimizer, schedule = make_optimizer(sft.learning_rate, sft.warmup_steps, sft.weight_decay,
                                        sft.max_grad_norm, decay_steps=max(sft.steps - sft.warmup_steps, 1))
-  state = {"params": params, "opt_state": optimizer.init(params)}
-  ckpt = Checkpointer(workdir / "sft", max_to_keep=cfg.checkpoint.max_to_keep)
-  start = ckpt.latest_step() or 0
-  if start:
-    state, _ = ckpt.restore(start, state)
+  ckpt, state, start = _open_phase(workdir / "sft", {"params": params, "opt_state": optimizer.init(params)},
+                                   cfg.checkpoint.max_to_keep)
   if start >= sft.steps:
     log(f"SFT warm start: reusing the cached model in {workdir / 'sft'} (step {start}).")
     ckpt.close()
@@ -140,11 +147,8 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
   rl = cfg.rl
   if rl.steps == 0:
     return params, False
-  state = {"params": params, "opt_state": learner.init_opt_state(params)}
-  ckpt = Checkpointer(workdir / "rl", max_to_keep=cfg.checkpoint.max_to_keep)
-  start = ckpt.latest_step() or 0
-  if start:
-    state, _ = ckpt.restore(start, state)
+  ckpt, state, start = _open_phase(workdir / "rl", {"params": params, "opt_state": learner.init_opt_state(params)},
+                                   cfg.checkpoint.max_to_keep)
   if start >= rl.steps:
     log(f"RL: already complete in {workdir / 'rl'} (iteration {start}); reusing it.")
     ckpt.close()
