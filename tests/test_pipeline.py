@@ -123,3 +123,18 @@ def test_killed_run_resumes_from_last_checkpoint(tmp_path):
   steps = [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")]
   assert steps == list(range(1, 41))
   assert json.loads((tmp_path / "results.json").read_text())["eval_after"]["num_examples"] == 32
+
+
+@__import__("pytest").mark.parametrize("objective", ["wd1", "gspo", "gdpo", "reinforce_pp"])
+def test_daca_on_every_base_method_by_config(tmp_path, objective):
+  c = sudoku_tiny.get_config("smoke")
+  c.rl.objective = objective
+  c.rl.steps = 2
+  c.sft.steps = 10
+  c.task.num_eval_examples = 8
+  c.eval.batch_size = 8
+  res = run_main_job(train_config_from_dict(c), tmp_path, show_progress=False, log=lambda *a, **k: None)
+  assert res["config"]["rl"]["objective"] == objective
+  records = read_metrics(tmp_path / "metrics.jsonl")
+  assert [r["step"] for r in records] == [1, 2]
+  assert all(np.isfinite(r["loss"]) and np.isfinite(r["grad_norm"]) for r in records)

@@ -88,7 +88,8 @@ class GRPOLearner:
         logp = logp_fn(prm, k)
         old = jax.lax.stop_gradient(logp) if first else logp_old
         batch = PolicyBatch(logp_old=old, logp_ref=old if logp_ref is None else logp_ref,
-                            advantages=adv, weights=weights, mask=traj.completion_mask)
+                            advantages=adv, weights=weights, mask=traj.completion_mask,
+                            rewards=rewards)
         return self.objective(logp, batch, rl)
 
       (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)

@@ -26,6 +26,7 @@ class PolicyBatch:
     advantages: float32 [B] sequence advantages.
     weights: float32 [B, L] credit weights (0 outside the completion mask).
     mask: float32 [B, L] completion mask (1 up to and including the first EOS).
+    rewards: float32 [B] raw rewards (objectives that build their own advantages use them), or None.
   """
 
   logp_old: jax.Array
@@ -33,6 +34,7 @@ class PolicyBatch:
   advantages: jax.Array
   weights: jax.Array
   mask: jax.Array
+  rewards: jax.Array | None = None
 
 
 ObjectiveFn = Callable[[jax.Array, PolicyBatch, RLConfig], tuple[jax.Array, dict[str, jax.Array]]]
@@ -74,3 +76,102 @@ def diffu_grpo_loss(logp: jax.Array, batch: PolicyBatch,
       "ratio_mean": jnp.sum(ratio * m) / denom,
   }
   return loss, aux
+
+
+def _token_mean(x: jax.Array, m: jax.Array) -> jax.Array:
+  return jnp.sum(x * m) / jnp.maximum(jnp.sum(m), 1.0)
+
+
+@OBJECTIVES.register("wd1")
+def wd1_loss(logp: jax.Array, batch: PolicyBatch,
+             cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """wd1 (Tang et al. 2025, "wd1: Weighted Policy Optimization for Reasoning in Diffusion LMs").
+
+  Ratio-free weighted likelihood: with the sequence log-likelihood ``ℓ_b = Σ_i m w logp`` and, within
+  each prompt's group of G, ``p⁺ = softmax(A)`` and ``p⁻ = softmax(−A)``,
+  ``loss = mean_groups Σ_g (p⁻_g − p⁺_g) ℓ_g`` (+ β·k3-KL token mean when β > 0). No θ_old ratio.
+
+  Returns:
+    (scalar loss, aux with "kl", "pg_loss", "clip_frac" (0), "ratio_mean" (1)).
+  """
+  g = cfg.group_size
+  seq = jnp.sum(batch.mask * batch.weights * logp, axis=-1).reshape(-1, g)  # [N, G]
+  adv = batch.advantages.reshape(-1, g)
+  coef = jax.nn.softmax(-adv, axis=-1) - jax.nn.softmax(adv, axis=-1)
+  pg = jnp.mean(jnp.sum(coef * seq, axis=-1))
+  kl = _token_mean(k3_kl(logp, batch.logp_ref), batch.mask)
+  loss = pg + cfg.beta * kl
+  return loss, {"pg_loss": pg, "kl": kl, "clip_frac": jnp.zeros(()), "ratio_mean": jnp.ones(())}
+
+
+def _sequence_ratio_loss(logp: jax.Array, batch: PolicyBatch,
+                         cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
+  m = batch.mask
+  n = jnp.maximum(jnp.sum(m, -1), 1.0)
+  log_ratio = jnp.sum(m * batch.weights * (logp - batch.logp_old), -1) / n  # [B]
+  ratio = jnp.exp(log_ratio)
+  adv = batch.advantages
+  unclipped = ratio * adv
+  clipped = jnp.clip(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps) * adv
+  pg = jnp.mean(-jnp.minimum(unclipped, clipped))
+  kl = _token_mean(k3_kl(logp, batch.logp_ref), m)
+  loss = pg + cfg.beta * kl
+  aux = {"pg_loss": pg, "kl": kl, "clip_frac": jnp.mean((clipped < unclipped).astype(jnp.float32)),
+         "ratio_mean": jnp.mean(ratio)}
+  return loss, aux
+
+
+@OBJECTIVES.register("gspo")
+def gspo_loss(logp: jax.Array, batch: PolicyBatch,
+              cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """GSPO (Zheng et al. 2025, "Group Sequence Policy Optimization"), sequence-level clipping.
+
+  ``s_b = exp(Σ_i m w (logp − logp_old) / Σ_i m)`` (the length-normalised sequence ratio; with credit
+  weights of mean 1 the weighted mean log-ratio), ``loss = mean_b −min(s_b A_b, clip(s_b, 1±ε) A_b)``
+  + β·k3-KL token mean. GSPO uses much smaller ε than token-level PPO (the paper: 3e-4 / 4e-4).
+  """
+  return _sequence_ratio_loss(logp, batch, cfg)
+
+
+@OBJECTIVES.register("gdpo")
+def gdpo_loss(logp: jax.Array, batch: PolicyBatch,
+              cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """GDPO (Rojas et al. 2025, "Group Diffusion Policy Optimization"): sequence-level PPO clip on the
+  length-normalised ratio of sequence likelihoods.
+
+  The sequence log-likelihood is the sum of the estimator's per-token contributions (the ELBO's
+  ``(1/t)·1[masked]·log p`` terms with ``rl.likelihood=elbo``, or ``Σ w·logp`` under SML), so the
+  log-ratio is ``Σ_i m w (logp − logp_old) / L_b`` — the same clipped surrogate as GSPO, with GDPO's
+  advantages ``A = r − mean`` (``rl.normalize_adv_std=False``) and token-level ε.
+  """
+  return _sequence_ratio_loss(logp, batch, cfg)
+
+
+@OBJECTIVES.register("reinforce_pp")
+def reinforce_pp_loss(logp: jax.Array, batch: PolicyBatch,
+                      cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """REINFORCE++ (Hu 2025): no critic, no group baseline; KL folded into the reward; advantages
+  normalised over the whole global batch; token-level PPO clip.
+
+  ``r̃_b = r_b − β Σ_i m (logp_old − logp_ref)`` (per-token k1 KL of the rollout policy),
+  ``A_b = (r̃_b − mean_batch r̃) / (std_batch r̃ + 1e-8)``; per token
+  ``ℓ = −min(ρ wA, clip(ρ, 1±ε) wA)``, token mean over the batch.
+
+  Raises:
+    ValueError: ``batch.rewards`` is None.
+  """
+  if batch.rewards is None:
+    raise ValueError("reinforce_pp needs PolicyBatch.rewards (raw rewards)")
+  m = batch.mask
+  kl_seq = jnp.sum(m * (batch.logp_old - batch.logp_ref), -1)
+  shaped = jax.lax.stop_gradient(batch.rewards - cfg.beta * kl_seq)
+  adv = (shaped - jnp.mean(shaped)) / (jnp.std(shaped) + 1e-8)
+  ratio = jnp.exp(logp - batch.logp_old)
+  a = adv[:, None] * batch.weights
+  unclipped = ratio * a
+  clipped = jnp.clip(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps) * a
+  pg = _token_mean(-jnp.minimum(unclipped, clipped), m)
+  aux = {"pg_loss": pg, "kl": _token_mean(batch.logp_old - batch.logp_ref, m),
+         "clip_frac": _token_mean((clipped < unclipped).astype(jnp.float32), m),
+         "ratio_mean": _token_mean(ratio, m)}
+  return pg, aux
