@@ -55,11 +55,15 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
   # and masking its givens makes the target ambiguous (RL then drifts), so it is off.
   c.likelihood.p_mask_prompt = 0.0
   c.likelihood.strata_batch = 0  # 0: vmap all strata; n: lax.map n strata at a time.
+  c.likelihood.coupled_t_min = 0.2  # coupled: masking rate t ~ U[t_min, t_max] (DiffuCoder).
+  c.likelihood.coupled_t_max = 0.8  # coupled: upper end of t.
+  c.likelihood.coupled_full_pass = True  # coupled: average with the fully-masked pass (DiffuCoder).
+  c.likelihood.elbo_nodes = 2  # elbo: Gauss-Legendre nodes in t (GDPO: 2-3).
 
   c.rl = ml_collections.ConfigDict()
   c.rl.objective = "diffu_grpo"  # Base method.
   c.rl.credit = "dps"  # uniform | dps (DACA's Denoising Progress Scores).
-  c.rl.likelihood = "stratified"  # mean_field (d1) | stratified (DACA's SML).
+  c.rl.likelihood = "stratified"  # mean_field (d1) | stratified (DACA's SML) | coupled | elbo.
   c.rl.steps = 150  # RL iterations (one rollout batch each).
   c.rl.prompts_per_step = 8  # Distinct puzzles per iteration.
   c.rl.group_size = 8  # G completions per puzzle; batch = 64.

@@ -197,12 +197,20 @@ class LikelihoodConfig:
     p_mask_prompt: probability of masking each prompt token (d1 uses 0.15).
     strata_batch: 0 vectorises all K strata at once (``jax.vmap``); n > 0 evaluates n strata at a
       time (``lax.map``) to bound memory.
+    coupled_t_min: lower end of the masking rate t ~ U[t_min, t_max] of the coupled estimator.
+    coupled_t_max: upper end of that range (DiffuCoder: [0.2, 0.8]).
+    coupled_full_pass: also run the fully-masked pass and average it in (DiffuCoder does).
+    elbo_nodes: Gauss–Legendre nodes in t of the ELBO estimator (GDPO uses 2–3).
   """
 
   num_strata: int = 4
   partition: str = "random"
   p_mask_prompt: float = 0.15
   strata_batch: int = 0
+  coupled_t_min: float = 0.2
+  coupled_t_max: float = 0.8
+  coupled_full_pass: bool = True
+  elbo_nodes: int = 2
 
   def validate(self, prefix: str = "likelihood") -> "LikelihoodConfig":
     _positive(prefix, self, "num_strata")
@@ -210,6 +218,10 @@ class LikelihoodConfig:
     if not 0.0 <= self.p_mask_prompt < 1.0:
       raise ConfigError(f"{prefix}.p_mask_prompt", self.p_mask_prompt, "a probability in [0, 1)")
     _non_negative(prefix, self, "strata_batch")
+    if not 0.0 < self.coupled_t_min <= self.coupled_t_max < 1.0:
+      raise ConfigError(f"{prefix}.coupled_t_min", self.coupled_t_min,
+                        f"0 < coupled_t_min <= coupled_t_max={self.coupled_t_max} < 1")
+    _positive(prefix, self, "elbo_nodes")
     return self
 
 

@@ -121,3 +121,46 @@ def test_prompt_mask_rate():
 def test_assign_strata_rejects_bad_k():
   with pytest.raises(ValueError, match="num_strata"):
     assign_strata(jax.random.PRNGKey(0), 2, 4, 5)
+
+
+@pytest.mark.parametrize("full_pass", [True, False])
+def test_coupled_matches_numpy(setup, full_pass):
+  """Each token is scored in the pass that masks it (M or its complement), weighted 1/t or 1/(1-t),
+  and averaged with the fully-masked pass when asked (DiffuCoder)."""
+  from daca_jax.likelihood import coupled_masks
+  params, tokens = setup
+  key = jax.random.PRNGKey(21)
+  cfg = LikelihoodConfig(p_mask_prompt=0.0, coupled_full_pass=full_pass)
+  got = np.asarray(LIKELIHOOD.get("coupled")(jax_logits, params, tokens, P, key, cfg, mask_id=MASK))
+  _, k_est = jax.random.split(key)
+  t, first = (np.asarray(a) for a in coupled_masks(k_est, B, L, 0.2, 0.8))
+  assert ((0.2 <= t) & (t <= 0.8)).all() and first.any() and (~first).any()
+  tok = np.asarray(tokens)
+  def lp(mask):
+    x = tok.copy()
+    x[:, P:][mask] = MASK
+    return _np_logp(params, x, tok[:, P:])
+  weighted = np.where(first, lp(first) / t[:, None], lp(~first) / (1 - t[:, None]))
+  expect = 0.5 * (lp(np.ones_like(first)) + weighted) if full_pass else weighted
+  np.testing.assert_allclose(got, expect, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("nodes", [2, 3])
+def test_elbo_matches_numpy(setup, nodes):
+  from daca_jax.likelihood import gauss_legendre_01
+  params, tokens = setup
+  key = jax.random.PRNGKey(8)
+  cfg = LikelihoodConfig(p_mask_prompt=0.0, elbo_nodes=nodes)
+  got = np.asarray(LIKELIHOOD.get("elbo")(jax_logits, params, tokens, P, key, cfg, mask_id=MASK))
+  t, w = gauss_legendre_01(nodes)
+  np.testing.assert_allclose(w.sum(), 1.0, rtol=1e-6)
+  np.testing.assert_allclose((w * t ** 2).sum(), 1 / 3, rtol=1e-5)  # exact for polynomials of degree < 2n
+  _, k_est = jax.random.split(key)
+  masked = np.asarray(jax.random.uniform(k_est, (nodes, B, L))) < t[:, None, None]
+  tok = np.asarray(tokens)
+  expect = np.zeros((B, L))
+  for n in range(nodes):
+    x = tok.copy()
+    x[:, P:][masked[n]] = MASK
+    expect += w[n] / t[n] * masked[n] * _np_logp(params, x, tok[:, P:])
+  np.testing.assert_allclose(got, expect, rtol=1e-5, atol=1e-5)
