@@ -46,6 +46,7 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
   c.credit.w_min = 0.5  # Lower clip of DPS weights.
   c.credit.w_max = 2.0  # Upper clip of DPS weights.
   c.credit.scope = "all"  # Step progress over all remaining masked positions | current "block".
+  c.credit.signal = "confidence"  # Certainty measure of step progress: confidence | neg_entropy.
   c.credit.self_term = 0.0  # λ: add the token's own confidence rise to its raw score.
 
   c.likelihood = ml_collections.ConfigDict()

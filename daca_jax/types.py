@@ -166,6 +166,8 @@ class CreditConfig:
     w_max: upper clip of DPS weights.
     scope: which still-masked positions measure step progress: "all" remaining or the current
       "block" only.
+    signal: the certainty measure of step progress: "confidence" (top-1 probability) or
+      "neg_entropy" (minus the predictive entropy).
     self_term: λ, weight of the token's own confidence rise from its block's first step to its
       commit step, added to the raw score.
   """
@@ -174,6 +176,7 @@ class CreditConfig:
   w_min: float = 0.5
   w_max: float = 2.0
   scope: str = "all"
+  signal: str = "confidence"
   self_term: float = 0.0
 
   def validate(self, prefix: str = "credit") -> "CreditConfig":
@@ -183,6 +186,7 @@ class CreditConfig:
     if not self.w_min <= 1.0 <= self.w_max:
       raise ConfigError(f"{prefix}.w_min", self.w_min, "w_min <= 1 <= w_max so that mean 1 is reachable")
     _one_of(prefix, self, "scope", ("all", "block"))
+    _one_of(prefix, self, "signal", ("confidence", "neg_entropy"))
     return self
 
 

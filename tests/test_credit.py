@@ -1,6 +1,7 @@
 """DPS and uniform credit on hand-built trajectories with hand-computed weights."""
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from daca_jax.credit import CREDIT, dps_raw_scores, step_progress, zscore_weights
 from daca_jax.diffusion import Trajectory
@@ -82,4 +83,19 @@ def test_uniform_credit_is_completion_mask():
   traj = _traj(np.zeros((1, 1, 3)), [[0, 0, 0]], [[1, 1, 0]])
   np.testing.assert_array_equal(CREDIT.get("uniform")(traj, CreditConfig(), RolloutConfig(3, 3, 1)),
                                 [[1, 1, 0]])
-  assert CREDIT.get("dps").needs_step_conf and not CREDIT.get("uniform").needs_step_conf
+  assert CREDIT.get("dps").records(CreditConfig()) == (True, False)
+  assert CREDIT.get("dps").records(CreditConfig(signal="neg_entropy")) == (False, True)
+  assert CREDIT.get("uniform").records(CreditConfig()) == (False, False)
+
+
+def test_dps_neg_entropy_signal_hand_computed():
+  # Same layout as the two-step case, with entropies instead of confidences.
+  ent = [[[1.0, 1.2, 0.8, 1.5]], [[0.0, 0.6, 0.0, 1.1]]]
+  traj = _traj(np.zeros((2, 1, 4)), [[0, 1, 0, 1]], [[1, 1, 1, 1]]).replace(
+      step_conf=None, step_entropy=jnp.asarray(ent, jnp.float32))
+  rcfg = RolloutConfig(gen_length=4, block_length=4, steps=2)
+  # Δ_0 = mean(-(0.6) + 1.2, -(1.1) + 1.5) = mean(0.6, 0.4) = 0.5 ; Δ_1 = 0
+  raw = dps_raw_scores(traj, CreditConfig(signal="neg_entropy"), rcfg)
+  np.testing.assert_allclose(raw, [[0.5, 0.0, 0.5, 0.0]], atol=1e-6)
+  with pytest.raises(ValueError, match="step_entropy"):
+    dps_raw_scores(traj.replace(step_entropy=None), CreditConfig(signal="neg_entropy"), rcfg)

@@ -24,13 +24,11 @@ class CreditAssigner:
 
   Attributes:
     fn: ``(trajectory, credit_cfg, rollout_cfg) -> w [B, L] float32``.
-    needs_step_conf: the rollout must record ``step_conf``.
-    needs_step_entropy: the rollout must record ``step_entropy``.
+    records: ``credit_cfg -> (needs step_conf, needs step_entropy)``: what the rollout must record.
   """
 
   fn: CreditFn
-  needs_step_conf: bool = False
-  needs_step_entropy: bool = False
+  records: Callable[[CreditConfig], tuple[bool, bool]] = lambda cfg: (False, False)
 
   def __call__(self, traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig) -> jax.Array:
     return jax.lax.stop_gradient(self.fn(traj, cfg, rollout_cfg))
@@ -39,11 +37,11 @@ class CreditAssigner:
 CREDIT: Registry[CreditAssigner] = Registry("credit assigner", "rl.credit")
 
 
-def register_credit(name: str, *, needs_step_conf: bool = False, needs_step_entropy: bool = False):
-  """Decorator registering ``fn`` as credit assigner ``name``."""
+def register_credit(name: str, records: Callable[[CreditConfig], tuple[bool, bool]] | None = None):
+  """Decorator registering ``fn`` as credit assigner ``name``; ``records`` as in CreditAssigner."""
 
   def deco(fn: CreditFn) -> CreditFn:
-    CREDIT.register(name)(CreditAssigner(fn, needs_step_conf, needs_step_entropy))
+    CREDIT.register(name)(CreditAssigner(fn, records or (lambda cfg: (False, False))))
     return fn
 
   return deco

@@ -7,7 +7,8 @@ Read off the rollout's own per-step predictions, no extra forward pass. For step
     Δ_s = mean_{j ∈ M_{s+1}} (conf^(s+1)_j − conf^(s)_j)        (0 when M_{s+1} is empty)
 
 — how much committing the tokens of step s raised the certainty about what is still unknown. Token i
-committed at step c_i gets the raw score ``d_i = Δ_{c_i}`` (plus ``λ`` times its own confidence rise
+committed at step c_i gets the raw score ``d_i = Δ_{c_i}`` (``credit.signal="neg_entropy"`` uses minus
+the predictive entropy in place of the confidence) (plus ``λ`` times its own confidence rise
 from its block's first step to c_i when ``self_term`` λ > 0). Scores are z-scored per sequence over
 valid tokens, mapped to ``w = clip(1 + α z, w_min, w_max)`` and renormalised to mean 1 over valid tokens.
 """
@@ -68,11 +69,21 @@ def zscore_weights(raw: jax.Array, valid: jax.Array, alpha: float, w_min: float,
   return jnp.where(w_mean > 0, w / jnp.maximum(w_mean, 1e-8), valid)
 
 
-def dps_raw_scores(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig) -> jax.Array:
-  """Raw DPS score ``d_i`` of every completion token: float32 [B, L]."""
+def _signal(traj: Trajectory, cfg: CreditConfig) -> jax.Array:
+  """[S, B, L] certainty per step: top-1 confidence, or minus the entropy (0 where committed)."""
+  if cfg.signal == "neg_entropy":
+    if traj.step_entropy is None:
+      raise ValueError("DPS with credit.signal='neg_entropy' needs trajectory.step_entropy: "
+                       "run the rollout with record_step_entropy=True")
+    return -traj.step_entropy
   if traj.step_conf is None:
     raise ValueError("DPS needs trajectory.step_conf: run the rollout with record_step_conf=True")
-  conf = traj.step_conf
+  return traj.step_conf
+
+
+def dps_raw_scores(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig) -> jax.Array:
+  """Raw DPS score ``d_i`` of every completion token: float32 [B, L]."""
+  conf = _signal(traj, cfg)
   delta = step_progress(conf, traj.commit_step, rollout_cfg, cfg.scope)  # [S, B]
   c = jnp.clip(traj.commit_step, 0, conf.shape[0] - 1)  # [B, L]
   d = jnp.take_along_axis(delta.T, c, axis=1)
@@ -86,7 +97,7 @@ def dps_raw_scores(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConf
   return d
 
 
-@register_credit("dps", needs_step_conf=True)
+@register_credit("dps", records=lambda cfg: (cfg.signal == "confidence", cfg.signal == "neg_entropy"))
 def dps_credit(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig) -> jax.Array:
   """DPS token weights: float32 [B, L], mean 1 over valid tokens of each sequence, 0 elsewhere."""
   raw = dps_raw_scores(traj, cfg, rollout_cfg)

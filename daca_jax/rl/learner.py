@@ -40,9 +40,9 @@ class GRPOLearner:
     self.optimizer, self.schedule = make_optimizer(cfg.rl.learning_rate, cfg.rl.warmup_steps,
                                                    cfg.rl.weight_decay, cfg.rl.max_grad_norm,
                                                    eps=cfg.rl.adam_eps)
+    need_conf, need_entropy = self.credit.records(cfg.credit)
     self.rollout = make_rollout_fn(logits_fn, cfg.rollout, mask_id=mask_id, eos_id=eos_id,
-                                   record_step_conf=self.credit.needs_step_conf,
-                                   record_step_entropy=self.credit.needs_step_entropy)
+                                   record_step_conf=need_conf, record_step_entropy=need_entropy)
     self.credit_weights = jax.jit(lambda traj: self.credit(traj, cfg.credit, cfg.rollout))
     self.update = jax.jit(self._update)
 
