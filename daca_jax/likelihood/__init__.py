@@ -3,5 +3,6 @@ from daca_jax.likelihood.base import LIKELIHOOD, split_key
 from daca_jax.likelihood.common import mask_prompt, token_logprobs
 from daca_jax.likelihood.coupled import coupled_logprobs, coupled_masks
 from daca_jax.likelihood.elbo import elbo_logprobs, gauss_legendre_01
+from daca_jax.likelihood.exact import any_order_logprob
 from daca_jax.likelihood.mean_field import mean_field_logprobs
 from daca_jax.likelihood.stratified import assign_strata, stratified_logprobs

@@ -1,0 +1,60 @@
+"""Estimator study (DESIGN §13): bias, std, RMSE and gradient cosine of the likelihood estimators against
+the exact any-order log-likelihood, on a briefly trained tiny model with completions of length 6.
+
+  python experiments/estimator_study.py --workdir=runs/estimators [--draws=32] [--train_steps=300]
+
+Writes ``estimator_study.md`` (table), ``estimator_study.png`` and ``estimator_study.json``.
+"""
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import app, flags, logging
+
+from daca_jax import estimator_study as es
+from daca_jax.diffusion import make_rollout_fn
+from daca_jax.tasks.tokenizer import ByteTokenizer
+from daca_jax.types import ModelConfig, RolloutConfig
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
+_DRAWS = flags.DEFINE_integer("draws", 32, "Mask draws per estimator.")
+_TRAIN_STEPS = flags.DEFINE_integer("train_steps", 300, "SFT steps of the tiny model.")
+_NUM_SEQ = flags.DEFINE_integer("num_sequences", 16, "Completions evaluated.")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed.")
+flags.mark_flags_as_required(["workdir"])
+LENGTH = 6
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  work = pathlib.Path(_WORKDIR.value)
+  work.mkdir(parents=True, exist_ok=True)
+  tok = ByteTokenizer()
+  model_cfg = ModelConfig(d_model=64, n_layers=2, n_heads=4, mlp_dim=192)
+  prompts, targets = es.toy_examples(4000, _SEED.value)
+  data = es.encode(tok, prompts, targets, LENGTH)
+  p = 1 + 4
+  logits_fn, params = es.train_tiny_model(model_cfg, data, p, _TRAIN_STEPS.value, _SEED.value)
+  # Completions sampled from the trained model (temperature 1), as a rollout would produce them.
+  sample = make_rollout_fn(logits_fn, RolloutConfig(LENGTH, LENGTH, LENGTH, 1.0), mask_id=tok.mask_id,
+                           eos_id=tok.eos_id)
+  test_prompts, _ = es.toy_examples(_NUM_SEQ.value, _SEED.value + 1)
+  prompt_ids = jnp.asarray(es.encode(tok, test_prompts, [""] * _NUM_SEQ.value, 0))
+  tokens = sample(params, prompt_ids, jax.random.PRNGKey(_SEED.value)).tokens
+  rows = es.study(logits_fn, params, tokens, p, tok.mask_id, es.default_specs(LENGTH), _DRAWS.value,
+                  _SEED.value)
+  table = es.markdown_table(rows)
+  header = (f"Exact any-order log p(o) of {_NUM_SEQ.value} sampled completions (L = {LENGTH}), mean "
+            f"{rows[0]['exact_mean']:.3f} nats; {_DRAWS.value} mask draws per estimator; tiny model "
+            f"trained {_TRAIN_STEPS.value} SFT steps. Bias/std/RMSE in nats per sequence.\n\n")
+  (work / "estimator_study.md").write_text(header + table + "\n")
+  (work / "estimator_study.json").write_text(json.dumps(rows, indent=2))
+  es.plot(rows, str(work / "estimator_study.png"), title=f"Likelihood estimators vs exact (L = {LENGTH})")
+  print(header + table)
+
+
+if __name__ == "__main__":
+  app.run(main)
