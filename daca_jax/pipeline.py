@@ -91,18 +91,19 @@ def _open_phase(directory: pathlib.Path, state: dict[str, Any],
 
 
 def run_sft(cfg: TrainConfig, task: Task, examples: list[Example], logits_fn: Callable[..., Any],
-            params: Any, workdir: pathlib.Path, *, show_progress: bool = True,
+            params: Any, sft_dir: pathlib.Path, *, show_progress: bool = True,
             log: Callable[[str], None] = print) -> Any:
-  """SFT warm start with the masked-diffusion SFT loss; cached and resumable in ``workdir/sft``."""
+  """SFT warm start with the masked-diffusion SFT loss; cached and resumable in ``sft_dir``
+  (its loss log goes to ``<sft_dir>_metrics.jsonl`` beside it)."""
   sft = cfg.sft
   if sft.steps == 0:
     return params, False
   optimizer, schedule = make_optimizer(sft.learning_rate, sft.warmup_steps, sft.weight_decay,
                                        sft.max_grad_norm, decay_steps=max(sft.steps - sft.warmup_steps, 1))
-  ckpt, state, start = _open_phase(workdir / "sft", {"params": params, "opt_state": optimizer.init(params)},
+  ckpt, state, start = _open_phase(sft_dir, {"params": params, "opt_state": optimizer.init(params)},
                                    cfg.checkpoint.max_to_keep)
   if start >= sft.steps:
-    log(f"SFT warm start: reusing the cached model in {workdir / 'sft'} (step {start}).")
+    log(f"SFT warm start: reusing the cached model in {sft_dir} (step {start}).")
     ckpt.close()
     return state["params"], False
   if start:
@@ -121,7 +122,7 @@ def run_sft(cfg: TrainConfig, task: Task, examples: list[Example], logits_fn: Ca
 
   base_key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _SFT_STREAM)
   log_every = max(1, min(25, sft.steps // 20))
-  with MetricsWriter(workdir / "sft_metrics.jsonl") as writer:
+  with MetricsWriter(sft_dir.with_name(sft_dir.name + "_metrics.jsonl")) as writer:
     writer.truncate_after(start)
     bar = progress(range(start, sft.steps), total=sft.steps - start, desc="SFT", disable=not show_progress)
     for step in bar:
@@ -220,8 +221,12 @@ def _cached_eval(path: pathlib.Path, fingerprint: dict[str, Any], run: Callable[
 
 
 def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress: bool = True,
-                 log: Callable[[str], None] = print) -> dict[str, Any]:
+                 log: Callable[[str], None] = print,
+                 sft_dir: str | pathlib.Path | None = None) -> dict[str, Any]:
   """SFT warm start → eval → RL → eval; writes ``results.json``, ``metrics.jsonl`` and plots.
+
+  ``sft_dir`` (default ``workdir/sft``) lets several runs with the same model/SFT/task config share
+  one cached warm start (``experiments/reproduce.py`` does).
 
   Returns:
     The results dict written to ``workdir/results.json``:
@@ -249,7 +254,8 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   tok = task.tokenizer
 
   t0 = time.perf_counter()
-  params, did_work = run_sft(cfg, task, train_examples, logits_fn, params, workdir,
+  sft_dir = pathlib.Path(sft_dir) if sft_dir is not None else workdir / "sft"
+  params, did_work = run_sft(cfg, task, train_examples, logits_fn, params, sft_dir,
                              show_progress=show_progress, log=log)
   if did_work:
     timings["sft_s"] = time.perf_counter() - t0

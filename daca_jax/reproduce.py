@@ -1,0 +1,163 @@
+"""The reproduction grid: base methods × {base, +DPS, +SML, +DACA} × seeds, with the same number of
+rollouts and updates in every arm (DESIGN §8: the four ablation arms of DACA-GRPO on a base method).
+
+Every cell is one main job (:func:`daca_jax.pipeline.run_main_job`) in its own folder; cells of the same
+task and seed share one cached SFT warm start, so every arm of a seed starts from the same model. A
+finished cell (its ``results.json`` exists) is never rerun, so the grid is resumable.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import pathlib
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from daca_jax.pipeline import run_main_job
+from daca_jax.types import TrainConfig
+
+# The base method's own likelihood estimator: d1 and wd1 use the mean-field estimate, GDPO the ELBO.
+BASE_LIKELIHOOD = {"diffu_grpo": "mean_field", "wd1": "mean_field", "gdpo": "elbo", "gspo": "mean_field",
+                   "reinforce_pp": "mean_field"}
+ARMS = ("base", "+DPS", "+SML", "+DACA")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+  task: str
+  base: str
+  arm: str
+  seed: int
+
+  @property
+  def key(self) -> str:
+    return f"{self.task}/{self.base}/{self.arm.replace('+', 'plus_')}/seed{self.seed}"
+
+
+def arm_methods(base: str, arm: str) -> tuple[str, str]:
+  """(credit, likelihood) of an arm: base = (uniform, base estimator), +DPS, +SML, +DACA = both."""
+  if arm not in ARMS:
+    raise ValueError(f"arm {arm!r} is not one of {list(ARMS)}")
+  if base not in BASE_LIKELIHOOD:
+    raise ValueError(f"base method {base!r} is not one of {sorted(BASE_LIKELIHOOD)}")
+  credit = "dps" if arm in ("+DPS", "+DACA") else "uniform"
+  likelihood = "stratified" if arm in ("+SML", "+DACA") else BASE_LIKELIHOOD[base]
+  return credit, likelihood
+
+
+def cell_config(cfg: TrainConfig, cell: Cell) -> TrainConfig:
+  credit, likelihood = arm_methods(cell.base, cell.arm)
+  rl = dataclasses.replace(cfg.rl, objective=cell.base, credit=credit, likelihood=likelihood)
+  return dataclasses.replace(cfg, seed=cell.seed, rl=rl).validate()
+
+
+def grid(tasks: Sequence[str], bases: Sequence[str], seeds: Sequence[int],
+         arms: Sequence[str] = ARMS) -> list[Cell]:
+  return [Cell(t, b, a, s) for t in tasks for s in seeds for b in bases for a in arms]
+
+
+def run_grid(configs: dict[str, TrainConfig], cells: Sequence[Cell], workdir: str | pathlib.Path, *,
+             log: Callable[[str], None] = print, show_progress: bool = False) -> dict[str, dict[str, Any]]:
+  """Runs every unfinished cell; returns ``{cell.key: results}`` for all cells.
+
+  Args:
+    configs: the base config of each task (``cell.task`` → TrainConfig).
+  """
+  workdir = pathlib.Path(workdir)
+  out = {}
+  for i, cell in enumerate(cells):
+    cdir = workdir / "cells" / cell.key
+    res_path = cdir / "results.json"
+    if res_path.exists():
+      out[cell.key] = json.loads(res_path.read_text())
+      continue
+    t0 = time.perf_counter()
+    sft_dir = workdir / "sft_cache" / f"{cell.task}_seed{cell.seed}"
+    out[cell.key] = run_main_job(cell_config(configs[cell.task], cell), cdir, show_progress=show_progress,
+                                 log=lambda *a, **k: None, sft_dir=sft_dir)
+    after = out[cell.key]["eval_after"]["strict_solved"]
+    log(f"[{i + 1}/{len(cells)}] {cell.key}: strict_solved {after:.3f} ({time.perf_counter() - t0:.0f} s)")
+  return out
+
+
+# Two-sided 95% Student-t quantiles for 1..30 degrees of freedom.
+_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
+         2.045, 2.042]
+
+
+def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
+  """(mean, half-width of the 95% Student-t confidence interval); half-width NaN for one value."""
+  v = np.asarray(values, np.float64)
+  if len(v) < 2:
+    return float(v.mean()), math.nan
+  t = _T975[len(v) - 2] if len(v) - 1 <= len(_T975) else 1.96
+  return float(v.mean()), float(t * v.std(ddof=1) / math.sqrt(len(v)))
+
+
+def summarize(cells: Sequence[Cell], results: dict[str, dict[str, Any]],
+              metric: str = "strict_solved") -> list[dict[str, Any]]:
+  """One row per (task, base, arm): mean and 95% CI over seeds of ``eval_after[metric]`` and of its
+  change from the shared warm start, plus the per-seed values."""
+  rows = []
+  groups: dict[tuple[str, str, str], list[Cell]] = {}
+  for c in cells:
+    groups.setdefault((c.task, c.base, c.arm), []).append(c)
+  for (task, base, arm), cs in groups.items():
+    after = [results[c.key]["eval_after"][metric] for c in cs]
+    delta = [results[c.key]["eval_after"][metric] - results[c.key]["eval_before"][metric] for c in cs]
+    m, ci = mean_ci95(after)
+    dm, dci = mean_ci95(delta)
+    rows.append({"task": task, "base": base, "arm": arm, "mean": m, "ci95": ci, "delta_mean": dm,
+                 "delta_ci95": dci, "seeds": [c.seed for c in cs], "values": after})
+  return rows
+
+
+def markdown(rows: Sequence[dict[str, Any]], metric: str = "strict_solved") -> str:
+  lines = [f"| task | base | arm | {metric} (mean ± 95% CI) | change vs warm start | seeds |",
+           "|---|---|---|---|---|---|"]
+  for r in rows:
+    lines.append(f"| {r['task']} | {r['base']} | {r['arm']} | {r['mean']:.3f} ± {r['ci95']:.3f} | "
+                 f"{r['delta_mean']:+.3f} ± {r['delta_ci95']:.3f} | {len(r['seeds'])} |")
+  return "\n".join(lines)
+
+
+def plot(rows: Sequence[dict[str, Any]], png_path: str | pathlib.Path, metric: str = "strict_solved") -> None:
+  """Grouped bar chart: one group per (task, base), one bar per arm, 95% CI error bars."""
+  from matplotlib.backends.backend_agg import FigureCanvasAgg
+  from matplotlib.figure import Figure
+
+  groups = list(dict.fromkeys((r["task"], r["base"]) for r in rows))
+  arms = list(dict.fromkeys(r["arm"] for r in rows))
+  fig = Figure(figsize=(max(6, 2.2 * len(groups)), 4))
+  FigureCanvasAgg(fig)
+  ax = fig.add_subplot(1, 1, 1)
+  width = 0.8 / max(len(arms), 1)
+  for j, arm in enumerate(arms):
+    vals, errs = [], []
+    for g in groups:
+      r = next((r for r in rows if (r["task"], r["base"]) == g and r["arm"] == arm), None)
+      vals.append(r["mean"] if r else np.nan)
+      errs.append(0.0 if r is None or math.isnan(r["ci95"]) else r["ci95"])
+    ax.bar(np.arange(len(groups)) + (j - (len(arms) - 1) / 2) * width, vals, width, yerr=errs, capsize=3,
+           label=arm)
+  ax.set_xticks(np.arange(len(groups)))
+  ax.set_xticklabels([f"{t}\n{b}" for t, b in groups])
+  ax.set_ylabel(f"{metric} after RL")
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(png_path, dpi=110)
+
+
+def quick_preset(cfg: TrainConfig) -> TrainConfig:
+  """≤ 20 min on 2 CPU cores for 3 bases × 4 arms × 3 seeds: 12 RL iterations of 4 puzzles × 8, eval on
+  the first 100 puzzles. A smoke test of the grid, far too short to separate the arms."""
+  return dataclasses.replace(
+      cfg,
+      rl=dataclasses.replace(cfg.rl, steps=12, prompts_per_step=4),
+      task=dataclasses.replace(cfg.task, num_eval_examples=100),
+      eval=dataclasses.replace(cfg.eval, batch_size=100),
+      checkpoint=dataclasses.replace(cfg.checkpoint, every=12)).validate()
