@@ -16,3 +16,8 @@ class ConfigError(ValueError):
     self.value = value
     self.allowed = allowed
     super().__init__(f"{field}={value!r} is not allowed: expected {allowed}")
+
+
+class DataError(ValueError):
+  """A data file (benchmark CSV/JSON) or a data request cannot be used; the message names the file and
+  the line, or the config field, and what is wrong."""

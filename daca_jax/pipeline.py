@@ -22,7 +22,7 @@ import optax
 from daca_jax.checkpoint import Checkpointer
 from daca_jax.diffusion.rollout import make_rollout_fn
 from daca_jax.diffusion.sft import sft_loss
-from daca_jax.errors import ConfigError
+from daca_jax.errors import ConfigError, DataError
 from daca_jax.evaluation import evaluate
 from daca_jax.metrics import MetricsWriter, format_table, plot_curves, progress, read_metrics
 from daca_jax.models import init_model, make_logits_fn
@@ -46,23 +46,36 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
   return out
 
 
+def _has_saved_state(workdir: pathlib.Path) -> bool:
+  """Whether the workdir holds anything a rerun would reuse (checkpoints or cached evaluations)."""
+  steps = [p for d in ("sft", "rl") for p in (workdir / d).glob("[0-9]*")]
+  return bool(steps) or (workdir / "eval_before.json").exists()
+
+
 def check_workdir_config(workdir: pathlib.Path, cfg: TrainConfig) -> None:
   """Records the config in ``workdir/config.json``; refuses to resume a run with a different one.
 
+  A workdir without saved state (e.g. a run that failed before its first checkpoint) takes the new
+  config. Fields added to the config since the workdir was written compare equal to their defaults.
+
   Raises:
-    ConfigError: ``workdir`` holds a run whose config differs in a field that changes training.
+    ConfigError: ``workdir`` holds saved state of a run whose config differs in a field that changes
+      training.
   """
   path = workdir / "config.json"
   new = _flatten(json.loads(json.dumps(cfg.to_dict())))
-  if path.exists():
-    old = _flatten(json.loads(path.read_text()))
+  if path.exists() and _has_saved_state(workdir):
+    defaults = _flatten(json.loads(json.dumps(TrainConfig().to_dict())))
+    old = {**defaults, **_flatten(json.loads(path.read_text()))}
     diff = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)
             and not any(k == f or (f.endswith(".") and k.startswith(f)) for f in _RESUMABLE_CHANGES)]
     if diff:
       k = diff[0]
       raise ConfigError(k, new.get(k), f"{old.get(k)!r} as in the run already in --workdir={workdir} "
                         f"(differing fields: {diff}); use a new --workdir to start a different run")
-  path.write_text(json.dumps(cfg.to_dict(), indent=2))
+  tmp = path.with_suffix(".tmp")
+  tmp.write_text(json.dumps(cfg.to_dict(), indent=2))
+  tmp.replace(path)
 
 
 def build_task(cfg: TrainConfig) -> Task:
@@ -80,14 +93,32 @@ def build_task(cfg: TrainConfig) -> Task:
   return task
 
 
-def _open_phase(directory: pathlib.Path, state: dict[str, Any],
-                max_to_keep: int) -> tuple[Checkpointer, dict[str, Any], int]:
-  """Opens a phase's checkpoint directory; returns (checkpointer, latest state or ``state``, its step)."""
+def _open_phase(directory: pathlib.Path, state: dict[str, Any], max_to_keep: int,
+                log: Callable[[str], None] = print) -> tuple[Checkpointer, dict[str, Any], int]:
+  """Opens a phase's checkpoint directory; returns (checkpointer, latest readable state or ``state``,
+  its step). An unreadable checkpoint (e.g. damaged on disk) is skipped for the one before it, loudly.
+
+  Raises:
+    DataError: checkpoints exist but none of them can be read.
+  """
   ckpt = Checkpointer(directory, max_to_keep=max_to_keep)
-  start = ckpt.latest_step() or 0
-  if start:
-    state, _ = ckpt.restore(start, state)
-  return ckpt, state, start
+  steps = sorted(ckpt.all_steps(), reverse=True)
+  for step in steps:
+    try:
+      restored, _ = ckpt.restore(step, state)
+      return ckpt, restored, step
+    except Exception as e:  # orbax/tensorstore raise many types for damaged files
+      aside = directory.parent / f"{directory.name}_unreadable_step{step}_{int(time.time())}"
+      log(f"WARNING: checkpoint {directory / str(step)} is unreadable ({type(e).__name__}: "
+          f"{str(e).splitlines()[0][:200] if str(e) else ''}); moved it to {aside} and trying the one "
+          "before it.")
+      ckpt.close()
+      (directory / str(step)).rename(aside)
+      ckpt = Checkpointer(directory, max_to_keep=max_to_keep)  # re-list the steps without it
+  if steps:
+    raise DataError(f"no checkpoint in {directory} can be read (steps {sorted(steps)}); "
+                    "remove the damaged step folders or use a new --workdir")
+  return ckpt, state, 0
 
 
 def run_sft(cfg: TrainConfig, task: Task, examples: list[Example], logits_fn: Callable[..., Any],
@@ -101,7 +132,7 @@ def run_sft(cfg: TrainConfig, task: Task, examples: list[Example], logits_fn: Ca
   optimizer, schedule = make_optimizer(sft.learning_rate, sft.warmup_steps, sft.weight_decay,
                                        sft.max_grad_norm, decay_steps=max(sft.steps - sft.warmup_steps, 1))
   ckpt, state, start = _open_phase(sft_dir, {"params": params, "opt_state": optimizer.init(params)},
-                                   cfg.checkpoint.max_to_keep)
+                                   cfg.checkpoint.max_to_keep, log)
   if start >= sft.steps:
     log(f"SFT warm start: reusing the cached model in {sft_dir} (step {start}).")
     ckpt.close()
@@ -149,7 +180,11 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
   if rl.steps == 0:
     return params, False
   ckpt, state, start = _open_phase(workdir / "rl", {"params": params, "opt_state": learner.init_opt_state(params)},
-                                   cfg.checkpoint.max_to_keep)
+                                   cfg.checkpoint.max_to_keep, log)
+  if start > rl.steps:
+    ckpt.close()
+    raise ConfigError("rl.steps", rl.steps, f">= {start}, the iteration this run already reached in "
+                      f"{workdir / 'rl'} (use a new --workdir for a shorter run)")
   if start >= rl.steps:
     log(f"RL: already complete in {workdir / 'rl'} (iteration {start}); reusing it.")
     ckpt.close()
@@ -238,7 +273,6 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   workdir = pathlib.Path(workdir)
   task = build_task(cfg)  # before creating the workdir: a bad path leaves nothing behind
   workdir.mkdir(parents=True, exist_ok=True)
-  check_workdir_config(workdir, cfg)
   timings: dict[str, float] = {}
   eval_examples, source = task.eval_examples()
   if cfg.task.num_eval_examples:
@@ -249,9 +283,13 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     log(f"Evaluation set: {source}; using {len(eval_examples)} examples")
   train_examples = task.train_examples(cfg.sft.num_train_examples, cfg.seed)
 
+  if cfg.rl.steps and cfg.rl.prompts_per_step > len(train_examples):
+    raise ConfigError("rl.prompts_per_step", cfg.rl.prompts_per_step,
+                      f"<= the {len(train_examples)} training prompts (sft.num_train_examples)")
   graphdef, params = init_model(cfg.model, cfg.seed)
   logits_fn = make_logits_fn(graphdef)
   tok = task.tokenizer
+  check_workdir_config(workdir, cfg)  # after everything that can reject the config up front
 
   t0 = time.perf_counter()
   sft_dir = pathlib.Path(sft_dir) if sft_dir is not None else workdir / "sft"

@@ -408,6 +408,8 @@ class TrainConfig:
   checkpoint: CheckpointConfig = CheckpointConfig()
 
   def validate(self) -> "TrainConfig":
+    if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+      raise ConfigError("seed", self.seed, "an integer >= 0")
     for f in dataclasses.fields(self):
       if f.name != "seed":
         getattr(self, f.name).validate(f.name)

@@ -10,7 +10,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from daca_jax.errors import ConfigError
+from daca_jax.errors import ConfigError, DataError
 from daca_jax.pipeline import run_main_job
 from daca_jax.types import train_config_from_dict
 
@@ -26,7 +26,7 @@ def main(argv):
   try:
     cfg = train_config_from_dict(_CONFIG.value)
     run_main_job(cfg, _WORKDIR.value, show_progress=_PROGRESS.value)
-  except (ConfigError, FileNotFoundError) as e:
+  except (ConfigError, DataError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
 

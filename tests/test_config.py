@@ -79,3 +79,20 @@ def test_cli_reports_one_clear_line(tmp_path):
   assert proc.returncode == 2
   assert "error: rl.credit='nope' is not allowed" in proc.stderr
   assert "Traceback" not in proc.stderr
+
+
+def test_negative_seed():
+  c = sudoku_tiny.get_config("smoke")
+  c.seed = -1
+  with pytest.raises(ConfigError, match=r"seed=-1"):
+    train_config_from_dict(c)
+
+
+def test_rollout_validates_geometry_when_called_directly():
+  import jax
+  import jax.numpy as jnp
+  from daca_jax.diffusion import rollout
+  from daca_jax.types import RolloutConfig
+  with pytest.raises(ConfigError, match=r"rollout\.block_length=8"):
+    rollout(lambda p, x: jnp.zeros(x.shape + (5,)), None, jnp.zeros((1, 2), jnp.int32), jax.random.PRNGKey(0),
+            RolloutConfig(gen_length=20, block_length=8, steps=4), mask_id=4, eos_id=3)

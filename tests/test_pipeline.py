@@ -138,3 +138,33 @@ def test_daca_on_every_base_method_by_config(tmp_path, objective):
   records = read_metrics(tmp_path / "metrics.jsonl")
   assert [r["step"] for r in records] == [1, 2]
   assert all(np.isfinite(r["loss"]) and np.isfinite(r["grad_norm"]) for r in records)
+
+
+def test_damaged_latest_checkpoint_falls_back_and_shorter_rerun_is_refused(tmp_path):
+  import shutil
+  from daca_jax.errors import ConfigError
+  quiet = lambda *a, **k: None
+  run_main_job(_smoke_cfg(steps=4), tmp_path, show_progress=False, log=quiet)
+  before = read_metrics(tmp_path / "metrics.jsonl")
+  # Damage the latest RL checkpoint's array data; the run must resume from step 2 and redo 3 and 4.
+  shutil.rmtree(tmp_path / "rl" / "4" / "state")
+  (tmp_path / "eval_after.json").unlink()
+  logs = []
+  run_main_job(_smoke_cfg(steps=4), tmp_path, show_progress=False, log=logs.append)
+  assert any("unreadable" in line for line in logs)
+  after = read_metrics(tmp_path / "metrics.jsonl")
+  assert [r["step"] for r in after] == [1, 2, 3, 4]
+  assert [r["reward_mean"] for r in after] == [r["reward_mean"] for r in before]
+  with __import__("pytest").raises(ConfigError, match=r"rl\.steps=2.*>= 4"):
+    run_main_job(_smoke_cfg(steps=2), tmp_path, show_progress=False, log=quiet)
+
+
+def test_failed_run_does_not_lock_its_workdir(tmp_path):
+  bad = _run([f"--workdir={tmp_path}", "--config.rl.prompts_per_step=500"])
+  assert bad.returncode == 2 and "rl.prompts_per_step=500" in bad.stderr and "Traceback" not in bad.stderr
+  csv = tmp_path / "bad.csv"
+  csv.write_text("Puzzle,Solution\n12ab,1234\n")
+  bad = _run([f"--workdir={tmp_path}", f"--config.task.eval_path={csv}"])
+  assert bad.returncode == 2 and "bad.csv:2" in bad.stderr and "Traceback" not in bad.stderr
+  good = _run([f"--workdir={tmp_path}", "--config.rl.steps=1"])
+  assert good.returncode == 0, good.stderr[-2000:]

@@ -6,8 +6,11 @@ The project's shared benchmark files live at ``<repo root>/../shared/data`` (see
 from __future__ import annotations
 
 import csv
+import io
 import os
 import pathlib
+
+from daca_jax.errors import DataError
 
 DATA_DIR_ENV = "DACA_DATA_DIR"
 
@@ -56,7 +59,7 @@ def resolve_data_dir(configured: str) -> pathlib.Path | None:
 
 def _check_grid(text: str, allowed: str, what: str, where: str) -> None:
   if len(text) != _SUDOKU_CELLS or any(c not in allowed for c in text):
-    raise ValueError(
+    raise DataError(
         f"{where}: {what} {text!r} must be {_SUDOKU_CELLS} digits in {allowed[0]}..{allowed[-1]}")
 
 
@@ -83,27 +86,31 @@ def read_sudoku_csv(path: str | os.PathLike[str]) -> list[tuple[str, str]]:
   """
   path = pathlib.Path(path)
   rows: list[tuple[str, str]] = []
-  with path.open(newline="", encoding="utf-8-sig") as f:
+  try:
+    text = path.read_text(encoding="utf-8-sig")
+  except UnicodeDecodeError as e:
+    raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+  with io.StringIO(text, newline="") as f:
     reader = csv.reader(f)
     header = next(reader, None)
     if header is None:
-      raise ValueError(f"{path}: empty file, expected a header 'Puzzle,Solution'")
+      raise DataError(f"{path}: empty file, expected a header 'Puzzle,Solution'")
     names = [h.strip() for h in header]
     if "Puzzle" not in names or "Solution" not in names:
-      raise ValueError(f"{path}:1: header {header!r} must name the columns 'Puzzle' and 'Solution'")
+      raise DataError(f"{path}:1: header {header!r} must name the columns 'Puzzle' and 'Solution'")
     i_p, i_s = names.index("Puzzle"), names.index("Solution")
     for fields in reader:
       where = f"{path}:{reader.line_num}"
       if not fields or all(not x.strip() for x in fields):
         continue
       if len(fields) != len(names):
-        raise ValueError(f"{where}: expected {len(names)} fields, got {len(fields)}: {fields!r}")
+        raise DataError(f"{where}: expected {len(names)} fields, got {len(fields)}: {fields!r}")
       puzzle, solution = fields[i_p].strip(), fields[i_s].strip()
       _check_grid(puzzle, "01234", "puzzle", where)
       _check_grid(solution, "1234", "solution", where)
       for cell, (p, s) in enumerate(zip(puzzle, solution)):
         if p != "0" and p != s:
-          raise ValueError(
+          raise DataError(
               f"{where}: solution {solution!r} changes given {p!r} at cell {cell} of puzzle "
               f"{puzzle!r}")
       rows.append((puzzle, solution))

@@ -102,6 +102,7 @@ def rollout(logits_fn: Any, params: Any, prompts: jax.Array, key: jax.Array, cfg
   Returns:
     A :class:`Trajectory`.
   """
+  cfg.validate()  # trace time only: a bad geometry is a clear ConfigError, never a silent half-decode
   b, p = prompts.shape
   length, bl, steps = cfg.gen_length, cfg.block_length, cfg.steps
   remask = REMASKING.get(cfg.remasking)

@@ -25,7 +25,7 @@ from typing import Any, Collection, Sequence
 import numpy as np
 
 from daca_jax.data import local
-from daca_jax.errors import ConfigError
+from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks.base import TASKS, Example, Task
 from daca_jax.tasks.tokenizer import ByteTokenizer
 
@@ -256,7 +256,7 @@ def generate_puzzles(
     else:
       failures += 1
       if failures >= max_consecutive_failures:
-        raise ValueError(
+        raise DataError(
             f"could only generate {len(out)} of {num} distinct unique-solution 4x4 puzzles with "
             f"task.num_blanks={num_blanks!r} ({len(exclude)} puzzles excluded; "
             f"{max_consecutive_failures} attempts in a row found nothing new); "
@@ -347,10 +347,10 @@ class Sudoku4x4Task(Task):
     rows = local.read_sudoku_csv(path)
     for i, (puzzle, solution) in enumerate(rows):
       if not is_valid_solution(puzzle, solution):
-        raise ValueError(
+        raise DataError(
             f"{path}: data row {i + 1}: {solution!r} is not a valid solution of {puzzle!r}")
     if not rows:
-      raise ValueError(f"{path}: no puzzles")
+      raise DataError(f"{path}: no puzzles")
     return _examples(rows)
 
   def eval_examples(self) -> tuple[list[Example], str]:
