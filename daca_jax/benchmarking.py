@@ -25,3 +25,9 @@ def time_fn(fn: Callable[..., Any], *args: Any, repeats: int = 5, warmup: int = 
     runs.append(time.perf_counter() - t0)
   runs.sort()
   return {"compile_s": compile_s, "best_s": runs[0], "median_s": runs[len(runs) // 2]}
+
+
+def compiled_temp_bytes(fn: Callable[..., Any], *args: Any) -> int:
+  """XLA's compiled temporary-buffer size (bytes) of ``jax.jit(fn)(*args)``: the peak scratch memory."""
+  stats = jax.jit(fn).lower(*args).compile().memory_analysis()
+  return int(stats.temp_size_in_bytes)

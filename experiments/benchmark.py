@@ -16,8 +16,9 @@ import numpy as np
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from daca_jax.benchmarking import time_fn
+from daca_jax.benchmarking import compiled_temp_bytes, time_fn
 from daca_jax.credit import CREDIT
+from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.diffusion import make_rollout_fn
 from daca_jax.metrics import format_table
 from daca_jax.models import count_params, init_model, make_logits_fn
@@ -76,6 +77,19 @@ def main(argv):
     res[f"{name}_update_compile_s"] = upd["compile_s"]
   res["sml_k4_vs_mean_field_logprob_ratio"] = res["stratified_logprob_s"] / res["mean_field_logprob_s"]
   res["sml_k4_vs_mean_field_update_ratio"] = res["stratified_update_s"] / res["mean_field_update_s"]
+
+  # Peak memory of SML with a 32k vocabulary: all K strata at once (vmap) vs one stratum at a time
+  # (lax.map, likelihood.strata_batch=1); XLA's compiled scratch size, no execution needed.
+  big = dataclasses.replace(cfg.model, vocab_size=32768, d_model=64, n_layers=1, n_heads=2, mlp_dim=128)
+  gd_big, params_big = init_model(big, 0)
+  big_fn = make_logits_fn(gd_big)
+  toks = jnp.zeros((8, 64), jnp.int32)
+  sml = lambda sb: (lambda prm, t, kk: LIKELIHOOD.get("stratified")(
+      big_fn, prm, t, 32, kk, dataclasses.replace(cfg.likelihood, num_strata=4, strata_batch=sb),
+      mask_id=big.mask_token_id))
+  res["sml_v32k_full_logits_mb"] = 4 * 8 * 64 * 32768 * 4 / 2**20
+  res["sml_v32k_vmap_temp_mb"] = compiled_temp_bytes(sml(0), params_big, toks, key) / 2**20
+  res["sml_v32k_strata_batch1_temp_mb"] = compiled_temp_bytes(sml(1), params_big, toks, key) / 2**20
 
   rows = [[k, v] for k, v in res.items()]
   print(format_table(rows, ["figure", "value"]))
