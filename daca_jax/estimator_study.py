@@ -16,11 +16,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from daca_jax.diffusion import make_rollout_fn, sft_loss
+from daca_jax.diffusion import sft_loss
 from daca_jax.likelihood import LIKELIHOOD, any_order_logprob
 from daca_jax.models import init_model, make_logits_fn
 from daca_jax.tasks.tokenizer import ByteTokenizer
-from daca_jax.types import LikelihoodConfig, ModelConfig, RolloutConfig
+from daca_jax.types import LikelihoodConfig, ModelConfig
 
 LETTERS = "abcd"
 

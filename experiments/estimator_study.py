@@ -10,7 +10,6 @@ import pathlib
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from absl import app, flags, logging
 
 from daca_jax import estimator_study as es

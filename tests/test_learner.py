@@ -1,6 +1,5 @@
 """GRPO learner wiring: μ inner iterations with a new likelihood key each, the same masks for θ, θ_old
 and θ_ref, θ_old = the rollout policy — checked against a hand-written loop."""
-import dataclasses
 
 import jax
 import jax.numpy as jnp

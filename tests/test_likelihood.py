@@ -168,7 +168,6 @@ def test_elbo_matches_numpy(setup, nodes):
 
 def test_any_order_probabilities_sum_to_one():
   """Σ over all V^L completions of exp(log p(o)) = 1 (V = 4 including the mask id, L = 4)."""
-  import itertools
   from daca_jax.likelihood import any_order_logprob
   v, p, length, mask = 4, 2, 4, 3
   params = jax.tree.map(jnp.asarray, make_params(p + length, v, seed=7, scale=1.5))
@@ -180,7 +179,6 @@ def test_any_order_probabilities_sum_to_one():
 
 def test_any_order_matches_brute_force_over_orders(setup):
   """Against a direct average over all L! orders (L = 4) computed with the numpy model."""
-  import itertools
   import math
   from daca_jax.likelihood import any_order_logprob
   params, tokens = setup

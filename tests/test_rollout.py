@@ -1,5 +1,4 @@
 """Rollout sampler vs a plain-Python reference of LLaDA's loop, on a fixed-logit model."""
-import dataclasses
 
 import jax
 import jax.numpy as jnp
