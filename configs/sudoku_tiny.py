@@ -60,11 +60,12 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
   c.likelihood.coupled_t_max = 0.8  # coupled: upper end of t.
   c.likelihood.coupled_full_pass = True  # coupled: average with the fully-masked pass (DiffuCoder).
   c.likelihood.elbo_nodes = 2  # elbo: Gauss-Legendre nodes in t (GDPO: 2-3).
+  c.likelihood.trajectory_steps = 0  # trajectory: rollout steps to rebuild (0 = rollout.steps).
 
   c.rl = ml_collections.ConfigDict()
   c.rl.objective = "diffu_grpo"  # Base method.
   c.rl.credit = "dps"  # uniform | dps (DACA's Denoising Progress Scores).
-  c.rl.likelihood = "stratified"  # mean_field (d1) | stratified (DACA's SML) | coupled | elbo.
+  c.rl.likelihood = "stratified"  # mean_field (d1) | stratified (DACA's SML) | coupled | elbo | trajectory.
   c.rl.steps = 150  # RL iterations (one rollout batch each).
   c.rl.prompts_per_step = 8  # Distinct puzzles per iteration.
   c.rl.group_size = 8  # G completions per puzzle; batch = 64.

@@ -205,6 +205,8 @@ class LikelihoodConfig:
     coupled_t_max: upper end of that range (DiffuCoder: [0.2, 0.8]).
     coupled_full_pass: also run the fully-masked pass and average it in (DiffuCoder does).
     elbo_nodes: Gauss–Legendre nodes in t of the ELBO estimator (GDPO uses 2–3).
+    trajectory_steps: denoising steps S of the rollouts the trajectory estimator rebuilds (one pass
+      per step); 0 means ``rollout.steps``.
   """
 
   num_strata: int = 4
@@ -215,6 +217,7 @@ class LikelihoodConfig:
   coupled_t_max: float = 0.8
   coupled_full_pass: bool = True
   elbo_nodes: int = 2
+  trajectory_steps: int = 0
 
   def validate(self, prefix: str = "likelihood") -> "LikelihoodConfig":
     _positive(prefix, self, "num_strata")
@@ -226,6 +229,7 @@ class LikelihoodConfig:
       raise ConfigError(f"{prefix}.coupled_t_min", self.coupled_t_min,
                         f"0 < coupled_t_min <= coupled_t_max={self.coupled_t_max} < 1")
     _positive(prefix, self, "elbo_nodes")
+    _non_negative(prefix, self, "trajectory_steps")
     return self
 
 
@@ -413,6 +417,9 @@ class TrainConfig:
     for f in dataclasses.fields(self):
       if f.name != "seed":
         getattr(self, f.name).validate(f.name)
+    if self.likelihood.trajectory_steps not in (0, self.rollout.steps):
+      raise ConfigError("likelihood.trajectory_steps", self.likelihood.trajectory_steps,
+                        f"0 or rollout.steps={self.rollout.steps}")
     if self.rl.likelihood == "stratified" and self.likelihood.num_strata > self.rollout.gen_length:
       raise ConfigError("likelihood.num_strata", self.likelihood.num_strata,
                         f"<= rollout.gen_length={self.rollout.gen_length} (one token per stratum at most)")

@@ -96,3 +96,10 @@ def test_rollout_validates_geometry_when_called_directly():
   with pytest.raises(ConfigError, match=r"rollout\.block_length=8"):
     rollout(lambda p, x: jnp.zeros(x.shape + (5,)), None, jnp.zeros((1, 2), jnp.int32), jax.random.PRNGKey(0),
             RolloutConfig(gen_length=20, block_length=8, steps=4), mask_id=4, eos_id=3)
+
+
+def test_trajectory_steps_must_match_rollout():
+  c = sudoku_tiny.get_config("default")
+  c.likelihood.trajectory_steps = 3
+  with pytest.raises(ConfigError, match=r"likelihood\.trajectory_steps=3.*rollout\.steps=10"):
+    train_config_from_dict(c)

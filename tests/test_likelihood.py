@@ -194,3 +194,21 @@ def test_any_order_matches_brute_force_over_orders(setup):
       x[:, P + i] = tok[:, P + i]
     total += np.exp(logp)
   np.testing.assert_allclose(got, np.log(total / math.factorial(4)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("block_length,steps", [(8, 4), (4, 8)])
+def test_trajectory_equals_the_samplers_own_commit_probabilities(block_length, steps):
+  """Scored in the rebuilt state it was generated from, each token's probability is exactly the one
+  the sampler recorded when it committed it (commit_conf) — an oracle from a separate code path."""
+  from daca_jax.diffusion import rollout
+  from daca_jax.types import RolloutConfig
+  params = jax.tree.map(jnp.asarray, make_params(P + L, V, seed=4, scale=1.5))
+  rcfg = RolloutConfig(gen_length=L, block_length=block_length, steps=steps, temperature=1.0)
+  prompts = jnp.asarray(np.random.default_rng(2).integers(0, 9, (B, P)), jnp.int32)
+  traj = rollout(jax_logits, params, prompts, jax.random.PRNGKey(3), rcfg, mask_id=MASK, eos_id=11)
+  cfg = LikelihoodConfig(p_mask_prompt=0.0, trajectory_steps=steps)
+  got = LIKELIHOOD.get("trajectory")(jax_logits, params, traj.tokens, P, jax.random.PRNGKey(0), cfg,
+                                     mask_id=MASK, commit_step=traj.commit_step)
+  np.testing.assert_allclose(np.exp(np.asarray(got)), np.asarray(traj.commit_conf), rtol=1e-5, atol=1e-6)
+  with pytest.raises(ValueError, match="commit_step"):
+    LIKELIHOOD.get("trajectory")(jax_logits, params, traj.tokens, P, jax.random.PRNGKey(0), cfg, mask_id=MASK)

@@ -125,10 +125,13 @@ def test_killed_run_resumes_from_last_checkpoint(tmp_path):
   assert json.loads((tmp_path / "results.json").read_text())["eval_after"]["num_examples"] == 32
 
 
-@__import__("pytest").mark.parametrize("objective", ["wd1", "gspo", "gdpo", "reinforce_pp"])
-def test_daca_on_every_base_method_by_config(tmp_path, objective):
+@__import__("pytest").mark.parametrize("objective,likelihood", [
+    ("wd1", "stratified"), ("gspo", "stratified"), ("gdpo", "stratified"), ("reinforce_pp", "stratified"),
+    ("diffu_grpo", "trajectory"), ("gdpo", "elbo"), ("diffu_grpo", "coupled")])
+def test_every_base_method_and_estimator_by_config(tmp_path, objective, likelihood):
   c = sudoku_tiny.get_config("smoke")
   c.rl.objective = objective
+  c.rl.likelihood = likelihood
   c.rl.steps = 2
   c.sft.steps = 10
   c.task.num_eval_examples = 8

@@ -6,6 +6,7 @@ rollout) → μ inner iterations, each with a new likelihood key whose masks are
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import jax
@@ -31,6 +32,9 @@ class GRPOLearner:
   """
 
   def __init__(self, logits_fn: Callable[..., jax.Array], cfg: TrainConfig, *, mask_id: int, eos_id: int):
+    if cfg.likelihood.trajectory_steps == 0:  # the trajectory estimator rebuilds every rollout step
+      cfg = dataclasses.replace(cfg, likelihood=dataclasses.replace(cfg.likelihood,
+                                                                    trajectory_steps=cfg.rollout.steps))
     self.cfg = cfg
     self.logits_fn = logits_fn
     self.mask_id = mask_id

@@ -1,0 +1,55 @@
+"""Trajectory likelihood (TraceRL / RLDF family, DESIGN §7): score each token in the rollout state it
+was actually generated from.
+
+The rollout state before step s is rebuilt from the final tokens and the commit steps:
+``x_s = [MASK] where commit_step >= s, else the final token``. Token i, committed at step c_i, is
+scored as ``logp_i = log p_θ(o_i | x_{c_i})`` — the sampler's own conditional (the temperature and the
+choice of which positions to commit are not part of it). One forward pass per step (S passes,
+vectorised with ``jax.vmap``, or ``lax.map`` in groups of ``strata_batch``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from daca_jax.likelihood.base import LIKELIHOOD, split_key
+from daca_jax.likelihood.common import mask_prompt, token_logprobs
+from daca_jax.types import LikelihoodConfig
+
+
+@LIKELIHOOD.register("trajectory")
+def trajectory_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
+                        cfg: LikelihoodConfig, *, mask_id: int,
+                        commit_step: jax.Array | None = None) -> jax.Array:
+  """Per-token log-probs at the tokens' own commit states (float32 [B, L]).
+
+  Args:
+    tokens: int32 [B, P+L] rollout sequences.
+    key: PRNG key (prompt masking only).
+    cfg: ``trajectory_steps`` S (static, > 0: the learner fills it from ``rollout.steps``),
+      ``p_mask_prompt``, ``strata_batch``.
+    commit_step: int32 [B, L] commit step of every completion position (from the Trajectory).
+  Raises:
+    ValueError: no ``commit_step`` or ``trajectory_steps`` unset.
+  """
+  if commit_step is None:
+    raise ValueError("rl.likelihood='trajectory' needs the rollout's commit_step")
+  steps = cfg.trajectory_steps
+  if steps <= 0:
+    raise ValueError("likelihood.trajectory_steps must be set to the rollout's number of steps")
+  k_prompt, _ = split_key(key)
+  prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], cfg.p_mask_prompt, mask_id)
+  comp = tokens[:, prompt_len:]
+
+  def at_step(s: jax.Array) -> jax.Array:
+    x = jnp.concatenate([prompt, jnp.where(commit_step >= s, mask_id, comp)], axis=1)
+    return token_logprobs(logits_fn(params, x)[:, prompt_len:], comp)
+
+  ss = jnp.arange(steps, dtype=jnp.int32)
+  if cfg.strata_batch and cfg.strata_batch < steps:
+    per_step = jax.lax.map(at_step, ss, batch_size=cfg.strata_batch)
+  else:
+    per_step = jax.vmap(at_step)(ss)  # [S, B, L]
+  return jnp.take_along_axis(per_step, jnp.clip(commit_step, 0, steps - 1)[None], axis=0)[0]
