@@ -19,6 +19,16 @@ def _batch(seed=0):
   return logp, batch
 
 
+def fd_grad(ref, logp, b, eps, beta, h=1e-6):
+  """Central finite differences of a numpy loss with respect to every logp entry."""
+  fd = np.zeros_like(logp)
+  for idx in np.ndindex(*logp.shape):
+    e = np.zeros_like(logp)
+    e[idx] = h
+    fd[idx] = (ref(logp + e, b, eps, beta) - ref(logp - e, b, eps, beta)) / (2 * h)
+  return fd
+
+
 def np_diffu_grpo(logp, b, eps, beta):
   ratio = np.exp(logp - b["logp_old"])
   adv = b["advantages"][:, None] * b["weights"]
@@ -38,13 +48,7 @@ def test_diffu_grpo_loss_and_grad(eps, beta):
     loss = float(fn(jnp.asarray(logp)))
     grad = np.asarray(jax.grad(fn)(jnp.asarray(logp)))
   np.testing.assert_allclose(loss, np_diffu_grpo(logp, b, eps, beta), rtol=1e-12)
-  h = 1e-6
-  fd = np.zeros_like(logp)
-  for i in range(B):
-    for j in range(L):
-      e = np.zeros_like(logp)
-      e[i, j] = h
-      fd[i, j] = (np_diffu_grpo(logp + e, b, eps, beta) - np_diffu_grpo(logp - e, b, eps, beta)) / (2 * h)
+  fd = fd_grad(np_diffu_grpo, logp, b, eps, beta)
   np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-8)
   assert (grad[b["mask"] == 0] == 0).all()
 
@@ -149,13 +153,7 @@ def test_objective_loss_and_grad_vs_numpy(name, ref, eps, beta):
     loss = float(fn(jnp.asarray(logp)))
     grad = np.asarray(jax.grad(fn)(jnp.asarray(logp)))
   np.testing.assert_allclose(loss, ref(logp, b, eps, beta), rtol=1e-10)
-  h = 1e-6
-  fd = np.zeros_like(logp)
-  for i in range(B):
-    for j in range(L):
-      e = np.zeros_like(logp)
-      e[i, j] = h
-      fd[i, j] = (ref(logp + e, b, eps, beta) - ref(logp - e, b, eps, beta)) / (2 * h)
+  fd = fd_grad(ref, logp, b, eps, beta)
   np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-8)
   assert np.abs(grad).max() > 0
 
