@@ -9,6 +9,7 @@ uninterrupted run.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import pathlib
 import time
@@ -28,7 +29,7 @@ from daca_jax.metrics import MetricsWriter, format_table, plot_curves, progress,
 from daca_jax.models import init_model, make_logits_fn
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.rl.optim import make_optimizer
-from daca_jax.tasks.base import Example, Task, make_task
+from daca_jax.tasks.base import TASKS, Example, Task, _import_builtin_tasks, make_task
 from daca_jax.types import TrainConfig
 
 # Config fields that may change between a run and its resumption (they do not change what is trained).
@@ -78,10 +79,33 @@ def check_workdir_config(workdir: pathlib.Path, cfg: TrainConfig) -> None:
   tmp.replace(path)
 
 
+def task_kwargs(cfg: TrainConfig) -> dict[str, Any]:
+  """Constructor arguments of the configured task: the common ones, the ``TaskConfig`` fields the
+  task's ``__init__`` takes, and ``task.options``.
+
+  Raises:
+    ConfigError: an entry of ``task.options`` that the task's constructor does not take.
+  """
+  _import_builtin_tasks()
+  cls = TASKS.get(cfg.task.name)
+  params = inspect.signature(cls.__init__).parameters
+  takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+  kwargs: dict[str, Any] = {"data_dir": cfg.data.data_dir}
+  for name in ("eval_path", "eval_size", "num_blanks"):
+    if name in params:
+      kwargs[name] = getattr(cfg.task, name)
+  accepted = sorted(n for n in params if n not in ("self", "data_dir"))
+  for name, value in cfg.task.options.items():
+    if name not in params and not takes_any:
+      raise ConfigError(f"task.options.{name}", value,
+                        f"an argument of task {cfg.task.name!r}: {accepted}")
+    kwargs[name] = value
+  return kwargs
+
+
 def build_task(cfg: TrainConfig) -> Task:
   """Instantiates the configured task and checks that model and sampler fit its tokenizer."""
-  task = make_task(cfg.task.name, data_dir=cfg.data.data_dir, eval_path=cfg.task.eval_path,
-                   num_blanks=cfg.task.num_blanks, eval_size=cfg.task.eval_size)
+  task = make_task(cfg.task.name, **task_kwargs(cfg))
   tok = task.tokenizer
   if cfg.model.vocab_size < tok.vocab_size:
     raise ConfigError("model.vocab_size", cfg.model.vocab_size, f">= the tokenizer's {tok.vocab_size}")

@@ -329,6 +329,9 @@ class TaskConfig:
       else a generated held-out set (announced loudly).
     eval_size: size of the generated held-out set used when no file is found.
     num_eval_examples: evaluate on the first N examples only (0: all).
+    options: task-specific constructor arguments (e.g. ``{"max_depth": 2}`` for json_schema), passed
+      to the task class as keyword arguments; an argument the task does not take is a ConfigError
+      naming ``task.options.<name>``. ``num_blanks`` is forwarded only to tasks that take it.
   """
 
   name: str = "sudoku4x4"
@@ -336,6 +339,7 @@ class TaskConfig:
   eval_path: str = ""
   eval_size: int = 500
   num_eval_examples: int = 0
+  options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   def validate(self, prefix: str = "task") -> "TaskConfig":
     from daca_jax.tasks import TASKS
@@ -440,6 +444,12 @@ def _build(cls: type, values: Mapping[str, Any], prefix: str) -> Any:
   kwargs = {}
   for k, v in values.items():
     default = getattr(cls(), k)
+    if isinstance(default, Mapping):
+      if hasattr(v, "to_dict"):
+        v = v.to_dict()
+      if not isinstance(v, Mapping):
+        raise ConfigError(f"{prefix}.{k}", v, "a mapping of names to values")
+      v = dict(v)
     if isinstance(default, float) and isinstance(v, int) and not isinstance(v, bool):
       v = float(v)
     kwargs[k] = v
