@@ -148,11 +148,18 @@ def init_model(cfg: ModelConfig, seed: int = 0) -> tuple[nnx.GraphDef, Params]:
   return graphdef, params
 
 
-def make_logits_fn(graphdef: nnx.GraphDef) -> LogitsFn:
-  """Returns the pure ``logits_fn(params, tokens[B, T] int32, positions=None) -> [B, T, V] float32``."""
+def make_logits_fn(graphdef: nnx.GraphDef, return_hidden: bool = False) -> LogitsFn:
+  """Returns the pure ``logits_fn(params, tokens[B, T] int32, positions=None)``.
 
-  def logits_fn(params: Params, tokens: jax.Array, positions: jax.Array | None = None) -> jax.Array:
-    return nnx.merge(graphdef, params)(tokens, positions)
+  Args:
+    graphdef: from :func:`init_model`.
+    return_hidden: when True the function returns ``(logits [B, T, V] float32, hidden [B, T, D])``,
+      ``hidden`` being the final-norm hidden states that feed the output projection (DelTA's token
+      features, DESIGN.md §6); otherwise only ``logits``.
+  """
+
+  def logits_fn(params: Params, tokens: jax.Array, positions: jax.Array | None = None):
+    return nnx.merge(graphdef, params)(tokens, positions, return_hidden=return_hidden)
 
   return logits_fn
 
