@@ -43,6 +43,8 @@ class Trajectory:
     step_conf: float32 [S, B, L] top-1 probability of every still-masked completion position when the
       model saw x_s (0 where already committed), or None when not recorded.
     step_entropy: float32 [S, B, L] predictive entropy (nats) in the same layout, or None.
+    commit_hidden: [B, L, D] final hidden state of each completion position at its commit step (the
+      features DelTA reads, DESIGN §6), or None when not recorded.
     prompt_len: P (static).
     num_model_calls: forward passes the rollout made (static; = S).
   """
@@ -53,6 +55,7 @@ class Trajectory:
   commit_conf: jax.Array
   step_conf: jax.Array | None = None
   step_entropy: jax.Array | None = None
+  commit_hidden: jax.Array | None = None
   prompt_len: int = flax.struct.field(pytree_node=False, default=0)
   num_model_calls: int = flax.struct.field(pytree_node=False, default=0)
 
@@ -87,7 +90,7 @@ def _stable_rank_desc(score: jax.Array) -> jax.Array:
 
 def rollout(logits_fn: Any, params: Any, prompts: jax.Array, key: jax.Array, cfg: RolloutConfig, *,
             mask_id: int, eos_id: int, record_step_conf: bool = False,
-            record_step_entropy: bool = False) -> Trajectory:
+            record_step_entropy: bool = False, record_commit_hidden: bool = False) -> Trajectory:
   """Samples completions for ``prompts`` (jit this, or call :func:`make_rollout_fn`).
 
   Args:
@@ -99,6 +102,8 @@ def rollout(logits_fn: Any, params: Any, prompts: jax.Array, key: jax.Array, cfg
     mask_id: ``[MASK]`` id; eos_id: end-of-sequence id.
     record_step_conf: also return ``step_conf [S, B, L]`` (DPS / DTCA inputs).
     record_step_entropy: also return ``step_entropy [S, B, L]``.
+    record_commit_hidden: also return ``commit_hidden [B, L, D]``; ``logits_fn`` must then return
+      ``(logits, hidden)`` (``make_logits_fn(graphdef, return_hidden=True)``).
   Returns:
     A :class:`Trajectory`.
   """
@@ -112,10 +117,14 @@ def rollout(logits_fn: Any, params: Any, prompts: jax.Array, key: jax.Array, cfg
   x = jnp.concatenate([prompts.astype(jnp.int32), jnp.full((b, length), mask_id, jnp.int32)], axis=1)
 
   def step(carry, inputs):
-    x, commit_step, commit_conf = carry
+    x, commit_step, commit_conf, commit_hidden = carry
     s, blk, k, step_key = inputs
     k_gumbel, k_remask = jax.random.split(step_key)
-    logits = logits_fn(params, x)[:, p:].astype(jnp.float32)  # [B, L, V]
+    if record_commit_hidden:
+      logits, hidden = logits_fn(params, x)
+    else:
+      logits, hidden = logits_fn(params, x), None
+    logits = logits[:, p:].astype(jnp.float32)  # [B, L, V]
     comp = x[:, p:]
     masked = comp == mask_id
     logz = jax.nn.logsumexp(logits, axis=-1)  # [B, L]
@@ -132,6 +141,8 @@ def rollout(logits_fn: Any, params: Any, prompts: jax.Array, key: jax.Array, cfg
     new_comp = jnp.where(commit, x0, comp)
     commit_step = jnp.where(commit, s, commit_step)
     commit_conf = jnp.where(commit, cand_prob, commit_conf)
+    if record_commit_hidden:
+      commit_hidden = jnp.where(commit[..., None], hidden[:, p:].astype(commit_hidden.dtype), commit_hidden)
     out = {}
     if record_step_conf:
       top1 = jnp.exp(jnp.max(logits, axis=-1) - logz)
@@ -141,11 +152,15 @@ def rollout(logits_fn: Any, params: Any, prompts: jax.Array, key: jax.Array, cfg
       ent = -jnp.sum(jnp.exp(logq) * logq, axis=-1)
       out["entropy"] = jnp.where(masked, ent, 0.0)
     x = jnp.concatenate([x[:, :p], new_comp], axis=1)
-    return (x, commit_step, commit_conf), out
+    return (x, commit_step, commit_conf, commit_hidden), out
 
-  init = (x, jnp.full((b, length), -1, jnp.int32), jnp.zeros((b, length), jnp.float32))
+  hidden0 = None
+  if record_commit_hidden:
+    _, h_shape = jax.eval_shape(lambda t: logits_fn(params, t), x)
+    hidden0 = jnp.zeros((b, length, h_shape.shape[-1]), h_shape.dtype)
+  init = (x, jnp.full((b, length), -1, jnp.int32), jnp.zeros((b, length), jnp.float32), hidden0)
   xs = (jnp.arange(steps, dtype=jnp.int32), block_of_step, k_sched, jax.random.split(key, steps))
-  (x, commit_step, commit_conf), rec = jax.lax.scan(step, init, xs)
+  (x, commit_step, commit_conf, commit_hidden), rec = jax.lax.scan(step, init, xs)
   return Trajectory(
       tokens=x,
       completion_mask=completion_mask_from_eos(x[:, p:], eos_id),
@@ -153,15 +168,18 @@ def rollout(logits_fn: Any, params: Any, prompts: jax.Array, key: jax.Array, cfg
       commit_conf=commit_conf,
       step_conf=rec.get("conf"),
       step_entropy=rec.get("entropy"),
+      commit_hidden=commit_hidden,
       prompt_len=p,
       num_model_calls=steps,
   )
 
 
 def make_rollout_fn(logits_fn: Any, cfg: RolloutConfig, *, mask_id: int, eos_id: int,
-                    record_step_conf: bool = False, record_step_entropy: bool = False):
+                    record_step_conf: bool = False, record_step_entropy: bool = False,
+                    record_commit_hidden: bool = False):
   """Returns ``jit(rollout)`` as ``fn(params, prompts[B, P], key) -> Trajectory``."""
   cfg.validate()
   return jax.jit(functools.partial(rollout, logits_fn, cfg=cfg, mask_id=mask_id, eos_id=eos_id,
                                    record_step_conf=record_step_conf,
-                                   record_step_entropy=record_step_entropy))
+                                   record_step_entropy=record_step_entropy,
+                                   record_commit_hidden=record_commit_hidden))
