@@ -115,3 +115,50 @@ def read_sudoku_csv(path: str | os.PathLike[str]) -> list[tuple[str, str]]:
               f"{puzzle!r}")
       rows.append((puzzle, solution))
   return rows
+
+
+def read_json_records(path: str | os.PathLike[str]) -> list[dict]:
+  """Reads a list of JSON objects: JSON Lines (one object per line) or one JSON array.
+
+  Used for d1's Countdown file (JSONL), GSM8K (JSONL) and MATH500 (a JSON array).
+
+  Args:
+    path: the file (``.jsonl``: one object per non-blank line; otherwise a JSON array of objects).
+
+  Returns:
+    The objects in file order.
+
+  Raises:
+    FileNotFoundError: ``path`` does not exist.
+    DataError: the file is not UTF-8, a line / the document is not valid JSON, or a record is not a
+      JSON object; the message names the file and the line (or record index).
+  """
+  import json
+
+  path = pathlib.Path(path)
+  try:
+    text = path.read_text(encoding="utf-8-sig")
+  except UnicodeDecodeError as e:
+    raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+  if path.suffix == ".jsonl":
+    records = []
+    for line_no, line in enumerate(text.splitlines(), start=1):
+      if not line.strip():
+        continue
+      try:
+        records.append(json.loads(line))
+      except json.JSONDecodeError as e:
+        raise DataError(f"{path}:{line_no}: invalid JSON ({e.msg})") from None
+      if not isinstance(records[-1], dict):
+        raise DataError(f"{path}:{line_no}: expected a JSON object, got {type(records[-1]).__name__}")
+    return records
+  try:
+    records = json.loads(text)
+  except json.JSONDecodeError as e:
+    raise DataError(f"{path}:{e.lineno}: invalid JSON ({e.msg})") from None
+  if not isinstance(records, list):
+    raise DataError(f"{path}: expected a JSON array of objects, got {type(records).__name__}")
+  for i, r in enumerate(records):
+    if not isinstance(r, dict):
+      raise DataError(f"{path}: record {i} is a {type(r).__name__}, expected a JSON object")
+  return records
