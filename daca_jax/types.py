@@ -14,7 +14,8 @@ import jax.numpy as jnp
 from daca_jax.errors import ConfigError
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
-_REMAT = ("none", "full", "dots")
+_REMAT = ("none", "full", "dots", "dots_saveable")
+_LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 
 
 def _positive(prefix: str, obj: Any, *names: str) -> None:
@@ -53,9 +54,19 @@ class ModelConfig:
     tie_embeddings: reuse the embedding matrix as the output projection.
     dtype: compute dtype name ("float32" / "bfloat16" / "float16").
     param_dtype: parameter dtype name.
-    remat: per-layer rematerialisation: "none", "full" (recompute the block in the backward pass)
-      or "dots" (save matmul outputs only).
+    remat: per-layer rematerialisation: "none", "full" (recompute the block in the backward pass),
+      "dots" (save the outputs of matmuls without batch dimensions, i.e. the projections;
+      ``jax.checkpoint_policies.dots_with_no_batch_dims_saveable``) or "dots_saveable" (also save
+      the batched attention matmuls; ``dots_saveable``).
     mask_token_id: id of ``[MASK]``.
+    qkv_bias: biases on the q/k/v projections (Dream / Qwen2; LLaDA has none).
+    shift_logits: the logits at position i are read from the hidden state at i-1 (position 0 keeps
+      its own), as Dream does (an AR-initialised dLLM predicts token i at position i-1).
+    lora_rank: r of the LoRA adapters (0: no LoRA); see :mod:`daca_jax.models.lora`.
+    lora_alpha: LoRA scale numerator: the adapter output is multiplied by ``lora_alpha / lora_rank``.
+    lora_targets: comma-separated projections that get adapters, from q,k,v,o,gate,up,down.
+    logprob_chunk: positions per chunk when target log-probs are gathered from hidden states
+      (:func:`daca_jax.likelihood.common.chunked_token_logprobs`); 0 scores all positions at once.
   """
 
   vocab_size: int = 260
@@ -71,6 +82,12 @@ class ModelConfig:
   param_dtype: str = "float32"
   remat: str = "none"
   mask_token_id: int = 257
+  qkv_bias: bool = False
+  shift_logits: bool = False
+  lora_rank: int = 0
+  lora_alpha: float = 16.0
+  lora_targets: str = "q,k,v,o,gate,up,down"
+  logprob_chunk: int = 0
 
   @property
   def kv_heads(self) -> int:
@@ -79,6 +96,10 @@ class ModelConfig:
   @property
   def head_dim(self) -> int:
     return self.d_model // self.n_heads
+
+  @property
+  def lora_target_list(self) -> tuple[str, ...]:
+    return tuple(t.strip() for t in self.lora_targets.split(",") if t.strip())
 
   def validate(self, prefix: str = "model") -> "ModelConfig":
     _positive(prefix, self, "vocab_size", "d_model", "n_layers", "n_heads", "mlp_dim")
@@ -92,6 +113,16 @@ class ModelConfig:
     _one_of(prefix, self, "dtype", tuple(DTYPES))
     _one_of(prefix, self, "param_dtype", tuple(DTYPES))
     _one_of(prefix, self, "remat", _REMAT)
+    for name in ("lora_rank", "logprob_chunk"):
+      v = getattr(self, name)
+      if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise ConfigError(f"{prefix}.{name}", v, "an integer >= 0")
+    if self.lora_rank and not self.lora_alpha > 0:
+      raise ConfigError(f"{prefix}.lora_alpha", self.lora_alpha, "a number > 0")
+    targets = self.lora_target_list
+    if not targets or any(t not in _LORA_TARGETS for t in targets):
+      raise ConfigError(f"{prefix}.lora_targets", self.lora_targets,
+                        f"a non-empty comma-separated subset of {list(_LORA_TARGETS)}")
     if not 0 <= self.mask_token_id < self.vocab_size:
       raise ConfigError(f"{prefix}.mask_token_id", self.mask_token_id,
                         f"an id in [0, vocab_size={self.vocab_size})")
