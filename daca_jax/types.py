@@ -431,6 +431,43 @@ class CheckpointConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class ParallelConfig:
+  """Device mesh and update strategy (DESIGN §10; :mod:`daca_jax.parallel`).
+
+  The mesh has axes ``('data', 'fsdp', 'tensor')``; its shape must multiply to the device count.
+
+  Attributes:
+    strategy: "none" (plain ``jax.jit`` on the default device), "pmap" (parameters replicated,
+      the batch split over all ``data x fsdp`` devices, per-device gradients summed across them)
+      or "fsdp" (``jax.jit`` with parameters and optimizer state sharded over 'fsdp', the batch over
+      ``('data', 'fsdp')``).
+    data: size of the 'data' axis; 0 means every device not used by ``fsdp * tensor``.
+    fsdp: size of the 'fsdp' axis.
+    tensor: size of the 'tensor' axis; must be 1 (no tensor-parallel layers yet, the axis is kept so
+      that meshes and shardings keep their names when they come).
+    distributed: call ``jax.distributed.initialize()`` before the first device query (multi-host);
+      also done when the environment names a coordinator (``JAX_COORDINATOR_ADDRESS``).
+  """
+
+  strategy: str = "none"
+  data: int = 0
+  fsdp: int = 1
+  tensor: int = 1
+  distributed: bool = False
+
+  def validate(self, prefix: str = "parallel") -> "ParallelConfig":
+    _one_of(prefix, self, "strategy", ("none", "pmap", "fsdp"))
+    if not isinstance(self.data, int) or isinstance(self.data, bool) or self.data < 0:
+      raise ConfigError(f"{prefix}.data", self.data, "an integer >= 0 (0: all remaining devices)")
+    _positive(prefix, self, "fsdp", "tensor")
+    if self.tensor != 1:
+      raise ConfigError(f"{prefix}.tensor", self.tensor, "1 (tensor parallelism is not implemented)")
+    if not isinstance(self.distributed, bool):
+      raise ConfigError(f"{prefix}.distributed", self.distributed, "True or False")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainConfig:
   """The whole main job (``experiments/train.py``)."""
 
@@ -445,6 +482,7 @@ class TrainConfig:
   data: DataConfig = DataConfig()
   eval: EvalConfig = EvalConfig()
   checkpoint: CheckpointConfig = CheckpointConfig()
+  parallel: ParallelConfig = ParallelConfig()
 
   def validate(self) -> "TrainConfig":
     if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
