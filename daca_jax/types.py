@@ -152,6 +152,16 @@ class RolloutConfig:
       blocks, so it must be a multiple of the number of blocks.
     temperature: Gumbel-max sampling temperature; 0 is greedy.
     remasking: "low_confidence" (commit the most confident candidates) or "random".
+    threshold: Fast-dLLM-style parallel decoding (off when 0): besides the scheduled top-k, every
+      still-masked position of the current block whose candidate probability is > threshold is
+      committed in the same step; a block whose positions are all committed skips its remaining
+      steps (no model call). ``steps`` stays the static upper bound; ``steps = gen_length`` with any
+      threshold gives Fast-dLLM's rule "at least the most confident one per step". Values > 1 are
+      never exceeded (plain decoding).
+    kv_cache: block-wise K/V cache (Fast-dLLM): "none"; "prefix" (each block's first step is a
+      full pass that caches K/V before the block, later steps run the block and everything after
+      it against that cache); "dual" (caches before and after the block; later steps run only the
+      block's positions). Needs a model-backed logits_fn (``daca_jax.models.make_logits_fn``).
   """
 
   gen_length: int = 20
@@ -159,6 +169,8 @@ class RolloutConfig:
   steps: int = 10
   temperature: float = 1.0
   remasking: str = "low_confidence"
+  threshold: float = 0.0
+  kv_cache: str = "none"
 
   @property
   def num_blocks(self) -> int:
@@ -180,7 +192,8 @@ class RolloutConfig:
     if self.steps_per_block > self.block_length:
       raise ConfigError(f"{prefix}.steps", self.steps,
                         f"at most one step per token: <= gen_length={self.gen_length}")
-    _non_negative(prefix, self, "temperature")
+    _non_negative(prefix, self, "temperature", "threshold")
+    _one_of(prefix, self, "kv_cache", ("none", "prefix", "dual"))
     from daca_jax.diffusion.remasking import REMASKING
 
     REMASKING.get(self.remasking)  # raises ConfigError listing the valid names
