@@ -78,7 +78,8 @@ class Block(nnx.Module):
     self.up_proj = lin(cfg.d_model, cfg.mlp_dim)
     self.down_proj = lin(cfg.mlp_dim, cfg.d_model)
 
-  def __call__(self, x: jax.Array, positions: jax.Array) -> jax.Array:
+  def qkv(self, x: jax.Array, positions: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Pre-norm projections of ``x [B, T, D]``: q [B, T, H, Dh], k and v [B, T, Hkv, Dh] (RoPE on q, k)."""
     cfg = self.cfg
     b, t, _ = x.shape
     hd = cfg.head_dim
@@ -86,12 +87,22 @@ class Block(nnx.Module):
     q = rope(self.q_proj(h).reshape(b, t, cfg.n_heads, hd), positions, cfg.rope_theta)
     k = rope(self.k_proj(h).reshape(b, t, cfg.kv_heads, hd), positions, cfg.rope_theta)
     v = self.v_proj(h).reshape(b, t, cfg.kv_heads, hd)
+    return q, k, v
+
+  def mix(self, x: jax.Array, q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+    """Attention of the queries of ``x [B, T, D]`` over keys/values of any length S ([B, S, Hkv, Dh];
+    a K/V cache passes its own), residual, then the MLP. Returns [B, T, D]."""
+    cfg = self.cfg
+    b, t, _ = x.shape
     # No mask argument: every position attends to every position (masked diffusion is bidirectional).
-    attn = jax.nn.dot_product_attention(q, k, v, scale=hd ** -0.5)
-    x = x + self.o_proj(attn.reshape(b, t, cfg.n_heads * hd))
+    attn = jax.nn.dot_product_attention(q, k, v, scale=cfg.head_dim ** -0.5)
+    x = x + self.o_proj(attn.reshape(b, t, cfg.n_heads * cfg.head_dim))
     h = self.mlp_norm(x)
     x = x + self.down_proj(jax.nn.silu(self.gate_proj(h)) * self.up_proj(h))
     return x
+
+  def __call__(self, x: jax.Array, positions: jax.Array) -> jax.Array:
+    return self.mix(x, *self.qkv(x, positions))
 
 
 class Transformer(nnx.Module):
@@ -132,13 +143,17 @@ class Transformer(nnx.Module):
     elif cfg.remat == "dots":
       body = jax.checkpoint(body, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
     x, _ = jax.lax.scan(body, x, layer_state)
+    logits, hidden = self.head(x)
+    return (logits, hidden) if return_hidden else logits
+
+  def head(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Final norm and output projection of the residual ``x [B, T, D]``: (logits f32 [B, T, V], hidden)."""
     hidden = self.final_norm(x)
-    if cfg.tie_embeddings:
+    if self.cfg.tie_embeddings:
       logits = self.embed.attend(hidden)
     else:
       logits = self.lm_head(hidden)
-    logits = logits.astype(jnp.float32)
-    return (logits, hidden) if return_hidden else logits
+    return logits.astype(jnp.float32), hidden
 
 
 def init_model(cfg: ModelConfig, seed: int = 0) -> tuple[nnx.GraphDef, Params]:
@@ -161,6 +176,7 @@ def make_logits_fn(graphdef: nnx.GraphDef, return_hidden: bool = False) -> Logit
   def logits_fn(params: Params, tokens: jax.Array, positions: jax.Array | None = None):
     return nnx.merge(graphdef, params)(tokens, positions, return_hidden=return_hidden)
 
+  logits_fn.graphdef = graphdef  # lets the rollout's K/V cache (models/kv_cache.py) reuse the layers
   return logits_fn
 
 
