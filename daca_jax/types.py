@@ -214,6 +214,16 @@ class CreditConfig:
       "neg_entropy" (minus the predictive entropy).
     self_term: λ, weight of the token's own confidence rise from its block's first step to its
       commit step, added to the raw score.
+    tagger: DTCA's token tagger (registry ``TAGGERS``): "rule" = NUM / OP / PUNCT / WORD / SPECIAL.
+    dtca_top_frac: DTCA's μ: fraction of each rollout's denoising states (steps) kept for training,
+      ranked by their confidence gain; tokens committed at the other steps get weight 0.
+    dtca_entropy_window: DTCA entropy calibration: the first N updates form the baseline of each
+      category's mean predictive entropy (0 disables calibration).
+    dtca_calib_min: lower clip of the calibration factor (entropy now / baseline entropy).
+    dtca_calib_max: upper clip of that factor.
+    delta_lambda_min: DelTA's λmin, weight of the least side-specific token.
+    delta_lambda_max: DelTA's λmax, weight of the most side-specific token.
+    delta_gamma: DelTA's γ, temperature of the sigmoid over cosine margins.
   """
 
   alpha: float = 0.5
@@ -222,6 +232,14 @@ class CreditConfig:
   scope: str = "all"
   signal: str = "confidence"
   self_term: float = 0.0
+  tagger: str = "rule"
+  dtca_top_frac: float = 0.4
+  dtca_entropy_window: int = 10
+  dtca_calib_min: float = 0.5
+  dtca_calib_max: float = 2.0
+  delta_lambda_min: float = 0.8
+  delta_lambda_max: float = 1.2
+  delta_gamma: float = 0.1
 
   def validate(self, prefix: str = "credit") -> "CreditConfig":
     _non_negative(prefix, self, "alpha", "w_min", "self_term")
@@ -231,6 +249,19 @@ class CreditConfig:
       raise ConfigError(f"{prefix}.w_min", self.w_min, "w_min <= 1 <= w_max so that mean 1 is reachable")
     _one_of(prefix, self, "scope", ("all", "block"))
     _one_of(prefix, self, "signal", ("confidence", "neg_entropy"))
+    from daca_jax.credit.taggers import TAGGERS
+
+    TAGGERS.get(self.tagger)
+    if not 0.0 < self.dtca_top_frac <= 1.0:
+      raise ConfigError(f"{prefix}.dtca_top_frac", self.dtca_top_frac, "a fraction in (0, 1]")
+    _non_negative(prefix, self, "dtca_entropy_window")
+    if not 0.0 < self.dtca_calib_min <= 1.0 <= self.dtca_calib_max:
+      raise ConfigError(f"{prefix}.dtca_calib_min", self.dtca_calib_min,
+                        f"0 < dtca_calib_min <= 1 <= dtca_calib_max={self.dtca_calib_max}")
+    if not 0.0 < self.delta_lambda_min <= 1.0 <= self.delta_lambda_max:
+      raise ConfigError(f"{prefix}.delta_lambda_min", self.delta_lambda_min,
+                        f"0 < delta_lambda_min <= 1 <= delta_lambda_max={self.delta_lambda_max}")
+    _positive(prefix, self, "delta_gamma")
     return self
 
 
@@ -251,6 +282,11 @@ class LikelihoodConfig:
     elbo_nodes: Gauss–Legendre nodes in t of the ELBO estimator (GDPO uses 2–3).
     trajectory_steps: denoising steps S of the rollouts the trajectory estimator rebuilds (one pass
       per step); 0 means ``rollout.steps``.
+    rldf_states: k, rollout states the rldf estimator rebuilds per sequence (one pass each).
+    rldf_sampling: how rldf picks its k states: "softmax" (probability ∝ softmax of each step's
+      mean surprisal / rldf_temperature, without replacement), "uniform", or "topk" (the k most
+      surprising steps).
+    rldf_temperature: T of the "softmax" state sampling.
   """
 
   num_strata: int = 4
@@ -262,6 +298,9 @@ class LikelihoodConfig:
   coupled_full_pass: bool = True
   elbo_nodes: int = 2
   trajectory_steps: int = 0
+  rldf_states: int = 4
+  rldf_sampling: str = "softmax"
+  rldf_temperature: float = 1.0
 
   def validate(self, prefix: str = "likelihood") -> "LikelihoodConfig":
     _positive(prefix, self, "num_strata")
@@ -274,6 +313,8 @@ class LikelihoodConfig:
                         f"0 < coupled_t_min <= coupled_t_max={self.coupled_t_max} < 1")
     _positive(prefix, self, "elbo_nodes")
     _non_negative(prefix, self, "trajectory_steps")
+    _positive(prefix, self, "rldf_states", "rldf_temperature")
+    _one_of(prefix, self, "rldf_sampling", ("softmax", "uniform", "topk"))
     return self
 
 
@@ -298,6 +339,8 @@ class RLConfig:
     max_grad_norm: global-norm gradient clip.
     adam_eps: Adam's epsilon.
     eval_every: evaluate on the eval set every N iterations (0: only before and after).
+    rldf_tau: rldf's clean-state clip: a (state, position) target whose probability under the
+      rollout policy is below tau is dropped unless the position was committed at that state.
   """
 
   objective: str = "diffu_grpo"
@@ -316,6 +359,7 @@ class RLConfig:
   max_grad_norm: float = 1.0
   adam_eps: float = 1e-8
   eval_every: int = 0
+  rldf_tau: float = 0.6
 
   def validate(self, prefix: str = "rl") -> "RLConfig":
     from daca_jax.credit import CREDIT
@@ -330,6 +374,8 @@ class RLConfig:
                   "weight_decay", "max_grad_norm", "adam_eps", "eval_every")
     if self.group_size < 2:
       raise ConfigError(f"{prefix}.group_size", self.group_size, ">= 2 (group advantages)")
+    if not 0.0 <= self.rldf_tau <= 1.0:
+      raise ConfigError(f"{prefix}.rldf_tau", self.rldf_tau, "a probability in [0, 1]")
     return self
 
 
@@ -509,6 +555,9 @@ class TrainConfig:
     if self.rl.likelihood == "stratified" and self.likelihood.num_strata > self.rollout.gen_length:
       raise ConfigError("likelihood.num_strata", self.likelihood.num_strata,
                         f"<= rollout.gen_length={self.rollout.gen_length} (one token per stratum at most)")
+    if self.rl.likelihood == "rldf" and self.likelihood.rldf_states > self.rollout.steps:
+      raise ConfigError("likelihood.rldf_states", self.likelihood.rldf_states,
+                        f"<= rollout.steps={self.rollout.steps} (distinct states to rebuild)")
     return self
 
   def to_dict(self) -> dict[str, Any]:

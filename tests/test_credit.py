@@ -83,9 +83,9 @@ def test_uniform_credit_is_completion_mask():
   traj = _traj(np.zeros((1, 1, 3)), [[0, 0, 0]], [[1, 1, 0]])
   np.testing.assert_array_equal(CREDIT.get("uniform")(traj, CreditConfig(), RolloutConfig(3, 3, 1)),
                                 [[1, 1, 0]])
-  assert CREDIT.get("dps").records(CreditConfig()) == (True, False)
-  assert CREDIT.get("dps").records(CreditConfig(signal="neg_entropy")) == (False, True)
-  assert CREDIT.get("uniform").records(CreditConfig()) == (False, False)
+  assert CREDIT.get("dps").records(CreditConfig()) == {"step_conf"}
+  assert CREDIT.get("dps").records(CreditConfig(signal="neg_entropy")) == {"step_entropy"}
+  assert CREDIT.get("uniform").records(CreditConfig()) == frozenset()
 
 
 def test_dps_neg_entropy_signal_hand_computed():

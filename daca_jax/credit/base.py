@@ -3,19 +3,59 @@
 A credit assigner maps a rollout's :class:`~daca_jax.diffusion.Trajectory` to token weights
 ``w [B, L] float32`` (stop-gradient, 0 outside ``completion_mask``) that multiply the advantage of
 each completion token. Weights are computed once per rollout and reused for all inner iterations.
+
+Some assigners need more than the trajectory: DelTA the sequence advantages, DTCA the token
+categories of a :class:`~daca_jax.credit.taggers.TokenTagger` and a state carried across updates
+(its entropy baseline). They get these through :class:`CreditInputs` and return a
+:class:`CreditOutput`.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+from typing import Any, Callable
 
+import flax.struct
 import jax
+import jax.numpy as jnp
 
 from daca_jax.diffusion.rollout import Trajectory
 from daca_jax.registry import Registry
 from daca_jax.types import CreditConfig, RolloutConfig
 
-CreditFn = Callable[[Trajectory, CreditConfig, RolloutConfig], jax.Array]
+# Names of the optional Trajectory records an assigner can ask the rollout for.
+RECORDS = ("step_conf", "step_entropy", "commit_hidden")
+
+
+@flax.struct.dataclass
+class CreditInputs:
+  """What an assigner may read besides the trajectory.
+
+  Attributes:
+    advantages: float32 [B] sequence advantages (group-normalised as the learner computes them).
+    categories: int32 [B, L] token category ids from the configured tagger, or None.
+    state: the assigner's state carried across updates (a pytree), or None when stateless.
+  """
+
+  advantages: jax.Array | None = None
+  categories: jax.Array | None = None
+  state: Any = None
+
+
+@flax.struct.dataclass
+class CreditOutput:
+  """Attributes: weights float32 [B, L]; state (the next state, or None); metrics (scalars)."""
+
+  weights: jax.Array
+  state: Any = None
+  metrics: dict[str, jax.Array] = flax.struct.field(default_factory=dict)
+
+
+CreditFn = Callable[..., Any]
+
+
+def _no_records(cfg: CreditConfig) -> frozenset[str]:
+  del cfg
+  return frozenset()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,25 +63,62 @@ class CreditAssigner:
   """A registered credit assigner.
 
   Attributes:
-    fn: ``(trajectory, credit_cfg, rollout_cfg) -> w [B, L] float32``.
-    records: ``credit_cfg -> (needs step_conf, needs step_entropy)``: what the rollout must record.
+    fn: ``(trajectory, credit_cfg, rollout_cfg, inputs) -> w [B, L]`` or a :class:`CreditOutput`.
+    records: ``credit_cfg -> frozenset`` of the :data:`RECORDS` the rollout must produce.
+    needs_categories: the assigner reads ``inputs.categories``.
+    needs_advantages: the assigner reads ``inputs.advantages``.
+    init_state: ``(credit_cfg, num_categories) -> state`` for stateful assigners, else None.
   """
 
   fn: CreditFn
-  records: Callable[[CreditConfig], tuple[bool, bool]] = lambda cfg: (False, False)
+  records: Callable[[CreditConfig], frozenset[str]] = _no_records
+  needs_categories: bool = False
+  needs_advantages: bool = False
+  init_state: Callable[[CreditConfig, int], Any] | None = None
 
-  def __call__(self, traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig) -> jax.Array:
-    return jax.lax.stop_gradient(self.fn(traj, cfg, rollout_cfg))
+  def assign(self, traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig,
+             inputs: CreditInputs | None = None) -> CreditOutput:
+    """Runs the assigner; weights and state are stop-gradient.
+
+    Raises:
+      ValueError: a required input (advantages, categories, state) is missing.
+    """
+    inputs = CreditInputs() if inputs is None else inputs
+    if self.needs_advantages and inputs.advantages is None:
+      raise ValueError("this credit assigner needs the sequence advantages (CreditInputs.advantages)")
+    if self.needs_categories and inputs.categories is None:
+      raise ValueError("this credit assigner needs token categories (CreditInputs.categories) from a "
+                       "TokenTagger; build the learner with a tokenizer")
+    if self.init_state is not None and inputs.state is None:
+      raise ValueError("this credit assigner is stateful: pass CreditInputs.state (init_state(...))")
+    out = self.fn(traj, cfg, rollout_cfg, inputs)
+    if not isinstance(out, CreditOutput):
+      out = CreditOutput(weights=out)
+    return jax.lax.stop_gradient(out)
+
+  def __call__(self, traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig,
+               inputs: CreditInputs | None = None) -> jax.Array:
+    """Token weights float32 [B, L] (see :meth:`assign`)."""
+    return self.assign(traj, cfg, rollout_cfg, inputs).weights
 
 
 CREDIT: Registry[CreditAssigner] = Registry("credit assigner", "rl.credit")
 
 
-def register_credit(name: str, records: Callable[[CreditConfig], tuple[bool, bool]] | None = None):
-  """Decorator registering ``fn`` as credit assigner ``name``; ``records`` as in CreditAssigner."""
+def register_credit(name: str, records: Callable[[CreditConfig], frozenset[str]] | None = None, *,
+                    needs_categories: bool = False, needs_advantages: bool = False,
+                    init_state: Callable[[CreditConfig, int], Any] | None = None):
+  """Decorator registering ``fn`` as credit assigner ``name`` (fields as in CreditAssigner)."""
 
   def deco(fn: CreditFn) -> CreditFn:
-    CREDIT.register(name)(CreditAssigner(fn, records or (lambda cfg: (False, False))))
+    CREDIT.register(name)(CreditAssigner(fn, records or _no_records, needs_categories,
+                                         needs_advantages, init_state))
     return fn
 
   return deco
+
+
+def masked_mean(x: jax.Array, m: jax.Array, axis: Any = None, keepdims: bool = False) -> jax.Array:
+  """Mean of ``x`` over entries where ``m`` is 1 (0 when there are none)."""
+  n = jnp.sum(m, axis=axis, keepdims=keepdims)
+  return jnp.sum(x * m, axis=axis, keepdims=keepdims) / jnp.maximum(n, 1.0)

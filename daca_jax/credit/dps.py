@@ -17,7 +17,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from daca_jax.credit.base import register_credit
+from daca_jax.credit.base import CreditInputs, register_credit
 from daca_jax.diffusion.rollout import Trajectory
 from daca_jax.types import CreditConfig, RolloutConfig
 
@@ -97,8 +97,15 @@ def dps_raw_scores(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConf
   return d
 
 
-@register_credit("dps", records=lambda cfg: (cfg.signal == "confidence", cfg.signal == "neg_entropy"))
-def dps_credit(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig) -> jax.Array:
+def signal_records(cfg: CreditConfig) -> frozenset[str]:
+  """The trajectory record that ``credit.signal`` reads."""
+  return frozenset({"step_conf" if cfg.signal == "confidence" else "step_entropy"})
+
+
+@register_credit("dps", records=signal_records)
+def dps_credit(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig,
+               inputs: CreditInputs | None = None) -> jax.Array:
   """DPS token weights: float32 [B, L], mean 1 over valid tokens of each sequence, 0 elsewhere."""
+  del inputs
   raw = dps_raw_scores(traj, cfg, rollout_cfg)
   return zscore_weights(raw, traj.completion_mask, cfg.alpha, cfg.w_min, cfg.w_max)

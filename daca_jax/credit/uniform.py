@@ -3,13 +3,14 @@ from __future__ import annotations
 
 import jax
 
-from daca_jax.credit.base import register_credit
+from daca_jax.credit.base import CreditInputs, register_credit
 from daca_jax.diffusion.rollout import Trajectory
 from daca_jax.types import CreditConfig, RolloutConfig
 
 
 @register_credit("uniform")
-def uniform_credit(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig) -> jax.Array:
+def uniform_credit(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig,
+                   inputs: CreditInputs | None = None) -> jax.Array:
   """Returns ``completion_mask`` (float32 [B, L])."""
-  del cfg, rollout_cfg
+  del cfg, rollout_cfg, inputs
   return traj.completion_mask
