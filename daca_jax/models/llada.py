@@ -22,6 +22,19 @@ from daca_jax.types import ModelConfig, llada_8b_config, tiny_config  # noqa: F4
 
 Params = Any  # an nnx.State (pytree) of parameters
 LogitsFn = Callable[..., jax.Array]
+# LoRA adapters: {target: {"a": [N, in, r], "b": [N, r, out]}}; one layer's slice inside a Block
+# (see models/lora.py).
+Adapters = Any
+
+# Short LoRA target names (ModelConfig.lora_targets) -> the Block's projection attributes.
+LORA_MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj",
+                "up": "up_proj", "down": "down_proj"}
+
+_REMAT_POLICIES = {
+    "full": None,  # save nothing: recompute the whole block in the backward pass
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+    "dots_saveable": jax.checkpoint_policies.dots_saveable,
+}
 
 
 class RMSNorm(nnx.Module):
@@ -64,45 +77,60 @@ class Block(nnx.Module):
   def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
     dt, pdt = _DTYPES[cfg.dtype], _DTYPES[cfg.param_dtype]
     init = nnx.initializers.normal(stddev=0.02)
-    lin = lambda i, o: nnx.Linear(i, o, use_bias=False, dtype=dt, param_dtype=pdt, kernel_init=init,
-                                  rngs=rngs)
+    lin = lambda i, o, bias=False: nnx.Linear(i, o, use_bias=bias, dtype=dt, param_dtype=pdt,
+                                              kernel_init=init, rngs=rngs)
     hd = cfg.head_dim
     self.cfg = cfg
     self.attn_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pdt)
-    self.q_proj = lin(cfg.d_model, cfg.n_heads * hd)
-    self.k_proj = lin(cfg.d_model, cfg.kv_heads * hd)
-    self.v_proj = lin(cfg.d_model, cfg.kv_heads * hd)
+    self.q_proj = lin(cfg.d_model, cfg.n_heads * hd, cfg.qkv_bias)
+    self.k_proj = lin(cfg.d_model, cfg.kv_heads * hd, cfg.qkv_bias)
+    self.v_proj = lin(cfg.d_model, cfg.kv_heads * hd, cfg.qkv_bias)
     self.o_proj = lin(cfg.n_heads * hd, cfg.d_model)
     self.mlp_norm = RMSNorm(cfg.d_model, cfg.norm_eps, pdt)
     self.gate_proj = lin(cfg.d_model, cfg.mlp_dim)
     self.up_proj = lin(cfg.d_model, cfg.mlp_dim)
     self.down_proj = lin(cfg.mlp_dim, cfg.d_model)
 
-  def qkv(self, x: jax.Array, positions: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+  def proj(self, target: str, h: jax.Array, lora: Adapters | None = None) -> jax.Array:
+    """Projection ``target`` (a key of ``LORA_MODULES``) of ``h [B, T, in]``, plus its LoRA term.
+
+    With adapters ``{"a": [in, r], "b": [r, out]}`` for ``target`` the output is
+    ``h W + (lora_alpha / lora_rank) (h A) B`` (Hu et al. 2021), in the compute dtype.
+    """
+    y = getattr(self, LORA_MODULES[target])(h)
+    if lora is not None and target in lora:
+      dt = y.dtype
+      delta = (h.astype(dt) @ lora[target]["a"].astype(dt)) @ lora[target]["b"].astype(dt)
+      y = y + (self.cfg.lora_alpha / self.cfg.lora_rank) * delta
+    return y
+
+  def qkv(self, x: jax.Array, positions: jax.Array,
+          lora: Adapters | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Pre-norm projections of ``x [B, T, D]``: q [B, T, H, Dh], k and v [B, T, Hkv, Dh] (RoPE on q, k)."""
     cfg = self.cfg
     b, t, _ = x.shape
     hd = cfg.head_dim
     h = self.attn_norm(x)
-    q = rope(self.q_proj(h).reshape(b, t, cfg.n_heads, hd), positions, cfg.rope_theta)
-    k = rope(self.k_proj(h).reshape(b, t, cfg.kv_heads, hd), positions, cfg.rope_theta)
-    v = self.v_proj(h).reshape(b, t, cfg.kv_heads, hd)
+    q = rope(self.proj("q", h, lora).reshape(b, t, cfg.n_heads, hd), positions, cfg.rope_theta)
+    k = rope(self.proj("k", h, lora).reshape(b, t, cfg.kv_heads, hd), positions, cfg.rope_theta)
+    v = self.proj("v", h, lora).reshape(b, t, cfg.kv_heads, hd)
     return q, k, v
 
-  def mix(self, x: jax.Array, q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
+  def mix(self, x: jax.Array, q: jax.Array, k: jax.Array, v: jax.Array,
+          lora: Adapters | None = None) -> jax.Array:
     """Attention of the queries of ``x [B, T, D]`` over keys/values of any length S ([B, S, Hkv, Dh];
     a K/V cache passes its own), residual, then the MLP. Returns [B, T, D]."""
     cfg = self.cfg
     b, t, _ = x.shape
     # No mask argument: every position attends to every position (masked diffusion is bidirectional).
     attn = jax.nn.dot_product_attention(q, k, v, scale=cfg.head_dim ** -0.5)
-    x = x + self.o_proj(attn.reshape(b, t, cfg.n_heads * cfg.head_dim))
+    x = x + self.proj("o", attn.reshape(b, t, cfg.n_heads * cfg.head_dim), lora)
     h = self.mlp_norm(x)
-    x = x + self.down_proj(jax.nn.silu(self.gate_proj(h)) * self.up_proj(h))
+    x = x + self.proj("down", jax.nn.silu(self.proj("gate", h, lora)) * self.proj("up", h, lora), lora)
     return x
 
-  def __call__(self, x: jax.Array, positions: jax.Array) -> jax.Array:
-    return self.mix(x, *self.qkv(x, positions))
+  def __call__(self, x: jax.Array, positions: jax.Array, lora: Adapters | None = None) -> jax.Array:
+    return self.mix(x, *self.qkv(x, positions, lora), lora)
 
 
 class Transformer(nnx.Module):
@@ -127,33 +155,44 @@ class Transformer(nnx.Module):
                                 param_dtype=pdt, kernel_init=nnx.initializers.normal(stddev=0.02),
                                 rngs=rngs)
 
-  def __call__(self, tokens: jax.Array, positions: jax.Array | None = None,
-               return_hidden: bool = False):
+  def residual(self, tokens: jax.Array, positions: jax.Array | None = None,
+               lora: Adapters | None = None) -> jax.Array:
+    """Embedding and all blocks: ``tokens [B, T] int32 -> residual [B, T, D]`` (compute dtype).
+
+    With ``cfg.shift_logits`` the result is shifted one position right (position 0 keeps its own), so
+    that position i is predicted from the state at i - 1 as Dream does.
+    """
     cfg = self.cfg
     if positions is None:
       positions = jnp.broadcast_to(jnp.arange(tokens.shape[-1], dtype=jnp.int32), tokens.shape)
     x = self.embed(tokens)
     graphdef, layer_state = nnx.split(self.layers)
 
-    def body(h, state):
-      return nnx.merge(graphdef, state)(h, positions), None
+    def body(h, xs):
+      state, layer_lora = xs
+      return nnx.merge(graphdef, state)(h, positions, layer_lora), None
 
-    if cfg.remat == "full":
-      body = jax.checkpoint(body)
-    elif cfg.remat == "dots":
-      body = jax.checkpoint(body, policy=jax.checkpoint_policies.dots_with_no_batch_dims_saveable)
-    x, _ = jax.lax.scan(body, x, layer_state)
-    logits, hidden = self.head(x)
+    if cfg.remat != "none":
+      body = jax.checkpoint(body, policy=_REMAT_POLICIES[cfg.remat])
+    x, _ = jax.lax.scan(body, x, (layer_state, lora))
+    if cfg.shift_logits:
+      x = jnp.concatenate([x[:, :1], x[:, :-1]], axis=1)
+    return x
+
+  def __call__(self, tokens: jax.Array, positions: jax.Array | None = None,
+               return_hidden: bool = False, lora: Adapters | None = None):
+    logits, hidden = self.head(self.residual(tokens, positions, lora))
     return (logits, hidden) if return_hidden else logits
 
   def head(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
     """Final norm and output projection of the residual ``x [B, T, D]``: (logits f32 [B, T, V], hidden)."""
     hidden = self.final_norm(x)
-    if self.cfg.tie_embeddings:
-      logits = self.embed.attend(hidden)
-    else:
-      logits = self.lm_head(hidden)
-    return logits.astype(jnp.float32), hidden
+    return self.output(hidden), hidden
+
+  def output(self, hidden: jax.Array) -> jax.Array:
+    """Output projection of final-norm states ``hidden [..., D] -> logits [..., V] float32``."""
+    logits = self.embed.attend(hidden) if self.cfg.tie_embeddings else self.lm_head(hidden)
+    return logits.astype(jnp.float32)
 
 
 def init_model(cfg: ModelConfig, seed: int = 0) -> tuple[nnx.GraphDef, Params]:
@@ -178,6 +217,30 @@ def make_logits_fn(graphdef: nnx.GraphDef, return_hidden: bool = False) -> Logit
 
   logits_fn.graphdef = graphdef  # lets the rollout's K/V cache (models/kv_cache.py) reuse the layers
   return logits_fn
+
+
+def make_hidden_fn(graphdef: nnx.GraphDef) -> Callable[..., jax.Array]:
+  """Returns ``hidden_fn(params, tokens[B, T] int32, positions=None) -> hidden [B, T, D]``, the
+  final-norm states (compute dtype) that :func:`make_head_fn` projects to logits.
+
+  The split lets target log-probs be gathered chunk by chunk so the float32 ``[B, T, V]`` logits
+  never exist at once (:func:`daca_jax.likelihood.common.chunked_token_logprobs`).
+  """
+
+  def hidden_fn(params: Params, tokens: jax.Array, positions: jax.Array | None = None):
+    model = nnx.merge(graphdef, params)
+    return model.final_norm(model.residual(tokens, positions))
+
+  return hidden_fn
+
+
+def make_head_fn(graphdef: nnx.GraphDef) -> Callable[..., jax.Array]:
+  """Returns ``head_fn(params, hidden[..., D]) -> logits [..., V] float32`` (output projection only)."""
+
+  def head_fn(params: Params, hidden: jax.Array):
+    return nnx.merge(graphdef, params).output(hidden)
+
+  return head_fn
 
 
 def count_params(params: Params) -> int:
