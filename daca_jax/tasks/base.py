@@ -24,7 +24,9 @@ from daca_jax.tasks.tokenizer import ByteTokenizer
 
 # Modules that register built-in tasks in TASKS when imported. A new task module adds its name here
 # so that `make_task` finds it without the caller importing it first.
-_BUILTIN_TASK_MODULES: tuple[str, ...] = ("daca_jax.tasks.sudoku", "daca_jax.tasks.countdown")
+_BUILTIN_TASK_MODULES: tuple[str, ...] = (
+    "daca_jax.tasks.sudoku", "daca_jax.tasks.json_schema", "daca_jax.tasks.countdown",
+    "daca_jax.tasks.gsm8k", "daca_jax.tasks.math500")
 
 
 @dataclasses.dataclass(frozen=True)
