@@ -1,0 +1,401 @@
+"""Sandbox for untrusted Python programs (model-written code) and a worker pool that runs many.
+
+Each program runs in its own subprocess, never in this interpreter:
+
+* fresh user + network + PID + mount namespaces (``unshare -rnpfm``) where the kernel allows it:
+  no network at all (only a loopback that is down), and the whole process tree dies with the
+  sandbox's PID 1 (the launcher, :mod:`daca_jax.tasks.sandbox_launcher`);
+* Landlock (Linux >= 5.13) where available: the program may write only beneath its work directory
+  (and ``/dev/null``); TCP bind/connect are denied (ABI >= 4) even without a network namespace;
+  signals to processes outside the sandbox are denied (ABI >= 6);
+* resource limits: CPU seconds, address space, number of processes (in the user namespace), file
+  size (so also stdout/stderr size), open files, no core files;
+* a fresh temporary directory (a size-limited tmpfs inside the mount namespace), removed afterwards;
+* a scrubbed environment (``PATH``, ``LANG``, ``HOME``/``TMPDIR`` = the work directory) and
+  ``python -I`` (ignores ``PYTHON*`` variables and the user site directory);
+* a wall-clock timeout that kills the whole process group (``start_new_session`` + ``killpg``);
+* captured stdout/stderr are files capped by ``RLIMIT_FSIZE``; at most ``max_output_bytes`` of each
+  are read back.
+
+Isolation that the machine cannot provide is reported in every result
+(:attr:`SandboxResult.network_isolated`, :attr:`SandboxResult.filesystem_isolated`), never
+silently assumed. Without namespaces a program that calls ``setsid`` can outlive the timeout kill.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import ctypes
+import dataclasses
+import functools
+import json
+import math
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Sequence
+
+from daca_jax.errors import ConfigError
+
+PASSED, FAILED, TIMEOUT, ERROR = "passed", "failed", "timeout", "error"
+STATUSES = (PASSED, FAILED, TIMEOUT, ERROR)
+
+_LAUNCHER = pathlib.Path(__file__).with_name("sandbox_launcher.py")
+_UNSHARE_ARGS = ("--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child", "--mount")
+_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+# Seconds the harness waits, beyond the program's own limit, for the launcher to start and report.
+_GRACE_S = 5.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxLimits:
+  """Limits of one sandboxed run.
+
+  Attributes:
+    timeout_s: wall-clock seconds before the whole process tree is killed (status ``timeout``).
+    cpu_time_s: CPU seconds (``RLIMIT_CPU``, rounded up); ``None`` = ``ceil(timeout_s)``.
+    memory_mb: address-space limit in MiB (``RLIMIT_AS``); allocations beyond it fail with
+      ``MemoryError``. Python itself needs ~30 MiB.
+    max_processes: processes+threads the program may have (``RLIMIT_NPROC``, counted inside the
+      sandbox's user namespace; not applied without one, where it would count the whole user).
+    max_output_bytes: bytes of stdout and of stderr read back (each).
+    max_file_mb: largest file the program may write, stdout/stderr included (``RLIMIT_FSIZE``).
+    disk_mb: size of the work directory's tmpfs (inside the mount namespace only).
+    max_open_files: ``RLIMIT_NOFILE``.
+  """
+
+  timeout_s: float = 5.0
+  cpu_time_s: float | None = None
+  memory_mb: int = 1024
+  max_processes: int = 32
+  max_output_bytes: int = 65536
+  max_file_mb: int = 16
+  disk_mb: int = 64
+  max_open_files: int = 256
+
+  def __post_init__(self):
+    def check(field: str, value: object, low: float, integer: bool) -> None:
+      kind = int if integer else (int, float)
+      if (isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value)
+          or value < low):
+        raise ConfigError(f"sandbox.{field}", value,
+                          f"{'an int' if integer else 'a finite number'} >= {low}")
+
+    check("timeout_s", self.timeout_s, 0.01, False)
+    if self.cpu_time_s is not None:
+      check("cpu_time_s", self.cpu_time_s, 0.01, False)
+    check("memory_mb", self.memory_mb, 64, True)
+    check("max_processes", self.max_processes, 1, True)
+    check("max_output_bytes", self.max_output_bytes, 0, True)
+    check("max_file_mb", self.max_file_mb, 1, True)
+    check("disk_mb", self.disk_mb, 1, True)
+    check("max_open_files", self.max_open_files, 16, True)
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxResult:
+  """Outcome of one sandboxed run.
+
+  Attributes:
+    status: ``passed`` (exit code 0, and ``success_marker`` printed when one was asked for),
+      ``failed`` (non-zero exit, killed by a signal, or marker missing), ``timeout`` (wall-clock or
+      CPU-time limit), ``error`` (the sandbox itself could not run the program).
+    message: a short human-readable reason (e.g. the program's last stderr line).
+    duration_s: wall-clock seconds of the run, setup and cleanup included.
+    exit_code: the program's exit code; ``None`` when killed by a signal or never run.
+    stdout, stderr: the first ``max_output_bytes`` of each, decoded as UTF-8 (``replace``).
+    network_isolated: the program ran in a fresh network namespace.
+    filesystem_isolated: Landlock confined the program's writes to its work directory.
+    process_limited: ``max_processes`` was enforced (see :func:`process_limit_mode`).
+  """
+
+  status: str
+  message: str
+  duration_s: float
+  exit_code: int | None = None
+  stdout: str = ""
+  stderr: str = ""
+  network_isolated: bool = False
+  filesystem_isolated: bool = False
+  process_limited: bool = False
+
+
+@functools.lru_cache(maxsize=None)
+def namespaces_available() -> bool:
+  """Whether ``unshare`` can create user, network, PID and mount namespaces here (checked once)."""
+  unshare = shutil.which("unshare")
+  if unshare is None:
+    return False
+  try:
+    r = subprocess.run([unshare, *_UNSHARE_ARGS, "true"], capture_output=True, timeout=10,
+                       env=_ENV, check=False)
+  except (OSError, subprocess.SubprocessError):
+    return False
+  return r.returncode == 0
+
+
+@functools.lru_cache(maxsize=None)
+def landlock_abi() -> int:
+  """The kernel's Landlock ABI version, 0 when Landlock is unavailable (checked once, without
+  restricting this process)."""
+  try:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    # landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) returns the ABI version.
+    return max(0, int(libc.syscall(444, None, 0, 1)))
+  except (OSError, AttributeError):
+    return 0
+
+
+@functools.lru_cache(maxsize=None)
+def _pids_cgroup_base() -> pathlib.Path | None:
+  """This process's cgroup in a cgroup-v1 ``pids`` hierarchy, if we may create children in it."""
+  try:
+    own = next(line.split(":", 2)[2].strip() for line in open("/proc/self/cgroup")
+               if "pids" in line.split(":", 2)[1].split(","))
+    for line in open("/proc/self/mountinfo"):
+      fields, _, tail = line.partition(" - ")
+      fstype, _, options = (tail.split() + ["", "", ""])[:3]
+      if fstype == "cgroup" and "pids" in options.split(","):
+        base = pathlib.Path(fields.split()[4]) / own.lstrip("/")
+        probe = pathlib.Path(tempfile.mkdtemp(prefix="daca_sandbox_probe_", dir=base))
+        ok = (probe / "pids.max").exists()
+        probe.rmdir()
+        return base if ok else None
+  except (OSError, StopIteration, IndexError):
+    pass
+  return None
+
+
+@functools.lru_cache(maxsize=None)
+def _rlimit_nproc_enforced() -> bool:
+  """Whether ``RLIMIT_NPROC`` stops forks inside the sandbox (it does not for real root, whose
+  namespace root keeps the global root's exemption on some kernels); probed once."""
+  probe = ("import os, time\nn = 0\ntry:\n  for _ in range(8):\n    if os.fork() == 0:\n"
+           "      time.sleep(2)\n      os._exit(0)\n    n += 1\nexcept OSError:\n  pass\nprint(n)")
+  r = run_program(probe, SandboxLimits(timeout_s=5, max_processes=3), _pids_mode="rlimit")
+  return r.status == PASSED and r.stdout.strip() != "8"
+
+
+def process_limit_mode() -> str:
+  """How ``max_processes`` is enforced here: ``"rlimit"`` (``RLIMIT_NPROC`` in the sandbox's user
+  namespace), ``"cgroup"`` (a per-sandbox pids cgroup), or ``"none"`` (not enforced; fork bombs are
+  then only stopped by the timeout)."""
+  if namespaces_available() and _rlimit_nproc_enforced():
+    return "rlimit"
+  return "cgroup" if _pids_cgroup_base() is not None else "none"
+
+
+def isolation_summary() -> str:
+  """One line describing the isolation this machine gives sandboxed programs."""
+  ns = namespaces_available()
+  abi = landlock_abi()
+  return (f"namespaces (no network, PID/mount isolation): {'yes' if ns else 'NO'}; "
+          f"process limit: {process_limit_mode()}; Landlock (writes only in the work dir, no TCP, no outside signals): "
+          f"{f'yes, ABI {abi}' if abi else 'NO'}")
+
+
+def _read_capped(path: pathlib.Path, limit: int) -> str:
+  try:
+    with open(path, "rb") as f:
+      data = f.read(limit)
+  except OSError:
+    return ""
+  return data.decode("utf-8", errors="replace")
+
+
+def _last_line(text: str, limit: int = 200) -> str:
+  lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+  line = lines[-1] if lines else ""
+  return line if len(line) <= limit else line[:limit] + "..."
+
+
+def _kill_group(pid: int) -> None:
+  try:
+    os.killpg(pid, signal.SIGKILL)
+  except (ProcessLookupError, PermissionError):
+    pass
+
+
+def run_program(source: str, limits: SandboxLimits | None = None, *,
+                success_marker: str | None = None, _pids_mode: str | None = None) -> SandboxResult:
+  """Runs Python ``source`` in the sandbox; never raises for anything the program does.
+
+  Args:
+    source: program text (any string; lone surrogates are replaced before writing it).
+    limits: resource limits; default :class:`SandboxLimits()`.
+    success_marker: if given, ``passed`` also requires this string in the captured stdout. Test
+      programs print a fresh random marker as their last statement, so that a program that exits
+      with code 0 before its tests ran (``sys.exit(0)``, ``os._exit(0)``) does not pass.
+
+  Returns:
+    A :class:`SandboxResult`. The harness returns within about ``timeout_s + 5`` seconds.
+
+  Raises:
+    ConfigError: ``limits`` is not a :class:`SandboxLimits`.
+  """
+  limits = SandboxLimits() if limits is None else limits
+  if not isinstance(limits, SandboxLimits):
+    raise ConfigError("sandbox.limits", limits, "a SandboxLimits")
+  start = time.monotonic()
+  use_ns = namespaces_available()
+  pids_mode = _pids_mode or process_limit_mode()
+  root = pathlib.Path(tempfile.mkdtemp(prefix="daca_sandbox_"))
+  cgroup = None
+  try:
+    if pids_mode == "cgroup":
+      base = _pids_cgroup_base()
+      cgroup = pathlib.Path(tempfile.mkdtemp(prefix="daca_sandbox_", dir=base))
+      # +1: the launcher (the sandbox's PID 1) lives in the cgroup too.
+      (cgroup / "pids.max").write_text(str(limits.max_processes + 1))
+    return _run_in(root, source, limits, success_marker, use_ns, pids_mode, cgroup, start)
+  except OSError as e:
+    return SandboxResult(ERROR, f"sandbox setup failed: {e}", time.monotonic() - start,
+                         network_isolated=use_ns)
+  finally:
+    shutil.rmtree(root, ignore_errors=True)
+    if cgroup is not None:
+      _remove_cgroup(cgroup)
+
+
+def _remove_cgroup(cgroup: pathlib.Path) -> None:
+  # Its processes are dead but may take a moment to leave it.
+  for _ in range(50):
+    try:
+      cgroup.rmdir()
+      return
+    except FileNotFoundError:
+      return
+    except OSError:
+      time.sleep(0.02)
+
+
+def _run_in(root: pathlib.Path, source: str, limits: SandboxLimits, success_marker: str | None,
+            use_ns: bool, pids_mode: str, cgroup: pathlib.Path | None,
+            start: float) -> SandboxResult:
+  work = root / "work"
+  work.mkdir(mode=0o777)
+  program = root / "program.py"
+  program.write_bytes(source.encode("utf-8", errors="replace") if isinstance(source, str)
+                      else str(source).encode("utf-8", errors="replace"))
+  env = dict(_ENV, HOME=str(work), TMPDIR=str(work))
+  status_r, status_w = os.pipe()
+  cfg = {
+      "status_fd": status_w,
+      "work_dir": str(work),
+      "argv": [sys.executable, "-I", str(program)],
+      "env": env,
+      "cpu_time_s": math.ceil(limits.cpu_time_s if limits.cpu_time_s else limits.timeout_s),
+      "memory_bytes": limits.memory_mb << 20,
+      "max_file_bytes": limits.max_file_mb << 20,
+      "max_open_files": limits.max_open_files,
+      "max_processes": limits.max_processes if pids_mode == "rlimit" else 0,
+      "pids_cgroup": str(cgroup) if cgroup is not None else "",
+      "tmpfs_bytes": (limits.disk_mb << 20) if use_ns else 0,
+      "require_landlock": landlock_abi() > 0,
+  }
+  argv = [sys.executable, "-I", "-S", str(_LAUNCHER), json.dumps(cfg)]
+  if use_ns:
+    argv = [shutil.which("unshare") or "unshare", *_UNSHARE_ARGS, "--", *argv]
+  out_path, err_path = root / "stdout", root / "stderr"
+  timed_out = False
+  try:
+    with open(out_path, "wb") as out, open(err_path, "wb") as err:
+      try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
+                                cwd=str(work), start_new_session=True, close_fds=True,
+                                pass_fds=(status_w,))
+      except OSError as e:
+        return SandboxResult(ERROR, f"could not start the sandbox: {e}",
+                             time.monotonic() - start, network_isolated=use_ns)
+      os.close(status_w)
+      status_w = -1
+      try:
+        proc.wait(timeout=limits.timeout_s + (0.5 if use_ns else 0.2))
+      except subprocess.TimeoutExpired:
+        timed_out = True
+      # Kills stragglers (and, on timeout, the program); with namespaces PID 1's death kills all.
+      _kill_group(proc.pid)
+      try:
+        proc.wait(timeout=_GRACE_S)
+      except subprocess.TimeoutExpired:
+        pass
+    with os.fdopen(status_r, "rb") as f:
+      status_r = -1
+      os.set_blocking(f.fileno(), False)
+      raw = f.read(4096) or b""
+  finally:
+    for fd in (status_r, status_w):
+      if fd >= 0:
+        os.close(fd)
+  stdout = _read_capped(out_path, limits.max_output_bytes)
+  stderr = _read_capped(err_path, limits.max_output_bytes)
+  duration = time.monotonic() - start
+  try:
+    report = json.loads(raw.decode("utf-8", errors="replace").strip().splitlines()[-1])
+  except (ValueError, IndexError):
+    report = None
+  landlock = landlock_abi() > 0  # the launcher fails with a setup error if it cannot apply it
+  make = functools.partial(SandboxResult, duration_s=duration, stdout=stdout, stderr=stderr,
+                           network_isolated=use_ns, filesystem_isolated=landlock,
+                           process_limited=pids_mode != "none")
+  if timed_out:
+    return make(TIMEOUT, f"wall-clock limit of {limits.timeout_s:g} s exceeded")
+  if report is None:
+    return make(ERROR, f"the sandbox launcher did not report (exit {proc.returncode}): "
+                       f"{_last_line(stderr)}")
+  if report.get("setup_error"):
+    return make(ERROR, f"sandbox setup failed: {report['setup_error']}")
+  sig = report.get("signal")
+  if sig is not None:
+    name = signal.Signals(sig).name if sig in signal.valid_signals() else str(sig)
+    if sig in (signal.SIGXCPU, signal.SIGKILL) and report.get("exit") is None:
+      # RLIMIT_CPU sends SIGXCPU at the soft limit and SIGKILL at the hard one.
+      cpu = cfg["cpu_time_s"]
+      if sig == signal.SIGXCPU or duration >= 0.9 * cpu:
+        return make(TIMEOUT, f"CPU time limit of {cpu} s exceeded ({name})")
+    return make(FAILED, f"killed by {name}: {_last_line(stderr)}")
+  code = report.get("exit")
+  if code == 0:
+    if success_marker is not None and success_marker not in stdout:
+      return make(FAILED, "exited with code 0 before the end of the program (success marker "
+                          "missing)", exit_code=0)
+    return make(PASSED, "ok", exit_code=0)
+  return make(FAILED, f"exit code {code}: {_last_line(stderr)}", exit_code=code)
+
+
+def run_programs(sources: Sequence[str], limits: SandboxLimits | None = None, *,
+                 success_markers: Sequence[str | None] | None = None,
+                 max_workers: int | None = None) -> list[SandboxResult]:
+  """Runs many programs concurrently (a thread pool over sandbox subprocesses).
+
+  Args:
+    sources: N program texts.
+    limits: limits of every run.
+    success_markers: optional N markers (see :func:`run_program`).
+    max_workers: concurrent sandboxes; ``None`` = the number of CPUs (at least 2).
+
+  Returns:
+    N results in the order of ``sources``.
+
+  Raises:
+    ConfigError: ``max_workers`` is not a positive int, or ``success_markers`` has the wrong length.
+  """
+  if max_workers is None:
+    max_workers = max(2, os.cpu_count() or 1)
+  if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
+    raise ConfigError("sandbox.max_workers", max_workers, "a positive int")
+  markers = [None] * len(sources) if success_markers is None else list(success_markers)
+  if len(markers) != len(sources):
+    raise ConfigError("sandbox.success_markers", f"<{len(markers)} markers>",
+                      f"one per program ({len(sources)})")
+  if not sources:
+    return []
+  with concurrent.futures.ThreadPoolExecutor(max_workers=min(max_workers, len(sources))) as pool:
+    futures = [pool.submit(run_program, s, limits, success_marker=m)
+               for s, m in zip(sources, markers)]
+    return [f.result() for f in futures]

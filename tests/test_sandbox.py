@@ -1,0 +1,234 @@
+"""Tests for the code sandbox (daca_jax.tasks.sandbox) with hostile programs.
+
+Each hostile program must be contained (no effect outside the sandbox, no surviving process), get
+the right status, and the harness must return within a bound. Isolation the machine cannot give
+(no user namespaces, no Landlock) turns the corresponding test into a skip that says so.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import socket
+import threading
+import time
+
+import pytest
+
+from daca_jax.errors import ConfigError
+from daca_jax.tasks import sandbox
+from daca_jax.tasks.sandbox import SandboxLimits, run_program, run_programs
+
+LIMITS = SandboxLimits(timeout_s=1.5)
+# The harness may take the timeout, plus namespace setup/teardown, plus a loaded machine.
+BOUND_S = LIMITS.timeout_s + 4.0
+
+needs_ns = pytest.mark.skipif(not sandbox.namespaces_available(),
+                              reason="unshare cannot create user/net/pid namespaces here")
+needs_landlock = pytest.mark.skipif(sandbox.landlock_abi() == 0,
+                                    reason="the kernel has no Landlock: writes are not confined")
+
+
+def _sandbox_processes() -> list[int]:
+  """Pids of live processes started by the sandbox (their command line names its temp dirs)."""
+  pids = []
+  for entry in pathlib.Path("/proc").iterdir():
+    if not entry.name.isdigit():
+      continue
+    try:
+      cmd = (entry / "cmdline").read_bytes()
+      stat = (entry / "stat").read_text()
+    except OSError:
+      continue
+    if b"daca_sandbox_" in cmd and ") Z " not in stat:  # zombies are already dead
+      pids.append(int(entry.name))
+  return pids
+
+
+def _run(source: str, **kwargs) -> sandbox.SandboxResult:
+  start = time.monotonic()
+  result = run_program(source, LIMITS, **kwargs)
+  assert time.monotonic() - start < BOUND_S
+  assert result.status in sandbox.STATUSES
+  return result
+
+
+def test_passing_and_failing_programs():
+  ok = _run("print('hello', 6 * 7)")
+  assert (ok.status, ok.exit_code, ok.stdout) == ("passed", 0, "hello 42\n")
+  bad = _run("assert 1 + 1 == 3, 'arithmetic'")
+  assert bad.status == "failed" and bad.exit_code == 1
+  assert "AssertionError: arithmetic" in bad.message
+  syntax = _run("def f(:\n")
+  assert syntax.status == "failed" and "SyntaxError" in syntax.message
+
+
+def test_os_exit_code_is_reported():
+  r = _run("import os\nprint('bye', flush=True)\nos._exit(3)")
+  assert (r.status, r.exit_code, r.stdout) == ("failed", 3, "bye\n")
+
+
+def test_early_exit_zero_does_not_pass_with_a_marker():
+  r = _run("import sys\nsys.exit(0)\nprint('MARK-123')", success_marker="MARK-123")
+  assert r.status == "failed" and "marker" in r.message
+  assert _run("print('MARK-123')", success_marker="MARK-123").status == "passed"
+
+
+def test_infinite_loop_times_out():
+  r = _run("while True:\n  pass")
+  assert r.status == "timeout"
+  assert not _sandbox_processes()
+
+
+def test_sleeping_program_hits_the_wall_clock_limit():
+  r = _run("import time\ntime.sleep(60)")
+  assert r.status == "timeout" and "wall-clock" in r.message
+  assert LIMITS.timeout_s <= r.duration_s < BOUND_S
+
+
+@needs_ns
+def test_fork_bomb_is_contained():
+  r = _run("import os\nwhile True:\n  try:\n    os.fork()\n  except OSError:\n    pass")
+  assert r.status == "timeout"
+  assert not _sandbox_processes()
+
+
+@needs_ns
+def test_process_limit_stops_forking():
+  src = ("import os, time\nn = 0\ntry:\n  for _ in range(200):\n    if os.fork() == 0:\n"
+         "      time.sleep(30)\n    n += 1\nexcept OSError:\n  pass\nprint(n)")
+  r = run_program(src, SandboxLimits(timeout_s=3, max_processes=10))
+  assert r.status == "passed", r
+  assert 1 <= int(r.stdout) < 10  # the program and its threads/children share the 10 slots
+
+
+@needs_ns
+def test_detached_descendants_die_with_the_sandbox():
+  # A daemon that leaves the process group would survive a killpg; the PID namespace kills it.
+  src = ("import os, time\nif os.fork() == 0:\n  os.setsid()\n  if os.fork() == 0:\n"
+         "    time.sleep(60)\n  os._exit(0)\nprint('parent done')")
+  r = _run(src)
+  assert r.status == "passed" and r.stdout == "parent done\n"
+  time.sleep(0.2)
+  assert not _sandbox_processes()
+
+
+def test_memory_hog_fails_cleanly():
+  r = run_program("x = bytearray(4 << 30)\nprint(len(x))", SandboxLimits(timeout_s=3, memory_mb=256))
+  assert r.status == "failed" and "MemoryError" in r.message
+  assert r.stdout == ""
+
+
+def test_huge_output_is_bounded():
+  limits = SandboxLimits(timeout_s=5, max_output_bytes=1000, max_file_mb=2)
+  start = time.monotonic()
+  r = run_program("import sys\nfor _ in range(100):\n  sys.stdout.write('x' * 1_000_000)",
+                  limits)
+  assert time.monotonic() - start < limits.timeout_s + 4
+  assert r.status == "failed" and "File too large" in r.message
+  assert r.stdout == "x" * 1000
+
+
+def test_environment_is_scrubbed(monkeypatch):
+  monkeypatch.setenv("SECRET_TOKEN", "hunter2-do-not-leak")
+  r = _run("import json, os\nprint(json.dumps(sorted(os.environ)))\n"
+           "print(os.environ.get('SECRET_TOKEN'))")
+  assert r.status == "passed"
+  assert "hunter2" not in r.stdout and r.stdout.endswith("None\n")
+  names = json.loads(r.stdout.splitlines()[0])
+  assert set(names) <= {"PATH", "LANG", "LC_ALL", "HOME", "TMPDIR", "LC_CTYPE"}
+
+
+@needs_landlock
+def test_parent_environment_cannot_be_read_through_proc(monkeypatch):
+  monkeypatch.setenv("SECRET_TOKEN", "hunter2-do-not-leak")
+  r = _run(f"print(open('/proc/{os.getpid()}/environ', 'rb').read())")
+  assert r.status == "failed" and "hunter2" not in r.stdout
+  assert "PermissionError" in r.message or "FileNotFoundError" in r.message
+
+
+@needs_landlock
+def test_writes_outside_the_work_dir_are_blocked(tmp_path):
+  target = tmp_path / "escaped.txt"
+  r = _run(f"open({str(target)!r}, 'w').write('pwned')")
+  assert r.status == "failed" and "PermissionError" in r.message
+  assert r.filesystem_isolated
+  assert not target.exists()
+  victim = tmp_path / "victim.txt"
+  victim.write_text("keep me")
+  r = _run(f"import os\nos.remove({str(victim)!r})")
+  assert r.status == "failed" and victim.read_text() == "keep me"
+
+
+def test_work_dir_is_writable_and_removed_afterwards():
+  r = _run("import os\nopen('a.txt', 'w').write('hi')\nprint(open('a.txt').read(), os.getcwd())")
+  assert r.status == "passed" and r.stdout.startswith("hi ")
+  work = r.stdout.split()[1]
+  assert "daca_sandbox_" in work
+  assert not os.path.exists(work)
+
+
+def test_network_is_unreachable():
+  server = socket.socket()
+  server.bind(("127.0.0.1", 0))
+  server.listen(1)
+  port = server.getsockname()[1]
+  accepted = []
+  server.settimeout(LIMITS.timeout_s + 2)
+
+  def accept():
+    try:
+      accepted.append(server.accept())
+    except OSError:
+      pass
+
+  thread = threading.Thread(target=accept)
+  thread.start()
+  try:
+    src = (f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+           "print('connected')")
+    r = _run(src)
+  finally:
+    thread.join()
+    server.close()
+  if not r.network_isolated and sandbox.landlock_abi() < 4:
+    pytest.skip("no network namespace and no Landlock TCP rules on this machine")
+  assert r.status == "failed" and "connected" not in r.stdout
+  assert not accepted
+
+
+def test_pool_runs_many_in_order():
+  sources = [f"print({i} * {i})" if i % 3 else f"raise SystemExit({i})" for i in range(12)]
+  results = run_programs(sources, LIMITS, max_workers=4)
+  for i, r in enumerate(results):
+    if i % 3:
+      assert (r.status, r.stdout) == ("passed", f"{i * i}\n")
+    else:
+      expected = ("failed", i) if i else ("passed", 0)  # SystemExit(0) is a success
+      assert (r.status, r.exit_code) == expected
+
+
+def test_isolation_is_reported():
+  r = _run("pass")
+  assert r.network_isolated == sandbox.namespaces_available()
+  assert r.filesystem_isolated == (sandbox.landlock_abi() > 0)
+  assert r.process_limited == (sandbox.process_limit_mode() != "none")
+  assert "namespaces" in sandbox.isolation_summary()
+
+
+@pytest.mark.parametrize("field,value", [
+    ("timeout_s", 0), ("timeout_s", float("inf")), ("timeout_s", "5"), ("memory_mb", 1),
+    ("max_processes", 0), ("max_output_bytes", -1), ("max_file_mb", 1.5), ("cpu_time_s", -2),
+    ("disk_mb", True)])
+def test_bad_limits_raise_config_error(field, value):
+  with pytest.raises(ConfigError, match=f"sandbox.{field}"):
+    SandboxLimits(**{field: value})
+
+
+def test_bad_pool_arguments_raise_config_error():
+  with pytest.raises(ConfigError, match="sandbox.max_workers"):
+    run_programs(["pass"], max_workers=0)
+  with pytest.raises(ConfigError, match="sandbox.success_markers"):
+    run_programs(["pass"], success_markers=["a", "b"])
+  with pytest.raises(ConfigError, match="sandbox.limits"):
+    run_program("pass", limits={"timeout_s": 1})
