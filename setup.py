@@ -25,5 +25,6 @@ setup(
     ],
     extras_require={
         "test": ["pytest>=8", "chex>=0.1.88"],
+        "hf": ["torch==2.13.0", "transformers>=5.0", "tokenizers>=0.20", "safetensors>=0.4"],
     },
 )
