@@ -169,7 +169,7 @@ class PosTagger(TokenTagger):
     for j, (t, piece, start) in enumerate(zip(row, pieces, starts)):
       if int(t) in self.special:
         out[j] = self._index["SPECIAL"]
-      elif not piece:
+      elif not piece.strip():
         out[j] = self._index["SPACE"]
       else:
         # The first non-space character decides (a token such as " cat" belongs to "cat").

@@ -27,6 +27,8 @@ class PolicyBatch:
     weights: float32 [B, L] credit weights (0 outside the completion mask).
     mask: float32 [B, L] completion mask (1 up to and including the first EOS).
     rewards: float32 [B] raw rewards (objectives that build their own advantages use them), or None.
+    commit_now: float32 [B, L'] for estimators that score rebuilt rollout states (``rldf``): 1 where
+      the target position was committed at that state; None otherwise.
   """
 
   logp_old: jax.Array
@@ -35,6 +37,7 @@ class PolicyBatch:
   weights: jax.Array
   mask: jax.Array
   rewards: jax.Array | None = None
+  commit_now: jax.Array | None = None
 
 
 ObjectiveFn = Callable[[jax.Array, PolicyBatch, RLConfig], tuple[jax.Array, dict[str, jax.Array]]]
@@ -175,3 +178,27 @@ def reinforce_pp_loss(logp: jax.Array, batch: PolicyBatch,
          "clip_frac": _token_mean((clipped < unclipped).astype(jnp.float32), m),
          "ratio_mean": _token_mean(ratio, m)}
   return pg, aux
+
+
+@OBJECTIVES.register("rldf")
+def rldf_loss(logp: jax.Array, batch: PolicyBatch,
+              cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """RLDF (Reinforcement Learning from Denoising Feedback) on rebuilt rollout states.
+
+  With ``rl.likelihood="rldf"`` every (state, position) pair is a target; the clean-state clip drops
+  a target whose probability under the rollout policy, ``exp(logp_old)``, is below ``rl.rldf_tau``
+  (0.6) unless the position was committed at that state (``batch.commit_now``). The kept targets get
+  diffu-GRPO's clipped token loss with β·k3-KL (RLDF uses β = 0.01; μ = 1 makes it REINFORCE), as a
+  mean over kept targets. With another estimator (no ``commit_now``) no target is dropped and this
+  is diffu_grpo.
+
+  Returns:
+    (scalar loss, aux as diffu_grpo plus "rldf_kept_frac", the kept share of the targets).
+  """
+  keep = batch.mask
+  if batch.commit_now is not None:
+    clean = (jnp.exp(batch.logp_old) >= cfg.rldf_tau) | (batch.commit_now > 0)
+    keep = keep * clean.astype(keep.dtype)
+  loss, aux = diffu_grpo_loss(logp, batch.replace(mask=keep), cfg)
+  aux["rldf_kept_frac"] = jnp.sum(keep) / jnp.maximum(jnp.sum(batch.mask), 1.0)
+  return loss, aux
