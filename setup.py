@@ -17,6 +17,7 @@ setup(
         "orbax-checkpoint>=0.11",
         "ml-collections>=1.0",
         "tensorflow-datasets>=4.9",
+        "importlib_resources>=6",  # TFDS 4.9 builders import it on Python 3.11 too (declared only for < 3.9)
         "grain>=0.2",
         "numpy>=1.26",
         "absl-py>=2.0",
