@@ -1,0 +1,117 @@
+"""LoRA adapters (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models") for the
+LLaDA transformer, as a separate pytree beside the frozen base parameters.
+
+A LoRA policy's parameters are ``{"base": nnx.State, "lora": adapters}`` with adapters
+``{target: {"a": [N, in, r], "b": [N, r, out]}}`` stacked over the N layers like the base weights.
+Each targeted projection computes ``x W + (alpha / r) (x A) B``; ``B`` starts at zero, so the initial
+policy is exactly the base model. The base is wrapped in ``stop_gradient`` inside the ``LogitsFn``, and
+:func:`lora_optimizer` gives the base a stateless zero update, so optimizer state exists for the
+adapters only. The reference policy is the same base with the adapters off
+(:func:`reference_params`, ``lora=None``): no second copy of the weights, as d1 does with PEFT's
+``disable_adapter``.
+
+Targets and sizes come from ``ModelConfig.lora_rank / lora_alpha / lora_targets``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from daca_jax.errors import ConfigError
+from daca_jax.models.llada import LORA_MODULES, Adapters, LogitsFn, Params
+from daca_jax.types import DTYPES, ModelConfig
+
+
+def adapter_shapes(cfg: ModelConfig) -> dict[str, tuple[int, int]]:
+  """(in, out) of every projection that LoRA can target."""
+  d, q, kv, f = cfg.d_model, cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.mlp_dim
+  return {"q": (d, q), "k": (d, kv), "v": (d, kv), "o": (q, d), "gate": (d, f), "up": (d, f),
+          "down": (f, d)}
+
+
+def init_lora(cfg: ModelConfig, key: jax.Array) -> Adapters:
+  """Fresh adapters for ``cfg.lora_targets``: A ~ N(0, 1/in), B = 0 (so base + LoRA == base).
+
+  Returns:
+    ``{target: {"a": [N, in, r], "b": [N, r, out]}}`` in ``cfg.param_dtype``.
+  Raises:
+    ConfigError: ``model.lora_rank`` is 0 (LoRA not configured) or the config is invalid.
+  """
+  cfg.validate()
+  if cfg.lora_rank <= 0:
+    raise ConfigError("model.lora_rank", cfg.lora_rank, "a positive rank to build LoRA adapters")
+  dt, r, n = DTYPES[cfg.param_dtype], cfg.lora_rank, cfg.n_layers
+  shapes = adapter_shapes(cfg)
+  out = {}
+  for i, t in enumerate(cfg.lora_target_list):
+    fan_in, fan_out = shapes[t]
+    a = jax.random.normal(jax.random.fold_in(key, i), (n, fan_in, r), jnp.float32) * fan_in ** -0.5
+    out[t] = {"a": a.astype(dt), "b": jnp.zeros((n, r, fan_out), dt)}
+  return out
+
+
+def lora_params(base: Params, adapters: Adapters | None) -> dict[str, Any]:
+  """The parameter pytree of a LoRA policy: ``{"base": base, "lora": adapters}``."""
+  return {"base": base, "lora": adapters}
+
+
+def reference_params(params: dict[str, Any]) -> dict[str, Any]:
+  """The reference policy of a LoRA policy: the same base arrays (not copied), adapters off."""
+  return {"base": params["base"], "lora": None}
+
+
+def make_lora_logits_fn(graphdef: nnx.GraphDef, return_hidden: bool = False) -> LogitsFn:
+  """``logits_fn(params, tokens[B, T] int32, positions=None) -> logits [B, T, V] float32`` of a LoRA
+  policy, ``params = {"base": nnx.State, "lora": adapters or None}``.
+
+  The base parameters are frozen (``stop_gradient``): gradients reach the adapters only.
+  ``return_hidden`` as in :func:`daca_jax.models.make_logits_fn`.
+  """
+
+  def logits_fn(params: dict[str, Any], tokens: jax.Array, positions: jax.Array | None = None):
+    model = nnx.merge(graphdef, jax.lax.stop_gradient(params["base"]))
+    return model(tokens, positions, return_hidden=return_hidden, lora=params["lora"])
+
+  return logits_fn
+
+
+def lora_optimizer(inner: optax.GradientTransformation) -> optax.GradientTransformation:
+  """Applies ``inner`` to the adapters and a stateless zero update to the base.
+
+  Gradient clipping and weight decay inside ``inner`` therefore see the adapters only, and the optimizer
+  state holds nothing of base size.
+  """
+
+  def labels(params: dict[str, Any]) -> dict[str, Any]:
+    return {"base": jax.tree.map(lambda _: "frozen", params["base"]),
+            "lora": jax.tree.map(lambda _: "train", params["lora"])}
+
+  return optax.multi_transform({"train": inner, "frozen": optax.set_to_zero()}, labels)
+
+
+def merge_lora(base: Params, adapters: Adapters, cfg: ModelConfig) -> Params:
+  """Base parameters with ``W + (alpha / r) A B`` folded into every targeted kernel (for export or
+  for serving without the adapter matmuls). Returns a new ``nnx.State``; ``base`` is unchanged."""
+  scale = cfg.lora_alpha / cfg.lora_rank
+  pure = nnx.to_pure_dict(base)
+  for t, ab in adapters.items():
+    layer = pure["layers"][LORA_MODULES[t]]
+    w = layer["kernel"]
+    layer["kernel"] = (w.astype(jnp.float32) + scale * jnp.einsum(
+        "nir,nro->nio", ab["a"].astype(jnp.float32), ab["b"].astype(jnp.float32))).astype(w.dtype)
+  merged = jax.tree.map(lambda x: x, base)
+  nnx.replace_by_pure_dict(merged, pure)
+  return merged
+
+
+def trainable_count(adapters: Adapters) -> int:
+  """Number of adapter parameters."""
+  return sum(int(x.size) for x in jax.tree.leaves(adapters))
+
+
+__all__ = ["adapter_shapes", "init_lora", "lora_params", "reference_params", "make_lora_logits_fn",
+           "lora_optimizer", "merge_lora", "trainable_count"]

@@ -1,0 +1,127 @@
+"""LoRA: zero-init equals the base exactly, gradients and updates reach the adapters only, a numpy
+LoRA linear, merged weights, the reference policy without a weight copy, and a GRPO update."""
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from daca_jax.errors import ConfigError
+from daca_jax.models import init_model, make_logits_fn, tiny_config
+from daca_jax.models import lora
+from daca_jax.models.llada import Block
+
+CFG = tiny_config(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, mlp_dim=48, vocab_size=40,
+                  mask_token_id=39, lora_rank=4, lora_alpha=8.0)
+X = jnp.asarray(np.random.default_rng(0).integers(0, 39, (2, 7)), jnp.int32)
+
+
+def _setup(targets=None, b_scale=0.0):
+  cfg = CFG if targets is None else dataclasses.replace(CFG, lora_targets=targets)
+  gd, base = init_model(cfg, seed=1)
+  ad = lora.init_lora(cfg, jax.random.key(2))
+  if b_scale:  # non-zero B, as after some training
+    ad = jax.tree.map(lambda x: x, ad)
+    for i, t in enumerate(ad):
+      ad[t]["b"] = b_scale * jax.random.normal(jax.random.key(10 + i), ad[t]["b"].shape)
+  return cfg, gd, base, ad
+
+
+def test_zero_init_equals_base_exactly_and_reference_shares_weights():
+  cfg, gd, base, ad = _setup()
+  assert all(float(jnp.abs(v["b"]).max()) == 0.0 for v in ad.values())
+  params = lora.lora_params(base, ad)
+  f = lora.make_lora_logits_fn(gd)
+  np.testing.assert_array_equal(np.asarray(f(params, X)), np.asarray(make_logits_fn(gd)(base, X)))
+  ref = lora.reference_params(params)
+  assert all(a is b for a, b in zip(jax.tree.leaves(ref["base"]), jax.tree.leaves(base)))  # no copy
+  np.testing.assert_array_equal(np.asarray(f(ref, X)), np.asarray(make_logits_fn(gd)(base, X)))
+  d, r, n = 32, 4, 2
+  sizes = {"q": (d, 32), "k": (d, 16), "v": (d, 16), "o": (32, d), "gate": (d, 48), "up": (d, 48),
+           "down": (48, d)}
+  assert lora.trainable_count(ad) == sum(n * (i * r + r * o) for i, o in sizes.values())
+
+
+def test_lora_linear_matches_numpy():
+  cfg = CFG
+  blk = Block(cfg, nnx.Rngs(0))
+  rng = np.random.default_rng(3)
+  h = rng.normal(size=(2, 5, 32)).astype(np.float32)
+  a = rng.normal(size=(32, 4)).astype(np.float32)
+  b = rng.normal(size=(4, 48)).astype(np.float32)
+  got = blk.proj("gate", jnp.asarray(h), {"gate": {"a": jnp.asarray(a), "b": jnp.asarray(b)}})
+  w = np.asarray(blk.gate_proj.kernel[...])
+  want = h @ w + (8.0 / 4) * (h @ a) @ b
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-5)
+  # a projection without an adapter is the plain linear
+  np.testing.assert_allclose(np.asarray(blk.proj("up", jnp.asarray(h), {"gate": {"a": a, "b": b}})),
+                             h @ np.asarray(blk.up_proj.kernel[...]), rtol=1e-5, atol=1e-5)
+
+
+def test_adapters_equal_merged_weights():
+  cfg, gd, base, ad = _setup(b_scale=0.1)
+  got = lora.make_lora_logits_fn(gd)(lora.lora_params(base, ad), X)
+  merged = lora.merge_lora(base, ad, cfg)
+  want = make_logits_fn(gd)(merged, X)
+  assert float(jnp.abs(got - make_logits_fn(gd)(base, X)).max()) > 1e-3  # adapters do something
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
+
+
+def test_gradient_reaches_adapters_only():
+  cfg, gd, base, ad = _setup(targets="q,v,down", b_scale=0.1)
+  f = lora.make_lora_logits_fn(gd)
+  g = jax.grad(lambda p: jnp.sum(jax.nn.log_softmax(f(p, X))[..., 0]))(lora.lora_params(base, ad))
+  assert all(float(jnp.abs(x).max()) == 0.0 for x in jax.tree.leaves(g["base"]))
+  assert set(g["lora"]) == {"q", "v", "down"}
+  assert all(float(jnp.abs(x).max()) > 0.0 for x in jax.tree.leaves(g["lora"]))
+
+
+def test_one_optimizer_step_changes_only_adapters():
+  cfg, gd, base, ad = _setup()
+  f = lora.make_lora_logits_fn(gd)
+  params = lora.lora_params(base, ad)
+  opt = lora.lora_optimizer(optax.chain(optax.clip_by_global_norm(1.0),
+                                        optax.adamw(1e-2, weight_decay=0.1)))
+  state = opt.init(params)
+  n_state = sum(int(x.size) for x in jax.tree.leaves(state))
+  assert n_state <= 2 * lora.trainable_count(ad) + 8  # Adam moments of the adapters only
+  g = jax.grad(lambda p: jnp.sum(jax.nn.log_softmax(f(p, X))[..., 0]))(params)
+  upd, state = opt.update(g, state, params)
+  new = optax.apply_updates(params, upd)
+  for a, b in zip(jax.tree.leaves(new["base"]), jax.tree.leaves(base)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # weight decay did not touch the base
+  assert all(float(jnp.abs(new["lora"][t]["b"]).max()) > 0 for t in new["lora"])
+  assert float(jnp.abs(f(new, X) - f(params, X)).max()) > 0
+
+
+def test_grpo_learner_update_with_lora():
+  from daca_jax.rl import GRPOLearner
+  from daca_jax.types import LikelihoodConfig, RLConfig, RolloutConfig, TrainConfig
+
+  cfg, gd, base, ad = _setup()
+  tc = TrainConfig(model=cfg, rollout=RolloutConfig(gen_length=4, block_length=4, steps=2),
+                   likelihood=LikelihoodConfig(num_strata=2),
+                   rl=RLConfig(group_size=2, prompts_per_step=2, beta=0.04, learning_rate=1e-2,
+                               warmup_steps=0))
+  learner = GRPOLearner(lora.make_lora_logits_fn(gd), tc, mask_id=39, eos_id=38)
+  learner.optimizer = lora.lora_optimizer(learner.optimizer)
+  params = lora.lora_params(base, ad)
+  prompts = jnp.asarray(np.random.default_rng(1).integers(0, 30, (4, 3)), jnp.int32)
+  traj = learner.rollout(params, prompts, jax.random.key(0))
+  rewards = jnp.asarray([1.0, 0.0, 0.0, 1.0])
+  new, _, metrics = learner.update(params, learner.init_opt_state(params), lora.reference_params(params),
+                                   traj, rewards, learner.credit_weights(traj), jax.random.key(1))
+  assert np.isfinite(float(metrics["loss"]))
+  for a, b in zip(jax.tree.leaves(new["base"]), jax.tree.leaves(base)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert any(float(jnp.abs(x).max()) > 0 for t in new["lora"] for x in [new["lora"][t]["b"]])
+
+
+def test_bad_lora_config():
+  with pytest.raises(ConfigError, match=r"model\.lora_rank=0"):
+    lora.init_lora(dataclasses.replace(CFG, lora_rank=0), jax.random.key(0))
+  with pytest.raises(ConfigError, match=r"model\.lora_targets='q,attn'"):
+    lora.init_lora(dataclasses.replace(CFG, lora_targets="q,attn"), jax.random.key(0))
