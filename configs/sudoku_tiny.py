@@ -48,6 +48,14 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
   c.credit.scope = "all"  # Step progress over all remaining masked positions | current "block".
   c.credit.signal = "confidence"  # Certainty measure of step progress: confidence | neg_entropy.
   c.credit.self_term = 0.0  # λ: add the token's own confidence rise to its raw score.
+  c.credit.tagger = "rule"  # DTCA token categories: rule (NUM/OP/PUNCT/WORD/SPECIAL) | pos.
+  c.credit.dtca_top_frac = 0.4  # DTCA μ: share of denoising states (steps) trained on.
+  c.credit.dtca_entropy_window = 10  # DTCA: updates forming the entropy baseline (0: no calibration).
+  c.credit.dtca_calib_min = 0.5  # DTCA: lower clip of the entropy calibration factor.
+  c.credit.dtca_calib_max = 2.0  # DTCA: upper clip of that factor.
+  c.credit.delta_lambda_min = 0.8  # DelTA λmin.
+  c.credit.delta_lambda_max = 1.2  # DelTA λmax.
+  c.credit.delta_gamma = 0.1  # DelTA γ: sigmoid temperature over cosine margins.
 
   c.likelihood = ml_collections.ConfigDict()
   c.likelihood.num_strata = 4  # K strata of SML (ignored by mean_field).
@@ -61,11 +69,15 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
   c.likelihood.coupled_full_pass = True  # coupled: average with the fully-masked pass (DiffuCoder).
   c.likelihood.elbo_nodes = 2  # elbo: Gauss-Legendre nodes in t (GDPO: 2-3).
   c.likelihood.trajectory_steps = 0  # trajectory: rollout steps to rebuild (0 = rollout.steps).
+  c.likelihood.rldf_states = 4  # rldf: rollout states rebuilt per sequence (one pass each).
+  c.likelihood.rldf_sampling = "softmax"  # rldf: softmax of step surprisal | uniform | topk.
+  c.likelihood.rldf_temperature = 1.0  # rldf: T of the softmax state sampling.
 
   c.rl = ml_collections.ConfigDict()
-  c.rl.objective = "diffu_grpo"  # Base method.
-  c.rl.credit = "dps"  # uniform | dps (DACA's Denoising Progress Scores).
-  c.rl.likelihood = "stratified"  # mean_field (d1) | stratified (DACA's SML) | coupled | elbo | trajectory.
+  c.rl.objective = "diffu_grpo"  # Base method: diffu_grpo | wd1 | gdpo | gspo | reinforce_pp | rldf.
+  c.rl.credit = "dps"  # uniform | dps (DACA's Denoising Progress Scores) | dtca | delta.
+  # mean_field (d1) | stratified (DACA's SML) | coupled | elbo | trajectory | rldf.
+  c.rl.likelihood = "stratified"
   c.rl.steps = 150  # RL iterations (one rollout batch each).
   c.rl.prompts_per_step = 8  # Distinct puzzles per iteration.
   c.rl.group_size = 8  # G completions per puzzle; batch = 64.
@@ -78,6 +90,7 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
   c.rl.weight_decay = 0.0  # AdamW weight decay.
   c.rl.max_grad_norm = 1.0  # Global-norm gradient clip.
   c.rl.adam_eps = 1e-8  # Adam epsilon.
+  c.rl.rldf_tau = 0.6  # rldf: drop (state, token) targets below this probability unless committed there.
   c.rl.eval_every = 0  # Evaluate every N iterations (0: only before and after RL).
 
   c.sft = ml_collections.ConfigDict()

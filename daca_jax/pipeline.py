@@ -203,8 +203,11 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
   rl = cfg.rl
   if rl.steps == 0:
     return params, False
-  ckpt, state, start = _open_phase(workdir / "rl", {"params": params, "opt_state": learner.init_opt_state(params)},
-                                   cfg.checkpoint.max_to_keep, log)
+  template = {"params": params, "opt_state": learner.init_opt_state(params)}
+  credit_state = learner.init_credit_state()
+  if credit_state is not None:  # e.g. DTCA's entropy baseline: part of the run's resumable state
+    template["credit"] = credit_state
+  ckpt, state, start = _open_phase(workdir / "rl", template, cfg.checkpoint.max_to_keep, log)
   if start > rl.steps:
     ckpt.close()
     raise ConfigError("rl.steps", rl.steps, f">= {start}, the iteration this run already reached in "
@@ -235,11 +238,13 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
       completions = task.decode_completions(completion_ids)
       rewards = np.asarray(task.reward(completions, batch_examples), np.float32)
       t1 = time.perf_counter()
-      weights = learner.credit_weights(traj)
+      credit = learner.assign_credit(traj, rewards, state.get("credit"))
       params_new, opt_state, m = learner.update(state["params"], state["opt_state"], ref_params, traj,
-                                                jnp.asarray(rewards), weights, k_upd)
-      state = {"params": params_new, "opt_state": opt_state}
-      m = {k: float(v) for k, v in m.items()}
+                                                jnp.asarray(rewards), credit.weights, k_upd)
+      state = dict(state, params=params_new, opt_state=opt_state)
+      if credit.state is not None:
+        state["credit"] = credit.state
+      m = {k: float(v) for k, v in {**m, **credit.metrics}.items()}
       t_upd = time.perf_counter() - t1
       done = step + 1
       lengths = np.asarray(traj.completion_mask).sum(-1)
@@ -338,7 +343,8 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   if not cached_before:
     timings["eval_before_s"] = time.perf_counter() - t0
 
-  learner = GRPOLearner(logits_fn, cfg, mask_id=tok.mask_id, eos_id=tok.eos_id)
+  learner = GRPOLearner(logits_fn, cfg, mask_id=tok.mask_id, eos_id=tok.eos_id, tokenizer=tok,
+                        hidden_logits_fn=make_logits_fn(graphdef, return_hidden=True))
   t0 = time.perf_counter()
   ref_params = params
   params, did_work = run_rl(cfg, task, train_examples, learner, params, ref_params, workdir,

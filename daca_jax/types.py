@@ -261,7 +261,8 @@ class CreditConfig:
     if not 0.0 < self.delta_lambda_min <= 1.0 <= self.delta_lambda_max:
       raise ConfigError(f"{prefix}.delta_lambda_min", self.delta_lambda_min,
                         f"0 < delta_lambda_min <= 1 <= delta_lambda_max={self.delta_lambda_max}")
-    _positive(prefix, self, "delta_gamma")
+    if not self.delta_gamma > 0:
+      raise ConfigError(f"{prefix}.delta_gamma", self.delta_gamma, "a number > 0")
     return self
 
 
@@ -313,7 +314,9 @@ class LikelihoodConfig:
                         f"0 < coupled_t_min <= coupled_t_max={self.coupled_t_max} < 1")
     _positive(prefix, self, "elbo_nodes")
     _non_negative(prefix, self, "trajectory_steps")
-    _positive(prefix, self, "rldf_states", "rldf_temperature")
+    _positive(prefix, self, "rldf_states")
+    if not self.rldf_temperature > 0:
+      raise ConfigError(f"{prefix}.rldf_temperature", self.rldf_temperature, "a number > 0")
     _one_of(prefix, self, "rldf_sampling", ("softmax", "uniform", "topk"))
     return self
 

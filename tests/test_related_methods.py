@@ -295,3 +295,33 @@ def test_rldf_objective_clean_state_clip():
   want = ((pg + 0.01 * np.asarray(k3_kl(jnp.asarray(logp), jnp.asarray(ref)))) * keep).sum() / keep.sum()
   np.testing.assert_allclose(float(loss), want, rtol=1e-5)
   np.testing.assert_allclose(float(aux["rldf_kept_frac"]), keep.sum() / mask.sum(), rtol=1e-6)
+
+
+# ---------------------------------------------------------------- through the main job
+
+REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("flags,metric", [
+    (["--config.rl.credit=dtca"], "dtca_kept_frac"),
+    (["--config.rl.credit=delta"], "delta_margin_mean"),
+    (["--config.rl.objective=rldf", "--config.rl.likelihood=rldf", "--config.rl.credit=uniform",
+      "--config.rl.beta=0.01", "--config.likelihood.rldf_states=2"], "rldf_kept_frac"),
+])
+def test_method_runs_through_train_py_by_config(flags, metric, tmp_path):
+  import json
+  import subprocess
+  import sys
+
+  from daca_jax.metrics import read_metrics
+
+  cmd = [sys.executable, "experiments/train.py", "--config=configs/sudoku_tiny.py:smoke", "--progress=false",
+         f"--workdir={tmp_path}", *flags]
+  proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  res = json.loads((tmp_path / "results.json").read_text())
+  for flag in flags:
+    section, field, value = re.match(r"--config\.(\w+)\.(\w+)=(.*)", flag).groups()
+    assert str(res["config"][section][field]) == value
+  records = read_metrics(tmp_path / "metrics.jsonl")
+  assert records and all(np.isfinite(r[metric]) and np.isfinite(r["loss"]) for r in records)
