@@ -1,0 +1,160 @@
+"""Shared base of the question-answer reasoning tasks read from benchmark files (gsm8k, math500).
+
+Rewards: ``correct`` (1.0 or 0.0) plus, for the ``"chat"`` prompt style, ``format_weight`` times the
+d1 strict + soft format rewards (each 0 or 0.5; see :mod:`daca_jax.tasks.reasoning_format`), so a
+completion scores >= 1 iff it is correct (d1 weighs correctness 2.0 and each format term 0.5; this
+keeps the trainer's ``accuracy = reward >= 1`` meaningful). The ``"plain"`` style has no format term.
+"""
+from __future__ import annotations
+
+import abc
+import os
+import pathlib
+from typing import Any, Sequence
+
+import numpy as np
+
+from daca_jax.data import local
+from daca_jax.errors import ConfigError, DataError
+from daca_jax.tasks import reasoning_format as fmt
+from daca_jax.tasks.base import Example, Task
+from daca_jax.tasks.tokenizer import ByteTokenizer
+
+
+class ReasoningQATask(Task):
+  """A task whose items come from local benchmark files (``<data_dir>/<EVAL_FILE>``, ``TRAIN_FILE``).
+
+  Args:
+    data_dir: data directory (``data.data_dir``; ``None`` = none, ``""`` = the default if it exists).
+    eval_path: explicit evaluation file (same layout as ``EVAL_FILE``); overrides ``data_dir``.
+    prompt_style: ``"plain"`` or ``"chat"``.
+    format_weight: weight of the format rewards (chat style only), in [0, 1).
+    prompt_len: fixed prompt length in tokens; 0 = the longest prompt of the data files plus bos.
+
+  Raises:
+    ConfigError: bad ``prompt_style``, ``format_weight`` or ``prompt_len``.
+    FileNotFoundError: ``eval_path`` or ``data_dir`` is given but does not exist.
+  """
+
+  EVAL_FILE: str = ""
+  TRAIN_FILE: str = ""
+  DESCRIPTION: str = ""
+
+  def __init__(self, data_dir: str | os.PathLike[str] | None = None, eval_path: str = "",
+               prompt_style: str = "chat", format_weight: float = 0.1, prompt_len: int = 0):
+    self.tokenizer = ByteTokenizer()
+    self.prompt_style = fmt.check_prompt_style(prompt_style)
+    if isinstance(format_weight, bool) or not isinstance(format_weight, (int, float)) or not (
+        0 <= format_weight < 1):
+      raise ConfigError("task.options.format_weight", format_weight, "a number in [0, 1)")
+    if isinstance(prompt_len, bool) or not isinstance(prompt_len, (int, np.integer)) or prompt_len < 0:
+      raise ConfigError("task.options.prompt_len", prompt_len, "an int >= 0 (0 = automatic)")
+    self.format_weight = float(format_weight)
+    self.eval_path = str(eval_path) if eval_path else ""
+    if self.eval_path and not pathlib.Path(self.eval_path).expanduser().is_file():
+      raise FileNotFoundError(f"task.eval_path={self.eval_path!r}: file does not exist")
+    self.data_dir = None if data_dir is None else local.resolve_data_dir(str(data_dir))
+    self._fixed_prompt_len = int(prompt_len)
+    self._cache: dict[str, tuple[list[Example], str]] = {}
+
+  # --- subclass hooks -------------------------------------------------------------------------------
+  @abc.abstractmethod
+  def make_example(self, record: dict, where: str) -> Example | None:
+    """Builds an example from one file record; None for a record without a gold answer (skipped in
+    training data, an error in evaluation data); raises DataError naming ``where`` if malformed."""
+
+  @abc.abstractmethod
+  def answer_only_target(self, example: Example) -> str:
+    """The shortest completion that holds the example's full answer (sets ``min_gen_length``)."""
+
+  @abc.abstractmethod
+  def correct(self, completions: Sequence[str], examples: Sequence[Example]) -> list[bool]:
+    """Whether each completion's answer is right."""
+
+  # --- data ----------------------------------------------------------------------------------------
+  def _load(self, kind: str) -> tuple[list[Example], str]:
+    if kind not in self._cache:
+      rel = self.EVAL_FILE if kind == "eval" else self.TRAIN_FILE
+      if kind == "eval" and self.eval_path:
+        path, field = pathlib.Path(self.eval_path).expanduser(), "task.eval_path"
+      elif self.data_dir is None:
+        raise DataError(f"task {self.name!r} needs {rel} from the data directory, but data.data_dir is "
+                        f"unset and {local.default_data_dir()} does not exist")
+      else:
+        path, field = self.data_dir / rel, "data.data_dir"
+      if not path.is_file():
+        raise DataError(f"task {self.name!r}: {path} does not exist (set by {field})")
+      built = [self.make_example(r, f"{path}: record {i}")
+               for i, r in enumerate(local.read_json_records(path))]
+      examples = [ex for ex in built if ex is not None]
+      skipped = len(built) - len(examples)
+      if kind == "eval" and skipped:
+        bad = next(i for i, ex in enumerate(built) if ex is None)
+        raise DataError(f"{path}: record {bad} has no gold answer ({skipped} such records)")
+      if not examples:
+        raise DataError(f"{path}: no records")
+      note = f", {skipped} records without a gold answer skipped" if skipped else ""
+      self._cache[kind] = (examples, f"{self.DESCRIPTION} {path} ({len(examples)} items{note})")
+    return self._cache[kind]
+
+  def eval_examples(self) -> tuple[list[Example], str]:
+    """Returns ``(examples, source)`` from ``eval_path`` or ``<data_dir>/EVAL_FILE`` (cached)."""
+    examples, source = self._load("eval")
+    return list(examples), source
+
+  def train_examples(self, num: int, seed: int) -> list[Example]:
+    """``num`` distinct records of ``<data_dir>/TRAIN_FILE`` in a seeded random order.
+
+    Raises:
+      DataError: the file is missing or holds fewer than ``num`` records.
+    """
+    examples, source = self._load("train")
+    if num > len(examples):
+      raise DataError(f"asked for {num} training examples (sft.num_train_examples) but {source} "
+                      f"has only {len(examples)}")
+    order = np.random.default_rng(seed).permutation(len(examples))[:num]
+    return [examples[i] for i in order]
+
+  @property
+  def prompt_len(self) -> int:  # type: ignore[override]
+    if self._fixed_prompt_len:
+      return self._fixed_prompt_len
+    kinds = ["eval"] + (["train"] if self.data_dir is not None
+                        and (self.data_dir / self.TRAIN_FILE).is_file() else [])
+    return 1 + max(len(self.tokenizer.encode(ex.prompt)) for k in kinds for ex in self._load(k)[0])
+
+  @property
+  def min_gen_length(self) -> int:  # type: ignore[override]
+    return 1 + max(len(self.tokenizer.encode(self.answer_only_target(ex)))
+                   for ex in self._load("eval")[0])
+
+  def format_prompt(self, question: str) -> str:
+    """The prompt text of ``question`` in this task's prompt style."""
+    return fmt.chat_prompt(question) if self.prompt_style == "chat" else f"{question}\n"
+
+  # --- grading -------------------------------------------------------------------------------------
+  def _check(self, completions: Sequence[str], examples: Sequence[Example]) -> None:
+    if len(completions) != len(examples):
+      raise ValueError(f"got {len(completions)} completions for {len(examples)} examples")
+
+  def _format_scores(self, completions: Sequence[str]) -> np.ndarray:
+    if self.prompt_style != "chat":
+      return np.zeros(len(completions), np.float32)
+    return np.asarray([fmt.strict_format_reward(c) + fmt.soft_format_reward(c) for c in completions],
+                      np.float32).reshape(len(completions))
+
+  def reward(self, completions: Sequence[str], examples: Sequence[Example]) -> np.ndarray:
+    """float32 ``[N]``: correctness (0/1) + ``format_weight`` x (strict + soft) in chat style."""
+    self._check(completions, examples)
+    correct = np.asarray(self.correct(completions, examples), np.float32).reshape(len(examples))
+    return correct + self.format_weight * self._format_scores(completions)
+
+  def metrics(self, completions: Sequence[str], examples: Sequence[Example]) -> dict[str, Any]:
+    """``accuracy``, ``strict_format`` (chat: layout exactly right), ``num_examples``."""
+    self._check(completions, examples)
+    n = len(examples)
+    correct = self.correct(completions, examples)
+    strict = [fmt.strict_format_reward(c) > 0 for c in completions]
+    return {"accuracy": float(np.mean(correct)) if n else 0.0,
+            "strict_format": float(np.mean(strict)) if n else 0.0,
+            "num_examples": float(n)}
