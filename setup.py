@@ -27,7 +27,7 @@ setup(
         "math-verify>=0.7",  # math500 grading (equivalence of LaTeX answers)
     ],
     extras_require={
-        "test": ["pytest>=8", "chex>=0.1.88"],
+        "test": ["pytest>=8", "chex>=0.1.88", "hypothesis>=6"],
         "hf": ["torch==2.13.0", "transformers>=5.0", "tokenizers>=0.20", "safetensors>=0.4"],
     },
 )
