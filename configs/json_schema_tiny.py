@@ -71,9 +71,9 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
   c.rl.objective = "diffu_grpo"  # Base method.
   c.rl.credit = "dps"  # uniform | dps (DACA's Denoising Progress Scores).
   c.rl.likelihood = "stratified"  # mean_field (d1) | stratified (DACA's SML) | coupled | elbo | trajectory.
-  c.rl.steps = 150  # RL iterations (one rollout batch each).
-  c.rl.prompts_per_step = 8  # Distinct schemas per iteration.
-  c.rl.group_size = 8  # G completions per schema; batch = 64.
+  c.rl.steps = 40  # RL iterations (one rollout batch each); sequences are ~4x sudoku's, so fewer.
+  c.rl.prompts_per_step = 4  # Distinct schemas per iteration.
+  c.rl.group_size = 8  # G completions per schema; batch = 32.
   c.rl.num_iterations = 1  # μ updates per rollout batch (d1 uses 12 at scale; 1 is cheapest on a CPU).
   c.rl.clip_eps = 0.5  # PPO ratio clip ε (d1).
   c.rl.beta = 0.04  # k3 KL penalty to the SFT reference (d1).
@@ -86,8 +86,8 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
   c.rl.eval_every = 0  # Evaluate every N iterations (0: only before and after RL).
 
   c.sft = ml_collections.ConfigDict()
-  c.sft.steps = 300  # Warm start on generated instances.
-  c.sft.batch_size = 64  # Sequences per SFT step.
+  c.sft.steps = 400  # Warm start on generated instances.
+  c.sft.batch_size = 32  # Sequences per SFT step.
   c.sft.learning_rate = 1e-3  # Peak AdamW rate (cosine decay to 10%).
   c.sft.warmup_steps = 50  # Linear warmup steps.
   c.sft.weight_decay = 0.01  # AdamW weight decay.
