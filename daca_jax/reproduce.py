@@ -19,10 +19,17 @@ import numpy as np
 from daca_jax.pipeline import run_main_job
 from daca_jax.types import TrainConfig
 
-# The base method's own likelihood estimator: d1 and wd1 use the mean-field estimate, GDPO the ELBO.
+# The base method's own likelihood estimator: d1 and wd1 use the mean-field estimate, GDPO the ELBO,
+# RLDF its rebuilt rollout states.
 BASE_LIKELIHOOD = {"diffu_grpo": "mean_field", "wd1": "mean_field", "gdpo": "elbo", "gspo": "mean_field",
-                   "reinforce_pp": "mean_field"}
+                   "reinforce_pp": "mean_field", "rldf": "rldf"}
+# Settings a base method brings with it (RLDF: k3-KL β = 0.01).
+BASE_RL_OVERRIDES: dict[str, dict[str, Any]] = {"rldf": {"beta": 0.01}}
+# The four ablation arms of DACA-GRPO; the related credit methods are further arms on the same base.
 ARMS = ("base", "+DPS", "+SML", "+DACA")
+RELATED_ARMS = ("+DTCA", "+DelTA")
+_ARM_CREDIT = {"base": "uniform", "+DPS": "dps", "+SML": "uniform", "+DACA": "dps", "+DTCA": "dtca",
+               "+DelTA": "delta"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,19 +45,20 @@ class Cell:
 
 
 def arm_methods(base: str, arm: str) -> tuple[str, str]:
-  """(credit, likelihood) of an arm: base = (uniform, base estimator), +DPS, +SML, +DACA = both."""
-  if arm not in ARMS:
-    raise ValueError(f"arm {arm!r} is not one of {list(ARMS)}")
+  """(credit, likelihood) of an arm: base = (uniform, base estimator), +DPS, +SML, +DACA = both;
+  +DTCA / +DelTA = that credit with the base estimator."""
+  if arm not in _ARM_CREDIT:
+    raise ValueError(f"arm {arm!r} is not one of {list(_ARM_CREDIT)}")
   if base not in BASE_LIKELIHOOD:
     raise ValueError(f"base method {base!r} is not one of {sorted(BASE_LIKELIHOOD)}")
-  credit = "dps" if arm in ("+DPS", "+DACA") else "uniform"
   likelihood = "stratified" if arm in ("+SML", "+DACA") else BASE_LIKELIHOOD[base]
-  return credit, likelihood
+  return _ARM_CREDIT[arm], likelihood
 
 
 def cell_config(cfg: TrainConfig, cell: Cell) -> TrainConfig:
   credit, likelihood = arm_methods(cell.base, cell.arm)
-  rl = dataclasses.replace(cfg.rl, objective=cell.base, credit=credit, likelihood=likelihood)
+  rl = dataclasses.replace(cfg.rl, objective=cell.base, credit=credit, likelihood=likelihood,
+                           **BASE_RL_OVERRIDES.get(cell.base, {}))
   return dataclasses.replace(cfg, seed=cell.seed, rl=rl).validate()
 
 
@@ -59,12 +67,21 @@ def grid(tasks: Sequence[str], bases: Sequence[str], seeds: Sequence[int],
   return [Cell(t, b, a, s) for t in tasks for s in seeds for b in bases for a in arms]
 
 
+def primary_metric(task: str) -> str:
+  """The metric a task's rows report (``Task.primary_metric``: strict_solved for sudoku4x4)."""
+  from daca_jax.tasks.base import TASKS, _import_builtin_tasks
+
+  _import_builtin_tasks()
+  return TASKS.get(task).primary_metric
+
+
 def run_grid(configs: dict[str, TrainConfig], cells: Sequence[Cell], workdir: str | pathlib.Path, *,
              log: Callable[[str], None] = print, show_progress: bool = False) -> dict[str, dict[str, Any]]:
   """Runs every unfinished cell; returns ``{cell.key: results}`` for all cells.
 
   Args:
-    configs: the base config of each task (``cell.task`` → TrainConfig).
+    configs: the base config of each task (``cell.task`` → TrainConfig); the key is the config's
+      ``task.name``.
   """
   workdir = pathlib.Path(workdir)
   out = {}
@@ -78,8 +95,9 @@ def run_grid(configs: dict[str, TrainConfig], cells: Sequence[Cell], workdir: st
     sft_dir = workdir / "sft_cache" / f"{cell.task}_seed{cell.seed}"
     out[cell.key] = run_main_job(cell_config(configs[cell.task], cell), cdir, show_progress=show_progress,
                                  log=lambda *a, **k: None, sft_dir=sft_dir)
-    after = out[cell.key]["eval_after"]["strict_solved"]
-    log(f"[{i + 1}/{len(cells)}] {cell.key}: strict_solved {after:.3f} ({time.perf_counter() - t0:.0f} s)")
+    metric = primary_metric(cell.task)
+    after = out[cell.key]["eval_after"][metric]
+    log(f"[{i + 1}/{len(cells)}] {cell.key}: {metric} {after:.3f} ({time.perf_counter() - t0:.0f} s)")
   return out
 
 
@@ -99,33 +117,36 @@ def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
 
 
 def summarize(cells: Sequence[Cell], results: dict[str, dict[str, Any]],
-              metric: str = "strict_solved") -> list[dict[str, Any]]:
+              metric: str | None = None) -> list[dict[str, Any]]:
   """One row per (task, base, arm): mean and 95% CI over seeds of ``eval_after[metric]`` and of its
-  change from the shared warm start, plus the per-seed values."""
+  change from the shared warm start, plus the per-seed values. ``metric`` None: each task's
+  :func:`primary_metric`."""
   rows = []
   groups: dict[tuple[str, str, str], list[Cell]] = {}
   for c in cells:
     groups.setdefault((c.task, c.base, c.arm), []).append(c)
   for (task, base, arm), cs in groups.items():
+    metric = primary_metric(task) if metric is None else metric
     after = [results[c.key]["eval_after"][metric] for c in cs]
     delta = [results[c.key]["eval_after"][metric] - results[c.key]["eval_before"][metric] for c in cs]
     m, ci = mean_ci95(after)
     dm, dci = mean_ci95(delta)
-    rows.append({"task": task, "base": base, "arm": arm, "mean": m, "ci95": ci, "delta_mean": dm,
+    rows.append({"task": task, "metric": metric, "base": base, "arm": arm, "mean": m, "ci95": ci,
+                 "delta_mean": dm,
                  "delta_ci95": dci, "seeds": [c.seed for c in cs], "values": after})
   return rows
 
 
-def markdown(rows: Sequence[dict[str, Any]], metric: str = "strict_solved") -> str:
-  lines = [f"| task | base | arm | {metric} (mean ± 95% CI) | change vs warm start | seeds |",
-           "|---|---|---|---|---|---|"]
+def markdown(rows: Sequence[dict[str, Any]]) -> str:
+  lines = ["| task | metric | base | arm | after RL (mean ± 95% CI) | change vs warm start | seeds |",
+           "|---|---|---|---|---|---|---|"]
   for r in rows:
-    lines.append(f"| {r['task']} | {r['base']} | {r['arm']} | {r['mean']:.3f} ± {r['ci95']:.3f} | "
+    lines.append(f"| {r['task']} | {r['metric']} | {r['base']} | {r['arm']} | {r['mean']:.3f} ± {r['ci95']:.3f} | "
                  f"{r['delta_mean']:+.3f} ± {r['delta_ci95']:.3f} | {len(r['seeds'])} |")
   return "\n".join(lines)
 
 
-def plot(rows: Sequence[dict[str, Any]], png_path: str | pathlib.Path, metric: str = "strict_solved") -> None:
+def plot(rows: Sequence[dict[str, Any]], png_path: str | pathlib.Path) -> None:
   """Grouped bar chart: one group per (task, base), one bar per arm, 95% CI error bars."""
   from matplotlib.backends.backend_agg import FigureCanvasAgg
   from matplotlib.figure import Figure
@@ -145,8 +166,9 @@ def plot(rows: Sequence[dict[str, Any]], png_path: str | pathlib.Path, metric: s
     ax.bar(np.arange(len(groups)) + (j - (len(arms) - 1) / 2) * width, vals, width, yerr=errs, capsize=3,
            label=arm)
   ax.set_xticks(np.arange(len(groups)))
-  ax.set_xticklabels([f"{t}\n{b}" for t, b in groups])
-  ax.set_ylabel(f"{metric} after RL")
+  metric_of = {r["task"]: r["metric"] for r in rows}
+  ax.set_xticklabels([f"{t} ({metric_of[t]})\n{b}" for t, b in groups])
+  ax.set_ylabel("primary metric after RL")
   ax.legend(fontsize=8)
   fig.tight_layout()
   fig.savefig(png_path, dpi=110)

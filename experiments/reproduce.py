@@ -1,38 +1,59 @@
-"""CPU-scale reproduction grid: {diffu_grpo, wd1, gdpo} × {base, +DPS, +SML, +DACA} × seeds on sudoku4x4.
+"""CPU-scale reproduction grid: tasks × base methods × arms × seeds.
 
-  python experiments/reproduce.py --workdir=runs/grid --preset=quick      # ≤ 20 min on 2 cores
-  python experiments/reproduce.py --workdir=runs/grid_full --preset=full  # the default config, hours
+  python experiments/reproduce.py --workdir=runs/grid --preset=quick      # DACA arms, sudoku, ≤ 20 min
+  python experiments/reproduce.py --workdir=runs/related --preset=quick \
+      --configs=configs/sudoku_tiny.py,configs/countdown_tiny.py --bases=diffu_grpo,rldf \
+      --arms=base,+DPS,+DACA,+DTCA,+DelTA                              # the related methods
+  python experiments/reproduce.py --workdir=runs/grid_full --preset=full  # the default configs, hours
 
-Every arm of a seed starts from the same SFT warm start and gets the same rollouts and updates.
-Resumable: a finished cell is never rerun. Writes ``grid.md`` (mean and 95% CI of strict accuracy),
-``grid.png`` (grouped bars) and ``results.json`` (every cell's per-seed numbers).
+Arms: base (uniform credit, the base method's own estimator), +DPS, +SML, +DACA (DPS + SML), +DTCA,
++DelTA. Every arm of a (task, seed) starts from the same SFT warm start and gets the same rollouts and
+updates. Resumable: a finished cell is never rerun. Writes ``grid.md`` (mean and 95% CI of each task's
+primary metric), ``grid.png`` and ``results.json`` (every cell's per-seed numbers).
 """
+import importlib.util
 import json
 import pathlib
 
 from absl import app, flags, logging
-from ml_collections import config_flags
 
 from daca_jax import reproduce as rp
+from daca_jax.errors import ConfigError
 from daca_jax.types import train_config_from_dict
 
-_CONFIG = config_flags.DEFINE_config_file("config", "configs/sudoku_tiny.py", "Base config of the task.")
+_CONFIGS = flags.DEFINE_list("configs", ["configs/sudoku_tiny.py"],
+                             "Config files (path[:preset]), one per task.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
 _PRESET = flags.DEFINE_enum("preset", "quick", ["quick", "full"], "quick: tiny budget; full: the config as is.")
 _BASES = flags.DEFINE_list("bases", ["diffu_grpo", "wd1", "gdpo"], "Base methods.")
+_ARMS = flags.DEFINE_list("arms", list(rp.ARMS), f"Arms: {list(rp.ARMS + rp.RELATED_ARMS)}.")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds.")
 flags.mark_flags_as_required(["workdir"])
+
+
+def _load_config(spec: str):
+  path, _, preset = spec.partition(":")
+  file = pathlib.Path(path)
+  if not file.is_file():
+    raise ConfigError("--configs", spec, "existing config files (configs/*.py[:preset])")
+  module_spec = importlib.util.spec_from_file_location(file.stem, file)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return train_config_from_dict(module.get_config(preset) if preset else module.get_config())
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  cfg = train_config_from_dict(_CONFIG.value)
-  if _PRESET.value == "quick":
-    cfg = rp.quick_preset(cfg)
+  configs = {}
+  for spec in _CONFIGS.value:
+    cfg = _load_config(spec)
+    configs[cfg.task.name] = rp.quick_preset(cfg) if _PRESET.value == "quick" else cfg
+  for arm in _ARMS.value:
+    rp.arm_methods(_BASES.value[0], arm)  # unknown arm or base: a clear error before any work
   work = pathlib.Path(_WORKDIR.value)
-  cells = rp.grid([cfg.task.name], _BASES.value, [int(s) for s in _SEEDS.value])
-  results = rp.run_grid({cfg.task.name: cfg}, cells, work)
+  cells = rp.grid(list(configs), _BASES.value, [int(s) for s in _SEEDS.value], arms=_ARMS.value)
+  results = rp.run_grid(configs, cells, work)
   rows = rp.summarize(cells, results)
   table = rp.markdown(rows)
   (work / "grid.md").write_text(table + "\n")
@@ -40,7 +61,8 @@ def main(argv):
   (work / "results.json").write_text(json.dumps(
       {"preset": _PRESET.value, "rows": rows,
        "cells": {c.key: {"eval_before": results[c.key]["eval_before"],
-                         "eval_after": results[c.key]["eval_after"]} for c in cells}}, indent=2))
+                         "eval_after": results[c.key]["eval_after"],
+                         "timings": results[c.key].get("timings", {})} for c in cells}}, indent=2))
   print(table)
 
 

@@ -15,6 +15,9 @@ def test_arms_map_to_credit_and_likelihood():
   assert rp.arm_methods("gdpo", "+DPS") == ("dps", "elbo")
   assert rp.arm_methods("wd1", "+SML") == ("uniform", "stratified")
   assert rp.arm_methods("wd1", "+DACA") == ("dps", "stratified")
+  assert rp.arm_methods("diffu_grpo", "+DTCA") == ("dtca", "mean_field")
+  assert rp.arm_methods("gdpo", "+DelTA") == ("delta", "elbo")
+  assert rp.arm_methods("rldf", "base") == ("uniform", "rldf")
   with pytest.raises(ValueError, match="arm"):
     rp.arm_methods("wd1", "+XYZ")
 
@@ -25,6 +28,8 @@ def test_cell_config_changes_only_method_and_seed():
   c = rp.cell_config(cfg, cell)
   assert (c.seed, c.rl.objective, c.rl.credit, c.rl.likelihood) == (2, "gdpo", "dps", "stratified")
   assert c.rl.steps == cfg.rl.steps and c.model == cfg.model and c.sft == cfg.sft
+  rldf = rp.cell_config(cfg, rp.Cell("sudoku4x4", "rldf", "+DPS", 0))
+  assert (rldf.rl.objective, rldf.rl.likelihood, rldf.rl.credit, rldf.rl.beta) == ("rldf", "rldf", "dps", 0.01)
   cells = rp.grid(["sudoku4x4"], ["diffu_grpo", "wd1"], [0, 1])
   assert len(cells) == 16 and len({c.key for c in cells}) == 16
 
@@ -43,7 +48,8 @@ def test_summarize_pairs_with_the_warm_start(tmp_path):
   after = {("base", 0): 0.35, ("base", 1): 0.45, ("+DACA", 0): 0.4, ("+DACA", 1): 0.6}
   results = {c.key: {"eval_before": {"strict_solved": before[c.seed]},
                      "eval_after": {"strict_solved": after[(c.arm, c.seed)]}} for c in cells}
-  rows = {r["arm"]: r for r in rp.summarize(cells, results)}
+  rows = {r["arm"]: r for r in rp.summarize(cells, results, metric="strict_solved")}
+  assert rp.primary_metric("sudoku4x4") == "strict_solved"
   assert rows["+DACA"]["mean"] == pytest.approx(0.5) and rows["+DACA"]["delta_mean"] == pytest.approx(0.1)
   assert rows["base"]["delta_mean"] == pytest.approx(0.0) and rows["base"]["values"] == [0.35, 0.45]
   md = rp.markdown(list(rows.values()))

@@ -62,9 +62,11 @@ class Task(abc.ABC):
     prompt_len: fixed number of prompt tokens P (bos + encoded prompt, left-padded with pad_id).
     min_gen_length: smallest completion length (tokens, including one EOS) that can hold a full
       answer.
+    primary_metric: the key of :meth:`metrics` that tables and the reproduction grid report.
   """
 
   name: str
+  primary_metric: str = "accuracy"
   tokenizer: ByteTokenizer
   prompt_len: int
   min_gen_length: int

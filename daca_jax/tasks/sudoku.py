@@ -316,6 +316,8 @@ class Sudoku4x4Task(Task):
     ConfigError: bad ``num_blanks`` / ``eval_size``.
   """
 
+  primary_metric = "strict_solved"
+
   name = "sudoku4x4"
   prompt_len = NUM_CELLS + 1
   min_gen_length = NUM_CELLS + 1
