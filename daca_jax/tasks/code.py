@@ -41,6 +41,7 @@ import pathlib
 import re
 import secrets
 import threading
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -311,7 +312,7 @@ def _mbpp_record(record: Any, where: str) -> dict[str, str] | None:
   for a record whose code header is not valid Python.
 
   The entry point is the function the asserts call. It is usually the one in the header and passed
-  to ``check``; in 18 of the 498 test records (19 of 472 train) Drift's header holds a helper of the
+  to ``check``; in 18 of the 498 test records (19 of the 472 train records) Drift's header holds a helper of the
   reference solution instead (e.g. ``str_to_list`` for tests of ``remove_dirty_chars``), so the
   model must also write the asserted function, whose name the question's example assert shows.
   """
@@ -330,7 +331,9 @@ def _mbpp_record(record: Any, where: str) -> dict[str, str] | None:
   header = prefix[len(_MBPP_PREFIX_HEAD):] if prefix.startswith(_MBPP_PREFIX_HEAD) else prefix
   header = header.rstrip() + "\n"
   try:
-    ast.parse(header)
+    with warnings.catch_warnings():  # e.g. invalid escapes in docstrings are the data's business
+      warnings.simplefilter("ignore")
+      ast.parse(header)
   except SyntaxError:
     return None
   return {"question": question.strip(), "code_header": header, "test": tests[0],
