@@ -34,11 +34,11 @@ def test_zero_init_equals_base_exactly_and_reference_shares_weights():
   cfg, gd, base, ad = _setup()
   assert all(float(jnp.abs(v["b"]).max()) == 0.0 for v in ad.values())
   params = lora.lora_params(base, ad)
-  f = lora.make_lora_logits_fn(gd)
-  np.testing.assert_array_equal(np.asarray(f(params, X)), np.asarray(make_logits_fn(gd)(base, X)))
+  f = jax.jit(lora.make_lora_logits_fn(gd))
+  np.testing.assert_array_equal(np.asarray(f(params, X)), np.asarray(jax.jit(make_logits_fn(gd))(base, X)))
   ref = lora.reference_params(params)
   assert all(a is b for a, b in zip(jax.tree.leaves(ref["base"]), jax.tree.leaves(base)))  # no copy
-  np.testing.assert_array_equal(np.asarray(f(ref, X)), np.asarray(make_logits_fn(gd)(base, X)))
+  np.testing.assert_array_equal(np.asarray(f(ref, X)), np.asarray(jax.jit(make_logits_fn(gd))(base, X)))
   d, r, n = 32, 4, 2
   sizes = {"q": (d, 32), "k": (d, 16), "v": (d, 16), "o": (32, d), "gate": (d, 48), "up": (d, 48),
            "down": (48, d)}
@@ -63,17 +63,17 @@ def test_lora_linear_matches_numpy():
 
 def test_adapters_equal_merged_weights():
   cfg, gd, base, ad = _setup(b_scale=0.1)
-  got = lora.make_lora_logits_fn(gd)(lora.lora_params(base, ad), X)
+  got = jax.jit(lora.make_lora_logits_fn(gd))(lora.lora_params(base, ad), X)
   merged = lora.merge_lora(base, ad, cfg)
-  want = make_logits_fn(gd)(merged, X)
-  assert float(jnp.abs(got - make_logits_fn(gd)(base, X)).max()) > 1e-3  # adapters do something
+  want = jax.jit(make_logits_fn(gd))(merged, X)
+  assert float(jnp.abs(got - jax.jit(make_logits_fn(gd))(base, X)).max()) > 1e-3  # adapters do something
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
 
 
 def test_gradient_reaches_adapters_only():
   cfg, gd, base, ad = _setup(targets="q,v,down", b_scale=0.1)
-  f = lora.make_lora_logits_fn(gd)
-  g = jax.grad(lambda p: jnp.sum(jax.nn.log_softmax(f(p, X))[..., 0]))(lora.lora_params(base, ad))
+  f = jax.jit(lora.make_lora_logits_fn(gd))
+  g = jax.jit(jax.grad(lambda p: jnp.sum(jax.nn.log_softmax(f(p, X))[..., 0])))(lora.lora_params(base, ad))
   assert all(float(jnp.abs(x).max()) == 0.0 for x in jax.tree.leaves(g["base"]))
   assert set(g["lora"]) == {"q", "v", "down"}
   assert all(float(jnp.abs(x).max()) > 0.0 for x in jax.tree.leaves(g["lora"]))
@@ -81,16 +81,16 @@ def test_gradient_reaches_adapters_only():
 
 def test_one_optimizer_step_changes_only_adapters():
   cfg, gd, base, ad = _setup()
-  f = lora.make_lora_logits_fn(gd)
+  f = jax.jit(lora.make_lora_logits_fn(gd))
   params = lora.lora_params(base, ad)
   opt = lora.lora_optimizer(optax.chain(optax.clip_by_global_norm(1.0),
                                         optax.adamw(1e-2, weight_decay=0.1)))
   state = opt.init(params)
   n_state = sum(int(x.size) for x in jax.tree.leaves(state))
   assert n_state <= 2 * lora.trainable_count(ad) + 8  # Adam moments of the adapters only
-  g = jax.grad(lambda p: jnp.sum(jax.nn.log_softmax(f(p, X))[..., 0]))(params)
-  upd, state = opt.update(g, state, params)
-  new = optax.apply_updates(params, upd)
+  g = jax.jit(jax.grad(lambda p: jnp.sum(jax.nn.log_softmax(f(p, X))[..., 0])))(params)
+  step = jax.jit(lambda g, s, p: optax.apply_updates(p, opt.update(g, s, p)[0]))
+  new = step(g, state, params)
   for a, b in zip(jax.tree.leaves(new["base"]), jax.tree.leaves(base)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # weight decay did not touch the base
   assert all(float(jnp.abs(new["lora"][t]["b"]).max()) > 0 for t in new["lora"])
