@@ -36,7 +36,9 @@ class EstimatorSpec:
 
 
 def default_specs(length: int) -> list[EstimatorSpec]:
-  """mean-field (with / without prompt masking), coupled, SML K = 2, 4, 8 (≤ L) and L, ELBO 2 and 3."""
+  """mean-field (with / without prompt masking), coupled, SML K = 2, 4, 8 (≤ L) and L, ELBO 2 and 3,
+  and the trajectory estimator (RLDF / TraceRL: each token at its own commit state; one pass per
+  rollout step, here S = L)."""
   lc = LikelihoodConfig(p_mask_prompt=0.0)
   specs = [EstimatorSpec("mean_field", "mean_field", lc, 1),
            EstimatorSpec("mean_field (p_mask_prompt=0.15)", "mean_field",
@@ -47,6 +49,8 @@ def default_specs(length: int) -> list[EstimatorSpec]:
     specs.append(EstimatorSpec(label, "stratified", dataclasses.replace(lc, num_strata=k), k))
   for n in (2, 3):
     specs.append(EstimatorSpec(f"elbo {n} nodes", "elbo", dataclasses.replace(lc, elbo_nodes=n), n))
+  specs.append(EstimatorSpec("trajectory (S=L, sampler's order)", "trajectory",
+                             dataclasses.replace(lc, trajectory_steps=length), length))
   return specs
 
 
@@ -99,12 +103,16 @@ def _cos(a: Any, b: Any) -> float:
 
 
 def study(logits_fn: Callable, params: Any, tokens: jax.Array, prompt_len: int, mask_id: int,
-          specs: Sequence[EstimatorSpec], draws: int = 32, seed: int = 0) -> list[dict[str, Any]]:
+          specs: Sequence[EstimatorSpec], draws: int = 32, seed: int = 0,
+          commit_step: jax.Array | None = None) -> list[dict[str, Any]]:
   """Bias / std / RMSE of each estimator's ``Σ_i logp_i`` vs the exact ``log p(o)``, and gradient cosine.
 
   Args:
     tokens: int32 [B, P+L] with L ≤ 12.
     draws: R mask draws per estimator.
+    commit_step: int32 [B, L] the sampler's commit steps (needed by the trajectory estimator; its
+      value is the log-probability of the sampler's own unmasking order, a lower bound of
+      ``log p(o)`` in expectation over orders, and deterministic without prompt masking).
   Returns:
     One dict per spec: label, passes, bias, std, rmse (nats per sequence), grad_cosine, exact_mean.
   """
@@ -117,8 +125,9 @@ def study(logits_fn: Callable, params: Any, tokens: jax.Array, prompt_len: int, 
     est = LIKELIHOOD.get(spec.name)
 
     def seq_estimates(p, spec=spec, est=est):  # [R, B]
+      extra = {"commit_step": commit_step} if spec.name == "trajectory" else {}
       return jax.lax.map(lambda k: jnp.sum(est(logits_fn, p, tokens, prompt_len, k, spec.cfg,
-                                                  mask_id=mask_id), axis=-1), keys)
+                                                  mask_id=mask_id, **extra), axis=-1), keys)
 
     values, grad = jax.jit(lambda p: (seq_estimates(p), jax.grad(
         lambda q: jnp.sum(jnp.mean(seq_estimates(q), axis=0)))(p)))(params)

@@ -42,9 +42,9 @@ def main(argv):
                            eos_id=tok.eos_id)
   test_prompts, _ = es.toy_examples(_NUM_SEQ.value, _SEED.value + 1)
   prompt_ids = jnp.asarray(es.encode(tok, test_prompts, [""] * _NUM_SEQ.value, 0))
-  tokens = sample(params, prompt_ids, jax.random.PRNGKey(_SEED.value)).tokens
-  rows = es.study(logits_fn, params, tokens, p, tok.mask_id, es.default_specs(LENGTH), _DRAWS.value,
-                  _SEED.value)
+  traj = sample(params, prompt_ids, jax.random.PRNGKey(_SEED.value))
+  rows = es.study(logits_fn, params, traj.tokens, p, tok.mask_id, es.default_specs(LENGTH), _DRAWS.value,
+                  _SEED.value, commit_step=traj.commit_step)
   table = es.markdown_table(rows)
   header = (f"Exact any-order log p(o) of {_NUM_SEQ.value} sampled completions (L = {LENGTH}), mean "
             f"{rows[0]['exact_mean']:.3f} nats; {_DRAWS.value} mask draws per estimator; tiny model "

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from daca_jax import estimator_study as es
-from daca_jax.likelihood import any_order_logprob
+from daca_jax.likelihood import LIKELIHOOD, any_order_logprob
 from tests.fixed_logit_model import jax_logits, make_params
 
 V, MASK, P, L, B = 6, 5, 2, 4, 3
@@ -15,7 +15,8 @@ def test_study_rows(tmp_path):
   params = jax.tree.map(jnp.asarray, make_params(P + L, V, seed=1, scale=1.0))
   tokens = jnp.asarray(np.random.default_rng(0).integers(0, 5, (B, P + L)), jnp.int32)
   specs = es.default_specs(L)
-  rows = es.study(jax_logits, params, tokens, P, MASK, specs, draws=3)
+  commit_step = jnp.asarray(np.stack([np.random.default_rng(i).permutation(L) for i in range(B)]), jnp.int32)
+  rows = es.study(jax_logits, params, tokens, P, MASK, specs, draws=3, commit_step=commit_step)
   by = {r["label"]: r for r in rows}
   assert [r["label"] for r in rows] == [s.label for s in specs]
   exact = float(np.mean(any_order_logprob(jax_logits, params, tokens, P, mask_id=MASK)))
@@ -25,6 +26,12 @@ def test_study_rows(tmp_path):
     np.testing.assert_allclose(r["exact_mean"], exact, rtol=1e-6)
   assert by["mean_field"]["std"] == 0.0 and by["stratified K=4 (=L, pseudo-likelihood)"]["std"] == 0.0
   assert by["stratified K=2"]["std"] > 0.0
+  traj = by["trajectory (S=L, sampler's order)"]
+  spec = specs[[sp.name for sp in specs].index("trajectory")]
+  direct = LIKELIHOOD.get("trajectory")(jax_logits, params, tokens, P, jax.random.PRNGKey(0), spec.cfg,
+                                        mask_id=MASK, commit_step=commit_step)
+  assert traj["std"] == 0.0 and traj["passes"] == L
+  np.testing.assert_allclose(traj["bias"], float(jnp.mean(jnp.sum(direct, -1))) - exact, rtol=1e-5, atol=1e-5)
   es.plot(rows, str(tmp_path / "s.png"))
   assert (tmp_path / "s.png").stat().st_size > 1000
   assert es.markdown_table(rows).count("\n") == len(rows) + 1
