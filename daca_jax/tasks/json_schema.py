@@ -402,6 +402,7 @@ class JSONSchemaTask(Task):
   """
 
   name = "json_schema"
+  primary_metric = "schema_adherence"
 
   def __init__(
       self,
