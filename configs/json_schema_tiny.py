@@ -26,11 +26,11 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
 
   c.model = ml_collections.ConfigDict()
   c.model.vocab_size = 260  # Byte tokenizer: 256 bytes + pad, mask, eos, bos.
-  c.model.d_model = 128  # Residual width D.
-  c.model.n_layers = 4  # Transformer blocks.
-  c.model.n_heads = 4  # Attention heads (head_dim = 32).
+  c.model.d_model = 96  # Residual width D (prompts are ~4x longer than sudoku's, so a smaller model).
+  c.model.n_layers = 3  # Transformer blocks.
+  c.model.n_heads = 4  # Attention heads (head_dim = 24).
   c.model.n_kv_heads = 0  # GQA key/value heads; 0 = n_heads.
-  c.model.mlp_dim = 384  # SwiGLU hidden width.
+  c.model.mlp_dim = 256  # SwiGLU hidden width.
   c.model.rope_theta = 10000.0  # RoPE base (LLaDA-8B uses 500000 for its 4k context).
   c.model.norm_eps = 1e-5  # RMSNorm epsilon.
   c.model.tie_embeddings = False  # LLaDA unties the output projection.
@@ -71,7 +71,7 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
   c.rl.objective = "diffu_grpo"  # Base method.
   c.rl.credit = "dps"  # uniform | dps (DACA's Denoising Progress Scores).
   c.rl.likelihood = "stratified"  # mean_field (d1) | stratified (DACA's SML) | coupled | elbo | trajectory.
-  c.rl.steps = 40  # RL iterations (one rollout batch each); sequences are ~4x sudoku's, so fewer.
+  c.rl.steps = 24  # RL iterations (one rollout batch each); sequences are ~4x sudoku's, so fewer.
   c.rl.prompts_per_step = 4  # Distinct schemas per iteration.
   c.rl.group_size = 8  # G completions per schema; batch = 32.
   c.rl.num_iterations = 1  # μ updates per rollout batch (d1 uses 12 at scale; 1 is cheapest on a CPU).
@@ -86,10 +86,10 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
   c.rl.eval_every = 0  # Evaluate every N iterations (0: only before and after RL).
 
   c.sft = ml_collections.ConfigDict()
-  c.sft.steps = 400  # Warm start on generated instances.
+  c.sft.steps = 300  # Warm start on generated instances.
   c.sft.batch_size = 32  # Sequences per SFT step.
   c.sft.learning_rate = 1e-3  # Peak AdamW rate (cosine decay to 10%).
-  c.sft.warmup_steps = 50  # Linear warmup steps.
+  c.sft.warmup_steps = 30  # Linear warmup steps.
   c.sft.weight_decay = 0.01  # AdamW weight decay.
   c.sft.max_grad_norm = 1.0  # Global-norm gradient clip.
   c.sft.num_train_examples = 20000  # Generated schemas (eval schemas excluded) with one instance each.
