@@ -1,5 +1,7 @@
-"""Helpers shared by the likelihood estimators: target log-probs and prompt masking."""
+"""Helpers shared by the likelihood estimators: target log-probs (whole or chunked), prompt masking."""
 from __future__ import annotations
+
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +19,55 @@ def token_logprobs(logits: jax.Array, targets: jax.Array) -> jax.Array:
   logits = logits.astype(jnp.float32)
   picked = jnp.take_along_axis(logits, targets[..., None].astype(jnp.int32), axis=-1)[..., 0]
   return picked - jax.nn.logsumexp(logits, axis=-1)
+
+
+def chunked_token_logprobs(head_fn: Callable[[jax.Array], jax.Array], hidden: jax.Array,
+                           targets: jax.Array, chunk_size: int) -> jax.Array:
+  """Target log-probs from hidden states, ``chunk_size`` positions at a time.
+
+  Equal to ``token_logprobs(head_fn(hidden), targets)``, but the float32 logits exist for one chunk
+  of positions at a time: a ``lax.map`` over chunks whose body (output projection, logsumexp and the
+  target gather) is rematerialised, so the backward pass also keeps only ``hidden``, never
+  ``[B, T, V]`` (DESIGN.md §7, memory; V = 126k for LLaDA).
+
+  Args:
+    head_fn: ``hidden [B, C, D] -> logits [B, C, V]`` (e.g. a closure over
+      :func:`daca_jax.models.make_head_fn`); may close over parameters being differentiated.
+    hidden: [B, T, D] final-norm hidden states.
+    targets: int [B, T] target ids.
+    chunk_size: positions per chunk; ``<= 0`` or ``>= T`` scores everything in one pass. T need not
+      be a multiple (the last chunk is padded, and the padding is dropped).
+  Returns:
+    float32 [B, T].
+  """
+  b, t = targets.shape
+  if chunk_size <= 0 or chunk_size >= t:
+    return token_logprobs(head_fn(hidden), targets)
+  pad = -t % chunk_size
+  n = (t + pad) // chunk_size
+  h = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0))).reshape(b, n, chunk_size, hidden.shape[-1])
+  y = jnp.pad(targets, ((0, 0), (0, pad))).reshape(b, n, chunk_size)
+  body = jax.checkpoint(lambda xs: token_logprobs(head_fn(xs[0]), xs[1]))
+  out = jax.lax.map(body, (h.swapaxes(0, 1), y.swapaxes(0, 1)))  # [n, B, C]
+  return out.swapaxes(0, 1).reshape(b, n * chunk_size)[:, :t]
+
+
+def make_target_logprob_fn(hidden_fn: Callable[..., jax.Array], head_fn: Callable[..., jax.Array],
+                           chunk_size: int) -> Callable[..., jax.Array]:
+  """``fn(params, tokens[B, T], targets[B, T'], start=0) -> logp [B, T']`` float32: the log-prob of
+  ``targets`` at positions ``start .. start+T'-1`` of ``tokens``, gathered in chunks of ``chunk_size``.
+
+  ``hidden_fn(params, tokens) -> [B, T, D]`` and ``head_fn(params, hidden) -> logits`` are the model
+  split (:func:`daca_jax.models.make_hidden_fn` / :func:`daca_jax.models.make_head_fn`); ``start`` is
+  static (typically the prompt length). Equal to
+  ``token_logprobs(logits_fn(params, tokens)[:, start:start+T'], targets)``.
+  """
+
+  def fn(params, tokens: jax.Array, targets: jax.Array, start: int = 0) -> jax.Array:
+    hidden = hidden_fn(params, tokens)[:, start:start + targets.shape[1]]
+    return chunked_token_logprobs(lambda h: head_fn(params, h), hidden, targets, chunk_size)
+
+  return fn
 
 
 def mask_prompt(key: jax.Array, prompt: jax.Array, p_mask_prompt: float, mask_id: int) -> jax.Array:
