@@ -92,28 +92,23 @@ class _Parser:
     if self.depth > self.max_depth:
       raise ExpressionError(f"nesting deeper than {self.max_depth} levels")
 
-  def expr(self) -> fractions.Fraction:
-    value = self.term()
-    while self._peek() in ("+", "-"):
+  def _chain(self, ops: tuple[str, str], operand) -> fractions.Fraction:
+    """A left-associative chain ``operand (op operand)*`` of one precedence level."""
+    value = operand()
+    while self._peek() in ops:
       op = self.tokens[self.pos]
       self.pos += 1
-      rhs = self.term()
-      value = value + rhs if op == "+" else value - rhs
+      result = _apply(op, value, operand())
+      if result is None:
+        raise ExpressionError("division by zero")
+      value = result
     return value
 
+  def expr(self) -> fractions.Fraction:
+    return self._chain(("+", "-"), self.term)
+
   def term(self) -> fractions.Fraction:
-    value = self.unary()
-    while self._peek() in ("*", "/"):
-      op = self.tokens[self.pos]
-      self.pos += 1
-      rhs = self.unary()
-      if op == "*":
-        value = value * rhs
-      elif rhs == 0:
-        raise ExpressionError("division by zero")
-      else:
-        value = value / rhs
-    return value
+    return self._chain(("*", "/"), self.unary)
 
   def unary(self) -> fractions.Fraction:
     tok = self._peek()
