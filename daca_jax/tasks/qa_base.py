@@ -8,6 +8,7 @@ keeps the trainer's ``accuracy = reward >= 1`` meaningful). The ``"plain"`` styl
 from __future__ import annotations
 
 import abc
+import functools
 import os
 import pathlib
 from typing import Any, Sequence
@@ -115,7 +116,7 @@ class ReasoningQATask(Task):
     order = np.random.default_rng(seed).permutation(len(examples))[:num]
     return [examples[i] for i in order]
 
-  @property
+  @functools.cached_property
   def prompt_len(self) -> int:  # type: ignore[override]
     if self._fixed_prompt_len:
       return self._fixed_prompt_len
@@ -123,7 +124,7 @@ class ReasoningQATask(Task):
                         and (self.data_dir / self.TRAIN_FILE).is_file() else [])
     return 1 + max(len(self.tokenizer.encode(ex.prompt)) for k in kinds for ex in self._load(k)[0])
 
-  @property
+  @functools.cached_property
   def min_gen_length(self) -> int:  # type: ignore[override]
     return 1 + max(len(self.tokenizer.encode(self.answer_only_target(ex)))
                    for ex in self._load("eval")[0])

@@ -3,13 +3,14 @@
 Two prompt styles (constructor argument ``prompt_style`` of countdown, gsm8k and math500):
 
 * ``"plain"``: a compact prompt for tiny byte-level models; the completion is the bare answer.
-* ``"chat"``: LLaDA-8B-Instruct's chat template (Llama-3 header tokens written as text) around the
-  question and an instruction to reason inside ``<reasoning>`` tags and give the final answer inside
-  ``<answer>`` tags, the output format d1 trains with.
+* ``"chat"``: LLaDA-8B-Instruct's chat template
+  (:func:`daca_jax.tasks.hf_tokenizer.llada_chat_prompt`) around the question and an instruction to
+  reason inside ``<reasoning>`` tags and give the final answer inside ``<answer>`` tags, the output
+  format d1 trains with.
 
 Format rewards follow d1's strict and soft layout checks (``diffu-grpo/reward_func.py``, 0.5 each),
-with two fixes: every pattern uses ``re.DOTALL`` so that multi-line reasoning
-matches, and the completion is first cut at the first end-of-text marker (the byte tokenizer's
+with two fixes: every pattern uses ``re.DOTALL`` so that multi-line reasoning matches, and the
+completion is first cut at the first end-of-text marker (the byte tokenizer's
 decoder already stops at EOS; an HF decode may keep ``<|eot_id|>``/``<|endoftext|>`` as text).
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import re
 
 from daca_jax.errors import ConfigError
+from daca_jax.tasks.hf_tokenizer import llada_chat_prompt
 
 PROMPT_STYLES = ("plain", "chat")
 
@@ -41,19 +43,13 @@ def check_prompt_style(prompt_style: str) -> str:
   return prompt_style
 
 
-def llada_chat(user_message: str) -> str:
-  """Wraps ``user_message`` in LLaDA-8B-Instruct's chat template, ready for the assistant's turn.
-
-  The template (from the model's ``tokenizer_config.json``) is Llama-3's: ``<|startoftext|>`` then a
-  ``user`` header, the message, ``<|eot_id|>`` and an ``assistant`` header.
-  """
-  return ("<|startoftext|><|start_header_id|>user<|end_header_id|>\n\n" + user_message
-          + "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")
-
-
 def chat_prompt(question: str) -> str:
-  """The ``"chat"`` prompt: the question plus :data:`FORMAT_INSTRUCTION` in the chat template."""
-  return llada_chat(f"{question}\n\n{FORMAT_INSTRUCTION}")
+  """The ``"chat"`` prompt: the question plus :data:`FORMAT_INSTRUCTION` in LLaDA's chat template.
+
+  The template's leading ``<|startoftext|>`` is left out: :meth:`Task.encode_prompts` prepends the
+  tokenizer's BOS id itself.
+  """
+  return llada_chat_prompt(f"{question}\n\n{FORMAT_INSTRUCTION}", bos="")
 
 
 def reasoning_target(reasoning: str, answer: str) -> str:
