@@ -1,10 +1,29 @@
-"""Timing helpers for ``experiments/benchmark.py``: compile once, then best-of-N wall time."""
+"""Measurement helpers for ``experiments/benchmark.py``: timing, model FLOPs / MFU, memory, and a
+PyTorch-eager LLaDA sampler on the same weights for a side-by-side speed figure.
+
+FLOPs follow the usual dense-transformer count (Kaplan et al. 2020; PaLM's MFU, Chowdhery et al.
+2022): a forward pass over ``T`` query tokens costs ``2 · N_matmul · T`` for the weight matmuls
+(``N_matmul`` = every parameter except the embedding lookup table; the output projection counts) plus
+``4 · n_layers · T · S · D`` for attention scores and the weighted sum over ``S`` keys. MFU = achieved
+model FLOP/s / the device's peak (dense bf16 by default; a flag overrides it).
+"""
 from __future__ import annotations
 
 import time
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
+import numpy as np
+
+from daca_jax.types import ModelConfig, RolloutConfig
+
+# Dense bf16 peak FLOP/s per chip, from vendor data sheets (no sparsity). Matched by substring of
+# ``jax.Device.device_kind``, first hit wins.
+PEAK_BF16_FLOPS = (
+    ("H200", 989e12), ("H100", 989e12), ("GH200", 989e12), ("A100", 312e12), ("L40S", 362e12),
+    ("TPU v6", 918e12), ("TPU v5p", 459e12), ("TPU v5", 197e12), ("TPU v4", 275e12),
+)
 
 
 def time_fn(fn: Callable[..., Any], *args: Any, repeats: int = 5, warmup: int = 1) -> dict[str, float]:
@@ -27,7 +46,186 @@ def time_fn(fn: Callable[..., Any], *args: Any, repeats: int = 5, warmup: int = 
   return {"compile_s": compile_s, "best_s": runs[0], "median_s": runs[len(runs) // 2]}
 
 
+def compile_and_time(fn: Callable[..., Any], *args: Any, repeats: int = 5) -> dict[str, Any]:
+  """Compiles ``jit(fn)`` for ``args`` once, then times the executable (one warm-up call).
+
+  Returns:
+    {"compile_s", "best_s", "median_s", "memory": :func:`compiled_memory` of that executable,
+    "compiled": the executable (call it with the same argument shapes)}.
+  """
+  fn = fn if hasattr(fn, "lower") else jax.jit(fn)
+  t0 = time.perf_counter()
+  compiled = fn.lower(*args).compile()
+  compile_s = time.perf_counter() - t0
+  out = time_fn(compiled, *args, repeats=repeats)
+  out.update(compile_s=compile_s, memory=_memory_stats(compiled), compiled=compiled)
+  return out
+
+
 def compiled_temp_bytes(fn: Callable[..., Any], *args: Any) -> int:
   """XLA's compiled temporary-buffer size (bytes) of ``jax.jit(fn)(*args)``: the peak scratch memory."""
-  stats = jax.jit(fn).lower(*args).compile().memory_analysis()
-  return int(stats.temp_size_in_bytes)
+  return compiled_memory(fn, *args)["temp_bytes"]
+
+
+def compiled_memory(fn: Callable[..., Any], *args: Any) -> dict[str, int]:
+  """XLA's compiled buffer sizes (bytes) of ``jax.jit(fn)(*args)``, available on every backend.
+
+  ``peak_bytes`` = arguments + outputs + temporaries (aliased buffers counted once): an upper bound
+  of the device memory one call needs, without running it.
+  """
+  fn = fn if hasattr(fn, "lower") else jax.jit(fn)
+  return _memory_stats(fn.lower(*args).compile())
+
+
+def _memory_stats(compiled: Any) -> dict[str, int]:
+  s = compiled.memory_analysis()
+  out = {"temp_bytes": int(s.temp_size_in_bytes), "argument_bytes": int(s.argument_size_in_bytes),
+         "output_bytes": int(s.output_size_in_bytes), "alias_bytes": int(s.alias_size_in_bytes)}
+  out["peak_bytes"] = out["temp_bytes"] + out["argument_bytes"] + out["output_bytes"] - out["alias_bytes"]
+  return out
+
+
+def device_peak_bytes(device: jax.Device | None = None) -> int | None:
+  """The allocator's peak bytes in use on ``device`` (GPU/TPU), or None where it keeps no stats (CPU)."""
+  device = device or jax.devices()[0]
+  stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+  if not stats or "peak_bytes_in_use" not in stats:
+    return None
+  return int(stats["peak_bytes_in_use"])
+
+
+def peak_flops(override_tflops: float = 0.0, device: jax.Device | None = None) -> float | None:
+  """Peak FLOP/s of one chip: ``override_tflops`` (TFLOP/s) when > 0, else the :data:`PEAK_BF16_FLOPS`
+  entry of the device kind; None when unknown (CPU), in which case MFU is reported as 'n/a'."""
+  if override_tflops > 0:
+    return override_tflops * 1e12
+  kind = (device or jax.devices()[0]).device_kind
+  for name, flops in PEAK_BF16_FLOPS:
+    if name.lower() in kind.lower():
+      return flops
+  return None
+
+
+def matmul_params(cfg: ModelConfig) -> int:
+  """Parameters that take part in a matmul per token: all but the embedding table (the tied
+  output projection still counts once)."""
+  hd, kv = cfg.head_dim, cfg.kv_heads
+  per_layer = cfg.d_model * hd * (2 * cfg.n_heads + 2 * kv) + 3 * cfg.d_model * cfg.mlp_dim
+  return cfg.n_layers * per_layer + cfg.d_model * cfg.vocab_size
+
+
+def forward_flops(cfg: ModelConfig, batch: int, q_len: int, kv_len: int | None = None) -> float:
+  """Model FLOPs of one forward pass: ``batch`` sequences, ``q_len`` query tokens, ``kv_len`` keys
+  (default ``q_len``)."""
+  kv_len = q_len if kv_len is None else kv_len
+  attn = 4.0 * cfg.n_layers * q_len * kv_len * cfg.n_heads * cfg.head_dim
+  return batch * (2.0 * matmul_params(cfg) * q_len + attn)
+
+
+def rollout_flops(cfg: ModelConfig, rcfg: RolloutConfig, batch: int, prompt_len: int,
+                  model_calls: float) -> float:
+  """Model FLOPs of one rollout that made ``model_calls`` forward passes.
+
+  Plain / threshold decoding: every call is a full pass over ``P + L`` tokens. With a K/V cache each
+  block's first call is a full pass and the others run the block's query window (the block and
+  everything after it for "prefix", the block for "dual") against ``P + L`` keys; with a threshold
+  the cached calls are spread evenly over the blocks (an estimate: the count per block is not kept).
+  """
+  total = prompt_len + rcfg.gen_length
+  full = forward_flops(cfg, batch, total)
+  if rcfg.kv_cache == "none":
+    return model_calls * full
+  nb, bl = rcfg.num_blocks, rcfg.block_length
+  cached_calls = max(model_calls - nb, 0.0)
+  windows = [(rcfg.gen_length - b * bl) if rcfg.kv_cache == "prefix" else bl for b in range(nb)]
+  mean_window = float(np.mean(windows))
+  per_cached = forward_flops(cfg, batch, 1, total) * mean_window  # linear in the query count
+  return nb * full + cached_calls * per_cached
+
+
+# --- PyTorch-eager reference sampler ----------------------------------------------------------------
+
+def torch_llama_from_params(params: Any, cfg: ModelConfig):
+  """transformers' ``LlamaForCausalLM`` with the JAX model's weights, run bidirectionally (eager,
+  float32, no causal mask): the architecture LLaDA shares with Llama (DESIGN §4).
+
+  Raises:
+    ImportError: torch or transformers is not installed.
+  """
+  import torch
+  import transformers
+
+  from daca_jax.models.hf_import import NAME_MAPS  # Llama tensor names (Dream uses them), no biases
+
+  hf_cfg = transformers.LlamaConfig(
+      hidden_size=cfg.d_model, intermediate_size=cfg.mlp_dim, num_hidden_layers=cfg.n_layers,
+      num_attention_heads=cfg.n_heads, num_key_value_heads=cfg.kv_heads, vocab_size=cfg.vocab_size,
+      rms_norm_eps=cfg.norm_eps, rope_theta=cfg.rope_theta, tie_word_embeddings=cfg.tie_embeddings,
+      hidden_act="silu", attention_bias=False, mlp_bias=False)
+  hf_cfg._attn_implementation = "eager"
+  hf_cfg.is_causal = False
+  model = transformers.LlamaForCausalLM(hf_cfg).eval()
+  for m in model.modules():
+    if hasattr(m, "is_causal"):
+      m.is_causal = False
+  from flax import nnx
+
+  pure = nnx.to_pure_dict(params) if isinstance(params, nnx.State) else params
+  state = {}
+  for path, name, transpose in NAME_MAPS["dream"]:
+    if path[-1] == "bias" or (path[0] == "lm_head" and cfg.tie_embeddings):
+      continue
+    value = pure
+    for part in path:
+      value = value[part]
+    value = np.asarray(value, np.float32)
+    layers = range(cfg.n_layers) if path[0] == "layers" else [None]
+    for i in layers:
+      v = value if i is None else value[i]
+      state[name.format(i=i)] = torch.from_numpy(np.array(v.T if transpose else v, order="C"))
+  missing, unexpected = model.load_state_dict(state, strict=False)
+  if unexpected or any("rotary" not in k for k in missing):
+    raise ValueError(f"torch Llama weight copy: missing {missing}, unexpected {unexpected}")
+  return model
+
+
+def torch_llada_generate(model: Any, prompts: np.ndarray, cfg: RolloutConfig, *, mask_id: int,
+                         seed: int = 0) -> np.ndarray:
+  """LLaDA's ``generate`` loop in eager PyTorch: blocks, LLaDA's tokens-per-step schedule,
+  Gumbel-max candidates, low-confidence (or random) remasking. Returns int64 [B, P+L].
+
+  Written for this benchmark from the published algorithm (one full forward pass per step, an
+  all-visible 4D attention mask), so that both samplers do the same work.
+  """
+  import torch
+
+  from daca_jax.diffusion.rollout import tokens_per_step
+
+  gen = torch.Generator().manual_seed(seed)
+  b, p = prompts.shape
+  x = torch.full((b, p + cfg.gen_length), mask_id, dtype=torch.long)
+  x[:, :p] = torch.from_numpy(np.asarray(prompts, np.int64))
+  attn = torch.zeros((b, 1, x.shape[1], x.shape[1]), dtype=torch.float32)
+  k_sched = tokens_per_step(cfg)
+  spb = cfg.steps_per_block
+  with torch.no_grad():
+    for s in range(cfg.steps):
+      blk_end = p + (s // spb + 1) * cfg.block_length
+      logits = model(input_ids=x, attention_mask=attn).logits.float()
+      if cfg.temperature > 0:
+        u = torch.rand(logits.shape, generator=gen).clamp_(1e-10, 1.0)
+        x0 = torch.argmax(logits - cfg.temperature * torch.log(-torch.log(u)), dim=-1)
+      else:
+        x0 = torch.argmax(logits, dim=-1)
+      probs = torch.softmax(logits, dim=-1)
+      if cfg.remasking == "random":
+        conf = torch.rand(x0.shape, generator=gen)
+      else:
+        conf = torch.gather(probs, -1, x0[..., None])[..., 0]
+      masked = x == mask_id
+      conf[:, blk_end:] = -np.inf
+      conf = torch.where(masked, conf, torch.tensor(-np.inf))
+      idx = torch.topk(conf, int(k_sched[s]), dim=-1).indices
+      commit = torch.zeros_like(masked).scatter_(1, idx, True) & masked
+      x = torch.where(commit, x0, x)
+  return x.numpy()

@@ -1,14 +1,32 @@
-"""Speed figures of the tiny Sudoku config, measured in one run, printed as ratios.
+"""Speed, FLOP utilisation and memory figures, measured in one run and printed side by side.
 
-  python experiments/benchmark.py [--config=configs/sudoku_tiny.py] [--batch=64] [--json=bench.json]
+  python experiments/benchmark.py [--config=configs/sudoku_tiny.py] [--sections=rollout,fast,torch]
+      [--batch=64] [--json=bench.json]
+  # LLaDA-8B size, random bf16 weights (an accelerator; see experiments/scripts/gpu_check.sh):
+  python experiments/benchmark.py --model=llada_8b --sections=rollout,fast --batch=8
 
-Prints rollout tokens/s, the DPS on/off time ratio (rollout with step records + DPS weights vs. a
-plain rollout: the design target is ≈ 1, no extra forward pass) and the SML K=4 / mean-field time
-ratio of the per-token likelihood (design target ≈ K, no more) and of a full update step. Absolute
-times are only meaningful on an accelerator; the ratios are what to compare.
+Sections (``--sections``, comma separated; ``all`` adds the slow ``accuracy`` one):
+  rollout    rollout tokens/s, compile time, model FLOPs and MFU, peak memory, DPS overhead.
+  fast       threshold decoding and prefix / dual K/V cache: tokens/s, model calls, agreement with
+             plain greedy decoding.
+  likelihood SML (K=4) vs mean-field per-token likelihood time; update step time and compile time.
+  memory     compiled scratch memory of SML at V=32k, all strata at once vs one at a time.
+  scaling    rollout tokens/s vs L, SML time vs K, update time vs group size G.
+  torch      the same rollout in eager PyTorch (transformers' Llama, bidirectional, same weights,
+             LLaDA's loop); prints the JAX / PyTorch tokens/s ratio. Skipped if torch is missing.
+  accuracy   Sudoku strict_solved of plain vs threshold vs cached decoding with an SFT'd tiny model
+             (``--sft_dir`` to reuse a checkpoint folder, else a short SFT of ``--sft_steps``).
+
+Absolute times are only meaningful on an accelerator; ratios measured in the same run are what to
+compare. MFU uses the device's dense bf16 peak (``--peak_tflops`` overrides; 'n/a' on CPU unless given).
 """
 import dataclasses
 import json
+import pathlib
+import shutil
+import sys
+import tempfile
+import time
 
 import jax
 import jax.numpy as jnp
@@ -16,71 +34,199 @@ import numpy as np
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from daca_jax.benchmarking import compiled_temp_bytes, time_fn
+from daca_jax import benchmarking as bm
 from daca_jax.credit import CREDIT
-from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.diffusion import make_rollout_fn
+from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.metrics import format_table
-from daca_jax.models import count_params, init_model, make_logits_fn
-from daca_jax.pipeline import build_task
-from daca_jax.rl import GRPOLearner
+from daca_jax.models import count_params, init_model, llada_8b_config, make_logits_fn
 from daca_jax.types import train_config_from_dict
 
+SECTIONS = ("rollout", "fast", "likelihood", "memory", "scaling", "torch", "accuracy")
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/sudoku_tiny.py", "Config file.")
+_SECTIONS = flags.DEFINE_string("sections", "rollout,fast,likelihood,memory,scaling,torch",
+                                f"Comma-separated sections of {list(SECTIONS)}, or 'all'.")
+_MODEL = flags.DEFINE_enum("model", "config", ["config", "llada_8b"],
+                           "'config': the config's model and task prompts; 'llada_8b': LLaDA-8B "
+                           "geometry, random bf16 weights, random prompts (rollout/fast only).")
+_SHRINK = flags.DEFINE_bool("shrink", False, "--model=llada_8b with d_model 64, 2 layers (the same code "
+                            "path, CPU-sized: how tests check gpu_check.sh).")
 _BATCH = flags.DEFINE_integer("batch", 64, "Sequences per rollout / likelihood call.")
 _REPEATS = flags.DEFINE_integer("repeats", 5, "Timed repetitions (best is reported).")
+_PROMPT_LEN = flags.DEFINE_integer("prompt_len", 64, "Prompt tokens for --model=llada_8b.")
+_GEN = flags.DEFINE_integer("gen_length", 0, "Override rollout.gen_length (0: config).")
+_BLOCK = flags.DEFINE_integer("block_length", 0, "Override rollout.block_length (0: config).")
+_STEPS = flags.DEFINE_integer("steps", 0, "Override rollout.steps (0: config).")
+_THRESHOLD = flags.DEFINE_float("threshold", 0.9, "Confidence threshold of the 'fast' section (Fast-dLLM).")
+_FAST_BLOCK = flags.DEFINE_integer("fast_block_length", 0,
+                                   "Block length of the fast/accuracy cache runs (0: the rollout's; "
+                                   "a cache needs more than one block to matter).")
+_FAST_VARIANTS = flags.DEFINE_string("fast_variants", "plain,threshold,prefix,dual,threshold+dual",
+                                     "fast/accuracy: which variants to run (the plain baselines "
+                                     "always run).")
+_PEAK = flags.DEFINE_float("peak_tflops", 0.0, "Peak TFLOP/s per chip for MFU (0: device table).")
+_SFT_DIR = flags.DEFINE_string("sft_dir", "", "accuracy: an SFT checkpoint folder to reuse (copied).")
+_SFT_STEPS = flags.DEFINE_integer("sft_steps", 300, "accuracy: SFT steps when --sft_dir is not given.")
+_EVAL_N = flags.DEFINE_integer("eval_examples", 500, "accuracy: evaluation puzzles.")
 _JSON = flags.DEFINE_string("json", "", "Also write every figure to this JSON file.")
 
 
-def main(argv):
-  del argv
-  logging.set_verbosity(logging.WARNING)
-  cfg = train_config_from_dict(_CONFIG.value)
-  b, r = _BATCH.value, _REPEATS.value
-  gd, params = init_model(cfg.model, cfg.seed)
-  logits_fn = make_logits_fn(gd)
-  task = build_task(cfg)
-  mask_id, eos_id = task.tokenizer.mask_id, task.tokenizer.eos_id
-  p = task.prompt_len
-  examples = task.train_examples(b, cfg.seed)
-  prompts = jnp.asarray(task.encode_prompts(examples))
-  key = jax.random.PRNGKey(0)
-  res = {"batch": b, "gen_length": cfg.rollout.gen_length, "steps": cfg.rollout.steps,
-         "params": count_params(params), "backend": jax.default_backend()}
+class Bench:
+  """The model, prompts and sampler config every section measures."""
 
-  plain = make_rollout_fn(logits_fn, cfg.rollout, mask_id=mask_id, eos_id=eos_id)
-  recorded = make_rollout_fn(logits_fn, cfg.rollout, mask_id=mask_id, eos_id=eos_id, record_step_conf=True)
+  def __init__(self):
+    cfg = train_config_from_dict(_CONFIG.value)
+    rollout = dataclasses.replace(cfg.rollout, **{k: v for k, v in (
+        ("gen_length", _GEN.value), ("block_length", _BLOCK.value), ("steps", _STEPS.value)) if v})
+    if rollout.block_length > rollout.gen_length:
+      rollout = dataclasses.replace(rollout, block_length=rollout.gen_length)
+    self.b, self.r = _BATCH.value, _REPEATS.value
+    self.key = jax.random.PRNGKey(0)
+    if _MODEL.value == "llada_8b":
+      model = llada_8b_config(param_dtype="bfloat16")
+      if _SHRINK.value:
+        model = dataclasses.replace(model, d_model=64, n_layers=2, n_heads=4, n_kv_heads=4, mlp_dim=128)
+      self.task = None
+      self.mask_id, self.eos_id = model.mask_token_id, 126081
+      rng = np.random.default_rng(0)
+      self.prompts = jnp.asarray(rng.integers(0, 126000, (self.b, _PROMPT_LEN.value)), jnp.int32)
+    else:
+      model = cfg.model
+      from daca_jax.pipeline import build_task
+
+      self.task = build_task(dataclasses.replace(cfg, rollout=rollout))
+      self.mask_id, self.eos_id = self.task.tokenizer.mask_id, self.task.tokenizer.eos_id
+      self.prompts = jnp.asarray(self.task.encode_prompts(self.task.train_examples(self.b, cfg.seed)))
+    self.cfg = dataclasses.replace(cfg, model=model, rollout=rollout.validate())
+    t0 = time.perf_counter()
+    self.graphdef, self.params = init_model(model, cfg.seed)
+    self.init_s = time.perf_counter() - t0
+    self.logits_fn = make_logits_fn(self.graphdef)
+    self.p = int(self.prompts.shape[1])
+    self.peak = bm.peak_flops(_PEAK.value)
+
+  def rollout_fn(self, rcfg, **kw):
+    return make_rollout_fn(self.logits_fn, rcfg, mask_id=self.mask_id, eos_id=self.eos_id, **kw)
+
+  def mfu(self, flops_per_s):
+    return flops_per_s / self.peak if self.peak else "n/a"
+
+
+def section_rollout(bench, res):
+  rc = bench.cfg.rollout
+  t = bm.compile_and_time(bench.rollout_fn(rc), bench.params, bench.prompts, bench.key, repeats=bench.r)
+  flops = bm.rollout_flops(bench.cfg.model, rc, bench.b, bench.p, rc.steps)
+  res.update(rollout_s=t["best_s"], rollout_compile_s=t["compile_s"],
+             rollout_tokens_per_s=bench.b * rc.gen_length / t["best_s"],
+             rollout_model_tflop=flops / 1e12, rollout_model_tflops_per_s=flops / t["best_s"] / 1e12,
+             rollout_mfu=bench.mfu(flops / t["best_s"]))
+  mem = t["memory"]
+  res["rollout_compiled_peak_mb"] = mem["peak_bytes"] / 2**20
+  res["rollout_compiled_temp_mb"] = mem["temp_bytes"] / 2**20
+  dev = bm.device_peak_bytes()
+  res["device_peak_mb"] = dev / 2**20 if dev is not None else "n/a (no allocator stats on this backend)"
+  # DPS: the same rollout recording step confidences, then the DPS weights: no extra model call.
+  recorded = bench.rollout_fn(rc, record_step_conf=True)
   dps = CREDIT.get("dps")
-  with_dps = jax.jit(lambda prm, x, k: dps(recorded(prm, x, k), cfg.credit, cfg.rollout))
-  t_plain = time_fn(plain, params, prompts, key, repeats=r)
-  t_dps = time_fn(with_dps, params, prompts, key, repeats=r)
-  res["rollout_s"] = t_plain["best_s"]
-  res["rollout_compile_s"] = t_plain["compile_s"]
-  res["rollout_tokens_per_s"] = b * cfg.rollout.gen_length / t_plain["best_s"]
+  with_dps = jax.jit(lambda prm, x, k: dps(recorded(prm, x, k), bench.cfg.credit, rc))
+  t_dps = bm.compile_and_time(with_dps, bench.params, bench.prompts, bench.key, repeats=bench.r)
   res["rollout_with_dps_s"] = t_dps["best_s"]
-  res["dps_on_off_ratio"] = t_dps["best_s"] / t_plain["best_s"]
+  res["dps_overhead_pct"] = 100.0 * (t_dps["best_s"] / t["best_s"] - 1.0)
 
-  traj = plain(params, prompts, key)
-  lik = {}
+
+def _fast_variants(rc, threshold, block_length):
+  """(name, config) pairs: the plain greedy baseline first, then the fast options."""
+  greedy = dataclasses.replace(rc, temperature=0.0)
+  blocked = greedy
+  if block_length and block_length != rc.block_length:
+    nb = rc.gen_length // block_length
+    blocked = dataclasses.replace(greedy, block_length=block_length,
+                                  steps=max(nb, (rc.steps // nb) * nb)).validate()
+  one_per_step = dataclasses.replace(blocked, steps=rc.gen_length, threshold=threshold)
+  out = [("plain", greedy), (f"threshold{threshold}", dataclasses.replace(
+      greedy, steps=rc.gen_length, threshold=threshold))]
+  if blocked is not greedy:
+    out.append((f"plain_b{blocked.block_length}", blocked))
+  tag = f"_b{blocked.block_length}"
+  out += [("prefix" + tag, dataclasses.replace(blocked, kv_cache="prefix")),
+          ("dual" + tag, dataclasses.replace(blocked, kv_cache="dual")),
+          (f"threshold{threshold}+dual" + tag, dataclasses.replace(one_per_step, kv_cache="dual"))]
+  wanted = {v.strip() for v in _FAST_VARIANTS.value.split(",")}
+  return [(name, c) for name, c in out
+          if name.startswith("plain") or name.split("_b")[0].replace(str(threshold), "") in wanted]
+
+
+def section_fast(bench, res):
+  rc = bench.cfg.rollout
+  variants = _fast_variants(rc, _THRESHOLD.value, _FAST_BLOCK.value)
+  rows, base = [], {}
+  for name, vc in variants:
+    t = bm.compile_and_time(bench.rollout_fn(vc), bench.params, bench.prompts, bench.key, repeats=bench.r)
+    traj = t["compiled"](bench.params, bench.prompts, bench.key)
+    calls = int(traj.model_calls)
+    comp = np.asarray(traj.completion)
+    ref_name = "plain" if vc.block_length == rc.block_length else f"plain_b{vc.block_length}"
+    if name.startswith("plain"):
+      base[name] = (comp, t["best_s"])
+    ref_comp, ref_s = base[ref_name]
+    flops = bm.rollout_flops(bench.cfg.model, vc, bench.b, bench.p, calls)
+    row = {"tokens_per_s": bench.b * vc.gen_length / t["best_s"], "model_calls": calls,
+           "max_calls": vc.steps, "speedup_vs_" + ref_name: ref_s / t["best_s"],
+           "token_agreement_vs_" + ref_name: float(np.mean(comp == ref_comp)),
+           "compile_s": t["compile_s"], "mfu": bench.mfu(flops / t["best_s"])}
+    for k, v in row.items():
+      res[f"fast_{name}_{k}"] = v
+    rows.append([name, row["tokens_per_s"], calls, vc.steps, ref_s / t["best_s"],
+                 row["token_agreement_vs_" + ref_name]])
+  print(format_table(rows, ["greedy variant", "tokens/s", "calls", "max calls", "speedup", "agree"]))
+
+
+def _learner(bench, likelihood, k, group_size=None, prompts_per_step=None):
+  from daca_jax.rl import GRPOLearner
+
+  cfg = bench.cfg
+  rl = dataclasses.replace(cfg.rl, likelihood=likelihood, group_size=group_size or cfg.rl.group_size,
+                           prompts_per_step=prompts_per_step or cfg.rl.prompts_per_step)
+  c = dataclasses.replace(cfg, rl=rl, likelihood=dataclasses.replace(cfg.likelihood, num_strata=k))
+  return GRPOLearner(bench.logits_fn, c, mask_id=bench.mask_id, eos_id=bench.eos_id)
+
+
+def _update_time(bench, learner, traj, repeats):
+  b = traj.tokens.shape[0]
+  opt = learner.init_opt_state(bench.params)
+  rewards = jnp.asarray(np.random.default_rng(1).uniform(size=b), jnp.float32)
+  return bm.time_fn(learner.update, bench.params, opt, bench.params, traj, rewards, traj.completion_mask,
+                    bench.key, repeats=repeats)
+
+
+def _logprob_time(bench, learner, tokens, repeats):
+  fn = jax.jit(lambda prm, t, kk: learner.logprobs(prm, t, bench.p, kk))
+  return bm.time_fn(fn, bench.params, tokens, bench.key, repeats=repeats)
+
+
+def section_likelihood(bench, res):
+  traj = bench.rollout_fn(bench.cfg.rollout)(bench.params, bench.prompts, bench.key)
   for name, k in (("mean_field", 1), ("stratified", 4)):
-    c = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, likelihood=name),
-                            likelihood=dataclasses.replace(cfg.likelihood, num_strata=k))
-    learner = GRPOLearner(logits_fn, c, mask_id=mask_id, eos_id=eos_id)
-    logp = jax.jit(lambda prm, t, kk, lr=learner: lr.logprobs(prm, t, p, kk))
-    lik[name] = time_fn(logp, params, traj.tokens, key, repeats=r)
-    opt = learner.init_opt_state(params)
-    rewards = jnp.asarray(np.random.default_rng(1).uniform(size=b), jnp.float32)
-    weights = traj.completion_mask
-    upd = time_fn(learner.update, params, opt, params, traj, rewards, weights, key, repeats=max(2, r // 2))
-    res[f"{name}_logprob_s"] = lik[name]["best_s"]
+    learner = _learner(bench, name, k)
+    res[f"{name}_logprob_s"] = _logprob_time(bench, learner, traj.tokens, bench.r)["best_s"]
+    upd = _update_time(bench, learner, traj, max(2, bench.r // 2))
     res[f"{name}_update_s"] = upd["best_s"]
     res[f"{name}_update_compile_s"] = upd["compile_s"]
   res["sml_k4_vs_mean_field_logprob_ratio"] = res["stratified_logprob_s"] / res["mean_field_logprob_s"]
   res["sml_k4_vs_mean_field_update_ratio"] = res["stratified_update_s"] / res["mean_field_update_s"]
+  learner = _learner(bench, "stratified", 4)
+  upd_mem = bm.compiled_memory(learner.update, bench.params, learner.init_opt_state(bench.params),
+                               bench.params, traj, jnp.zeros((bench.b,), jnp.float32),
+                               traj.completion_mask, bench.key)
+  res["sml_k4_update_compiled_peak_mb"] = upd_mem["peak_bytes"] / 2**20
 
+
+def section_memory(bench, res):
   # Peak memory of SML with a 32k vocabulary: all K strata at once (vmap) vs one stratum at a time
   # (lax.map, likelihood.strata_batch=1); XLA's compiled scratch size, no execution needed.
-  big = dataclasses.replace(cfg.model, vocab_size=32768, d_model=64, n_layers=1, n_heads=2, mlp_dim=128)
+  cfg = bench.cfg
+  big = dataclasses.replace(cfg.model, vocab_size=32768, d_model=64, n_layers=1, n_heads=2, n_kv_heads=0,
+                            mlp_dim=128, mask_token_id=32767, dtype="float32", param_dtype="float32")
   gd_big, params_big = init_model(big, 0)
   big_fn = make_logits_fn(gd_big)
   toks = jnp.zeros((8, 64), jnp.int32)
@@ -88,14 +234,137 @@ def main(argv):
       big_fn, prm, t, 32, kk, dataclasses.replace(cfg.likelihood, num_strata=4, strata_batch=sb),
       mask_id=big.mask_token_id))
   res["sml_v32k_full_logits_mb"] = 4 * 8 * 64 * 32768 * 4 / 2**20
-  res["sml_v32k_vmap_temp_mb"] = compiled_temp_bytes(sml(0), params_big, toks, key) / 2**20
-  res["sml_v32k_strata_batch1_temp_mb"] = compiled_temp_bytes(sml(1), params_big, toks, key) / 2**20
+  res["sml_v32k_vmap_temp_mb"] = bm.compiled_temp_bytes(sml(0), params_big, toks, bench.key) / 2**20
+  res["sml_v32k_strata_batch1_temp_mb"] = bm.compiled_temp_bytes(sml(1), params_big, toks, bench.key) / 2**20
 
-  rows = [[k, v] for k, v in res.items()]
-  print(format_table(rows, ["figure", "value"]))
-  if _JSON.value:
-    with open(_JSON.value, "w") as f:
-      json.dump(res, f, indent=2)
+
+def section_scaling(bench, res):
+  rc = bench.cfg.rollout
+  r = max(1, bench.r // 2)
+  for mult in (1, 2, 4):
+    length = rc.gen_length * mult
+    vc = dataclasses.replace(rc, gen_length=length, block_length=length, steps=max(1, length // 2))
+    t = bm.time_fn(bench.rollout_fn(vc), bench.params, bench.prompts, bench.key, repeats=r)
+    res[f"scaling_L{length}_rollout_tokens_per_s"] = bench.b * length / t["best_s"]
+    res[f"scaling_L{length}_rollout_s"] = t["best_s"]
+  traj = bench.rollout_fn(rc)(bench.params, bench.prompts, bench.key)
+  for k in (1, 2, 4, 8):
+    if k > rc.gen_length:
+      continue
+    res[f"scaling_K{k}_sml_logprob_s"] = _logprob_time(bench, _learner(bench, "stratified", k),
+                                                      traj.tokens, r)["best_s"]
+  prompts_per_step = max(1, bench.b // 16)
+  for g in (4, 8, 16):
+    b = prompts_per_step * g
+    prompts = jnp.repeat(bench.prompts[:prompts_per_step], g, axis=0)
+    tr = bench.rollout_fn(rc)(bench.params, prompts, bench.key)
+    learner = _learner(bench, bench.cfg.rl.likelihood, bench.cfg.likelihood.num_strata, g, prompts_per_step)
+    res[f"scaling_G{g}_B{b}_update_s"] = _update_time(bench, learner, tr, r)["best_s"]
+
+
+def section_torch(bench, res):
+  try:
+    import torch
+    import transformers  # noqa: F401
+  except ImportError as e:
+    print(f"torch section skipped: {e} (pip install torch transformers)")
+    res["torch_skipped"] = str(e)
+    return
+  rc = bench.cfg.rollout
+  model = bm.torch_llama_from_params(bench.params, bench.cfg.model)
+  prompts = np.asarray(bench.prompts)
+  runs = []
+  bm.torch_llada_generate(model, prompts, rc, mask_id=bench.mask_id)  # warm-up
+  for _ in range(max(2, bench.r // 2)):
+    t0 = time.perf_counter()
+    bm.torch_llada_generate(model, prompts, rc, mask_id=bench.mask_id)
+    runs.append(time.perf_counter() - t0)
+  if "rollout_s" not in res:
+    res["rollout_s"] = bm.time_fn(bench.rollout_fn(rc), bench.params, bench.prompts, bench.key,
+                                  repeats=bench.r)["best_s"]
+    res["rollout_tokens_per_s"] = bench.b * rc.gen_length / res["rollout_s"]
+  res["torch_eager_rollout_s"] = min(runs)
+  res["torch_eager_tokens_per_s"] = bench.b * rc.gen_length / min(runs)
+  res["torch_threads"] = torch.get_num_threads()
+  res["jax_vs_torch_eager_tokens_per_s_ratio"] = res["rollout_tokens_per_s"] / res["torch_eager_tokens_per_s"]
+  # Same weights, same loop: greedy decoding must agree token for token (a sanity check of the port).
+  greedy = dataclasses.replace(rc, temperature=0.0)
+  jax_tokens = np.asarray(bench.rollout_fn(greedy)(bench.params, bench.prompts, bench.key).tokens)
+  torch_tokens = bm.torch_llada_generate(model, prompts, greedy, mask_id=bench.mask_id)
+  res["torch_greedy_token_agreement"] = float(np.mean(jax_tokens == torch_tokens))
+
+
+def section_accuracy(bench, res):
+  from daca_jax.evaluation import evaluate
+  from daca_jax.pipeline import run_sft
+
+  cfg, task = bench.cfg, bench.task
+  with tempfile.TemporaryDirectory() as tmp:
+    sft_dir = pathlib.Path(tmp) / "sft"
+    steps = cfg.sft.steps
+    if _SFT_DIR.value:
+      shutil.copytree(_SFT_DIR.value, sft_dir)  # never write into someone else's folder
+      steps = max(int(s.name) for s in sft_dir.iterdir() if s.name.isdigit())
+    else:
+      steps = _SFT_STEPS.value
+    sft_cfg = dataclasses.replace(cfg, sft=dataclasses.replace(cfg.sft, steps=steps))
+    t0 = time.perf_counter()
+    params, trained = run_sft(sft_cfg, task, task.train_examples(cfg.sft.num_train_examples, cfg.seed),
+                              bench.logits_fn, bench.params, sft_dir, show_progress=False)
+    res["accuracy_sft_steps"] = steps
+    res["accuracy_sft_s"] = time.perf_counter() - t0 if trained else 0.0
+  examples, source = task.eval_examples()
+  examples = examples[:_EVAL_N.value]
+  res["accuracy_eval_source"] = source
+  rows = []
+  for name, vc in _fast_variants(cfg.rollout, _THRESHOLD.value, _FAST_BLOCK.value):
+    fn = bench.rollout_fn(vc)
+    t0 = time.perf_counter()
+    metrics, _ = evaluate(task, fn, params, examples, min(cfg.eval.batch_size, len(examples)), bench.key)
+    dt = time.perf_counter() - t0  # includes compilation: a rough figure
+    calls = int(fn(params, bench.prompts, bench.key).model_calls)
+    res[f"accuracy_{name}_strict_solved"] = metrics["strict_solved"]
+    res[f"accuracy_{name}_cell_accuracy"] = metrics["cell_accuracy"]
+    res[f"accuracy_{name}_model_calls"] = calls
+    rows.append([name, metrics["strict_solved"], metrics["cell_accuracy"], calls, vc.steps,
+                 len(examples) * vc.gen_length / dt])
+  print(format_table(rows, ["greedy variant", "strict_solved", "cell_acc", "calls", "max", "tok/s incl. compile"]))
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  chosen = SECTIONS if _SECTIONS.value == "all" else tuple(s.strip() for s in _SECTIONS.value.split(",") if s.strip())
+  unknown = [s for s in chosen if s not in SECTIONS]
+  if unknown:
+    print(f"error: --sections: unknown {unknown}; choose from {list(SECTIONS)} or 'all'", file=sys.stderr)
+    sys.exit(2)
+  bench = Bench()
+  if _MODEL.value == "llada_8b":
+    dropped = [s for s in chosen if s not in ("rollout", "fast")]
+    if dropped:
+      print(f"--model=llada_8b runs only the rollout and fast sections; skipping {dropped}")
+    chosen = tuple(s for s in chosen if s in ("rollout", "fast"))
+  rc = bench.cfg.rollout
+  res = {"backend": jax.default_backend(), "device": jax.devices()[0].device_kind,
+         "model": _MODEL.value, "params": count_params(bench.params),
+         "matmul_params": bm.matmul_params(bench.cfg.model), "init_s": bench.init_s, "batch": bench.b,
+         "prompt_len": bench.p, "gen_length": rc.gen_length, "block_length": rc.block_length,
+         "steps": rc.steps, "temperature": rc.temperature,
+         "peak_tflops": bench.peak / 1e12 if bench.peak else "n/a"}
+  for name in SECTIONS:
+    if name in chosen:
+      t0 = time.perf_counter()
+      globals()[f"section_{name}"](bench, res)
+      res[f"section_{name}_s"] = time.perf_counter() - t0
+      if _JSON.value:  # after every section, so that a run cut short keeps what it measured
+        with open(_JSON.value, "w") as f:
+          json.dump(res, f, indent=2)
+  print(format_table([[k, v] for k, v in res.items()], ["figure", "value"]))
+  if "rollout_mfu" in res:
+    mfu = res["rollout_mfu"]
+    print(f"rollout MFU: {mfu if isinstance(mfu, str) else f'{100 * mfu:.1f}%'} "
+          f"({res['rollout_model_tflops_per_s']:.2f} model TFLOP/s)")
 
 
 if __name__ == "__main__":

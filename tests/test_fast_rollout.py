@@ -184,8 +184,7 @@ def test_fresh_cache_equals_full_pass(model):
                          atol=1e-6)
 
 
-@pytest.mark.parametrize("mode", ["prefix", "dual"])
-@pytest.mark.parametrize("threshold", [0.0, 0.3])
+@pytest.mark.parametrize("mode,threshold", [("prefix", 0.0), ("dual", 0.3)])
 def test_cached_rollout_block_starts_are_exact(model, mode, threshold):
   """Each block's first step is a full pass: its record equals the model on the rebuilt state."""
   _, params, logits_fn = model
