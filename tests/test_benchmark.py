@@ -73,5 +73,6 @@ def test_llada_8b_code_path_at_cpu_size(tmp_path):
   res = json.loads(out.read_text())
   assert res["model"] == "llada_8b" and res["gen_length"] == 8
   assert 0 < res["rollout_mfu"] < 1 and res["rollout_tokens_per_s"] > 0
-  assert res["fast_dual_b4_model_calls"] == 4 and "fast_prefix_b4_model_calls" not in res
+  assert res["fast_dual_model_calls"] == 4 and "fast_prefix_model_calls" not in res
+  assert res["fast_dual_reference"] == "plain" and 0 <= res["fast_dual_token_agreement_vs_reference"] <= 1
   assert "rollout MFU:" in proc.stdout

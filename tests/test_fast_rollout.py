@@ -16,7 +16,8 @@ from daca_jax.errors import ConfigError
 from daca_jax.models import init_model, make_logits_fn, tiny_config
 from daca_jax.models.kv_cache import make_kv_fns
 from daca_jax.types import RolloutConfig
-from tests.fixed_logit_model import jax_logits, make_params, np_logits
+from tests.fixed_logit_model import jax_logits, make_params
+from tests.test_rollout import reference_candidates
 
 V, MASK, EOS = 12, 10, 11
 P = 3
@@ -39,15 +40,7 @@ def reference_threshold_rollout(params, prompts, key, cfg: RolloutConfig):
   for s in range(cfg.steps):
     blk, i = divmod(s, spb)
     k = bl // spb + (1 if i < bl % spb else 0)
-    k_gumbel, _ = jax.random.split(step_keys[s])
-    logits = np_logits(params, x)[:, P:]
-    probs = _softmax(logits)
-    if cfg.temperature > 0:
-      g = np.asarray(jax.random.gumbel(k_gumbel, logits.shape, jnp.float32), np.float64)
-      x0 = np.argmax(logits + cfg.temperature * g, -1)
-    else:
-      x0 = np.argmax(logits, -1)
-    p_x0 = np.take_along_axis(probs, x0[..., None], -1)[..., 0]
+    probs, x0, p_x0, _ = reference_candidates(params, x, step_keys[s], cfg)
     masked = x[:, P:] == MASK
     confs.append(np.where(masked, probs.max(-1), 0.0))
     in_block = masked[:, blk * bl:(blk + 1) * bl]

@@ -13,6 +13,21 @@ V, MASK, EOS = 12, 10, 11
 P = 3
 
 
+def reference_candidates(params, x, step_key, cfg: RolloutConfig):
+  """One step's model probabilities [B, L, V], Gumbel-max candidates x0 [B, L], their probabilities
+  p(x0) [B, L] (numpy, float64) and the remasking key, as LLaDA's generate() draws them."""
+  k_gumbel, k_remask = jax.random.split(step_key)
+  logits = np_logits(params, x)[:, P:]
+  probs = np.exp(logits - logits.max(-1, keepdims=True))
+  probs /= probs.sum(-1, keepdims=True)
+  if cfg.temperature > 0:
+    g = np.asarray(jax.random.gumbel(k_gumbel, logits.shape, jnp.float32), np.float64)
+    x0 = np.argmax(logits + cfg.temperature * g, -1)
+  else:
+    x0 = np.argmax(logits, -1)
+  return probs, x0, np.take_along_axis(probs, x0[..., None], -1)[..., 0], k_remask
+
+
 def reference_rollout(params, prompts, key, cfg: RolloutConfig):
   """LLaDA's generate() written as plain Python loops over blocks and steps (numpy, float64)."""
   b = prompts.shape[0]
@@ -28,16 +43,7 @@ def reference_rollout(params, prompts, key, cfg: RolloutConfig):
     n_masked = bl  # every block starts fully masked
     ks = [n_masked // spb + (1 if i < n_masked % spb else 0) for i in range(spb)]
     for i in range(spb):
-      k_gumbel, k_remask = jax.random.split(step_keys[s])
-      logits = np_logits(params, x)[:, P:]
-      probs = np.exp(logits - logits.max(-1, keepdims=True))
-      probs /= probs.sum(-1, keepdims=True)
-      if cfg.temperature > 0:
-        g = np.asarray(jax.random.gumbel(k_gumbel, logits.shape, jnp.float32), np.float64)
-        x0 = np.argmax(logits + cfg.temperature * g, -1)
-      else:
-        x0 = np.argmax(logits, -1)
-      p_x0 = np.take_along_axis(probs, x0[..., None], -1)[..., 0]
+      probs, x0, p_x0, k_remask = reference_candidates(params, x, step_keys[s], cfg)
       if cfg.remasking == "low_confidence":
         score = p_x0.copy()
       else:
