@@ -1,0 +1,85 @@
+"""The device mesh (DESIGN §10): axes ``('data', 'fsdp', 'tensor')`` and the shardings built on it."""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import jax
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+
+from daca_jax.errors import ConfigError
+from daca_jax.types import ParallelConfig
+
+AXES = ("data", "fsdp", "tensor")
+# Sequences are split over both of these axes: FSDP shards hold different rows as well as different
+# parameter slices (ZeRO-3), so every device works on its own part of the batch.
+BATCH_AXES = ("data", "fsdp")
+
+
+def mesh_shape(cfg: ParallelConfig, num_devices: int) -> tuple[int, int, int]:
+  """``(data, fsdp, tensor)`` sizes for ``num_devices`` devices (``data == 0`` takes the rest).
+
+  Raises:
+    ConfigError: the sizes do not multiply to ``num_devices``; the message names the fields, their
+      values and the number of devices available.
+  """
+  cfg.validate()
+  rest = cfg.fsdp * cfg.tensor
+  data = cfg.data or max(num_devices // rest, 1)
+  shape = (data, cfg.fsdp, cfg.tensor)
+  if math.prod(shape) != num_devices:
+    raise ConfigError("parallel.(data, fsdp, tensor)", (cfg.data, cfg.fsdp, cfg.tensor),
+                      f"sizes whose product is the {num_devices} devices available "
+                      f"(this mesh {shape} needs {math.prod(shape)}; data=0 takes the remaining devices)")
+  return shape
+
+
+def make_mesh(cfg: ParallelConfig, devices: Sequence[Any] | None = None) -> Mesh:
+  """Builds the mesh over ``devices`` (default: all devices of all processes).
+
+  Every axis is ``AxisType.Auto``, passed explicitly: the compiler propagates shardings through the
+  unmodified model code. (``Explicit`` axes would make every op with an ambiguous result sharding,
+  e.g. a matmul contracting an FSDP-sharded dimension, an error unless the model annotates it.)
+
+  Raises:
+    ConfigError: see :func:`mesh_shape`.
+  """
+  devices = list(jax.devices() if devices is None else devices)
+  shape = mesh_shape(cfg, len(devices))
+  return jax.make_mesh(shape, AXES, axis_types=(AxisType.Auto,) * len(AXES), devices=devices)
+
+
+def num_batch_shards(mesh: Mesh) -> int:
+  """Devices the batch is split over: ``data * fsdp``."""
+  return math.prod(mesh.shape[a] for a in BATCH_AXES)
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+  return NamedSharding(mesh, P())
+
+
+def check_batch_size(batch: int, mesh: Mesh) -> None:
+  """Raises ConfigError unless ``batch`` rows split evenly over the batch shards."""
+  n = num_batch_shards(mesh)
+  if batch % n:
+    raise ConfigError("rl.prompts_per_step * rl.group_size", batch,
+                      f"a multiple of the {n} batch shards (parallel.data x parallel.fsdp = "
+                      f"{mesh.shape['data']} x {mesh.shape['fsdp']})")
+
+
+def batch_shardings(tree: Any, mesh: Mesh, batch: int) -> Any:
+  """Per-leaf shardings that split the batch axis over ``('data', 'fsdp')``.
+
+  The batch axis of a leaf is its first axis of size ``batch`` (axis 0 for ``tokens [B, T]``, axis 1
+  for ``step_conf [S, B, L]``); leaves without one (scalars, keys) are replicated.
+  """
+
+  def one(x: Any) -> NamedSharding:
+    shape = getattr(x, "shape", ())
+    if batch not in shape:
+      return replicated(mesh)
+    spec = [None] * len(shape)
+    spec[shape.index(batch)] = BATCH_AXES
+    return NamedSharding(mesh, P(*spec))
+
+  return jax.tree.map(one, tree)

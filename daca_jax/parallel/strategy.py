@@ -1,0 +1,71 @@
+"""Chooses the update strategy from ``cfg.parallel`` (DESIGN §10): what the learner calls.
+
+``none``: plain ``jax.jit`` on the default device. ``pmap``: :mod:`daca_jax.parallel.data_parallel`.
+``fsdp``: :mod:`daca_jax.parallel.fsdp`. All three take and return the same values.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+from jax.sharding import Mesh
+
+from daca_jax.likelihood.base import LikelihoodFn
+from daca_jax.parallel.data_parallel import make_pmap_update, shard_rows
+from daca_jax.parallel.fsdp import fsdp_shardings, make_fsdp_update
+from daca_jax.parallel.mesh import batch_shardings, check_batch_size, make_mesh, replicated
+from daca_jax.types import ParallelConfig
+
+
+def wrap_likelihood(estimator: LikelihoodFn, cfg: ParallelConfig) -> LikelihoodFn:
+  """The estimator the update must call: row-sharded under ``pmap``, unchanged otherwise."""
+  return shard_rows(estimator) if cfg.strategy == "pmap" else estimator
+
+
+def compile_update(update_fn: Callable[..., Any], cfg: ParallelConfig,
+                   mesh: Mesh | None = None) -> Callable[..., Any]:
+  """Compiles ``update_fn(params, opt_state, ref_params, traj, rewards, weights, key)``.
+
+  Args:
+    update_fn: the one-device update (with its estimator from :func:`wrap_likelihood`).
+    cfg: ``parallel`` config section.
+    mesh: default ``make_mesh(cfg)`` over all devices (unused for ``none``).
+  Returns:
+    ``fn`` with the same signature and results ``(params, opt_state, metrics)``.
+  Raises:
+    ConfigError: mesh shape vs device count, or (at call time) a batch that does not split evenly.
+  """
+  cfg.validate()
+  if cfg.strategy == "none":
+    return jax.jit(update_fn)
+  mesh = make_mesh(cfg) if mesh is None else mesh
+  if cfg.strategy == "pmap":
+    return make_pmap_update(update_fn, mesh)
+  return make_fsdp_update(update_fn, mesh)
+
+
+def shard_rollout(rollout_fn: Callable[..., Any], cfg: ParallelConfig,
+                  mesh: Mesh | None = None) -> Callable[..., Any]:
+  """Places a rollout's inputs so that the jitted sampler runs split over the batch.
+
+  ``rollout_fn(params, prompts[B, P], key) -> Trajectory`` (already jitted, e.g.
+  ``make_rollout_fn``) is partitioned by the compiler from its input shardings: prompts over
+  ``('data', 'fsdp')``, parameters replicated (``pmap``) or FSDP-sharded (``fsdp``). Samples equal
+  the one-device rollout's (``jax_threefry_partitionable`` makes the Gumbel noise layout-free).
+
+  Raises:
+    ConfigError: B is not a multiple of ``data x fsdp``.
+  """
+  if cfg.strategy == "none":
+    return rollout_fn
+  mesh = make_mesh(cfg) if mesh is None else mesh
+
+  def call(params, prompts, key):
+    check_batch_size(prompts.shape[0], mesh)
+    p_sh = fsdp_shardings(params, mesh) if cfg.strategy == "fsdp" else replicated(mesh)
+    params, prompts, key = jax.device_put(
+        (params, prompts, key), (p_sh, batch_shardings(prompts, mesh, prompts.shape[0]), replicated(mesh)))
+    with jax.set_mesh(mesh):
+      return rollout_fn(params, prompts, key)
+
+  return call
