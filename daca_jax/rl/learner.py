@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from daca_jax import parallel
 from daca_jax.credit import CREDIT, TAGGERS, CreditInputs, CreditOutput
 from daca_jax.diffusion.rollout import Trajectory, make_rollout_fn
 from daca_jax.errors import ConfigError
@@ -51,7 +52,8 @@ class GRPOLearner:
     self.logits_fn = logits_fn
     self.mask_id = mask_id
     self.credit = CREDIT.get(cfg.rl.credit)
-    self.likelihood = LIKELIHOOD.get(cfg.rl.likelihood)
+    # under parallel.strategy="pmap" each device scores its own rows (daca_jax.parallel)
+    self.likelihood = parallel.wrap_likelihood(LIKELIHOOD.get(cfg.rl.likelihood), cfg.parallel)
     self.objective = OBJECTIVES.get(cfg.rl.objective)
     self.optimizer, self.schedule = make_optimizer(cfg.rl.learning_rate, cfg.rl.warmup_steps,
                                                    cfg.rl.weight_decay, cfg.rl.max_grad_norm,
@@ -76,7 +78,8 @@ class GRPOLearner:
     self._likelihood_kwargs = frozenset(inspect.signature(self.likelihood).parameters)
     self.credit_weights = jax.jit(lambda traj: self.credit(traj, cfg.credit, cfg.rollout))
     self._assign = jax.jit(self._assign_credit)
-    self.update = jax.jit(self._update)
+    self.rollout = parallel.shard_rollout(self.rollout, cfg.parallel)
+    self.update = parallel.compile_update(self._update, cfg.parallel)
 
   def init_opt_state(self, params: Any) -> optax.OptState:
     return self.optimizer.init(params)
