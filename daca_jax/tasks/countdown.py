@@ -109,6 +109,7 @@ def generate_items(num: int, seed: int, exclude: Collection[tuple[tuple[int, ...
   """
   if num < 0:
     raise ValueError(f"generate_items: num must be >= 0, got {num}")
+  exclude = frozenset(exclude)
   rng = np.random.default_rng(seed)
   seen: set[tuple[tuple[int, ...], int]] = set()
   out: list[tuple[tuple[int, int, int], int]] = []
