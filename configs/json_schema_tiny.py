@@ -86,7 +86,7 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
   c.rl.eval_every = 0  # Evaluate every N iterations (0: only before and after RL).
 
   c.sft = ml_collections.ConfigDict()
-  c.sft.steps = 300  # Warm start on generated instances.
+  c.sft.steps = 500  # Warm start on minimal instances.
   c.sft.batch_size = 32  # Sequences per SFT step.
   c.sft.learning_rate = 1e-3  # Peak AdamW rate (cosine decay to 10%).
   c.sft.warmup_steps = 30  # Linear warmup steps.
@@ -102,6 +102,7 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
   c.task.options.source = "generated"  # generated (small schemas) | jsonschemabench (real schemas).
   c.task.options.prompt_style = "plain"  # plain: the compact schema | chat: LLaDA chat + instruction.
   c.task.options.parse_reward = 0.0  # Reward of JSON that parses but does not validate (0 = strict).
+  c.task.options.target_style = "minimal"  # SFT targets: minimal (deterministic) | random instances.
 
   c.data = ml_collections.ConfigDict()
   c.data.data_dir = ""  # "" = $DACA_DATA_DIR or ../shared/data beside the repository.

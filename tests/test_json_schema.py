@@ -136,6 +136,13 @@ def test_small_schema_generator_targets_are_valid_and_sized():
     assert schema["type"] == "object" and 1 <= len(schema["properties"]) <= 3
     assert _fresh_is_valid(schema, json.loads(e.target))
     assert len(e.prompt) <= js.GENERATED_MAX_SCHEMA_CHARS and len(e.target) <= js.GENERATED_MAX_TARGET_CHARS
+  for e in tr[:50]:  # "minimal" targets: exactly the required properties, each at its first allowed value
+    schema = json.loads(e.prompt)
+    assert list(json.loads(e.target)) == [p for p in schema["properties"] if p in schema["required"]]
+  random_targets = make_task("json_schema", data_dir=None, eval_size=50, target_style="random")
+  rt = random_targets.train_examples(300, seed=3)
+  assert all(_fresh_is_valid(json.loads(e.prompt), json.loads(e.target)) for e in rt)
+  assert sum(set(json.loads(e.target)) != set(json.loads(e.prompt)["required"]) for e in rt) > 50
   prompts = task.encode_prompts(ev)
   targets = task.encode_targets(ev, task.min_gen_length)
   assert prompts.shape == (50, task.prompt_len) and targets.shape == (50, task.min_gen_length)
@@ -181,7 +188,8 @@ def test_chat_prompt_style_and_bad_options():
                         ({"prompt_style": "xml"}, "task.options.prompt_style"),
                         ({"eval_fraction": 0.0}, "task.options.eval_fraction"),
                         ({"parse_reward": 1.0}, "task.options.parse_reward"),
-                        ({"subsets": "Github_easy"}, "task.options.subsets")]:
+                        ({"subsets": "Github_easy"}, "task.options.subsets"),
+                        ({"target_style": "max"}, "task.options.target_style")]:
     with pytest.raises(ConfigError, match=field):
       make_task("json_schema", data_dir=None, **kwargs)
 
