@@ -80,6 +80,16 @@ def test_compile_schema_resolves_local_and_nested_refs():
   assert c.instance(None) == {"n": 1}
 
 
+@pytest.mark.parametrize("schema", [
+    {"type": "integer", "minimum": 1e308, "multipleOf": 1e-300},  # overflows inside the generator
+    {"type": "string", "pattern": "^[a-f]{8}$"},  # patterns are not generated
+    {"not": {"type": "null"}},
+])
+def test_instance_generator_reports_unsupported(schema):
+  with pytest.raises(gen.Unsupported):
+    js.compile_schema(schema).instance(None)
+
+
 @needs_bench
 def test_jsonschemabench_compile_count():
   schemas, report = js.load_jsonschemabench(BENCH)

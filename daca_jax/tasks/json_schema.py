@@ -208,7 +208,12 @@ class CompiledSchema:
       except Exception as e:  # noqa: BLE001  e.g. a ref relative to a nested $id
         raise gen.Unsupported(f"$ref {ref!r}") from e
 
-    value = gen.generate_instance(self.schema, resolve, rng)
+    try:
+      value = gen.generate_instance(self.schema, resolve, rng)
+    except gen.Unsupported:
+      raise
+    except (ArithmeticError, TypeError, ValueError, RecursionError) as e:  # odd bounds, huge numbers
+      raise gen.Unsupported(f"generator failed: {type(e).__name__}") from e
     try:
       valid = self.validate(value)
     except Exception as e:  # noqa: BLE001
