@@ -500,7 +500,7 @@ class ParallelConfig:
 
   Attributes:
     strategy: "none" (plain ``jax.jit`` on the default device), "pmap" (parameters replicated,
-      the batch split over all ``data x fsdp`` devices, per-device gradients summed across them)
+      the batch split over all ``data x fsdp`` devices, per-device gradients averaged with ``pmean``)
       or "fsdp" (``jax.jit`` with parameters and optimizer state sharded over 'fsdp', the batch over
       ``('data', 'fsdp')``).
     data: size of the 'data' axis; 0 means every device not used by ``fsdp * tensor``.
