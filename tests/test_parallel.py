@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 
 from daca_jax.errors import ConfigError
-from daca_jax.parallel import fsdp_spec, mesh_shape, per_sequence_keys, process_slice
-from daca_jax.types import ParallelConfig
+from daca_jax.parallel import (fsdp_spec, global_batch, make_mesh, maybe_initialize, mesh_shape,
+                               per_sequence_keys, process_slice)
+from daca_jax.types import LikelihoodConfig, ParallelConfig
 
 MESHES = ((8, 1, 1), (2, 4, 1), (1, 8, 1))
 TOL = 1e-5
@@ -124,5 +125,121 @@ def test_pmap_and_fsdp_match_one_device_on_8_devices():
   assert "8 batch shards" in res["bad_batch_error"], res
 
 
-if __name__ == "__main__" and sys.argv[1:] == ["--child"]:
-  print(json.dumps(child()))
+def test_fsdp_spec_shards_the_largest_divisible_dimension():
+  P = jax.sharding.PartitionSpec
+  assert fsdp_spec((4, 128, 384), 8) == P(None, None, "fsdp")
+  assert fsdp_spec((260, 128), 8) == P(None, "fsdp")  # 260 is not a multiple of 8
+  assert fsdp_spec((64, 64), 4) == P("fsdp", None)  # ties: the earlier dimension
+  assert fsdp_spec((3, 5), 2) == P()
+  assert fsdp_spec((), 8) == P()
+  assert fsdp_spec((128, 256), 1) == P()
+
+
+def test_mesh_shape_and_errors():
+  assert mesh_shape(ParallelConfig(), 8) == (8, 1, 1)
+  assert mesh_shape(ParallelConfig(fsdp=4), 8) == (2, 4, 1)
+  assert mesh_shape(ParallelConfig(data=1, fsdp=8), 8) == (1, 8, 1)
+  for bad in (ParallelConfig(data=3, fsdp=2), ParallelConfig(fsdp=3), ParallelConfig(data=4, fsdp=4)):
+    with pytest.raises(ConfigError, match=r"parallel\.\(data, fsdp, tensor\).*8 devices available"):
+      mesh_shape(bad, 8)
+  with pytest.raises(ConfigError, match="parallel.tensor=2"):
+    mesh_shape(ParallelConfig(tensor=2), 8)
+  with pytest.raises(ConfigError, match="parallel.strategy='ddp'"):
+    ParallelConfig(strategy="ddp").validate()
+
+
+def test_make_mesh_axes_and_device_count_error():
+  mesh = make_mesh(ParallelConfig())
+  assert mesh.axis_names == ("data", "fsdp", "tensor")
+  assert dict(mesh.shape) == {"data": jax.device_count(), "fsdp": 1, "tensor": 1}
+  assert set(mesh.axis_types) == {jax.sharding.AxisType.Auto}
+  with pytest.raises(ConfigError, match=f"{jax.device_count()} devices available"):
+    make_mesh(ParallelConfig(data=jax.device_count() + 1))
+
+
+def _toy_logits_fn(params, tokens):
+  """Bidirectional toy model: each position sees its own embedding and the sequence mean."""
+  h = params["emb"][tokens]
+  return jnp.tanh(h + jnp.mean(h, axis=1, keepdims=True)) @ params["out"]
+
+
+def test_per_sequence_keys_matches_a_loop_over_rows():
+  """Oracle: row r scored alone with key fold_in(key, offset + r), for an estimator whose draws use
+  the key (prompt masking, commit-order jitter) and a per-row keyword argument (commit_step)."""
+  from daca_jax.likelihood import LIKELIHOOD
+
+  est = LIKELIHOOD.get("stratified")
+  rng = np.random.default_rng(0)
+  v, d, b, p, length = 11, 8, 5, 3, 6
+  params = {"emb": jnp.asarray(rng.normal(size=(v, d)), jnp.float32),
+            "out": jnp.asarray(rng.normal(size=(d, v)), jnp.float32)}
+  tokens = jnp.asarray(rng.integers(0, v - 1, size=(b, p + length)), jnp.int32)
+  commit = jnp.asarray(rng.integers(0, 3, size=(b, length)), jnp.int32)
+  cfg = LikelihoodConfig(num_strata=3, partition="commit_order", p_mask_prompt=0.5)
+  key = jax.random.PRNGKey(5)
+  call = lambda fn: jax.jit(lambda tok, k, cs: fn(_toy_logits_fn, params, tok, p, k, cfg, mask_id=v - 1,
+                                                  commit_step=cs))
+  got = call(per_sequence_keys(est, 10))(tokens, key, commit)
+  one = call(est)
+  want = np.stack([one(tokens[r:r + 1], jax.random.fold_in(key, 10 + r), commit[r:r + 1])[0] for r in range(b)])
+  np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
+  plain = one(tokens, key, commit)
+  assert not np.allclose(np.asarray(plain), want)  # the keys really are per row
+
+
+def test_process_slice():
+  assert [process_slice(12, i, 3) for i in range(3)] == [slice(0, 4), slice(4, 8), slice(8, 12)]
+  assert process_slice(5) == slice(0, 5)
+  with pytest.raises(ConfigError, match="rl.prompts_per_step=10.*4 processes"):
+    process_slice(10, 0, 4)
+
+
+def test_single_process_needs_no_initialize(monkeypatch):
+  monkeypatch.delenv("JAX_COORDINATOR_ADDRESS", raising=False)
+  assert maybe_initialize(ParallelConfig()) is False
+  mesh = make_mesh(ParallelConfig())
+  x = np.arange(2 * jax.device_count() * 3, dtype=np.float32).reshape(-1, 3)
+  g = global_batch({"x": x}, mesh)["x"]
+  np.testing.assert_array_equal(np.asarray(g), x)
+  assert g.sharding.spec == jax.sharding.PartitionSpec(("data", "fsdp"))
+
+
+def _distributed_child() -> None:
+  """One of 2 processes x 2 CPU devices: a global batch from per-process prompt slices."""
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")  # cross-process CPU collectives
+  assert maybe_initialize(ParallelConfig())
+  mesh = make_mesh(ParallelConfig(fsdp=2))
+  full = np.arange(8 * 3, dtype=np.float32).reshape(8, 3)
+  g = global_batch(full[process_slice(8)], mesh)
+  total = jax.jit(lambda x: jnp.sum(x * jnp.arange(8.0)[:, None]),
+                  out_shardings=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))(g)
+  print(json.dumps({"process": jax.process_index(), "devices": jax.device_count(), "shape": list(g.shape),
+                    "mesh": list(mesh.shape.values()), "total": float(total),
+                    "want": float(np.sum(full * np.arange(8.0)[:, None]))}))
+
+
+def test_two_processes_build_one_global_batch():
+  import socket
+
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    port = s.getsockname()[1]
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu",
+             JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2")
+  procs = [subprocess.Popen([sys.executable, __file__, "--distributed"], env=dict(env, JAX_PROCESS_ID=str(i)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+  outs = [p.communicate(timeout=180) for p in procs]
+  for p, (out, err) in zip(procs, outs):
+    assert p.returncode == 0, err[-3000:]
+  res = sorted((json.loads(out.strip().splitlines()[-1]) for out, _ in outs), key=lambda r: r["process"])
+  assert [r["process"] for r in res] == [0, 1]
+  for r in res:
+    assert r["devices"] == 4 and r["mesh"] == [2, 2, 1] and r["shape"] == [8, 3]
+    assert r["total"] == r["want"]
+
+
+if __name__ == "__main__":
+  if sys.argv[1:] == ["--child"]:
+    print(json.dumps(child()))
+  elif sys.argv[1:] == ["--distributed"]:
+    _distributed_child()
