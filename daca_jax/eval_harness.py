@@ -299,9 +299,7 @@ def prepare_task(name: str, model: EvalModel, num_examples: int = 0) -> Prepared
     ValueError: a prompt longer than the task's fixed prompt length (names the example).
   """
   _import_builtin_tasks()
-  if name not in TASKS:
-    TASKS.get(name)  # ConfigError listing the registered names
-  params = inspect.signature(TASKS.get(name).__init__).parameters
+  params = inspect.signature(TASKS.get(name).__init__).parameters  # unknown name: ConfigError
   options = dict(model.task_options.get(name) or {"data_dir": model.data_dir})
   if model.prompt_style is not None and "prompt_style" in params:
     options["prompt_style"] = model.prompt_style
@@ -375,10 +373,14 @@ def _finished_rows(rows: list[dict[str, Any]], examples: Sequence[Example], batc
 
 
 def _write_rows(path: pathlib.Path, rows: Sequence[dict[str, Any]], mode: str) -> None:
-  with open(path, mode) as f:
+  """Appends (``mode="a"``) or atomically replaces (``"w"``) the rows of a generations file."""
+  target = path if mode == "a" else path.with_suffix(".tmp")
+  with open(target, mode) as f:
     f.write("".join(json.dumps(r) + "\n" for r in rows))
     f.flush()
     os.fsync(f.fileno())
+  if target != path:
+    target.replace(path)
 
 
 def _check_fingerprint(path: pathlib.Path, fingerprint: dict[str, Any], gen_path: pathlib.Path) -> None:
