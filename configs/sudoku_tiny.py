@@ -31,8 +31,14 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
   c.model.tie_embeddings = False  # LLaDA unties the output projection.
   c.model.dtype = "float32"  # Compute dtype ("bfloat16" on accelerators).
   c.model.param_dtype = "float32"  # Parameter dtype.
-  c.model.remat = "none"  # Per-layer remat: none | full | dots.
+  c.model.remat = "none"  # Per-layer remat: none | full | dots | dots_saveable.
   c.model.mask_token_id = 257  # [MASK] id of the byte tokenizer.
+  c.model.qkv_bias = False  # q/k/v biases (Dream); LLaDA has none.
+  c.model.shift_logits = False  # Dream reads position i's logits from position i-1.
+  c.model.lora_rank = 0  # RL with LoRA adapters of this rank on the SFT model (0: full fine-tuning).
+  c.model.lora_alpha = 16.0  # LoRA scale numerator (adapter output × alpha / rank).
+  c.model.lora_targets = "q,k,v,o,gate,up,down"  # Projections that get adapters.
+  c.model.logprob_chunk = 0  # Gather target log-probs this many positions at a time (0: all at once).
 
   c.rollout = ml_collections.ConfigDict()
   c.rollout.gen_length = 20  # L: 16 digits + EOS padding.

@@ -26,7 +26,7 @@ from daca_jax.diffusion.sft import sft_loss
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.evaluation import evaluate
 from daca_jax.metrics import MetricsWriter, format_table, plot_curves, progress, read_metrics
-from daca_jax.models import init_model, make_logits_fn
+from daca_jax.models import init_model, lora, make_logits_fn
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.rl.optim import make_optimizer
 from daca_jax.tasks.base import TASKS, Example, Task, _import_builtin_tasks, make_task
@@ -34,7 +34,7 @@ from daca_jax.types import TrainConfig
 
 # Config fields that may change between a run and its resumption (they do not change what is trained).
 _RESUMABLE_CHANGES = ("rl.steps", "rl.eval_every", "eval.", "checkpoint.", "task.num_eval_examples")
-_SFT_STREAM, _RL_STREAM, _EVAL_STREAM = 1, 2, 3
+_SFT_STREAM, _RL_STREAM, _EVAL_STREAM, _LORA_STREAM = 1, 2, 3, 4
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -316,7 +316,7 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     raise ConfigError("rl.prompts_per_step", cfg.rl.prompts_per_step,
                       f"<= the {len(train_examples)} training prompts (sft.num_train_examples)")
   graphdef, params = init_model(cfg.model, cfg.seed)
-  logits_fn = make_logits_fn(graphdef)
+  logits_fn = make_logits_fn(graphdef, logprob_chunk=cfg.model.logprob_chunk)
   tok = task.tokenizer
   check_workdir_config(workdir, cfg)  # after everything that can reject the config up front
 
@@ -326,6 +326,20 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
                              show_progress=show_progress, log=log)
   if did_work:
     timings["sft_s"] = time.perf_counter() - t0
+
+  # RL policy: the full model, or (model.lora_rank > 0) the SFT model frozen plus LoRA adapters that
+  # start at zero, with the reference = the same base with adapters off (no copy of the weights).
+  hidden_logits_fn = make_logits_fn(graphdef, return_hidden=True)
+  ref_params, optimizer_wrapper = params, None
+  if cfg.model.lora_rank:
+    adapters = lora.init_lora(cfg.model, jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _LORA_STREAM))
+    params = lora.lora_params(params, adapters)
+    ref_params = lora.reference_params(params)
+    logits_fn = lora.make_lora_logits_fn(graphdef)
+    hidden_logits_fn = lora.make_lora_logits_fn(graphdef, return_hidden=True)
+    optimizer_wrapper = lora.lora_optimizer
+    log(f"LoRA: rank {cfg.model.lora_rank} on {','.join(cfg.model.lora_target_list)}: "
+        f"{lora.trainable_count(adapters):,} trainable parameters")
 
   eval_rollout = make_rollout_fn(logits_fn, dataclasses.replace(cfg.rollout, temperature=cfg.eval.temperature),
                                  mask_id=tok.mask_id, eos_id=tok.eos_id)
@@ -344,9 +358,8 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     timings["eval_before_s"] = time.perf_counter() - t0
 
   learner = GRPOLearner(logits_fn, cfg, mask_id=tok.mask_id, eos_id=tok.eos_id, tokenizer=tok,
-                        hidden_logits_fn=make_logits_fn(graphdef, return_hidden=True))
+                        hidden_logits_fn=hidden_logits_fn, optimizer_wrapper=optimizer_wrapper)
   t0 = time.perf_counter()
-  ref_params = params
   params, did_work = run_rl(cfg, task, train_examples, learner, params, ref_params, workdir,
                             eval_fn=lambda prm: run_eval(prm, "eval")[0], show_progress=show_progress,
                             log=log)

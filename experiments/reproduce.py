@@ -2,7 +2,7 @@
 
   python experiments/reproduce.py --workdir=runs/grid --preset=quick      # DACA arms, sudoku, ≤ 20 min
   python experiments/reproduce.py --workdir=runs/related --preset=quick \
-      --configs=configs/sudoku_tiny.py,configs/countdown_tiny.py --bases=diffu_grpo,rldf \
+      --configs=configs/sudoku_tiny.py,configs/countdown_tiny.py --bases=diffu_grpo,rldf:base \
       --arms=base,+DPS,+DACA,+DTCA,+DelTA                              # the related methods
   python experiments/reproduce.py --workdir=runs/grid_full --preset=full  # the default configs, hours
 
@@ -25,7 +25,8 @@ _CONFIGS = flags.DEFINE_list("configs", ["configs/sudoku_tiny.py"],
                              "Config files (path[:preset]), one per task.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
 _PRESET = flags.DEFINE_enum("preset", "quick", ["quick", "full"], "quick: tiny budget; full: the config as is.")
-_BASES = flags.DEFINE_list("bases", ["diffu_grpo", "wd1", "gdpo"], "Base methods.")
+_BASES = flags.DEFINE_list("bases", ["diffu_grpo", "wd1", "gdpo"],
+                          "Base methods; 'name:arm/arm' runs only those arms on that base (e.g. rldf:base).")
 _ARMS = flags.DEFINE_list("arms", list(rp.ARMS), f"Arms: {list(rp.ARMS + rp.RELATED_ARMS)}.")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds.")
 flags.mark_flags_as_required(["workdir"])
@@ -49,10 +50,15 @@ def main(argv):
   for spec in _CONFIGS.value:
     cfg = _load_config(spec)
     configs[cfg.task.name] = rp.quick_preset(cfg) if _PRESET.value == "quick" else cfg
-  for arm in _ARMS.value:
-    rp.arm_methods(_BASES.value[0], arm)  # unknown arm or base: a clear error before any work
+  seeds = [int(s) for s in _SEEDS.value]
+  cells = []
+  for spec in _BASES.value:
+    base, _, arms = spec.partition(":")
+    arms = arms.split("/") if arms else _ARMS.value
+    for arm in arms:
+      rp.arm_methods(base, arm)  # unknown arm or base: a clear error before any work
+    cells += rp.grid(list(configs), [base], seeds, arms=arms)
   work = pathlib.Path(_WORKDIR.value)
-  cells = rp.grid(list(configs), _BASES.value, [int(s) for s in _SEEDS.value], arms=_ARMS.value)
   results = rp.run_grid(configs, cells, work)
   rows = rp.summarize(cells, results)
   table = rp.markdown(rows)

@@ -304,7 +304,8 @@ REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 @pytest.mark.parametrize("flags,metric", [
     (["--config.rl.credit=dtca"], "dtca_kept_frac"),
-    (["--config.rl.credit=delta"], "delta_margin_mean"),
+    (["--config.rl.credit=delta", "--config.model.lora_rank=4", "--config.model.logprob_chunk=8"],
+     "delta_margin_mean"),
     (["--config.rl.objective=rldf", "--config.rl.likelihood=rldf", "--config.rl.credit=uniform",
       "--config.rl.beta=0.01", "--config.likelihood.rldf_states=2"], "rldf_kept_frac"),
 ])

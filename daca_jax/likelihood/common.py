@@ -1,7 +1,7 @@
 """Helpers shared by the likelihood estimators: target log-probs (whole or chunked), prompt masking."""
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -68,6 +68,22 @@ def make_target_logprob_fn(hidden_fn: Callable[..., jax.Array], head_fn: Callabl
     return chunked_token_logprobs(lambda h: head_fn(params, h), hidden, targets, chunk_size)
 
   return fn
+
+
+def score_targets(logits_fn: Callable[..., Any], params: Any, tokens: jax.Array, targets: jax.Array,
+                  start: int) -> jax.Array:
+  """Log-probs float32 [B, T'] of ``targets`` at positions ``start .. start+T'-1`` of ``tokens``.
+
+  Every estimator scores through this function. A plain ``LogitsFn`` is called once and its logits
+  gathered (:func:`token_logprobs`). A ``LogitsFn`` built by :func:`daca_jax.models.make_logits_fn`
+  with ``logprob_chunk > 0`` carries its model split (``hidden_fn``, ``head_fn``, ``logprob_chunk``
+  attributes); then the gather runs chunk by chunk (:func:`chunked_token_logprobs`) and float32
+  ``[B, T, V]`` logits never exist at once.
+  """
+  chunk = getattr(logits_fn, "logprob_chunk", 0)
+  if chunk and getattr(logits_fn, "hidden_fn", None) is not None:
+    return make_target_logprob_fn(logits_fn.hidden_fn, logits_fn.head_fn, chunk)(params, tokens, targets, start)
+  return token_logprobs(logits_fn(params, tokens)[:, start:start + targets.shape[1]], targets)
 
 
 def mask_prompt(key: jax.Array, prompt: jax.Array, p_mask_prompt: float, mask_id: int) -> jax.Array:

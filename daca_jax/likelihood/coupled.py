@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from daca_jax.likelihood.base import LIKELIHOOD, split_key
-from daca_jax.likelihood.common import mask_prompt, token_logprobs
+from daca_jax.likelihood.common import mask_prompt, score_targets
 from daca_jax.types import LikelihoodConfig
 
 
@@ -43,7 +43,7 @@ def coupled_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len:
   if cfg.coupled_full_pass:
     masks.append(jnp.ones_like(in_first))
   xs = jnp.stack([jnp.concatenate([prompt, jnp.where(mk, mask_id, comp)], axis=1) for mk in masks])
-  per_pass = jax.vmap(lambda x: token_logprobs(logits_fn(params, x)[:, prompt_len:], comp))(xs)
+  per_pass = jax.vmap(lambda x: score_targets(logits_fn, params, x, comp, prompt_len))(xs)
   weighted = jnp.where(in_first, per_pass[0] / t[:, None], per_pass[1] / (1.0 - t[:, None]))
   if cfg.coupled_full_pass:
     return 0.5 * (per_pass[2] + weighted)

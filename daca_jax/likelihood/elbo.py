@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from daca_jax.likelihood.base import LIKELIHOOD, split_key
-from daca_jax.likelihood.common import mask_prompt, token_logprobs
+from daca_jax.likelihood.common import mask_prompt, score_targets
 from daca_jax.types import LikelihoodConfig
 
 
@@ -40,7 +40,7 @@ def elbo_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: in
 
   def one_node(mk: jax.Array) -> jax.Array:
     x = jnp.concatenate([prompt, jnp.where(mk, mask_id, comp)], axis=1)
-    return token_logprobs(logits_fn(params, x)[:, prompt_len:], comp)
+    return score_targets(logits_fn, params, x, comp, prompt_len)
 
   per_node = jax.vmap(one_node)(masked)  # [n, B, L]
   scale = jnp.asarray(weights / nodes)[:, None, None]

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from daca_jax.likelihood.base import LIKELIHOOD, split_key
-from daca_jax.likelihood.common import mask_prompt, token_logprobs
+from daca_jax.likelihood.common import mask_prompt, score_targets
 from daca_jax.types import LikelihoodConfig
 
 
@@ -38,5 +38,4 @@ def mean_field_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
   prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], cfg.p_mask_prompt, mask_id)
   comp = tokens[:, prompt_len:]
   x = jnp.concatenate([prompt, jnp.full_like(comp, mask_id)], axis=1)
-  logits = logits_fn(params, x)[:, prompt_len:]
-  return token_logprobs(logits, comp)
+  return score_targets(logits_fn, params, x, comp, prompt_len)

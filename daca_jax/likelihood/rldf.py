@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from daca_jax.likelihood.base import LIKELIHOOD, split_key
-from daca_jax.likelihood.common import mask_prompt, token_logprobs
+from daca_jax.likelihood.common import mask_prompt, score_targets
 from daca_jax.types import LikelihoodConfig
 
 
@@ -121,7 +121,7 @@ def rldf_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: in
 
   def at_state(s: jax.Array) -> jax.Array:  # s: int32 [B], one step per row
     x = jnp.concatenate([prompt, jnp.where(commit_step >= s[:, None], mask_id, comp)], axis=1)
-    return token_logprobs(logits_fn(params, x)[:, prompt_len:], comp)
+    return score_targets(logits_fn, params, x, comp, prompt_len)
 
   cols = states.T  # [k, B]
   if cfg.strata_batch and cfg.strata_batch < k:

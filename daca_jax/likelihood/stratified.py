@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from daca_jax.likelihood.base import LIKELIHOOD, split_key
-from daca_jax.likelihood.common import mask_prompt, token_logprobs
+from daca_jax.likelihood.common import mask_prompt, score_targets
 from daca_jax.types import LikelihoodConfig
 
 
@@ -88,8 +88,7 @@ def stratified_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
 
   def one_pass(k: jax.Array) -> jax.Array:
     x = jnp.concatenate([prompt, jnp.where(strata == k, mask_id, comp)], axis=1)
-    logits = logits_fn(params, x)[:, prompt_len:]
-    return token_logprobs(logits, comp)  # [B, L]
+    return score_targets(logits_fn, params, x, comp, prompt_len)  # [B, L]
 
   ks = jnp.arange(num_strata, dtype=jnp.int32)
   if cfg.strata_batch and cfg.strata_batch < num_strata:

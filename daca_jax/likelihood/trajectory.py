@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from daca_jax.likelihood.base import LIKELIHOOD, split_key
-from daca_jax.likelihood.common import mask_prompt, token_logprobs
+from daca_jax.likelihood.common import mask_prompt, score_targets
 from daca_jax.types import LikelihoodConfig
 
 
@@ -45,7 +45,7 @@ def trajectory_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
 
   def at_step(s: jax.Array) -> jax.Array:
     x = jnp.concatenate([prompt, jnp.where(commit_step >= s, mask_id, comp)], axis=1)
-    return token_logprobs(logits_fn(params, x)[:, prompt_len:], comp)
+    return score_targets(logits_fn, params, x, comp, prompt_len)
 
   ss = jnp.arange(steps, dtype=jnp.int32)
   if cfg.strata_batch and cfg.strata_batch < steps:

@@ -202,7 +202,7 @@ def init_model(cfg: ModelConfig, seed: int = 0) -> tuple[nnx.GraphDef, Params]:
   return graphdef, params
 
 
-def make_logits_fn(graphdef: nnx.GraphDef, return_hidden: bool = False) -> LogitsFn:
+def make_logits_fn(graphdef: nnx.GraphDef, return_hidden: bool = False, logprob_chunk: int = 0) -> LogitsFn:
   """Returns the pure ``logits_fn(params, tokens[B, T] int32, positions=None)``.
 
   Args:
@@ -210,12 +210,19 @@ def make_logits_fn(graphdef: nnx.GraphDef, return_hidden: bool = False) -> Logit
     return_hidden: when True the function returns ``(logits [B, T, V] float32, hidden [B, T, D])``,
       ``hidden`` being the final-norm hidden states that feed the output projection (DelTA's token
       features, DESIGN.md §6); otherwise only ``logits``.
+    logprob_chunk: > 0 attaches the model split (``hidden_fn``, ``head_fn``) and this chunk size to
+      the function, so that the likelihood estimators gather target log-probs ``logprob_chunk``
+      positions at a time (:func:`daca_jax.likelihood.common.score_targets`); the logits it
+      returns are unchanged.
   """
 
   def logits_fn(params: Params, tokens: jax.Array, positions: jax.Array | None = None):
     return nnx.merge(graphdef, params)(tokens, positions, return_hidden=return_hidden)
 
   logits_fn.graphdef = graphdef  # lets the rollout's K/V cache (models/kv_cache.py) reuse the layers
+  logits_fn.logprob_chunk = int(logprob_chunk)
+  logits_fn.hidden_fn = make_hidden_fn(graphdef) if logprob_chunk > 0 else None
+  logits_fn.head_fn = make_head_fn(graphdef) if logprob_chunk > 0 else None
   return logits_fn
 
 

@@ -37,6 +37,8 @@ class GRPOLearner:
     hidden_logits_fn: the same model returning ``(logits, hidden)``
       (``make_logits_fn(graphdef, return_hidden=True)``); needed by ``delta``, whose rollout
       records each token's hidden state at its commit step.
+    optimizer_wrapper: wraps the configured optimizer (e.g. :func:`daca_jax.models.lora.lora_optimizer`,
+      which freezes the base and keeps optimizer state for the adapters only).
 
   Raises:
     ConfigError: the configured credit assigner needs a tokenizer or hidden states that were not
@@ -44,7 +46,9 @@ class GRPOLearner:
   """
 
   def __init__(self, logits_fn: Callable[..., jax.Array], cfg: TrainConfig, *, mask_id: int, eos_id: int,
-               tokenizer: Any = None, hidden_logits_fn: Callable[..., Any] | None = None):
+               tokenizer: Any = None, hidden_logits_fn: Callable[..., Any] | None = None,
+               optimizer_wrapper: Callable[[optax.GradientTransformation], optax.GradientTransformation]
+               | None = None):
     if cfg.likelihood.trajectory_steps == 0:  # trajectory / rldf rebuild the rollout's own steps
       cfg = dataclasses.replace(cfg, likelihood=dataclasses.replace(cfg.likelihood,
                                                                     trajectory_steps=cfg.rollout.steps))
@@ -58,6 +62,8 @@ class GRPOLearner:
     self.optimizer, self.schedule = make_optimizer(cfg.rl.learning_rate, cfg.rl.warmup_steps,
                                                    cfg.rl.weight_decay, cfg.rl.max_grad_norm,
                                                    eps=cfg.rl.adam_eps)
+    if optimizer_wrapper is not None:
+      self.optimizer = optimizer_wrapper(self.optimizer)
     records = self.credit.records(cfg.credit)
     rollout_logits_fn = logits_fn
     if "commit_hidden" in records:
