@@ -12,8 +12,9 @@ The prompt is compact (``"30 100 93=23"``) and the completion is the bare expres
 from the exhaustive solver. Evaluation: d1's 256 test items (``countdown/d1_cd3_test.jsonl``), greedy.
 Reward: 1.0 correct, 0.1 well-formed but wrong, 0 otherwise (d1's values).
 
-Presets (the part after ':'): ``default`` (a few minutes on a 2-core CPU) and ``smoke`` (< 1 min, tiny
-model, a few steps; for tests).
+Presets (the part after ':'): ``default`` (11 CPU-minutes, ≈ 6 min estimated on 2 idle cores;
+measured: d1 test accuracy 12.9% after SFT -> 18.8% after 150 DACA-GRPO iterations) and ``smoke``
+(< 1 min, tiny model, a few steps; for tests).
 """
 import ml_collections
 
@@ -85,7 +86,7 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
   c.rl.eval_every = 0  # Evaluate every N iterations (0: only before and after RL).
 
   c.sft = ml_collections.ConfigDict()
-  c.sft.steps = 600  # Warm start on solver expressions (see the docstring for the measured accuracy).
+  c.sft.steps = 600  # Warm start on solver expressions: 12.9% of d1's items after SFT, 18.8% after RL.
   c.sft.batch_size = 64  # Sequences per SFT step.
   c.sft.learning_rate = 1e-3  # Peak AdamW rate (cosine decay to 10%).
   c.sft.warmup_steps = 50  # Linear warmup steps.
