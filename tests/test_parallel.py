@@ -187,6 +187,37 @@ def test_per_sequence_keys_matches_a_loop_over_rows():
   assert not np.allclose(np.asarray(plain), want)  # the keys really are per row
 
 
+def test_pmap_estimator_forwards_keywords_and_tree_outputs():
+  """rldf takes commit_conf / completion_mask and returns a StateTargets tree: the pmap wrapper keeps
+  its signature (the learner reads it) and, on a 1-device mesh, equals per-sequence keys."""
+  import inspect
+
+  from daca_jax.likelihood import LIKELIHOOD
+  from daca_jax.parallel import wrap_likelihood
+
+  rldf = LIKELIHOOD.get("rldf")
+  wrapped = wrap_likelihood(rldf, ParallelConfig(strategy="pmap"))
+  assert inspect.signature(wrapped).parameters == inspect.signature(rldf).parameters
+  rng = np.random.default_rng(1)
+  v, d, b, p, length = 11, 8, 4, 3, 6
+  params = {"emb": jnp.asarray(rng.normal(size=(v, d)), jnp.float32),
+            "out": jnp.asarray(rng.normal(size=(d, v)), jnp.float32)}
+  tokens = jnp.asarray(rng.integers(0, v - 1, size=(b, p + length)), jnp.int32)
+  kw = dict(commit_step=jnp.asarray(rng.integers(0, 3, size=(b, length)), jnp.int32),
+            commit_conf=jnp.asarray(rng.uniform(size=(b, length)), jnp.float32),
+            completion_mask=jnp.ones((b, length), jnp.float32))
+  cfg = LikelihoodConfig(rldf_states=2, trajectory_steps=3)
+  key = jax.random.PRNGKey(2)
+  mesh = make_mesh(ParallelConfig(), devices=jax.devices()[:1])
+  call = lambda fn: fn(_toy_logits_fn, params, tokens, p, key, cfg, mask_id=v - 1, **kw)
+  got = jax.jit(jax.shard_map(lambda: call(wrapped), mesh=mesh, in_specs=(), out_specs=jax.sharding.PartitionSpec(),
+                              check_vma=False))()
+  want = jax.jit(lambda: call(per_sequence_keys(rldf)))()
+  assert jax.tree.structure(got) == jax.tree.structure(want)
+  for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6, atol=1e-6)
+
+
 def test_process_slice():
   assert [process_slice(12, i, 3) for i in range(3)] == [slice(0, 4), slice(4, 8), slice(8, 12)]
   assert process_slice(5) == slice(0, 5)
