@@ -33,7 +33,7 @@ XLA_FLAGS = ("--xla_force_host_platform_device_count=8 --xla_backend_optimizatio
 def _setup():
   """Tiny model and the real method: diffu_grpo, DPS weights, stratified likelihood (K = 4)."""
   from daca_jax.models.llada import init_model, make_logits_fn
-  from daca_jax.types import LikelihoodConfig, RLConfig, RolloutConfig, TrainConfig, tiny_config
+  from daca_jax.types import RLConfig, RolloutConfig, TrainConfig, tiny_config
 
   cfg = TrainConfig(model=tiny_config(), rollout=RolloutConfig(gen_length=16, block_length=8, steps=8),
                     likelihood=LikelihoodConfig(num_strata=4),
@@ -54,7 +54,7 @@ def _run(update, params, opt_state, batch, steps: int = 3):
     params, opt_state, m = update(params, opt_state, ref, traj, rewards, weights,
                                   jax.random.fold_in(jax.random.PRNGKey(7), t))
     metrics.append({k: float(v) for k, v in m.items()})
-  return metrics, jax.device_get(params)
+  return metrics, params
 
 
 def _max_diff(a, b) -> float:
@@ -94,7 +94,10 @@ def child() -> dict:
       out[strategy]["x".join(map(str, shape))] = {
           "loss": max(abs(m["loss"] - r["loss"]) for m, r in zip(metrics, ref_m)),
           "metrics": max(abs(m[k] - r[k]) for m, r in zip(metrics, ref_m) for k in r),
-          "params": _max_diff(got, ref_p)}
+          "params": _max_diff(got, ref_p),
+          # where the updated parameters live: all 8 devices; FSDP-sharded leaves (0 = replicated)
+          "devices": len(set().union(*(x.sharding.device_set for x in jax.tree.leaves(got)))),
+          "sharded_leaves": sum(not x.sharding.is_fully_replicated for x in jax.tree.leaves(got))}
   # The rollout split over 2 x 4 devices with FSDP-sharded parameters samples the same tokens.
   sharded = make(ParallelConfig(strategy="fsdp", data=2, fsdp=4)).rollout
   out["rollout_tokens_differing"] = int(np.sum(np.asarray(sharded(params, prompts, key).tokens)
@@ -120,6 +123,10 @@ def test_pmap_and_fsdp_match_one_device_on_8_devices():
     for strategy in ("pmap", "fsdp"):
       for what in ("loss", "metrics", "params"):
         assert res[strategy][name][what] < TOL, (strategy, name, what, res)
+      assert res[strategy][name]["devices"] == 8, res
+  for name, fsdp in (("8x1x1", 1), ("2x4x1", 4), ("1x8x1", 8)):
+    assert res["pmap"][name]["sharded_leaves"] == 0, res
+    assert (res["fsdp"][name]["sharded_leaves"] > 0) == (fsdp > 1), res
   assert res["rollout_tokens_differing"] == 0, res
   assert "rl.prompts_per_step * rl.group_size=12" in res["bad_batch_error"], res
   assert "8 batch shards" in res["bad_batch_error"], res
