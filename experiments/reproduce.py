@@ -11,6 +11,10 @@ Arms: base (uniform credit, the base method's own estimator), +DPS, +SML, +DACA 
 updates. Resumable: a finished cell is never rerun. Writes ``grid.md`` (mean and 95% CI of each task's
 primary metric), ``grid.png`` and ``results.json`` (every cell's per-seed numbers).
 """
+import pathlib as _pathlib
+import sys as _sys
+
+_sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))  # configs/*.py import configs.base
 import importlib.util
 import json
 import pathlib
@@ -46,6 +50,14 @@ def _load_config(spec: str):
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
+  try:
+    run()
+  except (ConfigError, ValueError, FileNotFoundError) as e:
+    print(f"error: {e}", file=_sys.stderr)
+    _sys.exit(2)
+
+
+def run():
   configs = {}
   for spec in _CONFIGS.value:
     cfg = _load_config(spec)

@@ -5,6 +5,10 @@
 Writes ``WORKDIR/results.json``, ``metrics.jsonl``, ``reward_curve.png`` and checkpoints; running the
 same command again resumes (or reuses) what is already there.
 """
+import pathlib as _pathlib
+import sys as _sys
+
+_sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))  # configs/*.py import configs.base
 import sys
 
 from absl import app, flags, logging
