@@ -115,6 +115,13 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval.batch_size = 250  # Prompts per decoding call.
   c.eval.temperature = 0.0  # d1 protocol: greedy.
 
+  c.parallel = ml_collections.ConfigDict()
+  c.parallel.strategy = "none"  # none (one device) | pmap (data-parallel) | fsdp (sharded params + Adam).
+  c.parallel.data = 0  # Mesh 'data' axis size (0: the devices left after fsdp x tensor).
+  c.parallel.fsdp = 1  # Mesh 'fsdp' axis size.
+  c.parallel.tensor = 1  # Mesh 'tensor' axis size (reserved: 1).
+  c.parallel.distributed = False  # jax.distributed.initialize() (multi-host; also when JAX_COORDINATOR_ADDRESS is set).
+
   c.checkpoint = ml_collections.ConfigDict()
   c.checkpoint.every = 10  # RL checkpoint interval (iterations); always at the end.
   c.checkpoint.sft_every = 200  # SFT checkpoint interval (steps); always at the end.

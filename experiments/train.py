@@ -14,6 +14,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
+from daca_jax import parallel
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.pipeline import run_main_job
 from daca_jax.types import train_config_from_dict
@@ -29,6 +30,7 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)  # keep JAX's backend-probing INFO lines out of the output
   try:
     cfg = train_config_from_dict(_CONFIG.value)
+    parallel.maybe_initialize(cfg.parallel)  # multi-host: before anything touches a device
     run_main_job(cfg, _WORKDIR.value, show_progress=_PROGRESS.value)
   except (ConfigError, DataError, FileNotFoundError) as e:
     print(f"error: {e}", file=sys.stderr)
