@@ -188,7 +188,8 @@ def test_per_sequence_keys_matches_a_loop_over_rows():
                                                   commit_step=cs))
   got = call(per_sequence_keys(est, 10))(tokens, key, commit)
   one = call(est)
-  want = np.stack([one(tokens[r:r + 1], jax.random.fold_in(key, 10 + r), commit[r:r + 1])[0] for r in range(b)])
+  want = np.stack([one(tokens[r:r + 1], jax.random.fold_in(key, 10 + r), commit[r:r + 1])[0]
+                   for r in range(b)])
   np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
   plain = one(tokens, key, commit)
   assert not np.allclose(np.asarray(plain), want)  # the keys really are per row
@@ -217,8 +218,8 @@ def test_pmap_estimator_forwards_keywords_and_tree_outputs():
   key = jax.random.PRNGKey(2)
   mesh = make_mesh(ParallelConfig(), devices=jax.devices()[:1])
   call = lambda fn: fn(_toy_logits_fn, params, tokens, p, key, cfg, mask_id=v - 1, **kw)
-  got = jax.jit(jax.shard_map(lambda: call(wrapped), mesh=mesh, in_specs=(), out_specs=jax.sharding.PartitionSpec(),
-                              check_vma=False))()
+  got = jax.jit(jax.shard_map(lambda: call(wrapped), mesh=mesh, in_specs=(),
+                              out_specs=jax.sharding.PartitionSpec(), check_vma=False))()
   want = jax.jit(lambda: call(per_sequence_keys(rldf)))()
   assert jax.tree.structure(got) == jax.tree.structure(want)
   for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
