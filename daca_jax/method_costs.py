@@ -133,7 +133,9 @@ def measure(cfg: TrainConfig, methods: Sequence[Method] = DEFAULT_METHODS, *, ba
                      if timed else float("nan"),
         "credit_s": _median_seconds(lambda: learner.assign_credit(traj, rewards, state).weights, repeats)
                     if timed else float("nan"),
-        "update_s": _median_seconds(lambda: update(*update_args)[0], repeats)
+        # a fresh optimizer state per call: the update donates (consumes) it
+        "update_s": _median_seconds(lambda: update(params, learner.init_opt_state(params), *update_args[2:])[0],
+                                    repeats)
                     if timed else float("nan"),
     })
   return rows

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from daca_jax import parallel
 from daca_jax.checkpoint import Checkpointer
 from daca_jax.diffusion.rollout import make_rollout_fn
 from daca_jax.diffusion.sft import sft_loss
@@ -301,6 +302,8 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   """
   workdir = pathlib.Path(workdir)
   task = build_task(cfg)  # before creating the workdir: a bad path leaves nothing behind
+  if cfg.parallel.strategy != "none":
+    parallel.make_mesh(cfg.parallel)  # a mesh that does not fit the devices fails before any work
   workdir.mkdir(parents=True, exist_ok=True)
   timings: dict[str, float] = {}
   eval_examples, source = task.eval_examples()

@@ -80,7 +80,7 @@ def child() -> dict:
   opt0 = one.init_opt_state(params)
   # References on one device: the plain learner (fsdp must match it), and the same update with
   # per-sequence likelihood keys (the masks pmap draws, whatever the device count).
-  refs = {"fsdp": _run(one.update, params, opt0, batch)}
+  refs = {"fsdp": _run(jax.jit(one._update), params, opt0, batch)}
   seq = make(ParallelConfig())  # a new learner: jax.jit caches traces per bound method
   seq.likelihood = per_sequence_keys(seq.likelihood)
   refs["pmap"] = _run(jax.jit(seq._update), params, opt0, batch)

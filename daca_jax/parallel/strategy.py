@@ -37,7 +37,9 @@ def compile_update(update_fn: Callable[..., Any], cfg: ParallelConfig,
   """
   cfg.validate()
   if cfg.strategy == "none":
-    return jax.jit(update_fn)
+    # The optimizer state is donated: its buffers are reused for the new state (one copy of Adam's
+    # moments less). Parameters are not: callers pass the same arrays as params and ref_params.
+    return jax.jit(update_fn, donate_argnums=(1,))
   mesh = make_mesh(cfg) if mesh is None else mesh
   if cfg.strategy == "pmap":
     return make_pmap_update(update_fn, mesh)
