@@ -62,6 +62,23 @@ def compile_and_time(fn: Callable[..., Any], *args: Any, repeats: int = 5) -> di
   return out
 
 
+def best_of_interleaved(fns: dict[str, Callable[[], Any]], repeats: int = 5) -> dict[str, float]:
+  """Best wall time (s) of each already-compiled zero-argument callable, the runs taken round-robin.
+
+  On a shared machine the load drifts; alternating the candidates exposes them to the same drift, so
+  the ratio of their best times is fairer than timing one after the other.
+  """
+  best = {name: float("inf") for name in fns}
+  for name, fn in fns.items():  # warm-up
+    jax.block_until_ready(fn())
+  for _ in range(repeats):
+    for name, fn in fns.items():
+      t0 = time.perf_counter()
+      jax.block_until_ready(fn())
+      best[name] = min(best[name], time.perf_counter() - t0)
+  return best
+
+
 def compiled_temp_bytes(fn: Callable[..., Any], *args: Any) -> int:
   """XLA's compiled temporary-buffer size (bytes) of ``jax.jit(fn)(*args)``: the peak scratch memory."""
   return compiled_memory(fn, *args)["temp_bytes"]

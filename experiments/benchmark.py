@@ -20,7 +20,12 @@ Sections (``--sections``, comma separated; ``all`` adds the slow ``accuracy`` on
 Absolute times are only meaningful on an accelerator; ratios measured in the same run are what to
 compare. MFU uses the device's dense bf16 peak (``--peak_tflops`` overrides; 'n/a' on CPU unless given).
 """
+import pathlib as _pathlib
+import sys as _sys
+
+_sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))  # configs/*.py import configs.base
 import dataclasses
+import functools
 import json
 import pathlib
 import shutil
@@ -129,9 +134,12 @@ def section_rollout(bench, res):
   recorded = bench.rollout_fn(rc, record_step_conf=True)
   dps = CREDIT.get("dps")
   with_dps = jax.jit(lambda prm, x, k: dps(recorded(prm, x, k), bench.cfg.credit, rc))
-  t_dps = bm.compile_and_time(with_dps, bench.params, bench.prompts, bench.key, repeats=bench.r)
-  res["rollout_with_dps_s"] = t_dps["best_s"]
-  res["dps_overhead_pct"] = 100.0 * (t_dps["best_s"] / t["best_s"] - 1.0)
+  args = (bench.params, bench.prompts, bench.key)
+  t_dps = bm.compile_and_time(with_dps, *args, repeats=1)
+  best = bm.best_of_interleaved({"plain": lambda: t["compiled"](*args),
+                                 "dps": lambda: t_dps["compiled"](*args)}, bench.r)
+  res["rollout_with_dps_s"] = best["dps"]
+  res["dps_overhead_pct"] = 100.0 * (best["dps"] / best["plain"] - 1.0)  # runs interleaved
 
 
 def _fast_variants(rc, threshold, block_length):
@@ -167,20 +175,23 @@ def _fast_variants(rc, threshold, block_length):
 
 
 def section_fast(bench, res):
+  args = (bench.params, bench.prompts, bench.key)
+  variants = _fast_variants(bench.cfg.rollout, _THRESHOLD.value, _FAST_BLOCK.value)
+  compiled = {name: bm.compile_and_time(bench.rollout_fn(vc), *args, repeats=1) for name, vc, _ in variants}
+  best = bm.best_of_interleaved({name: functools.partial(c["compiled"], *args)
+                                 for name, c in compiled.items()}, bench.r)
   rows, base = [], {}
-  for name, vc, ref in _fast_variants(bench.cfg.rollout, _THRESHOLD.value, _FAST_BLOCK.value):
-    t = bm.compile_and_time(bench.rollout_fn(vc), bench.params, bench.prompts, bench.key, repeats=bench.r)
-    traj = t["compiled"](bench.params, bench.prompts, bench.key)
+  for name, vc, ref in variants:
+    traj = compiled[name]["compiled"](*args)
     calls = int(traj.model_calls)
     comp = np.asarray(traj.completion)
     if name == ref:
-      base[name] = (comp, t["best_s"])
-    ref_comp, ref_s = base[ref]
+      base[name] = comp
     flops = bm.rollout_flops(bench.cfg.model, vc, bench.b, bench.p, calls)
-    row = {"tokens_per_s": bench.b * vc.gen_length / t["best_s"], "model_calls": calls,
-           "max_calls": vc.steps, "reference": ref, "speedup_vs_reference": ref_s / t["best_s"],
-           "token_agreement_vs_reference": float(np.mean(comp == ref_comp)),
-           "compile_s": t["compile_s"], "mfu": bench.mfu(flops / t["best_s"])}
+    row = {"tokens_per_s": bench.b * vc.gen_length / best[name], "model_calls": calls,
+           "max_calls": vc.steps, "reference": ref, "speedup_vs_reference": best[ref] / best[name],
+           "token_agreement_vs_reference": float(np.mean(comp == base[ref])),
+           "compile_s": compiled[name]["compile_s"], "mfu": bench.mfu(flops / best[name])}
     for k, v in row.items():
       res[f"fast_{name}_{k}"] = v
     rows.append([name, row["tokens_per_s"], calls, vc.steps, ref, row["speedup_vs_reference"],
@@ -203,23 +214,31 @@ def _update_time(bench, learner, traj, repeats):
   b = traj.tokens.shape[0]
   opt = learner.init_opt_state(bench.params)
   rewards = jnp.asarray(np.random.default_rng(1).uniform(size=b), jnp.float32)
-  return bm.time_fn(learner.update, bench.params, opt, bench.params, traj, rewards, traj.completion_mask,
-                    bench.key, repeats=repeats)
+  return bm.compile_and_time(learner.update, bench.params, opt, bench.params, traj, rewards,
+                             traj.completion_mask, bench.key, repeats=repeats)
 
 
 def _logprob_time(bench, learner, tokens, repeats):
   fn = jax.jit(lambda prm, t, kk: learner.logprobs(prm, t, bench.p, kk))
-  return bm.time_fn(fn, bench.params, tokens, bench.key, repeats=repeats)
+  return bm.compile_and_time(fn, bench.params, tokens, bench.key, repeats=repeats)
 
 
 def section_likelihood(bench, res):
   traj = bench.rollout_fn(bench.cfg.rollout)(bench.params, bench.prompts, bench.key)
+  runs = {}
+  rewards = jnp.asarray(np.random.default_rng(1).uniform(size=bench.b), jnp.float32)
   for name, k in (("mean_field", 1), ("stratified", 4)):
     learner = _learner(bench, name, k)
-    res[f"{name}_logprob_s"] = _logprob_time(bench, learner, traj.tokens, bench.r)["best_s"]
-    upd = _update_time(bench, learner, traj, max(2, bench.r // 2))
-    res[f"{name}_update_s"] = upd["best_s"]
+    lp = _logprob_time(bench, learner, traj.tokens, 1)
+    upd = _update_time(bench, learner, traj, 1)
     res[f"{name}_update_compile_s"] = upd["compile_s"]
+    opt = learner.init_opt_state(bench.params)
+    runs[f"{name}_logprob"] = functools.partial(lp["compiled"], bench.params, traj.tokens, bench.key)
+    runs[f"{name}_update"] = functools.partial(upd["compiled"], bench.params, opt, bench.params, traj,
+                                               rewards, traj.completion_mask, bench.key)
+  best = bm.best_of_interleaved(runs, bench.r)  # interleaved: the ratios see the same machine load
+  for name, s in best.items():
+    res[f"{name}_s"] = s
   res["sml_k4_vs_mean_field_logprob_ratio"] = res["stratified_logprob_s"] / res["mean_field_logprob_s"]
   res["sml_k4_vs_mean_field_update_ratio"] = res["stratified_update_s"] / res["mean_field_update_s"]
   learner = _learner(bench, "stratified", 4)
@@ -281,20 +300,17 @@ def section_torch(bench, res):
   rc = bench.cfg.rollout
   model = bm.torch_llama_from_params(bench.params, bench.cfg.model)
   prompts = np.asarray(bench.prompts)
-  runs = []
-  bm.torch_llada_generate(model, prompts, rc, mask_id=bench.mask_id)  # warm-up
-  for _ in range(max(2, bench.r // 2)):
-    t0 = time.perf_counter()
-    bm.torch_llada_generate(model, prompts, rc, mask_id=bench.mask_id)
-    runs.append(time.perf_counter() - t0)
-  if "rollout_s" not in res:
-    res["rollout_s"] = bm.time_fn(bench.rollout_fn(rc), bench.params, bench.prompts, bench.key,
-                                  repeats=bench.r)["best_s"]
-    res["rollout_tokens_per_s"] = bench.b * rc.gen_length / res["rollout_s"]
-  res["torch_eager_rollout_s"] = min(runs)
-  res["torch_eager_tokens_per_s"] = bench.b * rc.gen_length / min(runs)
+  jax_fn = bench.rollout_fn(rc)
+  best = bm.best_of_interleaved(  # interleaved: both see the same machine load
+      {"jax": lambda: jax_fn(bench.params, bench.prompts, bench.key),
+       "torch": lambda: bm.torch_llada_generate(model, prompts, rc, mask_id=bench.mask_id)},
+      max(2, bench.r // 2))
+  tokens = bench.b * rc.gen_length
+  res["torch_section_jax_rollout_s"] = best["jax"]
+  res["torch_eager_rollout_s"] = best["torch"]
+  res["torch_eager_tokens_per_s"] = tokens / best["torch"]
   res["torch_threads"] = torch.get_num_threads()
-  res["jax_vs_torch_eager_tokens_per_s_ratio"] = res["rollout_tokens_per_s"] / res["torch_eager_tokens_per_s"]
+  res["jax_vs_torch_eager_tokens_per_s_ratio"] = best["torch"] / best["jax"]
   # Same weights, same loop: greedy decoding must agree token for token (a sanity check of the port).
   greedy = dataclasses.replace(rc, temperature=0.0)
   jax_tokens = np.asarray(bench.rollout_fn(greedy)(bench.params, bench.prompts, bench.key).tokens)
