@@ -219,3 +219,19 @@ def test_bad_fast_options_are_config_errors():
     RolloutConfig(kv_cache="both").validate()
   with pytest.raises(ConfigError, match="rollout.threshold"):
     RolloutConfig(threshold=-0.1).validate()
+
+
+def test_cached_rollout_records_commit_hidden(model):
+  """Tokens committed at a block's first step carry the full pass's hidden state (DelTA's features)."""
+  gd, params, _ = model
+  hidden_fn = make_logits_fn(gd, return_hidden=True)
+  cfg = RolloutConfig(gen_length=8, block_length=4, steps=4, temperature=0.0, kv_cache="dual")
+  prompts = jnp.asarray(np.random.default_rng(5).integers(0, 9, (2, P)))
+  traj = rollout(hidden_fn, params, prompts, jax.random.PRNGKey(0), cfg, mask_id=MASK, eos_id=EOS,
+                 record_commit_hidden=True)
+  _, hidden = hidden_fn(params, jnp.concatenate([prompts, jnp.full((2, 8), MASK, jnp.int32)], 1))
+  first = np.asarray(traj.commit_step) == 0
+  assert first.any() and traj.commit_hidden.shape == (2, 8, MODEL.d_model)
+  np.testing.assert_allclose(np.asarray(traj.commit_hidden)[first], np.asarray(hidden[:, P:])[first],
+                             rtol=1e-5, atol=1e-5)
+  assert (np.abs(np.asarray(traj.commit_hidden)).sum(-1) > 0).all()  # every committed token has one
