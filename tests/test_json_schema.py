@@ -220,7 +220,8 @@ def test_jsonschemabench_source():
 # Completions: each hypothesis draw (a JSON value, a text and a seed) expands into 50 completions by
 # cheap seeded mutations (cuts, insertions, deep nesting, number edge cases), 200 draws = 10k completions.
 _json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner, max_size=4),
     max_leaves=12)
 _SPECIAL = ["NaN", "-Infinity", "1e999", "-0", "1" * 4400, '"\\ud800"', "\x00", "```json\n{}\n```", "",

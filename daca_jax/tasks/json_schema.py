@@ -445,7 +445,8 @@ class JSONSchemaTask(Task):
     if target_style not in TARGET_STYLES:
       raise ConfigError("task.options.target_style", target_style, f"one of {list(TARGET_STYLES)}")
     if isinstance(subsets, str) or not all(isinstance(s, str) for s in subsets) or not subsets:
-      raise ConfigError("task.options.subsets", subsets, f"a non-empty list of folder names, e.g. {list(BENCH_SUBSETS)}")
+      raise ConfigError("task.options.subsets", subsets,
+                        f"a non-empty list of folder names, e.g. {list(BENCH_SUBSETS)}")
     self.source = source
     self.prompt_style = prompt_style
     self.eval_size = int(eval_size)
