@@ -49,6 +49,7 @@ import numpy as np
 from daca_jax.data import local
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import reasoning_format as fmt
+from daca_jax.tasks.hf_tokenizer import llada_chat_prompt
 from daca_jax.tasks import sandbox
 from daca_jax.tasks.base import TASKS, Example, Task
 from daca_jax.tasks.tokenizer import ByteTokenizer
@@ -237,7 +238,8 @@ class CodeTask(Task):
       target = body
     else:
       ask = (f"{question}\n\n" if question else "Complete the following Python function.\n\n")
-      prompt = fmt.llada_chat(f"{ask}```python\n{header}```\n\n{CHAT_INSTRUCTION}")
+      # BOS is added as an id by encode_prompts, so the template's BOS text is left out.
+      prompt = llada_chat_prompt(f"{ask}```python\n{header}```\n\n{CHAT_INSTRUCTION}", bos="")
       target = f"```python\n{header}{body}```" if body else ""
     meta = {"task_id": task_id, "code_header": header, "test": test, "entry_point": entry_point}
     return Example(prompt=prompt, target=target, meta=meta)
