@@ -74,6 +74,21 @@ def test_early_exit_zero_does_not_pass_with_a_marker():
   assert _run("print('MARK-123')", success_marker="MARK-123").status == "passed"
 
 
+def test_program_cannot_read_its_own_source_to_forge_the_marker():
+  # The marker is in the program text; the program must not find that text on disk (its file is
+  # deleted and the source arrives on stdin), so printing the marker early is impossible this way.
+  steal = ("import os, re, sys, __main__\n"
+           "paths = [getattr(__main__, '__file__', ''), sys.argv[0], sys._getframe().f_code.co_filename]\n"
+           "for p in paths:\n"
+           "  if p and os.path.isfile(p):\n"
+           "    m = re.findall(r'MARK-[0-9]+', open(p).read())\n"
+           "    if m: print(m[-1]); os._exit(0)\n"
+           "sys.exit(3)\n"
+           "print('MARK-123')\n")
+  r = _run(steal, success_marker="MARK-123")
+  assert r.status == "failed" and r.exit_code == 3, r
+
+
 def test_infinite_loop_times_out():
   r = _run("while True:\n  pass")
   assert r.status == "timeout"

@@ -25,7 +25,9 @@ Prompt styles (``prompt_style``):
 Grading: the code is extracted (:func:`extract_code`), assembled with the problem's tests
 (:func:`build_program`) and run in :mod:`daca_jax.tasks.sandbox`, many at a time. A program passes
 iff it exits with 0 AND prints a fresh random marker after the tests (so ``sys.exit(0)`` before the
-tests does not pass). Rewards: ``1.0`` if the tests pass, plus ``format_weight`` (default 0.1,
+tests does not pass). The program's source never stays on disk (the sandbox feeds it on stdin), so
+code cannot read the marker from its own file; code that introspects the running interpreter
+(frames, code constants) could still find it, as in-process test harnesses generally can be fooled. Rewards: ``1.0`` if the tests pass, plus ``format_weight`` (default 0.1,
 chat style only) if the completion holds a complete python code fence; a completion scores >= 1 iff
 it is correct, which keeps the trainer's ``accuracy = reward >= 1`` meaningful. Metric ``pass@1`` is
 the fraction of completions that pass (one sample per problem: the usual pass@1 estimate).

@@ -287,7 +287,8 @@ def _run_in(root: pathlib.Path, source: str, limits: SandboxLimits, success_mark
   cfg = {
       "status_fd": status_w,
       "work_dir": str(work),
-      "argv": [sys.executable, "-I", str(program)],
+      "argv": [sys.executable, "-I", "-"],  # the launcher feeds the program on stdin
+      "program_path": str(program),
       "env": env,
       "cpu_time_s": math.ceil(limits.cpu_time_s if limits.cpu_time_s else limits.timeout_s),
       "memory_bytes": limits.memory_mb << 20,

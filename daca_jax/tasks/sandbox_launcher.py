@@ -12,8 +12,9 @@ minimal init until the program exits:
 4. applies a Landlock ruleset (when the kernel has Landlock): writes only beneath the work directory
    and to ``/dev/null``; no TCP bind/connect (ABI >= 4); no signals or abstract unix sockets to
    processes outside the sandbox (ABI >= 6);
-5. forks; the child execs the interpreter on the program with the scrubbed environment, cwd = the
-   work directory; the parent reaps every child until the program's own exit.
+5. reads the program file and deletes it, forks; the child execs ``python -I -`` with the program on
+   a stdin pipe (no copy of the source stays on disk), the scrubbed environment and cwd = the work
+   directory; the parent writes the source, then reaps every child until the program's own exit.
 
 It writes one JSON line to the status fd: ``{"exit": int|null, "signal": int|null,
 "landlock_abi": int, "tmpfs": bool, "setup_error": str|null}``. Everything the launcher starts dies
@@ -111,6 +112,14 @@ def main():
     if cfg["tmpfs_bytes"]:
       report["tmpfs"] = _mount_tmpfs(work, cfg["tmpfs_bytes"])
     _set_limits(cfg)
+    # The program reaches the interpreter through a pipe on stdin and its file is deleted first:
+    # a program that reads its own source (e.g. to find the success marker) finds nothing on disk.
+    source = b""
+    if cfg.get("program_path"):
+      with open(cfg["program_path"], "rb") as f:
+        source = f.read()
+      os.unlink(cfg["program_path"])
+    stdin_r, stdin_w = os.pipe()
     report["landlock_abi"] = _landlock(work)
     if cfg["require_landlock"] and not report["landlock_abi"]:
       raise OSError("Landlock is required (filesystem isolation) but not available")
@@ -121,11 +130,23 @@ def main():
     return
   if pid == 0:
     try:
+      os.close(stdin_w)
+      os.dup2(stdin_r, 0)
+      os.close(stdin_r)
       os.chdir(work)
       os.execve(cfg["argv"][0], cfg["argv"], cfg["env"])
     finally:
       os.write(2, b"sandbox: could not start the program\n")
       os._exit(127)
+  os.close(stdin_r)
+  try:  # the interpreter reads all of stdin before it runs anything, so this cannot deadlock
+    view = memoryview(source)
+    while view:
+      view = view[os.write(stdin_w, view):]
+  except OSError:  # the program died before reading its source: its exit status says why
+    pass
+  finally:
+    os.close(stdin_w)
   while True:  # reap every child (PID 1 duty) until the program itself exits
     try:
       done, status = os.waitpid(-1, 0)
