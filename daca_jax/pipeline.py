@@ -22,6 +22,7 @@ import optax
 
 from daca_jax import parallel
 from daca_jax.checkpoint import Checkpointer
+from daca_jax.credit import CREDIT, TAGGERS
 from daca_jax.diffusion.rollout import make_rollout_fn
 from daca_jax.diffusion.sft import sft_loss
 from daca_jax.errors import ConfigError, DataError
@@ -304,6 +305,8 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   task = build_task(cfg)  # before creating the workdir: a bad path leaves nothing behind
   if cfg.parallel.strategy != "none":
     parallel.make_mesh(cfg.parallel)  # a mesh that does not fit the devices fails before any work
+  if CREDIT.get(cfg.rl.credit).needs_categories:
+    TAGGERS.get(cfg.credit.tagger)(task.tokenizer)  # e.g. 'pos' without spaCy fails before any work
   workdir.mkdir(parents=True, exist_ok=True)
   timings: dict[str, float] = {}
   eval_examples, source = task.eval_examples()

@@ -261,8 +261,8 @@ class CreditConfig:
     if not 0.0 < self.delta_lambda_min <= 1.0 <= self.delta_lambda_max:
       raise ConfigError(f"{prefix}.delta_lambda_min", self.delta_lambda_min,
                         f"0 < delta_lambda_min <= 1 <= delta_lambda_max={self.delta_lambda_max}")
-    if not self.delta_gamma > 0:
-      raise ConfigError(f"{prefix}.delta_gamma", self.delta_gamma, "a number > 0")
+    if not 0 < self.delta_gamma < float("inf"):
+      raise ConfigError(f"{prefix}.delta_gamma", self.delta_gamma, "a finite number > 0")
     return self
 
 
@@ -558,6 +558,9 @@ class TrainConfig:
     if self.rl.likelihood == "stratified" and self.likelihood.num_strata > self.rollout.gen_length:
       raise ConfigError("likelihood.num_strata", self.likelihood.num_strata,
                         f"<= rollout.gen_length={self.rollout.gen_length} (one token per stratum at most)")
+    if self.rollout.kv_cache != "none" and self.model.lora_rank:
+      raise ConfigError("rollout.kv_cache", self.rollout.kv_cache,
+                        "'none' when model.lora_rank > 0 (the K/V-cache rollout does not apply LoRA adapters)")
     if self.rl.likelihood == "rldf" and self.likelihood.rldf_states > self.rollout.steps:
       raise ConfigError("likelihood.rldf_states", self.likelihood.rldf_states,
                         f"<= rollout.steps={self.rollout.steps} (distinct states to rebuild)")

@@ -58,6 +58,11 @@ def main(argv):
 
 
 def run():
+  for name, flag in (("--configs", _CONFIGS), ("--bases", _BASES), ("--arms", _ARMS), ("--seeds", _SEEDS)):
+    if not flag.value:
+      raise ConfigError(name, "", "a non-empty comma-separated list")
+  if not all(s.strip().isdigit() for s in _SEEDS.value):
+    raise ConfigError("--seeds", ",".join(_SEEDS.value), "comma-separated integers >= 0")
   configs = {}
   for spec in _CONFIGS.value:
     cfg = _load_config(spec)

@@ -44,7 +44,11 @@ if __name__ == "__main__":
     lines = [l.strip() for l in str(e).replace("\\n", "\n").replace("\\'", "'").splitlines() if l.strip()]
     msg = lines[-1].strip("'\"") if lines else type(e).__name__
     if isinstance(e, (AttributeError, KeyError)):
-      msg = f"unknown config field: {' '.join(lines)} (the valid fields are listed in the config file)"
+      name = " ".join(lines).strip("'\"")
+      given = [a.split("=")[0] for a in sys.argv[1:] if a.startswith("--config.") and name in a]
+      where = f" in {given[0]}" if given else ""
+      msg = (f"unknown config field {name!r}{where} (the valid fields are listed in configs/base.py; "
+             "task.options takes only the arguments the task's config declares)")
     print(f"error: {msg}", file=sys.stderr)
     sys.exit(2)
   app.run(main, flags_parser=lambda argv: argv[:1])  # flags are already parsed above
