@@ -126,12 +126,12 @@ def summarize(cells: Sequence[Cell], results: dict[str, dict[str, Any]],
   for c in cells:
     groups.setdefault((c.task, c.base, c.arm), []).append(c)
   for (task, base, arm), cs in groups.items():
-    metric = primary_metric(task) if metric is None else metric
-    after = [results[c.key]["eval_after"][metric] for c in cs]
-    delta = [results[c.key]["eval_after"][metric] - results[c.key]["eval_before"][metric] for c in cs]
+    name = primary_metric(task) if metric is None else metric
+    after = [results[c.key]["eval_after"][name] for c in cs]
+    delta = [results[c.key]["eval_after"][name] - results[c.key]["eval_before"][name] for c in cs]
     m, ci = mean_ci95(after)
     dm, dci = mean_ci95(delta)
-    rows.append({"task": task, "metric": metric, "base": base, "arm": arm, "mean": m, "ci95": ci,
+    rows.append({"task": task, "metric": name, "base": base, "arm": arm, "mean": m, "ci95": ci,
                  "delta_mean": dm,
                  "delta_ci95": dci, "seeds": [c.seed for c in cs], "values": after})
   return rows

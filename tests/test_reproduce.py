@@ -56,3 +56,13 @@ def test_summarize_pairs_with_the_warm_start(tmp_path):
   assert "+DACA" in md and md.count("\n") == 3
   rp.plot(list(rows.values()), tmp_path / "g.png")
   assert (tmp_path / "g.png").stat().st_size > 1000
+
+
+def test_summarize_uses_each_tasks_primary_metric():
+  cells = rp.grid(["sudoku4x4", "countdown"], ["diffu_grpo"], [0, 1], arms=("base",))
+  results = {c.key: ({"eval_before": {"strict_solved": 0.2}, "eval_after": {"strict_solved": 0.3}}
+                     if c.task == "sudoku4x4" else
+                     {"eval_before": {"accuracy": 0.1}, "eval_after": {"accuracy": 0.15}}) for c in cells}
+  rows = {r["task"]: r for r in rp.summarize(cells, results)}
+  assert rows["sudoku4x4"]["metric"] == "strict_solved" and rows["countdown"]["metric"] == "accuracy"
+  assert rows["countdown"]["mean"] == pytest.approx(0.15) and rows["sudoku4x4"]["delta_mean"] == pytest.approx(0.1)
