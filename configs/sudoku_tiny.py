@@ -8,7 +8,7 @@ Launch (from the repository root):
   python experiments/train.py --config=configs/sudoku_tiny.py --workdir=runs/sudoku_d1 \
       --config.rl.credit=uniform --config.rl.likelihood=mean_field
 
-Presets (the part after ':'): ``default`` (≈5½ min on a 2-core CPU) and ``smoke`` (< 1 min, tiny
+Presets (the part after ':'): ``default`` (5m20s on an idle 2-core CPU) and ``smoke`` (< 1 min, tiny
 model, a few steps; for tests). Every other field, with its meaning, is in ``configs/base.py``.
 """
 import ml_collections

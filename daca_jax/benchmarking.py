@@ -13,7 +13,6 @@ import time
 from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from daca_jax.types import ModelConfig, RolloutConfig

@@ -19,7 +19,7 @@ import pytest
 from daca_jax.data import local
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import code, sandbox
-from daca_jax.tasks.base import TASKS, Example, make_task
+from daca_jax.tasks.base import TASKS, make_task
 from daca_jax.tasks.code import HumanEvalTask, MBPPTask, build_program, extract_code
 
 MBPP_DIR = local.default_data_dir() / "mbpp"

@@ -7,7 +7,6 @@ Oracles: rows read back through TFDS + grain equal the source files parsed here 
 import csv
 import gzip
 import json
-import pathlib
 import shutil
 
 import pytest

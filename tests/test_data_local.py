@@ -9,8 +9,7 @@ import pytest
 import daca_jax
 from daca_jax.data import local
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+SHARED_DATA = local.default_data_dir()  # $DACA_DATA_DIR or ../shared/data
 D1_SUDOKU = SHARED_DATA / "sudoku" / "d1_test.csv"
 # sha256 of sudoku/d1_test.csv as listed in ../shared/data/SOURCES.md.
 D1_SUDOKU_SHA256 = "ef86c7c28ebef88484d85fda59b3909a7b621241aa1abf36343437dbc4a3ffb6"
@@ -92,7 +91,7 @@ def test_read_sudoku_csv_bad_header_and_missing(tmp_path):
 
 def test_read_real_d1_file():
   if not D1_SUDOKU.is_file():
-    pytest.skip(f"shared benchmark data not found at {D1_SUDOKU} (../shared/data is absent)")
+    pytest.skip(f"shared benchmark data not found at {D1_SUDOKU} (set $DACA_DATA_DIR or place it at ../shared/data)")
   assert hashlib.sha256(D1_SUDOKU.read_bytes()).hexdigest() == D1_SUDOKU_SHA256
   rows = local.read_sudoku_csv(D1_SUDOKU)
   assert len(rows) == 500

@@ -7,17 +7,16 @@ brute force over all 4**blanks fillings.
 from __future__ import annotations
 
 import itertools
-import pathlib
 
 import numpy as np
 import pytest
 
+from daca_jax.data import local
 from daca_jax.errors import ConfigError
 from daca_jax.tasks import base, sudoku
 from daca_jax.tasks.base import Example, make_task
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-D1_SUDOKU = REPO_ROOT.parent / "shared" / "data" / "sudoku" / "d1_test.csv"
+D1_SUDOKU = local.default_data_dir() / "sudoku" / "d1_test.csv"  # $DACA_DATA_DIR or ../shared/data
 
 
 def _plain_valid(grid) -> bool:
@@ -78,7 +77,7 @@ def _brute_force_count(puzzle: str) -> int:
 
 def _require_d1() -> list[tuple[str, str]]:
   if not D1_SUDOKU.is_file():
-    pytest.skip(f"shared benchmark data not found at {D1_SUDOKU} (../shared/data is absent)")
+    pytest.skip(f"shared benchmark data not found at {D1_SUDOKU} (set $DACA_DATA_DIR or place it at ../shared/data)")
   from daca_jax.data.local import read_sudoku_csv
   return read_sudoku_csv(D1_SUDOKU)
 
