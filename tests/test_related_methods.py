@@ -302,6 +302,11 @@ def test_rldf_objective_clean_state_clip():
 REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
 
 
+def _tiny_run_flags():
+  return ["--config.sft.steps=10", "--config.rl.steps=2", "--config.task.num_eval_examples=8",
+          "--config.eval.batch_size=8"]
+
+
 @pytest.mark.parametrize("flags,metric", [
     (["--config.rl.credit=dtca"], "dtca_kept_frac"),
     (["--config.rl.credit=delta", "--config.model.lora_rank=4", "--config.model.logprob_chunk=8"],
@@ -317,7 +322,7 @@ def test_method_runs_through_train_py_by_config(flags, metric, tmp_path):
   from daca_jax.metrics import read_metrics
 
   cmd = [sys.executable, "experiments/train.py", "--config=configs/sudoku_tiny.py:smoke", "--progress=false",
-         f"--workdir={tmp_path}", *flags]
+         f"--workdir={tmp_path}", *_tiny_run_flags(), *flags]
   proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
   res = json.loads((tmp_path / "results.json").read_text())
@@ -325,4 +330,5 @@ def test_method_runs_through_train_py_by_config(flags, metric, tmp_path):
     section, field, value = re.match(r"--config\.(\w+)\.(\w+)=(.*)", flag).groups()
     assert str(res["config"][section][field]) == value
   records = read_metrics(tmp_path / "metrics.jsonl")
-  assert records and all(np.isfinite(r[metric]) and np.isfinite(r["loss"]) for r in records)
+  assert [r["step"] for r in records] == [1, 2]
+  assert all(np.isfinite(r[metric]) and np.isfinite(r["loss"]) for r in records)
