@@ -11,3 +11,23 @@ import tempfile
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), "daca_jax_test_xla_cache"))
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
+
+
+def pytest_addoption(parser):
+  parser.addoption("--runslow", action="store_true", default=False,
+                   help="also run the tests marked slow (more main-job variants; the 8B benchmark path)")
+
+
+def pytest_configure(config):
+  config.addinivalue_line("markers", "slow: a long test left out of the default run (use --runslow)")
+
+
+def pytest_collection_modifyitems(config, items):
+  if config.getoption("--runslow"):
+    return
+  import pytest
+
+  skip = pytest.mark.skip(reason="slow: run with --runslow")
+  for item in items:
+    if "slow" in item.keywords:
+      item.add_marker(skip)

@@ -62,6 +62,7 @@ def test_torch_eager_port_matches_jax():
   np.testing.assert_array_equal(np.asarray(jax_tokens), torch_tokens)
 
 
+@pytest.mark.slow
 def test_llada_8b_code_path_at_cpu_size(tmp_path):
   """gpu_check.sh's command with --shrink: the same model config path, vocabulary and sections."""
   out = tmp_path / "bench.json"

@@ -235,6 +235,7 @@ def test_reward_never_raises_on_random_completions(completions, style):
     assert countdown_reward(completion, NUMS, TARGET, style) in (0.0, 0.1, 1.0)
 
 
+@pytest.mark.slow
 def test_smoke_config_runs_through_the_main_job(tmp_path):
   cmd = [sys.executable, "experiments/train.py", "--config=configs/countdown_tiny.py:smoke",
          "--progress=false", f"--workdir={tmp_path}"]

@@ -125,9 +125,15 @@ def test_killed_run_resumes_from_last_checkpoint(tmp_path):
   assert json.loads((tmp_path / "results.json").read_text())["eval_after"]["num_examples"] == 32
 
 
+def _slow(*values):
+  pytest = __import__("pytest")
+  return pytest.param(*values, marks=pytest.mark.slow)
+
+
 @__import__("pytest").mark.parametrize("objective,likelihood", [
-    ("wd1", "stratified"), ("gspo", "stratified"), ("gdpo", "stratified"), ("reinforce_pp", "stratified"),
-    ("diffu_grpo", "trajectory"), ("gdpo", "elbo"), ("diffu_grpo", "coupled")])
+    _slow("wd1", "stratified"), _slow("gspo", "stratified"), ("gdpo", "stratified"),
+    _slow("reinforce_pp", "stratified"), ("diffu_grpo", "trajectory"), _slow("gdpo", "elbo"),
+    _slow("diffu_grpo", "coupled")])
 def test_every_base_method_and_estimator_by_config(tmp_path, objective, likelihood):
   c = sudoku_tiny.get_config("smoke")
   c.rl.objective = objective
