@@ -57,7 +57,7 @@ def compile_and_time(fn: Callable[..., Any], *args: Any, repeats: int = 5) -> di
   compiled = fn.lower(*args).compile()
   compile_s = time.perf_counter() - t0
   out = time_fn(compiled, *args, repeats=repeats)
-  out.update(compile_s=compile_s, memory=_memory_stats(compiled), compiled=compiled)
+  out.update(compile_s=compile_s, memory=memory_stats(compiled), compiled=compiled)
   return out
 
 
@@ -90,10 +90,11 @@ def compiled_memory(fn: Callable[..., Any], *args: Any) -> dict[str, int]:
   of the device memory one call needs, without running it.
   """
   fn = fn if hasattr(fn, "lower") else jax.jit(fn)
-  return _memory_stats(fn.lower(*args).compile())
+  return memory_stats(fn.lower(*args).compile())
 
 
-def _memory_stats(compiled: Any) -> dict[str, int]:
+def memory_stats(compiled: Any) -> dict[str, int]:
+  """Buffer sizes (bytes) of an already compiled executable; keys as :func:`compiled_memory`."""
   s = compiled.memory_analysis()
   out = {"temp_bytes": int(s.temp_size_in_bytes), "argument_bytes": int(s.argument_size_in_bytes),
          "output_bytes": int(s.output_size_in_bytes), "alias_bytes": int(s.alias_size_in_bytes)}

@@ -6,7 +6,7 @@ For every method (credit assigner × likelihood estimator × objective) this mea
   for, over the bare rollout (DPS / DTCA / DelTA read their signal off logits and hidden states the
   sampler already has: ≈ 1);
 * ``likelihood_passes``: compiled FLOPs of one likelihood evaluation over those of a single forward
-  pass of the batch (mean-field 1, SML K, trajectory S, rldf k, ...);
+  pass of the batch (mean-field 1, SML K bodies but one output head, trajectory S, rldf k, ...);
 * ``update_flops_ratio``: compiled FLOPs of one full update (θ, θ_ref passes, backward) over d1's
   (uniform credit, mean-field);
 * wall-clock seconds of the rollout, the credit assignment and the update (medians of ``repeats``).

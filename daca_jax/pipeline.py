@@ -341,7 +341,7 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     adapters = lora.init_lora(cfg.model, jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _LORA_STREAM))
     params = lora.lora_params(params, adapters)
     ref_params = lora.reference_params(params)
-    logits_fn = lora.make_lora_logits_fn(graphdef)
+    logits_fn = lora.make_lora_logits_fn(graphdef, logprob_chunk=cfg.model.logprob_chunk)
     hidden_logits_fn = lora.make_lora_logits_fn(graphdef, return_hidden=True)
     optimizer_wrapper = lora.lora_optimizer
     log(f"LoRA: rank {cfg.model.lora_rank} on {','.join(cfg.model.lora_target_list)}: "

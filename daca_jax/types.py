@@ -275,8 +275,9 @@ class LikelihoodConfig:
     partition: how SML splits completion positions into strata: "random", "strided",
       "contiguous" or "commit_order".
     p_mask_prompt: probability of masking each prompt token (d1 uses 0.15).
-    strata_batch: 0 vectorises all K strata at once (``jax.vmap``); n > 0 evaluates n strata at a
-      time (``lax.map``) to bound memory.
+    strata_batch: 0 vectorises all K strata at once (``jax.vmap``); 0 < n < K evaluates n strata at a
+      time (``lax.map``, rematerialised): the update keeps the activations of n passes instead of K,
+      at the price of one more forward pass per stratum in the backward pass.
     coupled_t_min: lower end of the masking rate t ~ U[t_min, t_max] of the coupled estimator.
     coupled_t_max: upper end of that range (DiffuCoder: [0.2, 0.8]).
     coupled_full_pass: also run the fully-masked pass and average it in (DiffuCoder does).

@@ -9,7 +9,9 @@ Sections (``--sections``, comma separated; ``all`` adds the slow ``accuracy`` on
   rollout    rollout tokens/s, compile time, model FLOPs and MFU, peak memory, DPS overhead.
   fast       threshold decoding and prefix / dual K/V cache: tokens/s, model calls, agreement with
              plain greedy decoding.
-  likelihood SML (K=4) vs mean-field per-token likelihood time; update step time and compile time.
+  likelihood SML (K=4) vs mean-field per-token likelihood time; update step time, compiled peak
+             memory and compile time; SML with strata_batch=1; mean-field on a 4x batch (the same
+             model work as SML's four passes).
   memory     compiled scratch memory of SML at V=32k, all strata at once vs one at a time.
   scaling    rollout tokens/s vs L, SML time vs K, update time vs group size G.
   torch      the same rollout in eager PyTorch (transformers' Llama, bidirectional, same weights,
@@ -74,6 +76,8 @@ _SFT_DIR = flags.DEFINE_string("sft_dir", "", "accuracy: an SFT checkpoint folde
 _SFT_STEPS = flags.DEFINE_integer("sft_steps", 300, "accuracy: SFT steps when --sft_dir is not given.")
 _EVAL_N = flags.DEFINE_integer("eval_examples", 500, "accuracy: evaluation puzzles.")
 _JSON = flags.DEFINE_string("json", "", "Also write every figure to this JSON file.")
+_REMAT = flags.DEFINE_enum("remat", "", ["", "none", "full", "dots", "dots_saveable"],
+                           "Override model.remat (per-layer rematerialisation) for every section.")
 
 
 class Bench:
@@ -102,6 +106,8 @@ class Bench:
       self.task = build_task(dataclasses.replace(cfg, rollout=rollout))
       self.mask_id, self.eos_id = self.task.tokenizer.mask_id, self.task.tokenizer.eos_id
       self.prompts = jnp.asarray(self.task.encode_prompts(self.task.train_examples(self.b, cfg.seed)))
+    if _REMAT.value:
+      model = dataclasses.replace(model, remat=_REMAT.value)
     self.cfg = dataclasses.replace(cfg, model=model, rollout=rollout.validate())
     t0 = time.perf_counter()
     self.graphdef, self.params = init_model(model, cfg.seed)
@@ -201,14 +207,25 @@ def section_fast(bench, res):
                             "agree"]))
 
 
-def _learner(bench, likelihood, k, group_size=None, prompts_per_step=None):
+def _learner(bench, likelihood, k, group_size=None, prompts_per_step=None, strata_batch=None):
   from daca_jax.rl import GRPOLearner
 
   cfg = bench.cfg
   rl = dataclasses.replace(cfg.rl, likelihood=likelihood, group_size=group_size or cfg.rl.group_size,
                            prompts_per_step=prompts_per_step or cfg.rl.prompts_per_step)
-  c = dataclasses.replace(cfg, rl=rl, likelihood=dataclasses.replace(cfg.likelihood, num_strata=k))
+  lc = dataclasses.replace(cfg.likelihood, num_strata=k)
+  if strata_batch is not None:
+    lc = dataclasses.replace(lc, strata_batch=strata_batch)
+  c = dataclasses.replace(cfg, rl=rl, likelihood=lc)
   return GRPOLearner(bench.logits_fn, c, mask_id=bench.mask_id, eos_id=bench.eos_id)
+
+
+def _tile_batch(traj, reps):
+  """The rollout batch repeated ``reps`` times (groups stay adjacent): as many sequences as the K
+  passes of SML feed the model."""
+  b = traj.tokens.shape[0]
+  return jax.tree.map(lambda a: jnp.tile(a, (reps,) + (1,) * (a.ndim - 1))
+                      if getattr(a, "ndim", 0) >= 1 and a.shape[0] == b else a, traj)
 
 
 def _update_time(bench, learner, traj, repeats):
@@ -221,6 +238,7 @@ def _update_time(bench, learner, traj, repeats):
   t0 = time.perf_counter()
   compiled = learner.update.lower(*args).compile()
   compile_s = time.perf_counter() - t0
+  memory = bm.memory_stats(compiled)
   state = {"opt": args[1]}
 
   def run():
@@ -228,7 +246,7 @@ def _update_time(bench, learner, traj, repeats):
     return metrics
 
   out = bm.time_fn(run, repeats=repeats)
-  out.update(compile_s=compile_s, run=run)
+  out.update(compile_s=compile_s, run=run, memory=memory)
   return out
 
 
@@ -238,25 +256,35 @@ def _logprob_time(bench, learner, tokens, repeats):
 
 
 def section_likelihood(bench, res):
+  # SML's K passes are K times the batch through the model, so next to mean-field it is timed against
+  # mean-field on a K-times-larger batch (the same model work): on a CPU the wall time grows faster
+  # than the batch once activations outgrow the caches, which no estimator can avoid. strata_batch=1
+  # keeps one pass's activations (rematerialised, one more forward per pass in the backward).
   traj = bench.rollout_fn(bench.cfg.rollout)(bench.params, bench.prompts, bench.key)
+  k = 4
   runs = {}
-  for name, k in (("mean_field", 1), ("stratified", 4)):
-    learner = _learner(bench, name, k)
-    lp = _logprob_time(bench, learner, traj.tokens, 1)
-    upd = _update_time(bench, learner, traj, 1)
-    res[f"{name}_update_compile_s"] = upd["compile_s"]
-    runs[f"{name}_logprob"] = functools.partial(lp["compiled"], bench.params, traj.tokens, bench.key)
-    runs[f"{name}_update"] = upd["run"]
+  variants = (("mean_field", "mean_field", 1, None, traj), ("stratified", "stratified", k, 0, traj),
+              ("stratified_strata_batch1", "stratified", k, 1, traj),
+              (f"mean_field_{k}x_batch", "mean_field", 1, None, _tile_batch(traj, k)))
+  for label, name, kk, sb, tr in variants:
+    learner = _learner(bench, name, kk, strata_batch=sb)
+    if tr is traj and sb != 1:
+      lp = _logprob_time(bench, learner, traj.tokens, 1)
+      runs[f"{label}_logprob"] = functools.partial(lp["compiled"], bench.params, traj.tokens, bench.key)
+    upd = _update_time(bench, learner, tr, 1)
+    res[f"{label}_update_compile_s"] = upd["compile_s"]
+    res[f"{label}_update_compiled_peak_mb"] = upd["memory"]["peak_bytes"] / 2**20
+    runs[f"{label}_update"] = upd["run"]
   best = bm.best_of_interleaved(runs, bench.r)  # interleaved: the ratios see the same machine load
   for name, s in best.items():
     res[f"{name}_s"] = s
+  mf = res["mean_field_update_s"]
   res["sml_k4_vs_mean_field_logprob_ratio"] = res["stratified_logprob_s"] / res["mean_field_logprob_s"]
-  res["sml_k4_vs_mean_field_update_ratio"] = res["stratified_update_s"] / res["mean_field_update_s"]
-  learner = _learner(bench, "stratified", 4)
-  upd_mem = bm.compiled_memory(learner.update, bench.params, learner.init_opt_state(bench.params),
-                               bench.params, traj, jnp.zeros((bench.b,), jnp.float32),
-                               traj.completion_mask, bench.key)
-  res["sml_k4_update_compiled_peak_mb"] = upd_mem["peak_bytes"] / 2**20
+  res["sml_k4_vs_mean_field_update_ratio"] = res["stratified_update_s"] / mf
+  res["sml_k4_strata_batch1_vs_mean_field_update_ratio"] = res["stratified_strata_batch1_update_s"] / mf
+  res[f"mean_field_{k}x_batch_vs_mean_field_update_ratio"] = res[f"mean_field_{k}x_batch_update_s"] / mf
+  res[f"sml_k4_vs_mean_field_{k}x_batch_update_ratio"] = (res["stratified_update_s"]
+                                                         / res[f"mean_field_{k}x_batch_update_s"])
 
 
 def section_memory(bench, res):

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from daca_jax.likelihood import LIKELIHOOD, assign_strata, mask_prompt
+from daca_jax.likelihood import LIKELIHOOD, assign_strata, mask_prompt, stratum_positions
 from daca_jax.types import LikelihoodConfig
 from tests.fixed_logit_model import jax_logits, make_params, np_logits
 
@@ -109,6 +109,64 @@ def test_strata_batch_lax_map_equals_vmap(setup):
   a = f(jax_logits, params, tokens, P, key, LikelihoodConfig(num_strata=4), mask_id=MASK)
   b = f(jax_logits, params, tokens, P, key, LikelihoodConfig(num_strata=4, strata_batch=2), mask_id=MASK)
   np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("partition", ["random", "strided", "contiguous"])
+@pytest.mark.parametrize("k", [1, 3, 4, 8])
+def test_stratum_positions_list_every_position_once(partition, k):
+  strata = assign_strata(jax.random.PRNGKey(3), B, L, k, partition)
+  pos, valid = (np.asarray(a) for a in stratum_positions(strata, k))
+  s = np.asarray(strata)
+  assert pos.shape == valid.shape == (k, B, -(-L // k))
+  for b in range(B):
+    for j in range(k):  # the valid slots of stratum j: exactly its positions, in increasing order
+      np.testing.assert_array_equal(pos[j, b][valid[j, b]], np.flatnonzero(s[b] == j))
+      assert (s[b, pos[j, b]] == j).all()  # padding repeats a position of the same stratum
+
+
+def test_score_positions_equals_full_gather():
+  """The model split (gather hidden, project C positions, chunked or not) and a plain LogitsFn
+  (gather logits) give the full log-softmax's values at the chosen positions."""
+  from daca_jax.likelihood.common import score_positions, token_logprobs
+  from daca_jax.models import init_model, make_logits_fn, tiny_config
+
+  cfg = tiny_config(d_model=32, n_layers=1, n_heads=2, mlp_dim=32, vocab_size=30, mask_token_id=29)
+  gd, prm = init_model(cfg, seed=0)
+  rng = np.random.default_rng(4)
+  toks = jnp.asarray(rng.integers(0, 29, (3, 9)), jnp.int32)
+  pos = jnp.asarray(rng.integers(0, 9, (3, 4)), jnp.int32)
+  tgt = jnp.asarray(rng.integers(0, 30, (3, 4)), jnp.int32)
+  full = np.asarray(jax.nn.log_softmax(make_logits_fn(gd)(prm, toks)))
+  want = full[np.arange(3)[:, None], np.asarray(pos), np.asarray(tgt)]
+  plain = lambda p, t: make_logits_fn(gd)(p, t)  # no model split attached
+  for fn in (make_logits_fn(gd), make_logits_fn(gd, logprob_chunk=3), plain):
+    np.testing.assert_allclose(np.asarray(score_positions(fn, prm, toks, tgt, pos)), want, rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_strata_batch_bounds_update_memory_with_equal_gradients():
+  """strata_batch=1 rematerialises each pass: the gradient equals the vmapped one, and the compiled
+  scratch of value_and_grad holds about one pass's activations instead of K."""
+  from daca_jax.models import init_model, make_logits_fn, tiny_config
+
+  cfg = tiny_config(d_model=64, n_layers=2, n_heads=4, mlp_dim=256, vocab_size=40, mask_token_id=39)
+  gd, prm = init_model(cfg, seed=0)
+  toks = jnp.asarray(np.random.default_rng(5).integers(0, 39, (16, 40)), jnp.int32)
+  f = LIKELIHOOD.get("stratified")
+
+  def loss(sb):
+    lc = LikelihoodConfig(num_strata=4, strata_batch=sb)
+    return lambda p: jnp.sum(f(make_logits_fn(gd), p, toks, 8, jax.random.PRNGKey(0), lc, mask_id=39))
+
+  out, scratch = {}, {}
+  for sb in (0, 1):
+    compiled = jax.jit(jax.value_and_grad(loss(sb))).lower(prm).compile()
+    scratch[sb] = compiled.memory_analysis().temp_size_in_bytes
+    out[sb] = compiled(prm)
+  np.testing.assert_allclose(float(out[1][0]), float(out[0][0]), rtol=1e-5)
+  for a, b in zip(jax.tree.leaves(out[0][1]), jax.tree.leaves(out[1][1])):
+    np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-5)
+  assert scratch[1] < 0.5 * scratch[0], scratch
 
 
 def test_prompt_mask_rate():

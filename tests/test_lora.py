@@ -125,3 +125,21 @@ def test_bad_lora_config():
     lora.init_lora(dataclasses.replace(CFG, lora_rank=0), jax.random.key(0))
   with pytest.raises(ConfigError, match=r"model\.lora_targets='q,attn'"):
     lora.init_lora(dataclasses.replace(CFG, lora_targets="q,attn"), jax.random.key(0))
+
+
+def test_model_split_applies_adapters_for_the_chunked_gather():
+  """``model.logprob_chunk`` with LoRA: the attached hidden/head split includes the adapters, so the
+  chunked target log-probs equal the full logits' ones (the split once ran the base alone)."""
+  from daca_jax.likelihood.common import score_targets, token_logprobs
+
+  _, gd, base, ad = _setup(b_scale=0.1)
+  params = lora.lora_params(base, ad)
+  tgt = X[:, 2:]
+  full = token_logprobs(lora.make_lora_logits_fn(gd)(params, X)[:, 2:], tgt)
+  fn = lora.make_lora_logits_fn(gd, logprob_chunk=2)
+  assert fn.logprob_chunk == 2 and fn.hidden_fn is not None  # the chunked path is the one taken
+  chunked = score_targets(fn, params, X, tgt, 2)
+  base_only = token_logprobs(make_logits_fn(gd)(base, X)[:, 2:], tgt)
+  assert float(jnp.abs(full - base_only).max()) > 1e-3
+  np.testing.assert_allclose(np.asarray(chunked), np.asarray(full), rtol=1e-5, atol=1e-5)
+  assert not hasattr(lora.make_lora_logits_fn(gd), "graphdef")  # the K/V cache must refuse it

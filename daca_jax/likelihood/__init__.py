@@ -6,5 +6,5 @@ from daca_jax.likelihood.elbo import elbo_logprobs, gauss_legendre_01
 from daca_jax.likelihood.exact import any_order_logprob
 from daca_jax.likelihood.mean_field import mean_field_logprobs
 from daca_jax.likelihood.rldf import StateTargets, rldf_logprobs, sample_states, step_surprisal
-from daca_jax.likelihood.stratified import assign_strata, stratified_logprobs
+from daca_jax.likelihood.stratified import assign_strata, stratified_logprobs, stratum_positions
 from daca_jax.likelihood.trajectory import trajectory_logprobs

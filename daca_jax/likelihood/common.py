@@ -74,16 +74,39 @@ def score_targets(logits_fn: Callable[..., Any], params: Any, tokens: jax.Array,
                   start: int) -> jax.Array:
   """Log-probs float32 [B, T'] of ``targets`` at positions ``start .. start+T'-1`` of ``tokens``.
 
-  Every estimator scores through this function. A plain ``LogitsFn`` is called once and its logits
-  gathered (:func:`token_logprobs`). A ``LogitsFn`` built by :func:`daca_jax.models.make_logits_fn`
-  with ``logprob_chunk > 0`` carries its model split (``hidden_fn``, ``head_fn``, ``logprob_chunk``
-  attributes); then the gather runs chunk by chunk (:func:`chunked_token_logprobs`) and float32
-  ``[B, T, V]`` logits never exist at once.
+  The estimators score through this function, or :func:`score_positions` when a pass needs only
+  some positions. A plain ``LogitsFn`` is called once and its logits gathered
+  (:func:`token_logprobs`). When ``logits_fn`` carries its model split (``hidden_fn``, ``head_fn``
+  attributes, as :func:`daca_jax.models.make_logits_fn` attaches) and ``logprob_chunk > 0``, the
+  gather runs chunk by chunk (:func:`chunked_token_logprobs`) and float32 ``[B, T, V]`` logits never
+  exist at once.
   """
   chunk = getattr(logits_fn, "logprob_chunk", 0)
   if chunk and getattr(logits_fn, "hidden_fn", None) is not None:
     return make_target_logprob_fn(logits_fn.hidden_fn, logits_fn.head_fn, chunk)(params, tokens, targets, start)
   return token_logprobs(logits_fn(params, tokens)[:, start:start + targets.shape[1]], targets)
+
+
+def score_positions(logits_fn: Callable[..., Any], params: Any, tokens: jax.Array, targets: jax.Array,
+                    positions: jax.Array) -> jax.Array:
+  """Log-probs float32 [B, C] of ``targets`` [B, C] at the absolute ``positions`` int32 [B, C] of
+  ``tokens`` [B, T], with the output projection and log-softmax run for those C positions only.
+
+  An estimator that needs a few positions per pass (SML reads only its masked stratum: C ≈ L/K) saves
+  the ``[B, L, V]`` head and log-softmax of the rest, K-fold in total (V = 126k for LLaDA). With the
+  model split attached to ``logits_fn`` (``hidden_fn``/``head_fn``, see
+  :func:`daca_jax.models.make_logits_fn`) the hidden states are gathered before the projection
+  (in chunks of ``logprob_chunk`` when > 0); a plain ``LogitsFn`` computes all logits, then gathers
+  before the log-softmax. Equal to ``take_along_axis(token_logprobs(logits, tokens-shaped targets),
+  positions)``.
+  """
+  gather = jax.vmap(lambda rows, idx: rows[idx])  # [B, T, ...], [B, C] -> [B, C, ...]
+  hidden_fn = getattr(logits_fn, "hidden_fn", None)
+  if hidden_fn is not None:
+    hidden = gather(hidden_fn(params, tokens), positions)  # [B, C, D]
+    chunk = getattr(logits_fn, "logprob_chunk", 0)
+    return chunked_token_logprobs(lambda h: logits_fn.head_fn(params, h), hidden, targets, chunk)
+  return token_logprobs(gather(logits_fn(params, tokens), positions), targets)
 
 
 def mask_prompt(key: jax.Array, prompt: jax.Array, p_mask_prompt: float, mask_id: int) -> jax.Array:

@@ -3,9 +3,11 @@
 The L completion positions are split into K strata (a fresh random permutation per sequence and per
 key, by default). Pass k masks stratum k and keeps every other completion token visible, so each token
 is scored with about (K−1)/K of the completion as context; ``logp_i`` is read from the pass that masks
-i, so every token is scored exactly once. The K passes are vectorised with ``jax.vmap`` (or ``lax.map``
-in groups of ``strata_batch`` to bound memory). K = 1 is the mean-field estimate, K = L the
-pseudo-likelihood.
+i, so every token is scored exactly once. Pass k therefore projects and log-normalises only the
+⌈L/K⌉ positions of stratum k (:func:`stratum_positions`), so the output head and log-softmax cost one
+pass in total rather than K. The K passes are vectorised with ``jax.vmap``, or run ``strata_batch`` at
+a time (``lax.map``, rematerialised) so that a gradient step keeps the activations of ``strata_batch``
+passes rather than K. K = 1 is the mean-field estimate, K = L the pseudo-likelihood.
 """
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from daca_jax.likelihood.base import LIKELIHOOD, split_key
-from daca_jax.likelihood.common import mask_prompt, score_targets
+from daca_jax.likelihood.common import mask_prompt, score_positions
 from daca_jax.types import LikelihoodConfig
 
 
@@ -61,6 +63,29 @@ def assign_strata(key: jax.Array, batch: int, length: int, num_strata: int, part
   return rank * num_strata // length
 
 
+def stratum_positions(strata: jax.Array, num_strata: int) -> tuple[jax.Array, jax.Array]:
+  """The completion positions of every stratum, padded to one static width C = ⌈L/K⌉.
+
+  Args:
+    strata: int32 [B, L] stratum of each position (:func:`assign_strata`); every stratum non-empty.
+    num_strata: K.
+  Returns:
+    (positions int32 [K, B, C], valid bool [K, B, C]): row b of stratum k lists its positions in
+    increasing order; a stratum with fewer than C positions repeats its last one, marked invalid.
+    Over k and the valid slots, every position of a row appears exactly once.
+  """
+  b, length = strata.shape
+  width = -(-length // num_strata)
+  order = jnp.argsort(strata, axis=-1, stable=True).astype(jnp.int32)  # [B, L] grouped by stratum
+  counts = jnp.sum(strata[:, None, :] == jnp.arange(num_strata)[None, :, None], axis=-1)  # [B, K]
+  starts = jnp.cumsum(counts, axis=-1) - counts
+  j = jnp.arange(width)
+  slot = starts[..., None] + jnp.minimum(j, jnp.maximum(counts[..., None] - 1, 0))  # [B, K, C]
+  positions = jnp.take_along_axis(order, slot.reshape(b, -1), axis=1).reshape(b, num_strata, width)
+  valid = j < counts[..., None]
+  return positions.transpose(1, 0, 2), valid.transpose(1, 0, 2)
+
+
 @LIKELIHOOD.register("stratified")
 def stratified_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int,
                         key: jax.Array, cfg: LikelihoodConfig, *, mask_id: int,
@@ -76,7 +101,7 @@ def stratified_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
     mask_id: ``[MASK]`` id.
     commit_step: int32 [B, L], needed for ``partition="commit_order"``.
   Returns:
-    float32 [B, L]; costs K forward passes of batch B.
+    float32 [B, L]; costs K forward passes of batch B (the output head: one pass in total).
   """
   k_prompt, k_part = split_key(key)
   b, total = tokens.shape
@@ -86,13 +111,23 @@ def stratified_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
   prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], cfg.p_mask_prompt, mask_id)
   comp = tokens[:, prompt_len:]
 
-  def one_pass(k: jax.Array) -> jax.Array:
-    x = jnp.concatenate([prompt, jnp.where(strata == k, mask_id, comp)], axis=1)
-    return score_targets(logits_fn, params, x, comp, prompt_len)  # [B, L]
+  positions, valid = stratum_positions(strata, num_strata)  # [K, B, C]
 
-  ks = jnp.arange(num_strata, dtype=jnp.int32)
+  def one_pass(xs: tuple[jax.Array, jax.Array]) -> jax.Array:
+    k, pos = xs  # pos: [B, C] completion positions of stratum k
+    x = jnp.concatenate([prompt, jnp.where(strata == k, mask_id, comp)], axis=1)
+    targets = jnp.take_along_axis(comp, pos, axis=1)
+    return score_positions(logits_fn, params, x, targets, pos + prompt_len)  # [B, C]
+
+  xs = (jnp.arange(num_strata, dtype=jnp.int32), positions)
   if cfg.strata_batch and cfg.strata_batch < num_strata:
-    per_pass = jax.lax.map(one_pass, ks, batch_size=cfg.strata_batch)
+    # Rematerialised per group: the backward pass re-runs each group's forward instead of keeping
+    # the activations of all K passes, so memory is that of ``strata_batch`` passes (one more
+    # forward per pass in a gradient step).
+    body = jax.checkpoint(one_pass, prevent_cse=False)
+    per_pass = jax.lax.map(body, xs, batch_size=cfg.strata_batch)
   else:
-    per_pass = jax.vmap(one_pass)(ks)  # [K, B, L]
-  return jnp.take_along_axis(per_pass, strata[None], axis=0)[0]
+    per_pass = jax.vmap(one_pass)(xs)  # [K, B, C]
+  rows = jnp.arange(b)[None, :, None]
+  # Every position is one valid slot; the padding slots add zero.
+  return jnp.zeros((b, length), jnp.float32).at[rows, positions].add(jnp.where(valid, per_pass, 0.0))

@@ -210,10 +210,13 @@ def make_logits_fn(graphdef: nnx.GraphDef, return_hidden: bool = False, logprob_
     return_hidden: when True the function returns ``(logits [B, T, V] float32, hidden [B, T, D])``,
       ``hidden`` being the final-norm hidden states that feed the output projection (DelTA's token
       features, DESIGN.md §6); otherwise only ``logits``.
-    logprob_chunk: > 0 attaches the model split (``hidden_fn``, ``head_fn``) and this chunk size to
-      the function, so that the likelihood estimators gather target log-probs ``logprob_chunk``
-      positions at a time (:func:`daca_jax.likelihood.common.score_targets`); the logits it
-      returns are unchanged.
+    logprob_chunk: > 0 makes the likelihood estimators gather target log-probs ``logprob_chunk``
+      positions at a time (:func:`daca_jax.likelihood.common.score_targets`); the logits the
+      function returns are unchanged.
+
+  The function carries the model split as attributes ``hidden_fn`` (:func:`make_hidden_fn`) and
+  ``head_fn`` (:func:`make_head_fn`), and ``logprob_chunk``: estimators that need only some positions
+  project just those (:func:`daca_jax.likelihood.common.score_positions`).
   """
 
   def logits_fn(params: Params, tokens: jax.Array, positions: jax.Array | None = None):
@@ -221,8 +224,8 @@ def make_logits_fn(graphdef: nnx.GraphDef, return_hidden: bool = False, logprob_
 
   logits_fn.graphdef = graphdef  # lets the rollout's K/V cache (models/kv_cache.py) reuse the layers
   logits_fn.logprob_chunk = int(logprob_chunk)
-  logits_fn.hidden_fn = make_hidden_fn(graphdef) if logprob_chunk > 0 else None
-  logits_fn.head_fn = make_head_fn(graphdef) if logprob_chunk > 0 else None
+  logits_fn.hidden_fn = make_hidden_fn(graphdef)
+  logits_fn.head_fn = make_head_fn(graphdef)
   return logits_fn
 
 

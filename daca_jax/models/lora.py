@@ -64,18 +64,32 @@ def reference_params(params: dict[str, Any]) -> dict[str, Any]:
   return {"base": params["base"], "lora": None}
 
 
-def make_lora_logits_fn(graphdef: nnx.GraphDef, return_hidden: bool = False) -> LogitsFn:
+def make_lora_logits_fn(graphdef: nnx.GraphDef, return_hidden: bool = False,
+                        logprob_chunk: int = 0) -> LogitsFn:
   """``logits_fn(params, tokens[B, T] int32, positions=None) -> logits [B, T, V] float32`` of a LoRA
   policy, ``params = {"base": nnx.State, "lora": adapters or None}``.
 
   The base parameters are frozen (``stop_gradient``): gradients reach the adapters only.
-  ``return_hidden`` as in :func:`daca_jax.models.make_logits_fn`.
+  ``return_hidden`` and ``logprob_chunk`` as in :func:`daca_jax.models.make_logits_fn`; the attached
+  model split (``hidden_fn``, ``head_fn``) applies the adapters too.
   """
 
-  def logits_fn(params: dict[str, Any], tokens: jax.Array, positions: jax.Array | None = None):
-    model = nnx.merge(graphdef, jax.lax.stop_gradient(params["base"]))
-    return model(tokens, positions, return_hidden=return_hidden, lora=params["lora"])
+  def base_model(params: dict[str, Any]) -> nnx.Module:
+    return nnx.merge(graphdef, jax.lax.stop_gradient(params["base"]))
 
+  def logits_fn(params: dict[str, Any], tokens: jax.Array, positions: jax.Array | None = None):
+    return base_model(params)(tokens, positions, return_hidden=return_hidden, lora=params["lora"])
+
+  def hidden_fn(params: dict[str, Any], tokens: jax.Array, positions: jax.Array | None = None):
+    model = base_model(params)
+    return model.final_norm(model.residual(tokens, positions, params["lora"]))
+
+  def head_fn(params: dict[str, Any], hidden: jax.Array) -> jax.Array:
+    return base_model(params).output(hidden)
+
+  # No ``graphdef`` attribute: the K/V-cache rollout would run the base without the adapters.
+  logits_fn.logprob_chunk = int(logprob_chunk)
+  logits_fn.hidden_fn, logits_fn.head_fn = hidden_fn, head_fn
   return logits_fn
 
 
