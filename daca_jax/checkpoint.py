@@ -30,6 +30,7 @@ import re
 import shutil
 from typing import Any
 
+import jax
 import orbax.checkpoint as ocp
 
 PyTree = Any
@@ -125,7 +126,8 @@ class Checkpointer:
       raise ValueError(f"max_to_keep must be >= 1 or None, got {max_to_keep}")
     self.directory = os.path.abspath(os.fspath(directory))
     os.makedirs(self.directory, exist_ok=True)
-    _remove_unfinished(self.directory)
+    if jax.process_index() == 0:  # multi-host: one process tidies the shared directory
+      _remove_unfinished(self.directory)
     options = ocp.CheckpointManagerOptions(
         max_to_keep=max_to_keep,
         create=True,
@@ -201,7 +203,7 @@ class Checkpointer:
         _log.warning("Checkpoint %d already exists in %s; not saved again", step, self.directory)
         return False
       self._mgr.delete(step)
-    if os.path.exists(path):  # unfinished directory orbax would refuse to overwrite
+    if os.path.exists(path) and jax.process_index() == 0:  # unfinished: orbax would refuse it
       shutil.rmtree(path)
     # ``force=True`` bypasses orbax's save-interval policy, which silently skips any step
     # <= the latest one; we decide above whether a step is to be saved.

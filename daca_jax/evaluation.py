@@ -7,6 +7,7 @@ import jax
 import numpy as np
 
 from daca_jax.metrics import progress
+from daca_jax.parallel.distributed import to_host
 from daca_jax.tasks.base import Example, Task
 
 
@@ -20,7 +21,7 @@ def generate(rollout_fn: Callable[..., Any], params: Any, prompts: np.ndarray, b
     batch_size: b.
     key: PRNG key; batch i uses ``fold_in(key, i)``.
   Returns:
-    int32 [N, L] completion tokens.
+    int32 [N, L] completion tokens (on every process of a multi-process run).
   """
   n = prompts.shape[0]
   num_batches = -(-n // batch_size)
@@ -28,16 +29,21 @@ def generate(rollout_fn: Callable[..., Any], params: Any, prompts: np.ndarray, b
   outs = []
   for i in progress(range(num_batches), desc=desc, disable=not show_progress):
     traj = rollout_fn(params, padded[i * batch_size:(i + 1) * batch_size], jax.random.fold_in(key, i))
-    outs.append(np.asarray(traj.completion))
+    outs.append(to_host(traj.completion))
   return np.concatenate(outs, 0)[:n]
 
 
 def evaluate(task: Task, rollout_fn: Callable[..., Any], params: Any, examples: Sequence[Example],
              batch_size: int, key: jax.Array, *, show_progress: bool = False,
-             desc: str = "eval") -> tuple[dict[str, float], list[str]]:
-  """Decodes every example and returns ``(task.metrics(...), completions)``."""
+             desc: str = "eval", multiple_of: int = 1) -> tuple[dict[str, float], list[str]]:
+  """Decodes every example and returns ``(task.metrics(...), completions)``.
+
+  ``multiple_of``: the decoding batch (``batch_size``, or fewer for a small set) is rounded up to a
+  multiple of it (e.g. the devices a multi-process batch is split over); the padding is dropped.
+  """
   prompts = task.encode_prompts(examples)
-  completion_ids = generate(rollout_fn, params, prompts, min(batch_size, len(examples)), key,
-                            show_progress=show_progress, desc=desc)
+  b = min(batch_size, len(examples))
+  b = -(-b // multiple_of) * multiple_of
+  completion_ids = generate(rollout_fn, params, prompts, b, key, show_progress=show_progress, desc=desc)
   completions = task.decode_completions(completion_ids)
   return task.metrics(completions, examples), completions

@@ -49,6 +49,27 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
   return out
 
 
+class _NoWriter:
+  """Stands in for :class:`MetricsWriter` on the processes of a multi-host run that are not primary
+  (process 0 alone writes the run's files)."""
+
+  def __enter__(self) -> "_NoWriter":
+    return self
+
+  def __exit__(self, *exc: Any) -> None:
+    return None
+
+  def truncate_after(self, step: int) -> None:
+    del step
+
+  def write(self, step: int, metrics: dict[str, Any]) -> None:
+    del step, metrics
+
+
+def _metrics_writer(path: pathlib.Path) -> Any:
+  return MetricsWriter(path) if parallel.is_primary() else _NoWriter()
+
+
 def _has_saved_state(workdir: pathlib.Path) -> bool:
   """Whether the workdir holds anything a rerun would reuse (checkpoints or cached evaluations)."""
   steps = [p for d in ("sft", "rl") for p in (workdir / d).glob("[0-9]*")]
@@ -76,6 +97,8 @@ def check_workdir_config(workdir: pathlib.Path, cfg: TrainConfig) -> None:
       k = diff[0]
       raise ConfigError(k, new.get(k), f"{old.get(k)!r} as in the run already in --workdir={workdir} "
                         f"(differing fields: {diff}); use a new --workdir to start a different run")
+  if not parallel.is_primary():
+    return
   tmp = path.with_suffix(".tmp")
   tmp.write_text(json.dumps(cfg.to_dict(), indent=2))
   tmp.replace(path)
@@ -149,16 +172,19 @@ def _open_phase(directory: pathlib.Path, state: dict[str, Any], max_to_keep: int
 
 def run_sft(cfg: TrainConfig, task: Task, examples: list[Example], logits_fn: Callable[..., Any],
             params: Any, sft_dir: pathlib.Path, *, show_progress: bool = True,
-            log: Callable[[str], None] = print) -> Any:
+            log: Callable[[str], None] = print, mesh: Any = None) -> Any:
   """SFT warm start with the masked-diffusion SFT loss; cached and resumable in ``sft_dir``
-  (its loss log goes to ``<sft_dir>_metrics.jsonl`` beside it)."""
+  (its loss log goes to ``<sft_dir>_metrics.jsonl`` beside it).
+
+  In a multi-process run (``mesh`` given) each process feeds its slice of every batch and the state
+  is global (the jitted step is partitioned over the mesh by its inputs' shardings)."""
   sft = cfg.sft
   if sft.steps == 0:
     return params, False
   optimizer, schedule = make_optimizer(sft.learning_rate, sft.warmup_steps, sft.weight_decay,
                                        sft.max_grad_norm, decay_steps=max(sft.steps - sft.warmup_steps, 1))
-  ckpt, state, start = _open_phase(sft_dir, {"params": params, "opt_state": optimizer.init(params)},
-                                   cfg.checkpoint.max_to_keep, log)
+  template = parallel.to_global({"params": params, "opt_state": optimizer.init(params)}, mesh)
+  ckpt, state, start = _open_phase(sft_dir, template, cfg.checkpoint.max_to_keep, log)
   if start >= sft.steps:
     log(f"SFT warm start: reusing the cached model in {sft_dir} (step {start}).")
     ckpt.close()
@@ -179,12 +205,13 @@ def run_sft(cfg: TrainConfig, task: Task, examples: list[Example], logits_fn: Ca
 
   base_key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _SFT_STREAM)
   log_every = max(1, min(25, sft.steps // 20))
-  with MetricsWriter(sft_dir.with_name(sft_dir.name + "_metrics.jsonl")) as writer:
+  with _metrics_writer(sft_dir.with_name(sft_dir.name + "_metrics.jsonl")) as writer:
     writer.truncate_after(start)
     bar = progress(range(start, sft.steps), total=sft.steps - start, desc="SFT", disable=not show_progress)
     for step in bar:
       idx = np.random.default_rng([cfg.seed, _SFT_STREAM, step]).integers(0, len(tokens), sft.batch_size)
-      state, aux = train_step(state, tokens[idx], jax.random.fold_in(base_key, step))
+      batch = parallel.rows_to_devices(tokens[idx], mesh, "sft.batch_size")
+      state, aux = train_step(state, batch, parallel.to_global(jax.random.fold_in(base_key, step), mesh))
       done = step + 1
       if done % log_every == 0 or done == sft.steps:
         m = {k: float(v) for k, v in aux.items()}
@@ -200,8 +227,11 @@ def run_sft(cfg: TrainConfig, task: Task, examples: list[Example], logits_fn: Ca
 
 def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOLearner, params: Any,
            ref_params: Any, workdir: pathlib.Path, *, eval_fn: Callable[[Any], dict] | None = None,
-           show_progress: bool = True, log: Callable[[str], None] = print) -> Any:
-  """GRPO iterations with checkpoints in ``workdir/rl`` and one ``metrics.jsonl`` line per iteration."""
+           show_progress: bool = True, log: Callable[[str], None] = print, mesh: Any = None) -> Any:
+  """GRPO iterations with checkpoints in ``workdir/rl`` and one ``metrics.jsonl`` line per iteration.
+
+  In a multi-process run (``mesh`` given) every process draws the same prompts for a step, rolls
+  out and grades its own share of them (whole groups), and the rewards form one global batch."""
   rl = cfg.rl
   if rl.steps == 0:
     return params, False
@@ -209,6 +239,7 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
   credit_state = learner.init_credit_state()
   if credit_state is not None:  # e.g. DTCA's entropy baseline: part of the run's resumable state
     template["credit"] = credit_state
+  template = parallel.to_global(template, mesh)
   ckpt, state, start = _open_phase(workdir / "rl", template, cfg.checkpoint.max_to_keep, log)
   if start > rl.steps:
     ckpt.close()
@@ -223,39 +254,47 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
   prompts_all = task.encode_prompts(examples)
   base_key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _RL_STREAM)
   g = rl.group_size
-  with MetricsWriter(workdir / "metrics.jsonl") as writer:
+  multi = mesh is not None and parallel.is_multiprocess()
+  share = parallel.process_slice(rl.prompts_per_step) if multi else slice(None)
+  with _metrics_writer(workdir / "metrics.jsonl") as writer:
     writer.truncate_after(start)
     bar = progress(range(start, rl.steps), total=rl.steps - start, desc=f"RL {rl.objective}",
                    disable=not show_progress)
     for step in bar:
       rng = np.random.default_rng([cfg.seed, _RL_STREAM, step])
       idx = rng.choice(len(examples), rl.prompts_per_step, replace=False)
-      prompts = np.repeat(prompts_all[idx], g, axis=0)
-      batch_examples = [examples[i] for i in idx for _ in range(g)]
-      k_roll, k_upd = jax.random.split(jax.random.fold_in(base_key, step))
+      mine = idx[share]  # this process's prompts (all of them in a single-process run)
+      prompts = np.repeat(prompts_all[mine], g, axis=0)
+      batch_examples = [examples[i] for i in mine for _ in range(g)]
+      k_roll, k_upd = (parallel.to_global(k, mesh) for k in jax.random.split(jax.random.fold_in(base_key, step)))
       t0 = time.perf_counter()
-      traj = learner.rollout(state["params"], prompts, k_roll)
-      completion_ids = np.asarray(traj.completion)
+      traj = learner.rollout(state["params"], parallel.global_batch(prompts, mesh) if multi else prompts,
+                             k_roll)
+      completion_ids = parallel.to_host(traj.completion)
       t_roll = time.perf_counter() - t0
+      if multi:  # rows of the global batch are in process order
+        completion_ids = completion_ids[share.start * g:share.stop * g]
       completions = task.decode_completions(completion_ids)
       rewards = np.asarray(task.reward(completions, batch_examples), np.float32)
       t1 = time.perf_counter()
-      credit = learner.assign_credit(traj, rewards, state.get("credit"))
+      rewards_in = parallel.global_batch(rewards, mesh) if multi else jnp.asarray(rewards)
+      rewards = parallel.to_host(rewards_in) if multi else rewards  # every row, for the metrics
+      credit = learner.assign_credit(traj, rewards_in, state.get("credit"))
       params_new, opt_state, m = learner.update(state["params"], state["opt_state"], ref_params, traj,
-                                                jnp.asarray(rewards), credit.weights, k_upd)
+                                                rewards_in, credit.weights, k_upd)
       state = dict(state, params=params_new, opt_state=opt_state)
       if credit.state is not None:
         state["credit"] = credit.state
       m = {k: float(v) for k, v in {**m, **credit.metrics}.items()}
       t_upd = time.perf_counter() - t1
       done = step + 1
-      lengths = np.asarray(traj.completion_mask).sum(-1)
+      lengths = parallel.to_host(traj.completion_mask).sum(-1)
       m.update(reward_mean=float(rewards.mean()), reward_std=float(rewards.std()),
                reward_max=float(rewards.max()), accuracy=float(np.mean(rewards >= 1.0)),
                completion_length=float(lengths.mean()),
                lr=float(learner.schedule(done * rl.num_iterations)),
                rollout_s=t_roll, update_s=t_upd,
-               rollout_tokens_per_s=float(prompts.shape[0] * cfg.rollout.gen_length / max(t_roll, 1e-9)),
+               rollout_tokens_per_s=float(rewards.shape[0] * cfg.rollout.gen_length / max(t_roll, 1e-9)),
                includes_compile=float(step == start))  # first iteration of a process: times include jit
       if eval_fn is not None and rl.eval_every and done % rl.eval_every == 0 and done < rl.steps:
         m.update({f"eval/{k}": v for k, v in eval_fn(state["params"]).items()})
@@ -277,6 +316,8 @@ def _cached_eval(path: pathlib.Path, fingerprint: dict[str, Any], run: Callable[
     if cached.get("fingerprint") == fingerprint:
       return cached["metrics"], True
   metrics, completions = run()
+  if not parallel.is_primary():
+    return metrics, False
   with open(path.with_suffix(".generations.jsonl"), "w") as f:
     for ex, c in zip(examples, completions):
       f.write(json.dumps({"prompt": ex.prompt, "target": ex.target, "completion": c}) + "\n")
@@ -297,14 +338,28 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   Returns:
     The results dict written to ``workdir/results.json``:
     ``{"eval_before", "eval_after", "config", "eval_source", "timings"}``.
+  Multi-host (``jax.distributed`` initialised, e.g. by ``experiments/train.py``): every process runs
+  this with the same config and ``workdir`` (a directory all of them see); each feeds its share of
+  every batch, arrays are global over ``cfg.parallel``'s mesh, and process 0 alone writes the files
+  and prints.
+
   Raises:
     ConfigError: a config value that does not fit the task, or a workdir holding another run.
     FileNotFoundError: an explicitly configured data path that does not exist.
   """
   workdir = pathlib.Path(workdir)
   task = build_task(cfg)  # before creating the workdir: a bad path leaves nothing behind
+  mesh = None
   if cfg.parallel.strategy != "none":
-    parallel.make_mesh(cfg.parallel)  # a mesh that does not fit the devices fails before any work
+    mesh = parallel.make_mesh(cfg.parallel)  # a mesh that does not fit the devices fails before any work
+  if parallel.is_multiprocess():
+    if mesh is None:
+      raise ConfigError("parallel.strategy", cfg.parallel.strategy,
+                        f"'pmap' or 'fsdp' in a run over {jax.process_count()} processes")
+    if not parallel.is_primary():
+      log, show_progress = (lambda *_: None), False
+  else:
+    mesh = None  # one process: the jitted steps place their own inputs
   if CREDIT.get(cfg.rl.credit).needs_categories:
     TAGGERS.get(cfg.credit.tagger)(task.tokenizer)  # e.g. 'pos' without spaCy fails before any work
   workdir.mkdir(parents=True, exist_ok=True)
@@ -322,6 +377,9 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     raise ConfigError("rl.prompts_per_step", cfg.rl.prompts_per_step,
                       f"<= the {len(train_examples)} training prompts (sft.num_train_examples)")
   graphdef, params = init_model(cfg.model, cfg.seed)
+  if mesh is not None:  # the same initial values on every process, as global arrays
+    params = parallel.to_global(params, mesh, parallel.fsdp_shardings(params, mesh)
+                                if cfg.parallel.strategy == "fsdp" else None)
   logits_fn = make_logits_fn(graphdef, logprob_chunk=cfg.model.logprob_chunk)
   tok = task.tokenizer
   check_workdir_config(workdir, cfg)  # after everything that can reject the config up front
@@ -329,7 +387,7 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   t0 = time.perf_counter()
   sft_dir = pathlib.Path(sft_dir) if sft_dir is not None else workdir / "sft"
   params, did_work = run_sft(cfg, task, train_examples, logits_fn, params, sft_dir,
-                             show_progress=show_progress, log=log)
+                             show_progress=show_progress, log=log, mesh=mesh)
   if did_work:
     timings["sft_s"] = time.perf_counter() - t0
 
@@ -339,7 +397,7 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   ref_params, optimizer_wrapper = params, None
   if cfg.model.lora_rank:
     adapters = lora.init_lora(cfg.model, jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _LORA_STREAM))
-    params = lora.lora_params(params, adapters)
+    params = parallel.to_global(lora.lora_params(params, adapters), mesh)
     ref_params = lora.reference_params(params)
     logits_fn = lora.make_lora_logits_fn(graphdef, logprob_chunk=cfg.model.logprob_chunk)
     hidden_logits_fn = lora.make_lora_logits_fn(graphdef, return_hidden=True)
@@ -351,9 +409,15 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
                                  mask_id=tok.mask_id, eos_id=tok.eos_id)
   eval_key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _EVAL_STREAM)
 
+  if mesh is not None:  # each process decodes its slice of every evaluation batch
+    local_rollout = eval_rollout
+    eval_rollout = lambda prm, prompts, key: local_rollout(
+        prm, parallel.rows_to_devices(prompts, mesh, "eval.batch_size"), parallel.to_global(key, mesh))
+
   def run_eval(prm: Any, desc: str):
     return evaluate(task, eval_rollout, prm, eval_examples, cfg.eval.batch_size, eval_key,
-                    show_progress=show_progress, desc=desc)
+                    show_progress=show_progress, desc=desc,
+                    multiple_of=jax.device_count() if mesh is not None else 1)
 
   fingerprint = {"eval": dataclasses.asdict(cfg.eval), "num_examples": len(eval_examples),
                  "source": source, "sft_steps": cfg.sft.steps}
@@ -368,7 +432,7 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   t0 = time.perf_counter()
   params, did_work = run_rl(cfg, task, train_examples, learner, params, ref_params, workdir,
                             eval_fn=lambda prm: run_eval(prm, "eval")[0], show_progress=show_progress,
-                            log=log)
+                            log=log, mesh=mesh)
   if did_work:
     timings["rl_s"] = time.perf_counter() - t0
 
@@ -387,6 +451,8 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     timings = {**json.loads(results_path.read_text()).get("timings", {}), **timings}
   results = {"eval_before": eval_before, "eval_after": eval_after, "config": cfg.to_dict(),
              "eval_source": source, "timings": timings}
+  if not parallel.is_primary():
+    return results
   results_path.write_text(json.dumps(results, indent=2))
   records = read_metrics(workdir / "metrics.jsonl") if (workdir / "metrics.jsonl").exists() else []
   plot_curves(records, ["reward_mean", "accuracy"], workdir / "reward_curve.png",

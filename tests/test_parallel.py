@@ -258,11 +258,7 @@ def _distributed_child() -> None:
 
 
 def test_two_processes_build_one_global_batch():
-  import socket
-
-  with socket.socket() as s:
-    s.bind(("localhost", 0))
-    port = s.getsockname()[1]
+  port = _free_port()
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu",
              JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2")
   procs = [subprocess.Popen([sys.executable, __file__, "--distributed"], env=dict(env, JAX_PROCESS_ID=str(i)),
@@ -275,6 +271,51 @@ def test_two_processes_build_one_global_batch():
   for r in res:
     assert r["devices"] == 4 and r["mesh"] == [2, 2, 1] and r["shape"] == [8, 3]
     assert r["total"] == r["want"]
+
+
+def _free_port() -> int:
+  import socket
+
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def test_two_process_main_job_equals_one_process(tmp_path):
+  """The whole main job (SFT, evaluation, RL with DTCA's host-side tagging, checkpoints) over 2
+  processes x 2 CPU devices equals the same job in one process with 4 devices: the same mesh, each
+  process feeding and grading its own share. Process 0 alone writes the files."""
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  flags = ["--config=configs/sudoku_tiny.py:smoke", "--progress=false", "--config.parallel.strategy=pmap",
+           "--config.rl.credit=dtca", "--config.rl.steps=2", "--config.sft.steps=10",
+           "--config.task.num_eval_examples=8", "--config.eval.batch_size=8"]
+  cmd = [sys.executable, os.path.join(repo, "experiments", "train.py")] + flags
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  port = _free_port()
+  multi_env = dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+                   JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2")
+  procs = [subprocess.Popen(cmd + [f"--workdir={tmp_path / 'one'}"], cwd=repo, text=True,
+                            env=dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=4"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)]
+  procs += [subprocess.Popen(cmd + [f"--workdir={tmp_path / 'two'}"], cwd=repo, text=True,
+                             env=dict(multi_env, JAX_PROCESS_ID=str(i)), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE) for i in range(2)]
+  outs = [p.communicate(timeout=420) for p in procs]
+  for p, (out, err) in zip(procs, outs):
+    assert p.returncode == 0, err[-3000:]
+  assert "Results written" in outs[1][0] and "Results written" not in outs[2][0]  # process 1 is quiet
+  read = lambda run, name: [json.loads(l) for l in (tmp_path / run / name).read_text().splitlines()]
+  one, two = read("one", "metrics.jsonl"), read("two", "metrics.jsonl")
+  assert [r["step"] for r in two] == [1, 2]  # one writer: no duplicate lines
+  for a, b in zip(one, two):
+    assert a["reward_mean"] == b["reward_mean"]
+    for k in ("loss", "kl", "grad_norm", "weight_std"):
+      assert b[k] == pytest.approx(a[k], rel=1e-5, abs=1e-7), k
+  res = {r: json.loads((tmp_path / r / "results.json").read_text()) for r in ("one", "two")}
+  assert res["one"]["eval_before"] == res["two"]["eval_before"]
+  assert res["one"]["eval_after"] == res["two"]["eval_after"]
+  for a, b in zip(read("one", "sft_metrics.jsonl"), read("two", "sft_metrics.jsonl"), strict=True):
+    assert b == pytest.approx(a, rel=1e-5, abs=1e-7)
 
 
 if __name__ == "__main__":

@@ -40,23 +40,28 @@ def maybe_initialize(cfg: ParallelConfig) -> bool:
     return True
   if not (cfg.distributed or os.environ.get("JAX_COORDINATOR_ADDRESS")):
     return False
+  try:  # CPU processes (tests, laptops) need a cross-process collectives library; GPUs/TPUs ignore it
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  except (AttributeError, ValueError):  # a JAX without the option: its default is used
+    pass
   jax.distributed.initialize(num_processes=_env_int("JAX_NUM_PROCESSES"),
                              process_id=_env_int("JAX_PROCESS_ID"))
   return True
 
 
 def process_slice(num_items: int, process_index: int | None = None,
-                  process_count: int | None = None) -> slice:
+                  process_count: int | None = None, field: str = "rl.prompts_per_step") -> slice:
   """This process's contiguous share of ``num_items`` prompts (equal shares, in process order).
 
   Raises:
-    ConfigError: ``num_items`` is not a multiple of the number of processes (shares would differ,
-      and every process must contribute the same number of rows to a global batch).
+    ConfigError: ``num_items`` (the config ``field`` it comes from) is not a multiple of the number
+      of processes (shares would differ, and every process must contribute the same number of rows
+      to a global batch).
   """
   i = jax.process_index() if process_index is None else process_index
   n = jax.process_count() if process_count is None else process_count
   if num_items % n:
-    raise ConfigError("rl.prompts_per_step", num_items, f"a multiple of the {n} processes")
+    raise ConfigError(field, num_items, f"a multiple of the {n} processes")
   share = num_items // n
   return slice(i * share, (i + 1) * share)
 
@@ -69,3 +74,74 @@ def global_batch(local: Any, mesh: Mesh) -> Any:
   """
   sharding = NamedSharding(mesh, P(BATCH_AXES))
   return jax.tree.map(lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), local)
+
+
+def is_multiprocess() -> bool:
+  """Whether this run spans several processes (hosts)."""
+  return jax.process_count() > 1
+
+
+def is_primary() -> bool:
+  """Whether this process writes the run's host-side files (logs, metrics, results): process 0."""
+  return jax.process_index() == 0
+
+
+def rows_to_devices(rows: np.ndarray, mesh: Mesh | None, field: str) -> Any:
+  """One global batch from the rows every process computed identically (e.g. the prompts of a step,
+  chosen by the seed): each process contributes its :func:`process_slice`, as DESIGN §10 asks.
+
+  In a single process (or without a mesh) ``rows`` is returned unchanged, so single-host runs keep
+  their exact code path.
+
+  Args:
+    rows: [N, ...] host array, the same on every process.
+    mesh: the run's mesh.
+    field: the config field N comes from, for the error.
+  Raises:
+    ConfigError: N is not a multiple of the number of processes.
+  """
+  if mesh is None or not is_multiprocess():
+    return rows
+  return global_batch(np.asarray(rows)[process_slice(len(rows), field=field)], mesh)
+
+
+def to_host(tree: Any) -> Any:
+  """Host numpy copies of (possibly global, multi-process) arrays, whole on every process."""
+  if not is_multiprocess():
+    return jax.tree.map(np.asarray, tree)
+  from jax.experimental import multihost_utils
+
+  def one(x: Any) -> np.ndarray:
+    if not isinstance(x, jax.Array) or x.is_fully_addressable or x.is_fully_replicated:
+      return np.asarray(x)
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+  return jax.tree.map(one, tree)
+
+
+def to_global(tree: Any, mesh: Mesh | None, shardings: Any = None) -> Any:
+  """Global arrays from values that are the same on every process (freshly initialised parameters,
+  optimizer states, PRNG keys), placed with ``shardings`` (a tree like ``tree``, or one sharding for
+  every leaf; default: replicated over ``mesh``).
+
+  Multi-process checkpoints and jitted steps need every array global; a process-local one (e.g. an
+  optimizer's step counter made on device 0) would be refused. Single process: unchanged.
+  """
+  if not is_multiprocess() or (mesh is None and shardings is None):
+    return tree
+  if shardings is None:
+    shardings = jax.tree.map(lambda _: NamedSharding(mesh, P()), tree)
+
+  def one(x: Any, sharding: NamedSharding) -> Any:
+    if isinstance(x, jax.Array) and not x.is_fully_addressable:
+      return x  # already global
+    if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+      data = np.asarray(jax.random.key_data(x))
+      raw = jax.make_array_from_callback(data.shape, sharding, lambda idx: data[idx])
+      return jax.random.wrap_key_data(raw, impl=jax.random.key_impl(x))
+    host = np.asarray(x)
+    return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+
+  if isinstance(shardings, jax.sharding.Sharding):
+    return jax.tree.map(lambda x: one(x, shardings), tree)
+  return jax.tree.map(one, tree, shardings)

@@ -18,8 +18,9 @@
 #   one GPU). STRATEGY=fsdp: weights and Adam state sharded over FSDP GPUs (LLaDA-8B full
 #   fine-tuning: use FSDP = GPUs per host so that weight all-gathers stay on NVLink; data = hosts).
 # - prompts_per_step * group_size must be a multiple of the total number of GPUs; each process
-#   loads prompts_per_step / NUM_NODES prompts (daca_jax.parallel.process_slice).
-# - WORKDIR must be on a file system shared by all hosts (checkpoints are written collectively).
+#   rolls out and grades prompts_per_step / NUM_NODES prompts (daca_jax.parallel.process_slice).
+# - WORKDIR must be on a file system shared by all hosts (checkpoints are written collectively; the
+#   logs, metrics and results by process 0 only).
 set -euo pipefail
 : "${WORKDIR:?set WORKDIR}"
 CONFIG="${CONFIG:-configs/sudoku_tiny.py}"

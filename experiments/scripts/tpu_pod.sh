@@ -2,7 +2,7 @@
 # DACA-GRPO on a Cloud TPU pod slice (e.g. v5p-64 = 8 hosts x 4 chips): one process per TPU VM host,
 # all started at once with `--worker=all`.
 #
-#   TPU_NAME=my-v5p-64 ZONE=us-east5-a WORKDIR=gs://my-bucket/runs/llada_daca \
+#   TPU_NAME=my-v5p-64 ZONE=us-east5-a WORKDIR=/mnt/shared/runs/llada_daca \
 #     CONFIG=configs/sudoku_tiny.py FSDP=8 bash experiments/scripts/tpu_pod.sh [--config.a.b=v ...]
 #
 # - Every host runs the same command. `--config.parallel.distributed=True` makes the job call
@@ -13,9 +13,12 @@
 #   reference ~ 144 GB); a tiny model fits one chip and can use `strategy=pmap` instead.
 # - prompts_per_step * group_size must be a multiple of the number of chips (each chip takes
 #   whole rows; groups may span chips, advantages are computed over whole groups regardless).
-# - WORKDIR must be visible to every host (a GCS bucket): checkpoints are written collectively.
+# - WORKDIR is a directory every host sees at the same path (a Filestore/NFS mount, or a bucket
+#   mounted with gcsfuse): checkpoints are written collectively, the other files by process 0 only.
+# - Each host draws the same prompts per step and rolls out and grades its own share (whole
+#   groups); prompts_per_step must be a multiple of the number of hosts.
 set -euo pipefail
-: "${TPU_NAME:?set TPU_NAME}" "${ZONE:?set ZONE}" "${WORKDIR:?set WORKDIR (gs://...)}"
+: "${TPU_NAME:?set TPU_NAME}" "${ZONE:?set ZONE}" "${WORKDIR:?set WORKDIR (a path every host sees)}"
 CONFIG="${CONFIG:-configs/sudoku_tiny.py}"
 FSDP="${FSDP:-8}"
 STRATEGY="${STRATEGY:-fsdp}"
