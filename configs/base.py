@@ -31,6 +31,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.lora_alpha = 16.0  # LoRA scale numerator (adapter output × alpha / rank).
   c.model.lora_targets = "q,k,v,o,gate,up,down"  # Projections that get adapters.
   c.model.logprob_chunk = 0  # Gather target log-probs this many positions at a time (0: all at once).
+  c.model.unroll_layers = False  # Unrolled layer stack (slower compile; full XLA FLOP counts).
 
   c.rollout = ml_collections.ConfigDict()
   c.rollout.gen_length = 20  # L completion tokens (task configs set what their answers need).

@@ -12,7 +12,8 @@ For every method (credit assigner × likelihood estimator × objective) this mea
 * wall-clock seconds of the rollout, the credit assignment and the update (medians of ``repeats``).
 
 FLOPs come from XLA's own cost analysis of the compiled computations (``Compiled.cost_analysis``),
-so they count what the program does, not what a formula says.
+so they count what the program does, not what a formula says. The layer stack is compiled unrolled
+for the measurement (``model.unroll_layers``), because the analysis counts a loop body once.
 """
 from __future__ import annotations
 
@@ -89,6 +90,9 @@ def measure(cfg: TrainConfig, methods: Sequence[Method] = DEFAULT_METHODS, *, ba
     likelihood_passes, update_flops_ratio, rollout_s, credit_s, update_s.
   """
   tok = ByteTokenizer()
+  # XLA's cost analysis counts a loop body once: unrolled layers make every layer count, so that
+  # passes with different shares of body and output head compare correctly.
+  cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, unroll_layers=True))
   graphdef, params = init_model(cfg.model, seed)
   logits_fn = make_logits_fn(graphdef)
   hidden_fn = make_logits_fn(graphdef, return_hidden=True)

@@ -67,6 +67,9 @@ class ModelConfig:
     lora_targets: comma-separated projections that get adapters, from q,k,v,o,gate,up,down.
     logprob_chunk: positions per chunk when target log-probs are gathered from hidden states
       (:func:`daca_jax.likelihood.common.chunked_token_logprobs`); 0 scores all positions at once.
+    unroll_layers: compile the layer stack unrolled rather than as one ``lax.scan`` body: longer
+      compiles, and XLA's cost analysis (which counts a loop body once) then sees every layer, as
+      :mod:`daca_jax.method_costs` needs.
   """
 
   vocab_size: int = 260
@@ -88,6 +91,7 @@ class ModelConfig:
   lora_alpha: float = 16.0
   lora_targets: str = "q,k,v,o,gate,up,down"
   logprob_chunk: int = 0
+  unroll_layers: bool = False
 
   @property
   def kv_heads(self) -> int:
@@ -117,6 +121,8 @@ class ModelConfig:
       v = getattr(self, name)
       if not isinstance(v, int) or isinstance(v, bool) or v < 0:
         raise ConfigError(f"{prefix}.{name}", v, "an integer >= 0")
+    if not isinstance(self.unroll_layers, bool):
+      raise ConfigError(f"{prefix}.unroll_layers", self.unroll_layers, "True or False")
     if self.lora_rank and not self.lora_alpha > 0:
       raise ConfigError(f"{prefix}.lora_alpha", self.lora_alpha, "a number > 0")
     targets = self.lora_target_list

@@ -16,6 +16,8 @@ Sections (``--sections``, comma separated; ``all`` adds the slow ``accuracy`` on
   scaling    rollout tokens/s vs L, SML time vs K, update time vs group size G.
   torch      the same rollout in eager PyTorch (transformers' Llama, bidirectional, same weights,
              LLaDA's loop); prints the JAX / PyTorch tokens/s ratio. Skipped if torch is missing.
+  costs      every credit / likelihood method's cost from XLA's compiled FLOPs (rollout with its
+             records, likelihood passes, update vs d1) and wall seconds: daca_jax.method_costs.
   accuracy   Sudoku strict_solved of plain vs threshold vs cached decoding with an SFT'd tiny model
              (``--sft_dir`` to reuse a checkpoint folder, else a short SFT of ``--sft_steps``).
 
@@ -49,9 +51,9 @@ from daca_jax.metrics import format_table
 from daca_jax.models import count_params, init_model, llada_8b_config, make_logits_fn
 from daca_jax.types import train_config_from_dict
 
-SECTIONS = ("rollout", "fast", "likelihood", "memory", "scaling", "torch", "accuracy")
+SECTIONS = ("rollout", "fast", "likelihood", "memory", "scaling", "torch", "costs", "accuracy")
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/sudoku_tiny.py", "Config file.")
-_SECTIONS = flags.DEFINE_string("sections", "rollout,fast,likelihood,memory,scaling,torch",
+_SECTIONS = flags.DEFINE_string("sections", "rollout,fast,likelihood,memory,scaling,torch,costs",
                                 f"Comma-separated sections of {list(SECTIONS)}, or 'all'.")
 _MODEL = flags.DEFINE_enum("model", "config", ["config", "llada_8b"],
                            "'config': the config's model and task prompts; 'llada_8b': LLaDA-8B "
@@ -355,6 +357,17 @@ def section_torch(bench, res):
   jax_tokens = np.asarray(bench.rollout_fn(greedy)(bench.params, bench.prompts, bench.key).tokens)
   torch_tokens = bm.torch_llada_generate(model, prompts, greedy, mask_id=bench.mask_id)
   res["torch_greedy_token_agreement"] = float(np.mean(jax_tokens == torch_tokens))
+
+
+def section_costs(bench, res):
+  from daca_jax import method_costs
+
+  rows = method_costs.measure(bench.cfg, batch_prompts=max(1, bench.b // bench.cfg.rl.group_size),
+                              repeats=bench.r)
+  print(method_costs.markdown(rows))
+  for r in rows:
+    for k in ("rollout_flops_ratio", "likelihood_passes", "update_flops_ratio", "update_s"):
+      res[f"costs[{r['label']}].{k}"] = r[k]
 
 
 def section_accuracy(bench, res):

@@ -12,7 +12,9 @@ from daca_jax.types import train_config_from_dict
 
 def test_measured_passes_match_each_method():
   cfg = train_config_from_dict(sudoku_tiny.get_config("smoke"))
-  cfg = dataclasses.replace(cfg, likelihood=dataclasses.replace(cfg.likelihood, num_strata=4, rldf_states=2))
+  # Two layers: a scanned layer stack would count once in XLA's cost analysis and skew every ratio.
+  cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, n_layers=2),
+                            likelihood=dataclasses.replace(cfg.likelihood, num_strata=4, rldf_states=2))
   # SML runs the transformer body K times but the output head only on the ⌈L/K⌉ positions each pass
   # scores: K·(1 - h) + h·K⌈L/K⌉/T passes, h = the head's share of a forward pass (40% at this size).
   m, length, k = cfg.model, cfg.rollout.gen_length, 4

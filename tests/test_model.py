@@ -63,3 +63,13 @@ def test_llada_8b_builds_abstractly_with_its_parameter_count():
 def test_bad_model_config():
   with pytest.raises(ConfigError, match=r"model\.n_kv_heads=3"):
     init_model(dataclasses.replace(SMALL, n_kv_heads=3))
+
+
+def test_unrolled_layer_stack_equals_scanned():
+  """``model.unroll_layers`` changes how the stack compiles, not what it computes."""
+  cfg = tiny_config(n_layers=3)
+  gd, params = init_model(cfg, seed=0)
+  gd_u, _ = init_model(dataclasses.replace(cfg, unroll_layers=True), seed=0)
+  x = jnp.asarray(np.random.default_rng(0).integers(0, cfg.vocab_size - 1, (2, 9)), jnp.int32)
+  np.testing.assert_allclose(np.asarray(make_logits_fn(gd_u)(params, x)),
+                             np.asarray(make_logits_fn(gd)(params, x)), rtol=1e-5, atol=1e-5)

@@ -174,7 +174,7 @@ class Transformer(nnx.Module):
 
     if cfg.remat != "none":
       body = jax.checkpoint(body, policy=_REMAT_POLICIES[cfg.remat])
-    x, _ = jax.lax.scan(body, x, (layer_state, lora))
+    x, _ = jax.lax.scan(body, x, (layer_state, lora), unroll=cfg.n_layers if cfg.unroll_layers else 1)
     if cfg.shift_logits:
       x = jnp.concatenate([x[:, :1], x[:, :-1]], axis=1)
     return x
