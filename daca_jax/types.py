@@ -565,9 +565,6 @@ class TrainConfig:
     if self.rl.likelihood == "stratified" and self.likelihood.num_strata > self.rollout.gen_length:
       raise ConfigError("likelihood.num_strata", self.likelihood.num_strata,
                         f"<= rollout.gen_length={self.rollout.gen_length} (one token per stratum at most)")
-    if self.rollout.kv_cache != "none" and self.model.lora_rank:
-      raise ConfigError("rollout.kv_cache", self.rollout.kv_cache,
-                        "'none' when model.lora_rank > 0 (the K/V-cache rollout does not apply LoRA adapters)")
     if self.rl.likelihood == "rldf" and self.likelihood.rldf_states > self.rollout.steps:
       raise ConfigError("likelihood.rldf_states", self.likelihood.rldf_states,
                         f"<= rollout.steps={self.rollout.steps} (distinct states to rebuild)")

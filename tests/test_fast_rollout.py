@@ -235,3 +235,33 @@ def test_cached_rollout_records_commit_hidden(model):
   np.testing.assert_allclose(np.asarray(traj.commit_hidden)[first], np.asarray(hidden[:, P:])[first],
                              rtol=1e-5, atol=1e-5)
   assert (np.abs(np.asarray(traj.commit_hidden)).sum(-1) > 0).all()  # every committed token has one
+
+
+def test_lora_cache_applies_the_adapters(model):
+  """The K/V cache of a LoRA policy equals its full pass (adapters in every projection), and the
+  cached rollout's block-start records read the LoRA model, not the base."""
+  from daca_jax.models import lora
+  from daca_jax.models.kv_cache import kv_fns_for
+
+  _, base, _ = model
+  cfg = dataclasses.replace(MODEL, lora_rank=2)
+  gd, _ = init_model(cfg, 0)  # the graph carries the LoRA scale; the base weights are the fixture's
+  adapters = lora.init_lora(cfg, jax.random.PRNGKey(1))
+  adapters = jax.tree.map(lambda a: a + 0.3 * jax.random.normal(jax.random.PRNGKey(2), a.shape), adapters)
+  params = lora.lora_params(base, adapters)
+  logits_fn = lora.make_lora_logits_fn(gd)
+  kv = kv_fns_for(logits_fn)
+  tokens = jnp.asarray(np.random.default_rng(5).integers(0, V, (3, 14)), jnp.int32)
+  full = logits_fn(params, tokens)
+  assert float(jnp.abs(full - make_logits_fn(gd)(base, tokens)).max()) > 1e-3  # adapters matter
+  pre_logits, _, cache = kv.prefill(params, tokens)
+  np.testing.assert_allclose(np.asarray(pre_logits), np.asarray(full), rtol=1e-5, atol=1e-5)
+  start, width = 6, 4
+  dual, _ = kv.extend(params, tokens[:, start:start + width], start, cache, "dual")
+  np.testing.assert_allclose(np.asarray(dual), np.asarray(full[:, start:start + width]), rtol=1e-5, atol=1e-5)
+  rc = RolloutConfig(gen_length=8, block_length=4, steps=4, temperature=0.0, kv_cache="prefix")
+  prompts = np.random.default_rng(6).integers(0, 9, (2, P))
+  traj = _run(logits_fn, params, prompts, jax.random.PRNGKey(0), rc)
+  plain = _run(logits_fn, params, prompts, jax.random.PRNGKey(0), dataclasses.replace(rc, kv_cache="none"))
+  np.testing.assert_allclose(np.asarray(traj.step_conf[0]), np.asarray(plain.step_conf[0]), rtol=1e-5,
+                             atol=1e-6)

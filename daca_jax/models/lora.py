@@ -87,7 +87,9 @@ def make_lora_logits_fn(graphdef: nnx.GraphDef, return_hidden: bool = False,
   def head_fn(params: dict[str, Any], hidden: jax.Array) -> jax.Array:
     return base_model(params).output(hidden)
 
-  # No ``graphdef`` attribute: the K/V-cache rollout would run the base without the adapters.
+  # ``lora_graphdef``, not ``graphdef``: the K/V-cache rollout must build its LoRA variant
+  # (daca_jax.models.kv_cache.kv_fns_for), never run the base without the adapters.
+  logits_fn.lora_graphdef = graphdef
   logits_fn.logprob_chunk = int(logprob_chunk)
   logits_fn.hidden_fn, logits_fn.head_fn = hidden_fn, head_fn
   return logits_fn
