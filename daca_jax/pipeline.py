@@ -356,6 +356,15 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     if mesh is None:
       raise ConfigError("parallel.strategy", cfg.parallel.strategy,
                         f"'pmap' or 'fsdp' in a run over {jax.process_count()} processes")
+    # Batch shapes that cannot be split over the processes and devices fail here, before any work.
+    shards = parallel.num_batch_shards(mesh)
+    if cfg.sft.steps:
+      parallel.process_slice(cfg.sft.batch_size, field="sft.batch_size")
+      if cfg.sft.batch_size % shards:
+        raise ConfigError("sft.batch_size", cfg.sft.batch_size, f"a multiple of the {shards} batch shards")
+    if cfg.rl.steps:
+      parallel.process_slice(cfg.rl.prompts_per_step)
+      parallel.check_batch_size(cfg.rl.prompts_per_step * cfg.rl.group_size, mesh)
     if not parallel.is_primary():
       log, show_progress = (lambda *_: None), False
   else:

@@ -318,6 +318,23 @@ def test_two_process_main_job_equals_one_process(tmp_path):
     assert b == pytest.approx(a, rel=1e-5, abs=1e-7)
 
 
+
+def test_two_process_job_rejects_unsplittable_batches_up_front(tmp_path):
+  """3 prompts per step over 2 processes: every process stops with the field named, before SFT."""
+  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  cmd = [sys.executable, os.path.join(repo, "experiments", "train.py"), "--config=configs/sudoku_tiny.py:smoke",
+         "--progress=false", "--config.parallel.strategy=pmap", "--config.rl.prompts_per_step=3",
+         f"--workdir={tmp_path / 'run'}"]
+  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2",
+             JAX_COORDINATOR_ADDRESS=f"localhost:{_free_port()}", JAX_NUM_PROCESSES="2")
+  procs = [subprocess.Popen(cmd, cwd=repo, text=True, env=dict(env, JAX_PROCESS_ID=str(i)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(2)]
+  outs = [p.communicate(timeout=180) for p in procs]
+  for p, (_, err) in zip(procs, outs):
+    assert p.returncode == 2 and "rl.prompts_per_step=3" in err and "2 processes" in err, err[-2000:]
+  assert not (tmp_path / "run" / "sft").exists()
+
+
 if __name__ == "__main__":
   if sys.argv[1:] == ["--child"]:
     print(json.dumps(child()))
