@@ -33,6 +33,8 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 
+from daca_jax.parallel.distributed import sync_processes
+
 PyTree = Any
 
 # Orbax writes this file into a step directory right before the atomic rename.
@@ -128,6 +130,7 @@ class Checkpointer:
     os.makedirs(self.directory, exist_ok=True)
     if jax.process_index() == 0:  # multi-host: one process tidies the shared directory
       _remove_unfinished(self.directory)
+    sync_processes("checkpointer_open")
     options = ocp.CheckpointManagerOptions(
         max_to_keep=max_to_keep,
         create=True,
@@ -205,6 +208,7 @@ class Checkpointer:
       self._mgr.delete(step)
     if os.path.exists(path) and jax.process_index() == 0:  # unfinished: orbax would refuse it
       shutil.rmtree(path)
+    sync_processes("checkpoint_save_tidy")  # no process starts writing before the tidy-up ends
     # ``force=True`` bypasses orbax's save-interval policy, which silently skips any step
     # <= the latest one; we decide above whether a step is to be saved.
     saved = self._mgr.save(

@@ -162,7 +162,9 @@ def _open_phase(directory: pathlib.Path, state: dict[str, Any], max_to_keep: int
           f"{str(e).splitlines()[0][:200] if str(e) else ''}); moved it to {aside} and trying the one "
           "before it.")
       ckpt.close()
-      (directory / str(step)).rename(aside)
+      if parallel.is_primary():
+        (directory / str(step)).rename(aside)
+      parallel.sync_processes("checkpoint_set_aside")
       ckpt = Checkpointer(directory, max_to_keep=max_to_keep)  # re-list the steps without it
   if steps:
     raise DataError(f"no checkpoint in {directory} can be read (steps {sorted(steps)}); "

@@ -309,8 +309,9 @@ def test_two_process_main_job_equals_one_process(tmp_path):
   assert [r["step"] for r in two] == [1, 2]  # one writer: no duplicate lines
   for a, b in zip(one, two):
     assert a["reward_mean"] == b["reward_mean"]
-    for k in ("loss", "kl", "grad_norm", "weight_std"):
+    for k in ("loss", "kl", "grad_norm"):
       assert b[k] == pytest.approx(a[k], rel=1e-5, abs=1e-7), k
+    assert b["weight_std"] == pytest.approx(a["weight_std"], rel=1e-4)  # z-scores of near-ties
   res = {r: json.loads((tmp_path / r / "results.json").read_text()) for r in ("one", "two")}
   assert res["one"]["eval_before"] == res["two"]["eval_before"]
   assert res["one"]["eval_after"] == res["two"]["eval_after"]

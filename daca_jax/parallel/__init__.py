@@ -7,7 +7,8 @@ multi-host helpers.
 """
 from daca_jax.parallel.data_parallel import make_pmap_update, per_sequence_keys, shard_rows
 from daca_jax.parallel.distributed import (global_batch, is_multiprocess, is_primary, maybe_initialize,
-                                          process_slice, rows_to_devices, to_global, to_host)
+                                          process_slice, rows_to_devices, sync_processes, to_global,
+                                          to_host)
 from daca_jax.parallel.fsdp import fsdp_shardings, fsdp_spec, make_fsdp_update
 from daca_jax.parallel.mesh import (AXES, BATCH_AXES, batch_shardings, check_batch_size, make_mesh,
                                     mesh_shape, num_batch_shards)
@@ -17,4 +18,4 @@ __all__ = ["AXES", "BATCH_AXES", "batch_shardings", "check_batch_size", "compile
            "fsdp_shardings", "fsdp_spec", "global_batch", "is_multiprocess", "is_primary",
            "make_fsdp_update", "make_mesh", "make_pmap_update", "maybe_initialize", "mesh_shape",
            "num_batch_shards", "per_sequence_keys", "process_slice", "rows_to_devices", "shard_rollout",
-           "shard_rows", "to_global", "to_host", "wrap_likelihood"]
+           "shard_rows", "sync_processes", "to_global", "to_host", "wrap_likelihood"]

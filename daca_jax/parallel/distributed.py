@@ -145,3 +145,12 @@ def to_global(tree: Any, mesh: Mesh | None, shardings: Any = None) -> Any:
   if isinstance(shardings, jax.sharding.Sharding):
     return jax.tree.map(lambda x: one(x, shardings), tree)
   return jax.tree.map(one, tree, shardings)
+
+
+def sync_processes(name: str) -> None:
+  """A barrier across the processes of a multi-host run (no-op in one process); every process must
+  reach it, in the same order."""
+  if is_multiprocess():
+    from jax.experimental import multihost_utils
+
+    multihost_utils.sync_global_devices(name)

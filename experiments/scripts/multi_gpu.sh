@@ -21,6 +21,8 @@
 #   rolls out and grades prompts_per_step / NUM_NODES prompts (daca_jax.parallel.process_slice).
 # - WORKDIR must be on a file system shared by all hosts (checkpoints are written collectively; the
 #   logs, metrics and results by process 0 only).
+# - If one host dies, the others stop with a collective error after JAX's heartbeat timeout
+#   (about a minute); rerun the same command on every host to resume from the last checkpoint.
 set -euo pipefail
 : "${WORKDIR:?set WORKDIR}"
 CONFIG="${CONFIG:-configs/sudoku_tiny.py}"

@@ -17,6 +17,8 @@
 #   mounted with gcsfuse): checkpoints are written collectively, the other files by process 0 only.
 # - Each host draws the same prompts per step and rolls out and grades its own share (whole
 #   groups); prompts_per_step must be a multiple of the number of hosts.
+# - If one host dies, the others stop with a collective error after JAX's heartbeat timeout
+#   (about a minute); rerun the same command on every host to resume from the last checkpoint.
 set -euo pipefail
 : "${TPU_NAME:?set TPU_NAME}" "${ZONE:?set ZONE}" "${WORKDIR:?set WORKDIR (a path every host sees)}"
 CONFIG="${CONFIG:-configs/sudoku_tiny.py}"
