@@ -268,7 +268,8 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
       mine = idx[share]  # this process's prompts (all of them in a single-process run)
       prompts = np.repeat(prompts_all[mine], g, axis=0)
       batch_examples = [examples[i] for i in mine for _ in range(g)]
-      k_roll, k_upd = (parallel.to_global(k, mesh) for k in jax.random.split(jax.random.fold_in(base_key, step)))
+      keys = jax.random.split(jax.random.fold_in(base_key, step))
+      k_roll, k_upd = (parallel.to_global(k, mesh) for k in keys)
       t0 = time.perf_counter()
       traj = learner.rollout(state["params"], parallel.global_batch(prompts, mesh) if multi else prompts,
                              k_roll)
@@ -337,14 +338,14 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   ``sft_dir`` (default ``workdir/sft``) lets several runs with the same model/SFT/task config share
   one cached warm start (``experiments/reproduce.py`` does).
 
-  Returns:
-    The results dict written to ``workdir/results.json``:
-    ``{"eval_before", "eval_after", "config", "eval_source", "timings"}``.
   Multi-host (``jax.distributed`` initialised, e.g. by ``experiments/train.py``): every process runs
   this with the same config and ``workdir`` (a directory all of them see); each feeds its share of
   every batch, arrays are global over ``cfg.parallel``'s mesh, and process 0 alone writes the files
   and prints.
 
+  Returns:
+    The results dict written to ``workdir/results.json``:
+    ``{"eval_before", "eval_after", "config", "eval_source", "timings"}``.
   Raises:
     ConfigError: a config value that does not fit the task, or a workdir holding another run.
     FileNotFoundError: an explicitly configured data path that does not exist.
