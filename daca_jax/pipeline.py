@@ -380,7 +380,8 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   if cfg.task.num_eval_examples:
     eval_examples = eval_examples[:cfg.task.num_eval_examples]
   if "GENERATED" in source:
-    log("!" * 80 + f"\nWARNING: evaluating on a generated set, not the benchmark file.\n{source}\n" + "!" * 80)
+    log("!" * 80 + f"\nWARNING: evaluating on a generated set, not the benchmark file.\n{source}\n"
+        "(point DACA_DATA_DIR or --config.data.data_dir at the benchmark files)\n" + "!" * 80)
   else:
     log(f"Evaluation set: {source}; using {len(eval_examples)} examples")
   train_examples = task.train_examples(cfg.sft.num_train_examples, cfg.seed)
