@@ -130,7 +130,7 @@ def to_global(tree: Any, mesh: Mesh | None, shardings: Any = None) -> Any:
   if not is_multiprocess() or (mesh is None and shardings is None):
     return tree
   if shardings is None:
-    shardings = jax.tree.map(lambda _: NamedSharding(mesh, P()), tree)
+    shardings = NamedSharding(mesh, P())
 
   def one(x: Any, sharding: NamedSharding) -> Any:
     if isinstance(x, jax.Array) and not x.is_fully_addressable:

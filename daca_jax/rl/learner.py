@@ -116,8 +116,7 @@ class GRPOLearner:
     categories = None
     if self.tagger is not None:  # on the host: every row, placed like the completions
       categories = np.asarray(self.tagger.tag(parallel.to_host(traj.completion)), np.int32)
-      categories = parallel.to_global(categories, None, traj.completion.sharding)
-      categories = jnp.asarray(categories) if isinstance(categories, np.ndarray) else categories
+      categories = jnp.asarray(parallel.to_global(categories, None, traj.completion.sharding))
     return self._assign(traj, jnp.asarray(rewards, jnp.float32), categories, state)
 
   def logprobs(self, params: Any, traj_tokens: jax.Array, prompt_len: int, key: jax.Array,
