@@ -14,6 +14,10 @@ Rewards and metrics:
   solution.
 * ``strict_solved``: the completion is a valid complete grid keeping every given. Any valid
   completion counts, since d1's puzzles do not all have a unique solution (376 of 500 do).
+* ``token_rewards`` (for the ``token_reward`` oracle credit): each blank cell's token gets 1 if its
+  digit equals the stored solution, else 0; givens and EOS padding carry none. Their sum divided by
+  the number of blanks is d1's reward of an ASCII completion, exactly (a blank cell the completion
+  does not reach is wrong and has no token).
 """
 from __future__ import annotations
 
@@ -39,6 +43,8 @@ _COLS = tuple(tuple(4 * r + c for r in range(4)) for c in range(4))
 _BOXES = tuple(
     tuple(4 * (br + r) + bc + c for r in range(2) for c in range(2))
     for br in (0, 2) for bc in (0, 2))
+# Bytes that str.lstrip() removes (the ASCII whitespace), for the token view of parse_completion.
+_ASCII_SPACE = np.asarray([b for b in range(128) if chr(b).isspace()], np.int32)
 # For each cell, the other cells that share a row, column or box with it.
 _PEERS = tuple(
     tuple(sorted({j for g in _ROWS + _COLS + _BOXES if i in g for j in g} - {i}))
@@ -399,6 +405,37 @@ class Sudoku4x4Task(Task):
     rewards = [cell_reward(c, ex.meta["puzzle"], ex.meta["solution"])
                for c, ex in zip(completions, examples)]
     return np.asarray(rewards, dtype=np.float32).reshape(len(examples))
+
+  has_token_rewards = True
+
+  def token_rewards(self, completion_ids: np.ndarray,
+                    examples: Sequence[Example]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-cell rewards: the token of blank cell c (the c-th byte after leading whitespace, as
+    :func:`parse_completion` reads it) gets 1.0 if it is the solution's digit, else 0.0.
+
+    Args:
+      completion_ids: int32 ``[N, L]`` byte-tokenizer completion tokens.
+      examples: the N examples.
+    Returns:
+      ``(rewards, mask)`` float32 ``[N, L]``; ``mask`` is 1 on the blank cells that the completion
+      reaches (a cell past the EOS or past L is wrong and carries no token).
+    """
+    ids = np.asarray(completion_ids)
+    self._check_lengths(list(ids), examples)
+    n, length = ids.shape
+    rewards = np.zeros((n, length), np.float32)
+    mask = np.zeros((n, length), np.float32)
+    space = np.isin(ids, _ASCII_SPACE)
+    for row, ex in enumerate(examples):
+      offset = int(np.argmin(space[row])) if not space[row].all() else length
+      eos = np.flatnonzero(ids[row] == self.tokenizer.eos_id)
+      end = int(eos[0]) if eos.size else length
+      for cell, (given, digit) in enumerate(zip(ex.meta["puzzle"], ex.meta["solution"])):
+        pos = offset + cell
+        if given == "0" and pos < end:
+          mask[row, pos] = 1.0
+          rewards[row, pos] = float(ids[row, pos] == ord(digit))
+    return rewards, mask
 
   def metrics(self, completions: Sequence[str], examples: Sequence[Example]) -> dict[str, float]:
     """Evaluation metrics.
