@@ -68,6 +68,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.likelihood.coupled_full_pass = True  # coupled: average with the fully-masked pass (DiffuCoder).
   c.likelihood.elbo_nodes = 2  # elbo: Gauss-Legendre nodes in t (GDPO: 2-3).
   c.likelihood.trajectory_steps = 0  # trajectory: rollout steps to rebuild (0 = rollout.steps).
+  c.likelihood.trajectory_groups = 0  # trajectory: passes over runs of consecutive steps (0 = one per step).
   c.likelihood.rldf_states = 4  # rldf: rollout states rebuilt per sequence (one pass each).
   c.likelihood.rldf_sampling = "softmax"  # rldf: softmax of step surprisal | uniform | topk.
   c.likelihood.rldf_temperature = 1.0  # rldf: T of the softmax state sampling.

@@ -428,3 +428,46 @@ def markdown_table(result: dict[str, Any], at_rollouts: int | None = None) -> st
       cells.append(f"{r['cos_mean_update_regularised']:+.3f}")
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines)
+
+
+def report_header(out: dict[str, Any]) -> str:
+  """One paragraph saying what the tables are."""
+  t = out["task"]
+  lc = out["studies"]["low_confidence"]
+  return (f"Toy: sort {t['length']} letters of '{t['alphabet']}' ({len(t['alphabet'])}^{t['length']} "
+          f"completions enumerated), {t['num_prompts']} prompts, a tiny model after {out['train_steps']} SFT "
+          f"steps (expected reward {lc['true']['expected_reward']:.3f} under low-confidence remasking). "
+          f"Each arm: {lc['num_batches']} independent batches of {lc['batch_rollouts']} rollouts "
+          f"(G = {lc['group_size']}). Columns: cosine of the mean update (over all batches) to the exact "
+          "gradient ∇J of the sampler's expected reward (bias of direction); mean cosine of one batch's "
+          "update to ∇J; cosine between independent batches (and SNR = c / (1 − c)); the cosine to ∇J "
+          "of an update on 4 batches.")
+
+
+def plot(result: dict[str, Any], png_path: Any) -> None:
+  """Two panels against the number of rollouts: batch agreement and cosine to ∇J, one line per
+  estimator (credit uniform solid, token_reward dashed)."""
+  from matplotlib.backends.backend_agg import FigureCanvasAgg
+  from matplotlib.figure import Figure
+
+  fig = Figure(figsize=(11, 4.2))
+  FigureCanvasAgg(fig)
+  axes = [fig.add_subplot(1, 2, i + 1) for i in range(2)]
+  estimators = list(dict.fromkeys(r["estimator"] for r in result["rows"]))
+  colors = {e: f"C{i}" for i, e in enumerate(estimators)}
+  for r in result["rows"]:
+    if r["credit"] not in ("uniform", "token_reward"):
+      continue
+    xs = [c["rollouts"] for c in r["curve"]]
+    style = "-" if r["credit"] == "uniform" else "--"
+    label = r["estimator"] if r["credit"] == "uniform" else None
+    axes[0].plot(xs, [c["agreement"] for c in r["curve"]], style, color=colors[r["estimator"]], label=label)
+    axes[1].plot(xs, [c["to_true"] for c in r["curve"]], style, color=colors[r["estimator"]])
+  for ax, name in zip(axes, ("agreement of independent updates (cosine)", "cosine of the update to ∇J")):
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("rollouts per update")
+    ax.set_ylabel(name)
+    ax.grid(alpha=0.3)
+  fig.legend(loc="center right", fontsize=8, title="estimator\n(solid: uniform credit,\ndashed: token reward)")
+  fig.tight_layout(rect=(0, 0, 0.82, 1))
+  fig.savefig(str(png_path), dpi=110)

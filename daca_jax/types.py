@@ -290,6 +290,9 @@ class LikelihoodConfig:
     elbo_nodes: Gauss–Legendre nodes in t of the ELBO estimator (GDPO uses 2–3).
     trajectory_steps: denoising steps S of the rollouts the trajectory estimator rebuilds (one pass
       per step); 0 means ``rollout.steps``.
+    trajectory_groups: G_s, passes of the trajectory estimator: the S steps are split into G_s runs
+      of consecutive steps and a token is scored in the state at the start of its commit step's
+      run (0 means S: every token in its own commit state).
     rldf_states: k, rollout states the rldf estimator rebuilds per sequence (one pass each).
     rldf_sampling: how rldf picks its k states: "softmax" (probability ∝ softmax of each step's
       mean surprisal / rldf_temperature, without replacement), "uniform", or "topk" (the k most
@@ -306,6 +309,7 @@ class LikelihoodConfig:
   coupled_full_pass: bool = True
   elbo_nodes: int = 2
   trajectory_steps: int = 0
+  trajectory_groups: int = 0
   rldf_states: int = 4
   rldf_sampling: str = "softmax"
   rldf_temperature: float = 1.0
@@ -320,7 +324,7 @@ class LikelihoodConfig:
       raise ConfigError(f"{prefix}.coupled_t_min", self.coupled_t_min,
                         f"0 < coupled_t_min <= coupled_t_max={self.coupled_t_max} < 1")
     _positive(prefix, self, "elbo_nodes")
-    _non_negative(prefix, self, "trajectory_steps")
+    _non_negative(prefix, self, "trajectory_steps", "trajectory_groups")
     _positive(prefix, self, "rldf_states")
     if not self.rldf_temperature > 0:
       raise ConfigError(f"{prefix}.rldf_temperature", self.rldf_temperature, "a number > 0")
@@ -579,6 +583,9 @@ class TrainConfig:
     if self.rl.eval_every and not self.task.num_val_examples:
       raise ConfigError("rl.eval_every", self.rl.eval_every, "0 unless task.num_val_examples > 0 (periodic "
                         "evaluation runs on the validation split, never on the test set)")
+    if self.likelihood.trajectory_groups > self.rollout.steps:
+      raise ConfigError("likelihood.trajectory_groups", self.likelihood.trajectory_groups,
+                        f"<= rollout.steps={self.rollout.steps} (runs of at least one step)")
     if self.rl.likelihood == "rldf" and self.likelihood.rldf_states > self.rollout.steps:
       raise ConfigError("likelihood.rldf_states", self.likelihood.rldf_states,
                         f"<= rollout.steps={self.rollout.steps} (distinct states to rebuild)")
