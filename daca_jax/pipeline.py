@@ -503,7 +503,7 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   if not parallel.is_primary():
     return results
   results_path.write_text(json.dumps(results, indent=2))
-  plot_curves(records, ["reward_mean", "accuracy"], workdir / "reward_curve.png",
+  plot_curves(records, ["reward_mean", "accuracy", f"val/{task.primary_metric}"], workdir / "reward_curve.png",
               title=f"{cfg.task.name}: {cfg.rl.objective} + credit={cfg.rl.credit}, "
                     f"likelihood={cfg.rl.likelihood}")
   keys = [k for k in eval_before if k != "num_examples"]
