@@ -115,7 +115,7 @@ def test_cli_refuses_nan_in_one_line_and_writes_nothing(tmp_path):
   workdir = tmp_path / "run"
   proc = subprocess.run(
       [sys.executable, "experiments/train.py", "--config=configs/sudoku_tiny.py:smoke", f"--workdir={workdir}",
-       "--config.rl.learning_rate=nan"], cwd=REPO, capture_output=True, text=True, timeout=300)
+       "--config.rl.learning_rate=nan"], cwd=REPO, capture_output=True, text=True, timeout=900)
   assert proc.returncode == 2
   assert proc.stderr.strip().splitlines()[-1] == (
       "error: rl.learning_rate=nan is not allowed: expected a finite number (of magnitude <= 3.403e+38, "

@@ -99,7 +99,7 @@ def test_diverging_rl_run_stops_with_one_line_and_a_rerun_resumes(tmp_path):
   proc = subprocess.run(
       [sys.executable, "experiments/train.py", "--config=configs/sudoku_tiny.py:smoke", f"--workdir={tmp_path}",
        "--progress=false", "--config.rl.learning_rate=1e10"], cwd=REPO, capture_output=True, text=True,
-      timeout=600)
+      timeout=1200)
   assert proc.returncode == 3, proc.stderr[-3000:]
   last = proc.stderr.strip().splitlines()[-1]
   assert last.startswith("error: RL step ") and "is not finite" in last, last

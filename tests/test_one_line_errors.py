@@ -2,6 +2,7 @@
 import asyncio
 import errno
 import logging
+import os
 import pathlib
 import subprocess
 import sys
@@ -101,7 +102,7 @@ def test_unreadable_checkpoint_restore_prints_nothing_but_one_error(tmp_path):
         ck.close()
       gc.collect()
       """)
-  proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
+  proc = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=900)
   assert proc.returncode == 0, proc.stderr[-3000:]
   lines = proc.stdout.strip().splitlines()
   assert len(lines) == 2 and all(l.startswith("ERROR checkpoint ") and "cannot be read" in l for l in lines)
@@ -120,9 +121,9 @@ def test_unwritable_workdir_is_one_line(tmp_path):
   blocker = tmp_path / "file"
   blocker.write_text("")
   proc = subprocess.run(TRAIN + [f"--workdir={blocker}/run"], cwd=REPO, capture_output=True, text=True,
-                        timeout=300)
+                        timeout=900)
   assert proc.returncode == cli_errors.EXIT_OS_ERROR, proc.stderr[-3000:]
-  assert proc.stderr.strip().splitlines()[-1] == f"error: Not a directory: '{blocker}/run'"
+  assert proc.stderr.strip().splitlines()[-1] == f"error: Not a directory: {blocker}/run"
   assert "Traceback" not in proc.stderr
 
 
@@ -137,9 +138,8 @@ def test_disk_full_while_saving_a_checkpoint_is_one_line(tmp_path):
       runpy.run_path(sys.argv[0], run_name="__main__")
       """)
   env_cache = {"JAX_ENABLE_COMPILATION_CACHE": "false"}  # the cache's own writes would hit the limit
-  import os
   proc = subprocess.run([sys.executable, "-c", limit] + TRAIN[1:] + [f"--workdir={tmp_path}/run"],
-                        cwd=REPO, capture_output=True, text=True, timeout=600, env={**os.environ, **env_cache})
+                        cwd=REPO, capture_output=True, text=True, timeout=1200, env={**os.environ, **env_cache})
   assert proc.returncode == cli_errors.EXIT_OS_ERROR, proc.stderr[-3000:]
   last = proc.stderr.strip().splitlines()[-1]
   assert last.startswith("error: File too large: ") and "/run/sft/" in last, last
