@@ -11,6 +11,15 @@ opens a directory it deletes leftovers of interrupted saves (orbax tmp directori
 directories without the commit file), so a half-written checkpoint is never listed or restored and
 never counts against ``max_to_keep``.
 
+Integrity: every save stores a checksum of the state's values (:func:`daca_jax.checksum.tree_checksum`,
+computed on device; one per top-level entry of a dict state, e.g. ``params`` and ``opt_state``) in
+the metadata item, and :meth:`Checkpointer.restore` recomputes it on the restored state: a
+checkpoint whose bytes changed on disk (a flipped bit that the storage layer reads back without
+complaint, a NaN written into Adam's moments) raises :class:`CorruptCheckpointError` instead of
+being restored silently. A reader of one entry alone (``experiments/evaluate.py`` reads ``params``)
+verifies it with :func:`verify_entry`. Checkpoints written before the checksum existed are
+restored unverified.
+
 Typical use::
 
   ckpt = Checkpointer(workdir / "checkpoints", max_to_keep=3)
@@ -23,16 +32,21 @@ Typical use::
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import logging
 import os
 import re
 import shutil
-from typing import Any
+from typing import Any, Iterator, Mapping
 
 import jax
 import orbax.checkpoint as ocp
 
+from daca_jax import checkpoint_noise
+from daca_jax.checksum import tree_checksum
+from daca_jax.errors import DataError
 from daca_jax.parallel.distributed import sync_processes
 
 PyTree = Any
@@ -43,27 +57,88 @@ _COMMIT_FILE = "commit_success.txt"
 _TMP_MARKER = ".orbax-checkpoint-tmp"
 _STEP_DIR_RE = re.compile(r"^(0|[1-9]\d*)$")
 
+# Reserved metadata key: per entry of the state, the checksum of its values and a digest of its
+# leaves' dtypes and shapes (``{"params": {"checksum": ..., "layout": ...}, ...}``).
+_INTEGRITY_KEY = "__state_integrity__"
+
 _log = logging.getLogger(__name__)
 
 
-class _DropOrbaxInfo(logging.Filter):
-  """Drops orbax records below WARNING from the shared ``absl`` logger."""
-
-  def filter(self, record: logging.LogRecord) -> bool:
-    if record.levelno >= logging.WARNING:
-      return True
-    path = (record.pathname or "").replace("\\", "/")
-    return "/orbax/" not in path
+class CorruptCheckpointError(DataError):
+  """A checkpoint cannot be read back as saved: its files cannot be read or decoded, or the restored
+  values do not match the checksum stored when it was saved."""
 
 
-def _quiet_orbax_logging() -> None:
-  """Silences orbax's per-save INFO chatter; other absl users keep their logging (idempotent)."""
-  absl_logger = logging.getLogger("absl")
-  if not any(isinstance(f, _DropOrbaxInfo) for f in absl_logger.filters):
-    absl_logger.addFilter(_DropOrbaxInfo())
+def _layout(tree: PyTree) -> str:
+  """Short digest of the dtypes and shapes of ``tree``'s leaves (a restore into other dtypes or
+  another structure changes the bits, so a checksum is only comparable when the layout is the same)."""
+  desc = ";".join(f"{getattr(x, 'dtype', type(x).__name__)}{tuple(getattr(x, 'shape', ()))}"
+                  for x in jax.tree.leaves(tree))
+  return hashlib.sha256(desc.encode()).hexdigest()[:16]
 
 
-_quiet_orbax_logging()
+def _entries(state: PyTree) -> dict[str, PyTree]:
+  """The separately checksummed parts of a state: a dict's entries, else the whole state as ``""``."""
+  if isinstance(state, Mapping) and state and all(isinstance(k, str) for k in state):
+    return dict(state)
+  return {"": state}
+
+
+def _integrity(state: PyTree) -> dict[str, dict[str, str]]:
+  return {k: {"checksum": tree_checksum(v), "layout": _layout(v)} for k, v in _entries(state).items()}
+
+
+def _verify(where: str, stored: Mapping[str, Any], entries: Mapping[str, PyTree]) -> None:
+  """Compares restored ``entries`` with the ``stored`` integrity record of checkpoint ``where``."""
+  for key, tree in entries.items():
+    record = stored.get(key)
+    if not isinstance(record, Mapping):
+      continue
+    if record.get("layout") != _layout(tree):
+      _log.warning("%s%s restored into other dtypes/shapes than saved: checksum not verified", where,
+                   f" ({key})" if key else "")
+      continue
+    found = tree_checksum(tree)
+    if found != record.get("checksum"):
+      what = f"its '{key}'" if key else "its state"
+      raise CorruptCheckpointError(f"checkpoint {where} is damaged: the checksum of {what} is {found}, "
+                                   f"it was {record.get('checksum')} when saved")
+
+
+checkpoint_noise.install()  # orbax's INFO chatter and teardown tracebacks stay off the console
+
+
+def _short(e: BaseException) -> str:
+  """First line of an orbax/TensorStore error, without the multi-line TensorStore spec."""
+  text = (str(e).strip().splitlines() or [type(e).__name__])[0]
+  return text.split(" See full TensorStore details")[0][:300]
+
+
+def _os_error(e: BaseException, directory: str) -> OSError | None:
+  """The OSError behind an orbax/TensorStore failure (they report e.g. a full disk as
+  ``ValueError: RESOURCE_EXHAUSTED: Failed writing: "<path>": ... [os_error_code='28']``)."""
+  for err in (e, e.__cause__, e.__context__):
+    if isinstance(err, OSError):
+      return err
+    found = re.search(r"os_error_code='?(\d+)", str(err or ""))
+    if found:
+      code = int(found.group(1))
+      path = re.search(r'(?:writing|reading|[Ff]ile)[^"]*"([^"]+)"', str(err))
+      return OSError(code, os.strerror(code), path.group(1) if path else directory)
+  return None
+
+
+@contextlib.contextmanager
+def _orbax_errors(directory: str) -> Iterator[None]:
+  """Re-raises an orbax failure that comes from the OS (disk full, read-only, ...) as that OSError,
+  without orbax's chain of tracebacks."""
+  try:
+    yield
+  except Exception as e:  # orbax / TensorStore wrap OS errors in ValueError or Exception
+    os_err = _os_error(e, directory)
+    if os_err is None:
+      raise
+    raise os_err from None
 
 
 def _is_committed(path: str) -> bool:
@@ -193,7 +268,8 @@ class Checkpointer:
       raise ValueError(f"step must be >= 0, got {step}")
     metadata = {} if metadata is None else metadata
     _check_json(metadata)
-    self._mgr.wait_until_finished()  # a save of this very step may still be in flight
+    metadata = {**metadata, _INTEGRITY_KEY: _integrity(state)}
+    self.wait()  # a save of this very step may still be in flight
     latest = self.latest_step()
     if latest is not None and step < latest:
       _log.warning(
@@ -211,14 +287,15 @@ class Checkpointer:
     sync_processes("checkpoint_save_tidy")  # no process starts writing before the tidy-up ends
     # ``force=True`` bypasses orbax's save-interval policy, which silently skips any step
     # <= the latest one; we decide above whether a step is to be saved.
-    saved = self._mgr.save(
-        step,
-        args=ocp.args.Composite(
-            state=ocp.args.StandardSave(state),
-            metadata=ocp.args.JsonSave(metadata),
-        ),
-        force=True,
-    )
+    with _orbax_errors(self.directory):
+      saved = self._mgr.save(
+          step,
+          args=ocp.args.Composite(
+              state=ocp.args.StandardSave(state),
+              metadata=ocp.args.JsonSave(metadata),
+          ),
+          force=True,
+      )
     if not saved:
       raise RuntimeError(f"orbax did not save step {step} in {self.directory}")
     return True
@@ -241,6 +318,9 @@ class Checkpointer:
       FileNotFoundError: no checkpoint in the directory, or no finished checkpoint ``step``; the
         message names the directory and the available steps.
       ValueError: ``target``'s tree structure does not match the checkpoint.
+      CorruptCheckpointError: (a ValueError) the checkpoint's files cannot be read or decoded, or
+        the restored values differ from those saved (damaged on disk); one line, naming the step.
+      OSError: the OS refused the read (e.g. permissions).
     """
     self.wait()
     steps = self.all_steps()
@@ -254,33 +334,53 @@ class Checkpointer:
           f"No checkpoint for step {step} in {self.directory}; available steps: {steps}"
       )
     try:
-      restored = self._mgr.restore(
-          step,
-          args=ocp.args.Composite(
-              state=ocp.args.StandardRestore(target),
-              metadata=ocp.args.JsonRestore(),
-          ),
-      )
+      with _orbax_errors(self._step_path(step)):
+        restored = self._mgr.restore(
+            step,
+            args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(target),
+                metadata=ocp.args.JsonRestore(),
+            ),
+        )
+    except OSError:
+      raise
+    except json.JSONDecodeError as e:
+      raise CorruptCheckpointError(f"checkpoint {self._step_path(step)} cannot be read: "
+                                   f"damaged JSON ({e.msg})") from None
     except (KeyError, ValueError, TypeError) as e:
       raise ValueError(
-          f"Checkpoint {step} in {self.directory} does not match the target structure: {e}"
-      ) from e
-    metadata = restored.metadata
-    return restored.state, ({} if metadata is None else dict(metadata))
+          f"Checkpoint {step} in {self.directory} does not match the target structure: {_short(e)}"
+      ) from None
+    except Exception as e:  # TensorStore reports unreadable array files as a plain Exception
+      raise CorruptCheckpointError(f"checkpoint {self._step_path(step)} cannot be read: {_short(e)}") from None
+    metadata = {} if restored.metadata is None else dict(restored.metadata)
+    stored = metadata.pop(_INTEGRITY_KEY, None)
+    if isinstance(stored, Mapping):
+      _verify(self._step_path(step), stored, _entries(restored.state))
+    return restored.state, metadata
 
   # --- lifecycle -----------------------------------------------------------------------------
 
   def wait(self) -> None:
     """Blocks until every pending asynchronous save is on disk."""
     if not self._closed:
-      self._mgr.wait_until_finished()
+      with _orbax_errors(self.directory):
+        self._mgr.wait_until_finished()
 
   def close(self) -> None:
-    """Waits for pending saves and releases orbax's resources (idempotent)."""
+    """Waits for pending saves and releases orbax's resources (idempotent).
+
+    Raises:
+      OSError: a pending save failed for a reason of the OS (e.g. the disk is full); the
+        checkpointer is closed all the same.
+    """
     if not self._closed:
-      self._mgr.wait_until_finished()
-      self._mgr.close()
       self._closed = True
+      try:
+        with _orbax_errors(self.directory):
+          self._mgr.wait_until_finished()
+      finally:
+        self._mgr.close()
 
   def __enter__(self) -> Checkpointer:
     return self
@@ -331,7 +431,8 @@ def save_pytree(path: str | os.PathLike, state: PyTree, *, force: bool = False) 
     shutil.rmtree(path)
   checkpointer = ocp.Checkpointer(ocp.StandardCheckpointHandler())
   try:
-    checkpointer.save(path, args=ocp.args.StandardSave(state))
+    with _orbax_errors(path):
+      checkpointer.save(path, args=ocp.args.StandardSave(state))
   finally:
     checkpointer.close()
 
@@ -349,14 +450,55 @@ def load_pytree(path: str | os.PathLike, target: PyTree) -> PyTree:
   Raises:
     FileNotFoundError: ``path`` holds no finished checkpoint (missing or interrupted save).
     ValueError: ``target``'s tree structure does not match the checkpoint.
+    CorruptCheckpointError: the checkpoint's files cannot be read or decoded (one line).
+    OSError: the OS refused the read.
   """
   path = os.path.abspath(os.fspath(path))
   if not _is_committed(path):
     raise FileNotFoundError(f"No finished checkpoint at {path}")
   checkpointer = ocp.Checkpointer(ocp.StandardCheckpointHandler())
   try:
-    return checkpointer.restore(path, args=ocp.args.StandardRestore(target))
+    with _orbax_errors(path):
+      return checkpointer.restore(path, args=ocp.args.StandardRestore(target))
+  except OSError:
+    raise
+  except json.JSONDecodeError as e:
+    raise CorruptCheckpointError(f"checkpoint {path} cannot be read: damaged JSON ({e.msg})") from None
   except (KeyError, ValueError, TypeError) as e:
-    raise ValueError(f"Checkpoint at {path} does not match the target structure: {e}") from e
+    raise ValueError(f"Checkpoint at {path} does not match the target structure: {_short(e)}") from None
+  except Exception as e:  # TensorStore reports unreadable array files as a plain Exception
+    raise CorruptCheckpointError(f"checkpoint {path} cannot be read: {_short(e)}") from None
   finally:
     checkpointer.close()
+
+
+def verify_entry(step_dir: str | os.PathLike, key: str, tree: PyTree) -> bool:
+  """Checks one entry of a :class:`Checkpointer` step read on its own (e.g. ``params`` through
+  :func:`load_pytree` of ``<step_dir>/state``) against the checksum saved with the step.
+
+  Args:
+    step_dir: the step directory (``<checkpoint dir>/<step>``).
+    key: the entry of the saved dict state (``"params"``).
+    tree: its restored values, in the structure it was saved with.
+  Returns:
+    True if verified; False if the step has no checksum for ``key`` (saved before checksums) or
+    ``tree`` has other dtypes/shapes than those saved (then it cannot be compared).
+  Raises:
+    CorruptCheckpointError: the values differ from those saved, or the metadata cannot be read.
+  """
+  step_dir = os.path.abspath(os.fspath(step_dir))
+  checkpointer = ocp.Checkpointer(ocp.JsonCheckpointHandler())
+  try:
+    with _orbax_errors(step_dir):
+      metadata = checkpointer.restore(os.path.join(step_dir, "metadata"))
+  except OSError:
+    raise
+  except Exception as e:  # a damaged or missing metadata item
+    raise CorruptCheckpointError(f"checkpoint {step_dir} cannot be read: metadata ({_short(e)})") from None
+  finally:
+    checkpointer.close()
+  record = (metadata or {}).get(_INTEGRITY_KEY, {}).get(key) if isinstance(metadata, Mapping) else None
+  if not isinstance(record, Mapping) or record.get("layout") != _layout(tree):
+    return False
+  _verify(step_dir, {key: record}, {key: tree})
+  return True

@@ -21,3 +21,19 @@ class ConfigError(ValueError):
 class DataError(ValueError):
   """A data file (benchmark CSV/JSON) or a data request cannot be used; the message names the file and
   the line, or the config field, and what is wrong."""
+
+
+class NonFiniteError(RuntimeError):
+  """Training produced a NaN/inf value; the run stopped before saving it (see :mod:`daca_jax.guards`).
+
+  Attributes:
+    phase: "SFT" or "RL".
+    step: the step (SFT optimizer step / RL iteration) whose result was not finite.
+    quantity: what was not finite: "loss", "gradient norm", "parameters", "optimizer state" or
+      "credit state" (the first of these, in that order).
+  """
+
+  def __init__(self, phase: str, step: int, quantity: str, resume: str):
+    self.phase, self.step, self.quantity = phase, step, quantity
+    super().__init__(f"{phase} step {step}: the {quantity} is not finite (NaN or inf); stopped without "
+                     f"saving it. {resume}")

@@ -44,11 +44,13 @@ from flax import nnx
 
 from daca_jax.diffusion.rollout import make_rollout_fn
 from daca_jax.errors import ConfigError, DataError
+from daca_jax.io_utils import atomic_write_json, atomic_write_text, read_json
 from daca_jax.metrics import progress
 from daca_jax.models import make_logits_fn
 from daca_jax.models.llada import Transformer
 from daca_jax.tasks.base import TASKS, Example, Task, _import_builtin_tasks, make_task
-from daca_jax.types import ModelConfig, RolloutConfig, TrainConfig, train_config_from_dict
+from daca_jax.types import (ModelConfig, RolloutConfig, TrainConfig, check_field_types,
+                             train_config_from_dict)
 
 D1_GEN_LENGTHS = (128, 256, 512)
 D1_BLOCK_LENGTH = 32
@@ -103,6 +105,7 @@ class EvalProtocol:
       raise ConfigError(flag, e.value, f"{e.allowed} (for --gen_lengths={gen_length})") from None
 
   def validate(self) -> "EvalProtocol":
+    check_field_types(self, lambda name: f"--{name}")
     if not self.gen_lengths:
       raise ConfigError("--gen_lengths", self.gen_lengths, "at least one length")
     for name in ("batch_size",):
@@ -186,7 +189,7 @@ def model_from_workdir(workdir: str | os.PathLike, phase: str = "latest",
       ``--workdir``.
     ConfigError: an unknown ``phase`` (``--phase``).
   """
-  from daca_jax.checkpoint import load_pytree
+  from daca_jax.checkpoint import load_pytree, verify_entry
   from daca_jax.pipeline import task_kwargs
 
   wd = pathlib.Path(workdir).expanduser().resolve()
@@ -194,7 +197,9 @@ def model_from_workdir(workdir: str | os.PathLike, phase: str = "latest",
     raise ConfigError("--phase", phase, "one of ['latest', 'rl', 'sft']")
   if not (wd / "config.json").is_file():
     raise DataError(f"--workdir={workdir}: no config.json (expected a workdir of experiments/train.py)")
-  cfg = train_config_from_dict(json.loads((wd / "config.json").read_text()))
+  cfg = train_config_from_dict(read_json(wd / "config.json", fix=(
+      "it records the run's config, which the evaluation needs: restore it from a copy (the run's "
+      "results.json holds the same config under 'config')")))
   order = ("rl", "sft") if phase == "latest" else (phase,)
   for name in order:
     steps = _committed_steps(wd / name)
@@ -210,6 +215,7 @@ def model_from_workdir(workdir: str | os.PathLike, phase: str = "latest",
     nnx.replace_by_pure_dict(abstract, jax.tree.map(jax.numpy.asarray, _strip_value(saved["params"])))
   except (KeyError, ValueError) as e:
     raise DataError(f"--workdir={workdir}: checkpoint params do not match model config ({e})") from None
+  verify_entry(wd / name / str(steps[-1]), "params", abstract)  # a damaged file is not evaluated silently
   return EvalModel(make_logits_fn(graphdef), abstract, cfg.model,
                    {"kind": "workdir", "path": str(wd), "phase": name, "step": steps[-1]},
                    tokenizer=tokenizer, task_options={cfg.task.name: task_kwargs(cfg)},
@@ -253,7 +259,7 @@ def model_from_hf(path: str | os.PathLike, *, dtype: str = "bfloat16", param_dty
     raise DataError(f"--hf_checkpoint={path}: not a directory")
   cfg, graphdef, params, report = load_hf_checkpoint(p, dtype=dtype, param_dtype=param_dtype)
   tok = HFTokenizer.for_llada(p, vocab_size=cfg.vocab_size)
-  hf = json.loads((p / "config.json").read_text())
+  hf = read_json(p / "config.json", fix="it is the checkpoint's model config: download it again")
   max_len = int(hf.get("max_sequence_length") or hf.get("max_position_embeddings") or 0)
   return EvalModel(make_logits_fn(graphdef), params, cfg,
                    {"kind": "hf", "path": str(p), "family": report.family, "dtype": dtype},
@@ -374,26 +380,25 @@ def _finished_rows(rows: list[dict[str, Any]], examples: Sequence[Example], batc
 
 def _write_rows(path: pathlib.Path, rows: Sequence[dict[str, Any]], mode: str) -> None:
   """Appends (``mode="a"``) or atomically replaces (``"w"``) the rows of a generations file."""
-  target = path if mode == "a" else path.with_suffix(".tmp")
-  with open(target, mode) as f:
-    f.write("".join(json.dumps(r) + "\n" for r in rows))
+  text = "".join(json.dumps(r) + "\n" for r in rows)
+  if mode != "a":
+    atomic_write_text(path, text)
+    return
+  with open(path, "a") as f:  # a row cut short by a kill is dropped by read_generations
+    f.write(text)
     f.flush()
     os.fsync(f.fileno())
-  if target != path:
-    target.replace(path)
 
 
 def _check_fingerprint(path: pathlib.Path, fingerprint: dict[str, Any], gen_path: pathlib.Path) -> None:
   if path.exists() and gen_path.exists():
-    old = json.loads(path.read_text())
+    old = read_json(path, fix=f"it records what produced {gen_path.name}: delete both to regenerate them")
     if old != fingerprint:
       diff = sorted(k for k in set(old) | set(fingerprint) if old.get(k) != fingerprint.get(k))
       raise ConfigError("--output_dir", str(path.parent.parent),
                         f"a new folder, or the settings of the run already there (differs in {diff}: "
                         f"{ {k: old.get(k) for k in diff} } vs { {k: fingerprint.get(k) for k in diff} })")
-  tmp = path.with_suffix(".tmp")
-  tmp.write_text(json.dumps(fingerprint, indent=2))
-  tmp.replace(path)
+  atomic_write_json(path, fingerprint)
 
 
 # --- evaluation --------------------------------------------------------------------------------------
@@ -588,9 +593,7 @@ def write_summary(summary: Mapping[str, Any], output_dir: str | os.PathLike) -> 
   out = pathlib.Path(output_dir)
   out.mkdir(parents=True, exist_ok=True)
   for fname, text in (("summary.json", json.dumps(summary, indent=2)), ("summary.md", summary_markdown(summary))):
-    tmp = out / (fname + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(out / fname)
+    atomic_write_text(out / fname, text)
 
 
 def load_model(*, workdir: str = "", phase: str = "latest", hf_checkpoint: str = "",

@@ -12,9 +12,12 @@ import json
 import math
 import numbers
 import os
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
+
+from daca_jax.errors import DataError
+from daca_jax.io_utils import atomic_write_text
 
 _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -61,38 +64,53 @@ def _from_json(value: Any) -> Any:
   return value
 
 
-def _parse_lines(text: str, path: str) -> list[dict[str, Any]]:
-  """Parses JSONL ``text``; a broken *last* line (killed writer) is dropped, others raise."""
+def _parse_record(line: str) -> dict[str, Any]:
+  """One JSONL line as a record; raises ValueError unless it is an object with an integer step."""
+  record = json.loads(line)
+  if not isinstance(record, dict) or isinstance(record.get("step"), bool) \
+      or not isinstance(record.get("step"), int):
+    raise ValueError("not a JSON object with an integer 'step' field")
+  return record
+
+
+def _parse_lines(text: str, path: str, log: Callable[[str], None] | None) -> list[tuple[str, dict]]:
+  """``(line, record)`` pairs of JSONL ``text``. A broken *last* line (killed writer) is dropped;
+  another malformed line raises, or, with ``log``, is dropped with one warning line."""
   lines = text.split("\n")
-  records = []
+  out = []
   for i, line in enumerate(lines):
     if not line.strip():
       continue
     try:
-      record = json.loads(line)
-      if not isinstance(record, dict) or "step" not in record:
-        raise ValueError("not an object with a 'step' field")
+      out.append((line, _parse_record(line)))
     except ValueError as e:
       if all(not rest.strip() for rest in lines[i + 1:]):
         break  # half-written last line
-      raise ValueError(f"{path}:{i + 1}: malformed metrics line: {e}") from e
-    records.append(_from_json(record))
-  return records
+      if log is None:
+        raise DataError(f"{path}:{i + 1}: malformed metrics line ({e}): {line[:80]!r}; delete that "
+                        "line (or the file) to use the log") from None
+      log(f"WARNING: {path}:{i + 1}: skipped a malformed metrics line ({e}): {line[:80]!r}")
+  return out
 
 
-def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
+def read_metrics(path: str | os.PathLike, log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
   """Reads a metrics JSONL file into a list of dicts, in file order.
 
   A malformed last line (left by a process killed mid-write) is ignored. ``"NaN"``,
   ``"Infinity"`` and ``"-Infinity"`` strings come back as floats.
 
+  Args:
+    path: the file.
+    log: if given, any other malformed line is skipped with one warning line through ``log``
+      instead of raising.
   Raises:
     FileNotFoundError: ``path`` does not exist.
-    ValueError: a line other than the last is not a JSON object with a ``"step"`` field.
+    DataError: (a ValueError) without ``log``, a line other than the last is not a JSON object with
+      an integer ``"step"`` field; the message names the file and line.
   """
   path = os.fspath(path)
-  with open(path, encoding="utf-8") as f:
-    return _parse_lines(f.read(), path)
+  with open(path, encoding="utf-8", errors="replace") as f:
+    return [_from_json(r) for _, r in _parse_lines(f.read(), path, log)]
 
 
 class MetricsWriter:
@@ -103,12 +121,14 @@ class MetricsWriter:
 
   Args:
     path: the JSONL file; parent directories are created.
+    log: where :meth:`truncate_after` reports malformed lines it drops.
 
   Usable as a context manager (closes the file on exit).
   """
 
-  def __init__(self, path: str | os.PathLike):
+  def __init__(self, path: str | os.PathLike, log: Callable[[str], None] = print):
     self.path = os.fspath(path)
+    self._log = log
     parent = os.path.dirname(os.path.abspath(self.path))
     os.makedirs(parent, exist_ok=True)
     self._drop_partial_last_line()
@@ -153,29 +173,15 @@ class MetricsWriter:
     """Removes every record with ``"step" > step`` (and a half-written last line).
 
     Used when a run resumes from checkpoint ``step``: the records logged after that checkpoint
-    are redone by the resumed run, so the log continues without duplicates. The file is
-    rewritten atomically (temporary file + rename).
+    are redone by the resumed run, so the log continues without duplicates. Malformed lines (a
+    damaged file) are dropped, each reported in one line through ``log``. The file is rewritten
+    atomically.
     """
     self._file.close()
-    with open(self.path, encoding="utf-8") as f:
+    with open(self.path, encoding="utf-8", errors="replace") as f:
       text = f.read()
-    lines = [ln for ln in text.split("\n") if ln.strip()]
-    kept = []
-    for i, line in enumerate(lines):
-      try:
-        record = json.loads(line)
-      except ValueError:
-        if i == len(lines) - 1:
-          break
-        raise ValueError(f"{self.path}:{i + 1}: malformed metrics line") from None
-      if record.get("step", -math.inf) <= step:
-        kept.append(line)
-    tmp = self.path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-      f.write("".join(line + "\n" for line in kept))
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, self.path)
+    kept = [line for line, r in _parse_lines(text, self.path, self._log) if r["step"] <= step]
+    atomic_write_text(self.path, "".join(line + "\n" for line in kept))
     self._file = open(self.path, "a", encoding="utf-8")
 
   def close(self) -> None:

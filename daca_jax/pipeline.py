@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from daca_jax import parallel
+from daca_jax import guards, io_utils, parallel
 from daca_jax.checkpoint import Checkpointer
 from daca_jax.credit import CREDIT, TAGGERS
 from daca_jax.diffusion.rollout import make_rollout_fn
@@ -29,6 +29,7 @@ from daca_jax.errors import ConfigError, DataError
 from daca_jax.evaluation import evaluate
 from daca_jax.metrics import MetricsWriter, format_table, plot_curves, progress, read_metrics
 from daca_jax.models import init_model, lora, make_logits_fn
+from daca_jax.preflight import check_batches_fit
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.rl.optim import make_optimizer
 from daca_jax.tasks.base import TASKS, Example, Task, _import_builtin_tasks, make_task
@@ -90,7 +91,9 @@ def check_workdir_config(workdir: pathlib.Path, cfg: TrainConfig) -> None:
   new = _flatten(json.loads(json.dumps(cfg.to_dict())))
   if path.exists() and _has_saved_state(workdir):
     defaults = _flatten(json.loads(json.dumps(TrainConfig().to_dict())))
-    old = {**defaults, **_flatten(json.loads(path.read_text()))}
+    old = {**defaults, **_flatten(io_utils.read_json(path, fix=(
+        "it records the config of the run in this workdir: restore it, delete it to continue "
+        "with the current config, or use a new --workdir")))}
     diff = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)
             and not any(k == f or (f.endswith(".") and k.startswith(f)) for f in _RESUMABLE_CHANGES)]
     if diff:
@@ -99,9 +102,7 @@ def check_workdir_config(workdir: pathlib.Path, cfg: TrainConfig) -> None:
                         f"(differing fields: {diff}); use a new --workdir to start a different run")
   if not parallel.is_primary():
     return
-  tmp = path.with_suffix(".tmp")
-  tmp.write_text(json.dumps(cfg.to_dict(), indent=2))
-  tmp.replace(path)
+  io_utils.atomic_write_json(path, cfg.to_dict())
 
 
 def task_kwargs(cfg: TrainConfig) -> dict[str, Any]:
@@ -145,7 +146,8 @@ def build_task(cfg: TrainConfig) -> Task:
 def _open_phase(directory: pathlib.Path, state: dict[str, Any], max_to_keep: int,
                 log: Callable[[str], None] = print) -> tuple[Checkpointer, dict[str, Any], int]:
   """Opens a phase's checkpoint directory; returns (checkpointer, latest readable state or ``state``,
-  its step). An unreadable checkpoint (e.g. damaged on disk) is skipped for the one before it, loudly.
+  its step). An unreadable checkpoint (damaged on disk: unreadable files or a checksum mismatch) or
+  one holding NaN/inf is set aside for the one before it, loudly.
 
   Raises:
     DataError: checkpoints exist but none of them can be read.
@@ -155,6 +157,7 @@ def _open_phase(directory: pathlib.Path, state: dict[str, Any], max_to_keep: int
   for step in steps:
     try:
       restored, _ = ckpt.restore(step, state)
+      guards.check_restored(restored, f"checkpoint {directory / str(step)}")  # e.g. from before the guard
       return ckpt, restored, step
     except Exception as e:  # orbax/tensorstore raise many types for damaged files
       aside = directory.parent / f"{directory.name}_unreadable_step{step}_{int(time.time())}"
@@ -199,22 +202,28 @@ def run_sft(cfg: TrainConfig, task: Task, examples: list[Example], logits_fn: Ca
   mask_id = task.tokenizer.mask_id
 
   @jax.jit
-  def train_step(state, batch, key):
+  def train_step(state, batch, key, flag, step):
     (loss, aux), grads = jax.value_and_grad(
         lambda prm: sft_loss(logits_fn, prm, batch, p, key, mask_id), has_aux=True)(state["params"])
     updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
-    return {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state}, dict(aux, loss=loss)
+    new = {"params": optax.apply_updates(state["params"], updates), "opt_state": opt_state}
+    state, flag = guards.keep_finite(state, new, flag, step, loss=loss, grad_norm=optax.tree.norm(grads))
+    return state, dict(aux, loss=loss), flag
 
   base_key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _SFT_STREAM)
   log_every = max(1, min(25, sft.steps // 20))
+  flag = parallel.to_global(guards.clear_flag(), mesh)  # sticky NaN/inf flag, read where metrics are
   with _metrics_writer(sft_dir.with_name(sft_dir.name + "_metrics.jsonl")) as writer:
     writer.truncate_after(start)
     bar = progress(range(start, sft.steps), total=sft.steps - start, desc="SFT", disable=not show_progress)
     for step in bar:
       idx = np.random.default_rng([cfg.seed, _SFT_STREAM, step]).integers(0, len(tokens), sft.batch_size)
       batch = parallel.rows_to_devices(tokens[idx], mesh, "sft.batch_size")
-      state, aux = train_step(state, batch, parallel.to_global(jax.random.fold_in(base_key, step), mesh))
       done = step + 1
+      state, aux, flag = train_step(state, batch, parallel.to_global(jax.random.fold_in(base_key, step), mesh),
+                                    flag, np.int32(done))
+      if done % log_every == 0 or done % cfg.checkpoint.sft_every == 0 or done == sft.steps:
+        guards.check("SFT", flag, ckpt)
       if done % log_every == 0 or done == sft.steps:
         m = {k: float(v) for k, v in aux.items()}
         m["lr"] = float(schedule(done))
@@ -292,6 +301,8 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
                                                                          credit.token_advantages)
       params_new, opt_state, m = learner.update(state["params"], state["opt_state"], ref_params, traj,
                                                 rewards_in, weights, k_upd)
+      guards.check("RL", guards.step_flag(step + 1, {"loss": m.get("loss"), "grad_norm": m.get("grad_norm"),
+                   "params": params_new, "opt_state": opt_state, "credit": credit.state}), ckpt)
       state = dict(state, params=params_new, opt_state=opt_state)
       if credit.state is not None:
         state["credit"] = credit.state
@@ -318,22 +329,20 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
 
 
 def _cached_eval(path: pathlib.Path, fingerprint: dict[str, Any], run: Callable[[], tuple[dict, list[str]]],
-                 examples: list[Example]) -> tuple[dict[str, float], bool]:
+                 examples: list[Example], log: Callable[[str], None] = print) -> tuple[dict[str, float], bool]:
   """Returns (metrics, from_cache). The cache is used only if it was made with the same
-  ``fingerprint`` (eval settings, number of examples, training steps behind the parameters)."""
-  if path.exists():
-    cached = json.loads(path.read_text())
-    if cached.get("fingerprint") == fingerprint:
-      return cached["metrics"], True
+  ``fingerprint`` (eval settings, number of examples, training steps behind the parameters); a
+  damaged cache is recomputed."""
+  cached = io_utils.read_json_cache(path, log)
+  if cached is not None and cached.get("fingerprint") == fingerprint and isinstance(cached.get("metrics"), dict):
+    return cached["metrics"], True
   metrics, completions = run()
   if not parallel.is_primary():
     return metrics, False
-  with open(path.with_suffix(".generations.jsonl"), "w") as f:
-    for ex, c in zip(examples, completions):
-      f.write(json.dumps({"prompt": ex.prompt, "target": ex.target, "completion": c}) + "\n")
-  tmp = path.with_suffix(".tmp")
-  tmp.write_text(json.dumps({"metrics": metrics, "fingerprint": fingerprint}, indent=2))
-  tmp.replace(path)
+  io_utils.atomic_write_text(path.with_suffix(".generations.jsonl"), "".join(
+      json.dumps({"prompt": ex.prompt, "target": ex.target, "completion": c}) + "\n"
+      for ex, c in zip(examples, completions)))
+  io_utils.atomic_write_json(path, {"metrics": metrics, "fingerprint": fingerprint})
   return metrics, False
 
 
@@ -362,19 +371,8 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   mesh = None
   if cfg.parallel.strategy != "none":
     mesh = parallel.make_mesh(cfg.parallel)  # a mesh that does not fit the devices fails before any work
+  check_batches_fit(cfg, mesh)  # batches that do not split over processes/devices: before any work
   if parallel.is_multiprocess():
-    if mesh is None:
-      raise ConfigError("parallel.strategy", cfg.parallel.strategy,
-                        f"'pmap' or 'fsdp' in a run over {jax.process_count()} processes")
-    # Batch shapes that cannot be split over the processes and devices fail here, before any work.
-    shards = parallel.num_batch_shards(mesh)
-    if cfg.sft.steps:
-      parallel.process_slice(cfg.sft.batch_size, field="sft.batch_size")
-      if cfg.sft.batch_size % shards:
-        raise ConfigError("sft.batch_size", cfg.sft.batch_size, f"a multiple of the {shards} batch shards")
-    if cfg.rl.steps:
-      parallel.process_slice(cfg.rl.prompts_per_step)
-      parallel.check_batch_size(cfg.rl.prompts_per_step * cfg.rl.group_size, mesh)
     if not parallel.is_primary():
       log, show_progress = (lambda *_: None), False
   else:
@@ -385,7 +383,6 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
                       f"defines no token rewards (tasks that do: {with_tokens})")
   if CREDIT.get(cfg.rl.credit).needs_categories:
     TAGGERS.get(cfg.credit.tagger)(task.tokenizer)  # e.g. 'pos' without spaCy fails before any work
-  workdir.mkdir(parents=True, exist_ok=True)
   timings: dict[str, float] = {}
   eval_examples, source = task.eval_examples()
   if cfg.task.num_eval_examples:
@@ -410,6 +407,7 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
                                 if cfg.parallel.strategy == "fsdp" else None)
   logits_fn = make_logits_fn(graphdef, logprob_chunk=cfg.model.logprob_chunk)
   tok = task.tokenizer
+  workdir.mkdir(parents=True, exist_ok=True)  # only now: a config refused above leaves no workdir
   check_workdir_config(workdir, cfg)  # after everything that can reject the config up front
 
   t0 = time.perf_counter()
@@ -454,7 +452,7 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
                  "source": source, "sft_steps": cfg.sft.steps}
   t0 = time.perf_counter()
   eval_before, cached_before = _cached_eval(workdir / "eval_before.json", fingerprint,
-                                            lambda: run_eval(params, "eval (before RL)"), eval_examples)
+                                            lambda: run_eval(params, "eval (before RL)"), eval_examples, log)
   if not cached_before:
     timings["eval_before_s"] = time.perf_counter() - t0
 
@@ -463,7 +461,7 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     val_before, _ = _cached_eval(workdir / "val_before.json", dict(fingerprint, split="validation",
                                                                    num_examples=len(val_examples)),
                                  lambda: run_eval(params, "validation (before RL)", val_examples),
-                                 val_examples)
+                                 val_examples, log)
 
   learner = GRPOLearner(logits_fn, cfg, mask_id=tok.mask_id, eos_id=tok.eos_id, tokenizer=tok,
                         hidden_logits_fn=hidden_logits_fn, optimizer_wrapper=optimizer_wrapper)
@@ -476,7 +474,7 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
 
   t0 = time.perf_counter()
   eval_after, cached = _cached_eval(workdir / "eval_after.json", dict(fingerprint, rl_steps=cfg.rl.steps),
-                                    lambda: run_eval(params, "eval (after RL)"), eval_examples)
+                                    lambda: run_eval(params, "eval (after RL)"), eval_examples, log)
   if not cached:
     timings["eval_after_s"] = time.perf_counter() - t0
   if cached_before or cached:
@@ -485,11 +483,12 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
         + " loaded from the workdir's cache (same settings, same trained steps).")
 
   results_path = workdir / "results.json"
-  if results_path.exists():  # keep the timings of phases that this invocation only loaded from cache
-    timings = {**json.loads(results_path.read_text()).get("timings", {}), **timings}
+  previous = io_utils.read_json_cache(results_path, log) or {}  # rebuilt below when damaged
+  # Keep the timings of phases that this invocation only loaded from cache.
+  timings = {**(previous.get("timings") if isinstance(previous.get("timings"), dict) else {}), **timings}
   results = {"eval_before": eval_before, "eval_after": eval_after, "config": cfg.to_dict(),
              "eval_source": source, "timings": timings}
-  records = read_metrics(workdir / "metrics.jsonl") if (workdir / "metrics.jsonl").exists() else []
+  records = read_metrics(workdir / "metrics.jsonl", log=log) if (workdir / "metrics.jsonl").exists() else []
   if val_before is not None:
     results["val_before"] = val_before
     val_points = [r for r in records if any(k.startswith("val/") for k in r)]
@@ -502,7 +501,7 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
                                  "iterations": len(cos)}
   if not parallel.is_primary():
     return results
-  results_path.write_text(json.dumps(results, indent=2))
+  io_utils.atomic_write_json(results_path, results)
   plot_curves(records, ["reward_mean", "accuracy", f"val/{task.primary_metric}"], workdir / "reward_curve.png",
               title=f"{cfg.task.name}: {cfg.rl.objective} + credit={cfg.rl.credit}, "
                     f"likelihood={cfg.rl.likelihood}")

@@ -8,7 +8,6 @@ finished cell (its ``results.json`` exists) is never rerun, so the grid is resum
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import pathlib
 import time
@@ -16,6 +15,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from daca_jax.io_utils import read_json_cache
 from daca_jax.pipeline import run_main_job
 from daca_jax.types import TrainConfig
 
@@ -88,8 +88,9 @@ def run_grid(configs: dict[str, TrainConfig], cells: Sequence[Cell], workdir: st
   for i, cell in enumerate(cells):
     cdir = workdir / "cells" / cell.key
     res_path = cdir / "results.json"
-    if res_path.exists():
-      out[cell.key] = json.loads(res_path.read_text())
+    cached = read_json_cache(res_path, log)  # a damaged one is rebuilt by rerunning the cell
+    if cached is not None:
+      out[cell.key] = cached
       continue
     t0 = time.perf_counter()
     sft_dir = workdir / "sft_cache" / f"{cell.task}_seed{cell.seed}"

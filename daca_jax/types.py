@@ -7,15 +7,85 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
+import typing
 from typing import Any, Mapping
 
 import jax.numpy as jnp
+import numpy as np
 
 from daca_jax.errors import ConfigError
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 _REMAT = ("none", "full", "dots", "dots_saveable")
 _LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+
+
+# Largest integer a config field may hold: sizes, counts and seeds become int32 array dimensions,
+# indices or PRNG seeds, so anything beyond int32 cannot be used (and would fail late, e.g. with an
+# OverflowError after SFT).
+INT_MAX = 2**31 - 1
+# Largest float magnitude: values are used in float32 (or bfloat16, same range) computations, where
+# anything larger is inf.
+FLOAT_MAX = float(np.finfo(np.float32).max)
+# Float fields that may hold +-inf (none so far: every float field is a rate, a scale or a bound that
+# must be a finite number). NaN is never allowed.
+_INFINITE_OK: frozenset[str] = frozenset()
+
+
+def _check_fields(prefix: str, obj: Any) -> None:
+  """:func:`check_field_types` with the fields named ``<prefix>.<field>``."""
+  check_field_types(obj, lambda name: f"{prefix}.{name}")
+
+
+def check_field_types(obj: Any, field_name: typing.Callable[[str], str]) -> None:
+  """Checks every field of a config dataclass against its declared type, generically.
+
+  ``float`` fields hold finite real numbers within float32's range (bools excluded; ±inf only for
+  the fields listed in ``_INFINITE_OK``), ``int`` fields integers in ``[-INT_MAX, INT_MAX]``, ``bool`` fields True/False
+  and ``str`` fields strings. A section's own ``validate`` then checks the allowed ranges.
+
+  Args:
+    obj: a dataclass instance.
+    field_name: how the error names a field (``"rl.beta"``, a flag ``"--temperature"``).
+  Raises:
+    ConfigError: naming the field, the value and what is allowed.
+  """
+  hints = typing.get_type_hints(type(obj))
+  for f in dataclasses.fields(obj):
+    kind, v, name = hints[f.name], getattr(obj, f.name), field_name(f.name)
+    if kind is float:
+      if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise ConfigError(name, v, "a number")
+      if math.isnan(v) or (abs(v) > FLOAT_MAX and name not in _INFINITE_OK):
+        raise ConfigError(name, v, f"a finite number (of magnitude <= {FLOAT_MAX:.4g}, float32's largest)")
+    elif kind is int:
+      if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise ConfigError(name, v, "an integer")
+      if abs(v) > INT_MAX:
+        raise ConfigError(name, v, f"an integer of magnitude <= {INT_MAX} (2**31 - 1)")
+    elif kind is bool and not isinstance(v, bool):
+      raise ConfigError(name, v, "True or False")
+    elif kind is str and not isinstance(v, str):
+      raise ConfigError(name, v, "a string")
+
+
+def _check_values(name: str, value: Any) -> None:
+  """The generic checks of :func:`_check_fields` for free-form values (``task.options``): floats
+  finite, integers within int32, recursively through mappings and sequences."""
+  if isinstance(value, Mapping):
+    for k, v in value.items():
+      _check_values(f"{name}.{k}", v)
+  elif isinstance(value, (list, tuple)):
+    for i, v in enumerate(value):
+      _check_values(f"{name}[{i}]", v)
+  elif isinstance(value, bool):
+    return
+  elif isinstance(value, numbers.Integral) and abs(value) > INT_MAX:
+    raise ConfigError(name, value, f"an integer of magnitude <= {INT_MAX} (2**31 - 1)")
+  elif isinstance(value, numbers.Real) and not abs(value) <= FLOAT_MAX:
+    raise ConfigError(name, value, f"a finite number (of magnitude <= {FLOAT_MAX:.4g}, float32's largest)")
 
 
 def _positive(prefix: str, obj: Any, *names: str) -> None:
@@ -106,7 +176,11 @@ class ModelConfig:
     return tuple(t.strip() for t in self.lora_targets.split(",") if t.strip())
 
   def validate(self, prefix: str = "model") -> "ModelConfig":
+    _check_fields(prefix, self)
     _positive(prefix, self, "vocab_size", "d_model", "n_layers", "n_heads", "mlp_dim")
+    for name in ("rope_theta", "norm_eps"):  # RoPE divides by theta**(i/d); RMSNorm by sqrt(ms + eps)
+      if not getattr(self, name) > 0:
+        raise ConfigError(f"{prefix}.{name}", getattr(self, name), "a number > 0")
     if self.d_model % self.n_heads:
       raise ConfigError(f"{prefix}.n_heads", self.n_heads, f"a divisor of d_model={self.d_model}")
     if self.head_dim % 2:
@@ -187,6 +261,7 @@ class RolloutConfig:
     return self.steps // self.num_blocks
 
   def validate(self, prefix: str = "rollout") -> "RolloutConfig":
+    _check_fields(prefix, self)
     _positive(prefix, self, "gen_length", "block_length", "steps")
     if self.gen_length % self.block_length:
       raise ConfigError(f"{prefix}.block_length", self.block_length,
@@ -248,6 +323,7 @@ class CreditConfig:
   delta_gamma: float = 0.1
 
   def validate(self, prefix: str = "credit") -> "CreditConfig":
+    _check_fields(prefix, self)
     _non_negative(prefix, self, "alpha", "w_min", "self_term")
     if not self.w_max >= self.w_min:
       raise ConfigError(f"{prefix}.w_max", self.w_max, f">= {prefix}.w_min={self.w_min}")
@@ -315,6 +391,7 @@ class LikelihoodConfig:
   rldf_temperature: float = 1.0
 
   def validate(self, prefix: str = "likelihood") -> "LikelihoodConfig":
+    _check_fields(prefix, self)
     _positive(prefix, self, "num_strata")
     _one_of(prefix, self, "partition", ("random", "strided", "contiguous", "commit_order"))
     if not 0.0 <= self.p_mask_prompt < 1.0:
@@ -381,6 +458,7 @@ class RLConfig:
   rldf_tau: float = 0.6
 
   def validate(self, prefix: str = "rl") -> "RLConfig":
+    _check_fields(prefix, self)
     from daca_jax.credit import CREDIT
     from daca_jax.likelihood import LIKELIHOOD
     from daca_jax.rl.objectives import OBJECTIVES
@@ -397,6 +475,8 @@ class RLConfig:
       raise ConfigError(f"{prefix}.rldf_tau", self.rldf_tau, "a probability in [0, 1]")
     if not isinstance(self.grad_agreement, bool):
       raise ConfigError(f"{prefix}.grad_agreement", self.grad_agreement, "True or False")
+    if not self.adam_eps > 0:  # Adam divides by sqrt(nu) + eps: 0 gives 0/0 = NaN for a zero gradient
+      raise ConfigError(f"{prefix}.adam_eps", self.adam_eps, "a number > 0")
     return self
 
 
@@ -423,6 +503,7 @@ class SFTConfig:
   num_train_examples: int = 20000
 
   def validate(self, prefix: str = "sft") -> "SFTConfig":
+    _check_fields(prefix, self)
     _non_negative(prefix, self, "steps", "learning_rate", "warmup_steps", "weight_decay",
                   "max_grad_norm")
     _positive(prefix, self, "batch_size", "num_train_examples")
@@ -457,9 +538,11 @@ class TaskConfig:
   options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   def validate(self, prefix: str = "task") -> "TaskConfig":
+    _check_fields(prefix, self)
     from daca_jax.tasks import TASKS
 
     TASKS.get(self.name)
+    _check_values(f"{prefix}.options", self.options)
     _positive(prefix, self, "num_blanks", "eval_size")
     _non_negative(prefix, self, "num_eval_examples", "num_val_examples")
     return self
@@ -475,6 +558,7 @@ class DataConfig:
   data_dir: str = ""
 
   def validate(self, prefix: str = "data") -> "DataConfig":
+    _check_fields(prefix, self)
     return self
 
 
@@ -491,6 +575,7 @@ class EvalConfig:
   temperature: float = 0.0
 
   def validate(self, prefix: str = "eval") -> "EvalConfig":
+    _check_fields(prefix, self)
     _positive(prefix, self, "batch_size")
     _non_negative(prefix, self, "temperature")
     return self
@@ -510,6 +595,7 @@ class CheckpointConfig:
   max_to_keep: int = 2
 
   def validate(self, prefix: str = "checkpoint") -> "CheckpointConfig":
+    _check_fields(prefix, self)
     _positive(prefix, self, "every", "sft_every", "max_to_keep")
     return self
 
@@ -540,6 +626,7 @@ class ParallelConfig:
   distributed: bool = False
 
   def validate(self, prefix: str = "parallel") -> "ParallelConfig":
+    _check_fields(prefix, self)
     _one_of(prefix, self, "strategy", ("none", "pmap", "fsdp"))
     if not isinstance(self.data, int) or isinstance(self.data, bool) or self.data < 0:
       raise ConfigError(f"{prefix}.data", self.data, "an integer >= 0 (0: all remaining devices)")
@@ -569,8 +656,8 @@ class TrainConfig:
   parallel: ParallelConfig = ParallelConfig()
 
   def validate(self) -> "TrainConfig":
-    if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
-      raise ConfigError("seed", self.seed, "an integer >= 0")
+    if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed <= INT_MAX:
+      raise ConfigError("seed", self.seed, f"an integer in [0, {INT_MAX}]")
     for f in dataclasses.fields(self):
       if f.name != "seed":
         getattr(self, f.name).validate(f.name)
@@ -589,6 +676,13 @@ class TrainConfig:
     if self.rl.likelihood == "rldf" and self.likelihood.rldf_states > self.rollout.steps:
       raise ConfigError("likelihood.rldf_states", self.likelihood.rldf_states,
                         f"<= rollout.steps={self.rollout.steps} (distinct states to rebuild)")
+    # Batches whose completion tokens alone overflow int32 indexing cannot be used; refused here
+    # rather than after SFT, when the first RL batch is built.
+    for field, rows in (("rl.prompts_per_step * rl.group_size", self.rl.prompts_per_step * self.rl.group_size),
+                        ("sft.batch_size", self.sft.batch_size), ("eval.batch_size", self.eval.batch_size)):
+      if rows * self.rollout.gen_length > INT_MAX:
+        raise ConfigError(field, rows, f"a batch of at most {INT_MAX // self.rollout.gen_length} rows "
+                          f"(rows x rollout.gen_length={self.rollout.gen_length} tokens must fit int32)")
     return self
 
   def to_dict(self) -> dict[str, Any]:
@@ -613,7 +707,10 @@ def _build(cls: type, values: Mapping[str, Any], prefix: str) -> Any:
         raise ConfigError(f"{prefix}.{k}", v, "a mapping of names to values")
       v = dict(v)
     if isinstance(default, float) and isinstance(v, int) and not isinstance(v, bool):
-      v = float(v)
+      try:
+        v = float(v)
+      except OverflowError:
+        raise ConfigError(f"{prefix}.{k}", v, "a finite number") from None
     kwargs[k] = v
   return cls(**kwargs)
 
@@ -626,7 +723,7 @@ def train_config_from_dict(d: Mapping[str, Any]) -> TrainConfig:
   """
   if hasattr(d, "to_dict"):
     d = d.to_dict()
-  sections = {"seed": int(d.get("seed", 0))}
+  sections = {"seed": d.get("seed", 0)}
   classes = {f.name: type(getattr(TrainConfig(), f.name)) for f in dataclasses.fields(TrainConfig)
              if f.name != "seed"}
   for key, value in d.items():

@@ -30,7 +30,6 @@ import sys as _sys
 _sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))  # configs/*.py import configs.base
 import dataclasses
 import functools
-import json
 import pathlib
 import shutil
 import sys
@@ -46,6 +45,7 @@ from ml_collections import config_flags
 from daca_jax import benchmarking as bm
 from daca_jax.credit import CREDIT
 from daca_jax.diffusion import make_rollout_fn
+from daca_jax.io_utils import atomic_write_json
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.metrics import format_table
 from daca_jax.models import count_params, init_model, llada_8b_config, make_logits_fn
@@ -444,8 +444,7 @@ def main(argv):
       globals()[f"section_{name}"](bench, res)
       res[f"section_{name}_s"] = time.perf_counter() - t0
       if _JSON.value:  # after every section, so that a run cut short keeps what it measured
-        with open(_JSON.value, "w") as f:
-          json.dump(res, f, indent=2)
+        atomic_write_json(_JSON.value, res)
   print(format_table([[k, v] for k, v in res.items()], ["figure", "value"]))
   if "rollout_mfu" in res:
     mfu = res["rollout_mfu"]

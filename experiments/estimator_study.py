@@ -5,7 +5,6 @@ the exact any-order log-likelihood, on a briefly trained tiny model with complet
 
 Writes ``estimator_study.md`` (table), ``estimator_study.png`` and ``estimator_study.json``.
 """
-import json
 import pathlib
 
 import jax
@@ -14,6 +13,7 @@ from absl import app, flags, logging
 
 from daca_jax import estimator_study as es
 from daca_jax.diffusion import make_rollout_fn
+from daca_jax.io_utils import atomic_write_json, atomic_write_text
 from daca_jax.tasks.tokenizer import ByteTokenizer
 from daca_jax.types import ModelConfig, RolloutConfig
 
@@ -49,8 +49,8 @@ def main(argv):
   header = (f"Exact any-order log p(o) of {_NUM_SEQ.value} sampled completions (L = {LENGTH}), mean "
             f"{rows[0]['exact_mean']:.3f} nats; {_DRAWS.value} mask draws per estimator; tiny model "
             f"trained {_TRAIN_STEPS.value} SFT steps. Bias/std/RMSE in nats per sequence.\n\n")
-  (work / "estimator_study.md").write_text(header + table + "\n")
-  (work / "estimator_study.json").write_text(json.dumps(rows, indent=2))
+  atomic_write_text(work / "estimator_study.md", header + table + "\n")
+  atomic_write_json(work / "estimator_study.json", rows)
   es.plot(rows, str(work / "estimator_study.png"), title=f"Likelihood estimators vs exact (L = {LENGTH})")
   print(header + table)
 

@@ -17,12 +17,12 @@ import pathlib as _pathlib
 import sys as _sys
 
 _sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))  # configs/*.py import configs.base
-import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from daca_jax.errors import ConfigError, DataError
+from daca_jax.cli_errors import reported_errors
+from daca_jax.errors import ConfigError
 from daca_jax.eval_harness import D1_BLOCK_LENGTH, D1_GEN_LENGTHS, EvalProtocol, load_model, run_evaluation
 from daca_jax.types import train_config_from_dict
 
@@ -53,7 +53,7 @@ flags.mark_flags_as_required(["output_dir"])
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  try:
+  with reported_errors():  # bad input, a damaged checkpoint, a full/read-only disk: `error: <one line>`
     try:
       lengths = tuple(int(x) for x in _LENGTHS.value)
     except ValueError:
@@ -70,9 +70,6 @@ def main(argv):
                             batch_size=_BATCH.value, num_examples=_NUM.value, seed=_SEED.value)
     run_evaluation(model, tasks, protocol, _OUT.value, max_batches=_MAX_BATCHES.value,
                    show_progress=_PROGRESS.value)
-  except (ConfigError, DataError, FileNotFoundError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -6,12 +6,12 @@ sampler's expected reward, on a toy whose completions can be enumerated (daca_ja
 Writes ``gradient_study.json`` (every number), ``gradient_study.md`` (tables) and
 ``gradient_study.png`` (batch agreement and cosine to the true gradient vs rollouts).
 """
-import json
 import pathlib
 
 from absl import app, flags, logging
 
 from daca_jax import gradient_study as gs
+from daca_jax.io_utils import atomic_write_json, atomic_write_text
 from daca_jax.tasks.tokenizer import ByteTokenizer
 from daca_jax.types import ModelConfig
 
@@ -50,12 +50,12 @@ def main(argv):
                                                remasking="low_confidence", group_size=_GROUP.value,
                                                num_batches=_BATCHES.value, seed=_SEED.value,
                                                beta=_BETA.value, ref_params=params, log=print)
-  (work / "gradient_study.json").write_text(json.dumps(out, indent=2))
+  atomic_write_json(work / "gradient_study.json", out)
   n = out["studies"]["low_confidence"]["batch_rollouts"]
   md = [gs.report_header(out)]
   for name, res in out["studies"].items():
     md += [f"\n### {name}\n", gs.markdown_table(res, at_rollouts=4 * n)]
-  (work / "gradient_study.md").write_text("\n".join(md) + "\n")
+  atomic_write_text(work / "gradient_study.md", "\n".join(md) + "\n")
   gs.plot(out["studies"]["low_confidence"], work / "gradient_study.png")
   print("\n".join(md))
 

@@ -16,13 +16,14 @@ import sys as _sys
 
 _sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))  # configs/*.py import configs.base
 import importlib.util
-import json
 import pathlib
 
 from absl import app, flags, logging
 
 from daca_jax import reproduce as rp
+from daca_jax.cli_errors import reported_errors
 from daca_jax.errors import ConfigError
+from daca_jax.io_utils import atomic_write_json, atomic_write_text
 from daca_jax.types import train_config_from_dict
 
 _CONFIGS = flags.DEFINE_list("configs", ["configs/sudoku_tiny.py"],
@@ -50,11 +51,12 @@ def _load_config(spec: str):
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
-  try:
-    run()
-  except (ConfigError, ValueError, FileNotFoundError) as e:
-    print(f"error: {e}", file=_sys.stderr)
-    _sys.exit(2)
+  with reported_errors():  # also a diverging run or a full/read-only disk: `error: <one line>`
+    try:
+      run()
+    except (ConfigError, ValueError, FileNotFoundError) as e:
+      print(f"error: {e}", file=_sys.stderr)
+      _sys.exit(2)
 
 
 def run():
@@ -79,13 +81,13 @@ def run():
   results = rp.run_grid(configs, cells, work)
   rows = rp.summarize(cells, results)
   table = rp.markdown(rows)
-  (work / "grid.md").write_text(table + "\n")
+  atomic_write_text(work / "grid.md", table + "\n")
   rp.plot(rows, work / "grid.png")
-  (work / "results.json").write_text(json.dumps(
+  atomic_write_json(work / "results.json",
       {"preset": _PRESET.value, "rows": rows,
        "cells": {c.key: {"eval_before": results[c.key]["eval_before"],
                          "eval_after": results[c.key]["eval_after"],
-                         "timings": results[c.key].get("timings", {})} for c in cells}}, indent=2))
+                         "timings": results[c.key].get("timings", {})} for c in cells}})
   print(table)
 
 

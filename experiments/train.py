@@ -15,7 +15,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from daca_jax import parallel
-from daca_jax.errors import ConfigError, DataError
+from daca_jax.cli_errors import reported_errors
 from daca_jax.pipeline import run_main_job
 from daca_jax.types import train_config_from_dict
 
@@ -28,13 +28,10 @@ flags.mark_flags_as_required(["config", "workdir"])
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # keep JAX's backend-probing INFO lines out of the output
-  try:
+  with reported_errors():  # bad input, a diverging run, a full/read-only disk: `error: <one line>`
     cfg = train_config_from_dict(_CONFIG.value)
     parallel.maybe_initialize(cfg.parallel)  # multi-host: before anything touches a device
     run_main_job(cfg, _WORKDIR.value, show_progress=_PROGRESS.value)
-  except (ConfigError, DataError, FileNotFoundError) as e:
-    print(f"error: {e}", file=sys.stderr)
-    sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -263,8 +263,7 @@ def test_metadata_is_plain_json_on_disk(ckpt):
   files = []
   for root, _, names in os.walk(os.path.join(ckpt.directory, "4", "metadata")):
     files += [os.path.join(root, n) for n in names if n != "commit_success.txt"]
-  assert any(
-      json.load(open(f)) == {"config": {"a": [1, 2]}, "pos": 7}
-      for f in files
-      if not os.path.basename(f).startswith("_")
-  )
+  # The user's metadata, plus the state checksum under reserved keys.
+  on_disk = [json.load(open(f)) for f in files if not os.path.basename(f).startswith("_")]
+  assert any({k: v for k, v in d.items() if not k.startswith("__state_")} == {"config": {"a": [1, 2]}, "pos": 7}
+             and set(d) - {"config", "pos"} == {"__state_integrity__"} for d in on_disk)

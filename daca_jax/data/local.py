@@ -9,6 +9,7 @@ import csv
 import io
 import os
 import pathlib
+from typing import Any
 
 from daca_jax.errors import DataError
 
@@ -85,35 +86,43 @@ def read_sudoku_csv(path: str | os.PathLike[str]) -> list[tuple[str, str]]:
       and the line number.
   """
   path = pathlib.Path(path)
-  rows: list[tuple[str, str]] = []
   try:
     text = path.read_text(encoding="utf-8-sig")
   except UnicodeDecodeError as e:
     raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-  with io.StringIO(text, newline="") as f:
-    reader = csv.reader(f)
-    header = next(reader, None)
-    if header is None:
-      raise DataError(f"{path}: empty file, expected a header 'Puzzle,Solution'")
-    names = [h.strip() for h in header]
-    if "Puzzle" not in names or "Solution" not in names:
-      raise DataError(f"{path}:1: header {header!r} must name the columns 'Puzzle' and 'Solution'")
-    i_p, i_s = names.index("Puzzle"), names.index("Solution")
-    for fields in reader:
-      where = f"{path}:{reader.line_num}"
-      if not fields or all(not x.strip() for x in fields):
-        continue
-      if len(fields) != len(names):
-        raise DataError(f"{where}: expected {len(names)} fields, got {len(fields)}: {fields!r}")
-      puzzle, solution = fields[i_p].strip(), fields[i_s].strip()
-      _check_grid(puzzle, "01234", "puzzle", where)
-      _check_grid(solution, "1234", "solution", where)
-      for cell, (p, s) in enumerate(zip(puzzle, solution)):
-        if p != "0" and p != s:
-          raise DataError(
-              f"{where}: solution {solution!r} changes given {p!r} at cell {cell} of puzzle "
-              f"{puzzle!r}")
-      rows.append((puzzle, solution))
+  reader = csv.reader(io.StringIO(text, newline=""))
+  try:
+    return _sudoku_rows(reader, path)
+  except csv.Error as e:  # e.g. a line longer than csv.field_size_limit(): not a d1 Sudoku file
+    raise DataError(f"{path}:{reader.line_num}: not a valid CSV row ({e}); expected the "
+                    "'Puzzle,Solution' layout of d1's 4x4_test_sudoku.csv") from None
+
+
+def _sudoku_rows(reader: Any, path: pathlib.Path) -> list[tuple[str, str]]:
+  """The rows of :func:`read_sudoku_csv` from a ``csv.reader``; raises DataError / csv.Error."""
+  rows: list[tuple[str, str]] = []
+  header = next(reader, None)
+  if header is None:
+    raise DataError(f"{path}: empty file, expected a header 'Puzzle,Solution'")
+  names = [h.strip() for h in header]
+  if "Puzzle" not in names or "Solution" not in names:
+    raise DataError(f"{path}:1: header {header!r} must name the columns 'Puzzle' and 'Solution'")
+  i_p, i_s = names.index("Puzzle"), names.index("Solution")
+  for fields in reader:
+    where = f"{path}:{reader.line_num}"
+    if not fields or all(not x.strip() for x in fields):
+      continue
+    if len(fields) != len(names):
+      raise DataError(f"{where}: expected {len(names)} fields, got {len(fields)}: {fields!r}")
+    puzzle, solution = fields[i_p].strip(), fields[i_s].strip()
+    _check_grid(puzzle, "01234", "puzzle", where)
+    _check_grid(solution, "1234", "solution", where)
+    for cell, (p, s) in enumerate(zip(puzzle, solution)):
+      if p != "0" and p != s:
+        raise DataError(
+            f"{where}: solution {solution!r} changes given {p!r} at cell {cell} of puzzle "
+            f"{puzzle!r}")
+    rows.append((puzzle, solution))
   return rows
 
 

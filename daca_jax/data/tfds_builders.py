@@ -104,7 +104,11 @@ def read_records(path: str | os.PathLike[str]) -> list[Any]:
       raise DataError(f"{path}: not JSON ({e})") from None
     return value if isinstance(value, list) else [value]
   if name.endswith(".csv"):
-    return [dict(r) for r in csv.DictReader(io.StringIO(text, newline=""))]
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    try:
+      return [dict(r) for r in reader]
+    except csv.Error as e:  # e.g. a line longer than csv.field_size_limit()
+      raise DataError(f"{path}:{reader.line_num}: not a valid CSV row ({e})") from None
   raise DataError(f"{path}: unknown file type (expected .jsonl, .json, .csv)")
 
 

@@ -1,0 +1,70 @@
+"""One ``error: <line>`` and a non-zero exit for the failures a user can act on (the scripts in
+``experiments/``).
+
+Reported in one line, without traceback:
+
+=================================================  ====  ==========================================
+error                                              exit  examples
+=================================================  ====  ==========================================
+:class:`~daca_jax.errors.ConfigError`,              2     a bad config value, a workdir of another
+:class:`~daca_jax.errors.DataError`,                      run, a damaged data or workdir file, an
+``FileNotFoundError``                                     unreadable checkpoint
+:class:`~daca_jax.errors.NonFiniteError`            3     a diverging run (NaN/inf loss, gradient,
+                                                          parameters)
+other ``OSError``                                   1     a read-only or full disk, no permission
+=================================================  ====  ==========================================
+
+Anything else is a bug and keeps its traceback.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import sys
+from typing import Iterator
+
+from daca_jax.errors import ConfigError, DataError, NonFiniteError
+
+EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OS_ERROR = 2, 3, 1
+
+_OS_HINTS = {
+    errno.ENOSPC: "free some disk space or use a --workdir / --output_dir on another disk",
+    errno.EDQUOT: "free some disk space or use a --workdir / --output_dir on another disk",
+    errno.EROFS: "use a writable --workdir / --output_dir",
+    errno.EACCES: "use a --workdir / --output_dir you may write to",
+    errno.EPERM: "use a --workdir / --output_dir you may write to",
+}
+
+
+def one_line(e: BaseException) -> str:
+  """The message of ``e`` as one line; for an ``OSError``, its reason, file and what to do."""
+  if isinstance(e, OSError) and e.strerror and not isinstance(e, FileNotFoundError):
+    where = f": {e.filename}" if e.filename else ""
+    hint = _OS_HINTS.get(e.errno or 0)
+    return f"{e.strerror}{where}" + (f" ({hint})" if hint else "")
+  text = " ".join(line.strip() for line in str(e).strip().splitlines() if line.strip())
+  return text or type(e).__name__
+
+
+def exit_code(e: BaseException) -> int | None:
+  """The exit status for ``e`` (table above), or None for an error that keeps its traceback."""
+  if isinstance(e, (ConfigError, DataError, FileNotFoundError)):
+    return EXIT_BAD_INPUT
+  if isinstance(e, NonFiniteError):
+    return EXIT_DIVERGED
+  if isinstance(e, OSError):
+    return EXIT_OS_ERROR
+  return None
+
+
+@contextlib.contextmanager
+def reported_errors() -> Iterator[None]:
+  """Turns the errors of the table into ``error: <one line>`` on stderr and ``sys.exit(code)``."""
+  try:
+    yield
+  except Exception as e:
+    code = exit_code(e)
+    if code is None:
+      raise
+    print(f"error: {one_line(e)}", file=sys.stderr, flush=True)
+    sys.exit(code)

@@ -1,0 +1,99 @@
+"""Workdir files written atomically and read defensively.
+
+Every JSON/text file a run keeps in its workdir (``config.json``, ``results.json``, the cached
+``eval_*.json``, summaries) goes through :func:`atomic_write_text`: the text is written to a
+temporary file in the same directory, flushed to disk and renamed over the target, so a process
+killed mid-write leaves the old file or the new one, never half of one.
+
+Reading: :func:`read_json` raises :class:`~daca_jax.errors.DataError` naming the file, what is wrong
+and what to do; :func:`read_json_cache` is for files the run can recompute (a damaged cache is
+reported in one line and treated as missing).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pathlib
+import tempfile
+from typing import Any, Callable
+
+from daca_jax.errors import DataError
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+  """Replaces ``path`` with ``text`` (UTF-8) atomically: a temporary file beside it, fsync, rename.
+
+  Raises:
+    OSError: the directory is not writable, the disk is full, ... (the target is left unchanged and
+      no temporary file remains).
+  """
+  path = pathlib.Path(path)
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+  try:
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+      f.write(text)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    with contextlib.suppress(OSError):
+      os.unlink(tmp)
+    raise
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any, **dumps_kwargs: Any) -> None:
+  """:func:`atomic_write_text` of ``json.dumps(obj, indent=2, **dumps_kwargs)``."""
+  atomic_write_text(path, json.dumps(obj, **{"indent": 2, **dumps_kwargs}))
+
+
+def _load(path: pathlib.Path) -> Any:
+  """``json.loads`` of the file; raises ValueError (JSON or UTF-8) with a short reason."""
+  try:
+    return json.loads(path.read_text(encoding="utf-8"))
+  except json.JSONDecodeError as e:
+    raise ValueError(f"not valid JSON ({e.msg} at line {e.lineno} column {e.colno}; "
+                     "truncated or overwritten?)") from None
+  except UnicodeDecodeError as e:
+    raise ValueError(f"not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def read_json(path: str | os.PathLike, *, fix: str, kind: type | None = dict) -> Any:
+  """Reads a JSON file that cannot be recomputed.
+
+  Args:
+    path: the file (must exist).
+    fix: what the user should do when it is damaged (one sentence), e.g. "delete it to ...".
+    kind: the type the document must have (None: any).
+  Raises:
+    FileNotFoundError: ``path`` does not exist.
+    DataError: the file is not valid JSON (e.g. cut short by a killed write) or not of ``kind``; the
+      message names the file and says what to do.
+  """
+  path = pathlib.Path(path)
+  try:
+    value = _load(path)
+  except ValueError as e:
+    raise DataError(f"{path} is damaged: {e}; {fix}") from None
+  if kind is not None and not isinstance(value, kind):
+    raise DataError(f"{path} is damaged: expected a JSON {kind.__name__}, found {type(value).__name__}; {fix}")
+  return value
+
+
+def read_json_cache(path: str | os.PathLike, log: Callable[[str], None] = print,
+                    kind: type | None = dict) -> Any | None:
+  """Reads a JSON file the run can rebuild: ``None`` when it is missing or damaged (said in one line).
+
+  A damaged file is left in place; the caller recomputes it and overwrites it.
+  """
+  path = pathlib.Path(path)
+  if not path.exists():
+    return None
+  try:
+    value = _load(path)
+    if kind is not None and not isinstance(value, kind):
+      raise ValueError(f"expected a JSON {kind.__name__}, found {type(value).__name__}")
+  except (ValueError, OSError) as e:
+    log(f"WARNING: {path} is damaged ({e}); recomputing it.")
+    return None
+  return value
