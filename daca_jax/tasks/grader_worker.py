@@ -1,0 +1,203 @@
+"""A grading worker process with a CPU-time budget per request and a wall-clock backstop.
+
+Some grading work cannot be bounded by the algorithm alone: math-verify (sympy) can spend minutes on
+one parsed expression, and a single big-integer operation cannot even be interrupted by a signal;
+JSON-Schema validation of an unforeseen schema/instance pair may explode combinatorially. Such work
+runs in a :class:`WorkerProcess`: a plain ``python -m <module>`` subprocess (not
+``multiprocessing``, so it never re-imports the caller's ``__main__`` and is safe next to JAX's
+threads) that reads one JSON request per line on stdin and writes one JSON response per line
+(:func:`serve`).
+
+Two limits per request:
+
+* CPU time (``cpu_limit_s``), enforced inside the worker with ``setitimer(ITIMER_PROF)``: the
+  request is abandoned (status :data:`TIMEOUT`) and the worker keeps serving. CPU time, not wall
+  time, is what a completion costs; it does not depend on how loaded the machine is, so a
+  legitimate completion is not failed because other jobs hold the cores.
+* wall-clock time (``wall_limit_s``), enforced by the caller: a worker stuck in native code that
+  the CPU timer's signal cannot interrupt (a huge ``2**(10**10)``) is killed with its process group
+  (status :data:`TIMEOUT`) and a fresh worker is started for the next request.
+
+A fresh worker is pinged before its first request, so start-up (imports) never counts against a
+request's limits. The worker's address space is capped (``RLIMIT_AS``, :func:`limit_memory`) so
+that a runaway computation fails with MemoryError instead of exhausting the machine.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import resource
+import select
+import signal
+import subprocess
+import sys
+import time
+import weakref
+from typing import Any, Callable, Sequence
+
+OK, TIMEOUT, DIED = "ok", "timeout", "died"
+_PING = "__ping__"  # a fresh worker's first request: ["__ping__", cpu_limit_s]
+_PONG = "__pong__"
+
+
+def _stop(state: dict) -> None:
+  proc = state.get("proc")
+  if proc is not None:
+    for stream in (proc.stdin, proc.stdout):
+      try:
+        stream.close()
+      except OSError:
+        pass
+    if proc.poll() is None:
+      try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the worker leads its own session (start_new_session)
+      except OSError:
+        proc.kill()
+    proc.wait(5)
+  state.clear()
+
+
+class WorkerProcess:
+  """``python -m module *args`` answering JSON lines, with per-request CPU and wall limits.
+
+  Args:
+    module: the worker's module (its ``main`` calls :func:`serve`).
+    args: extra command-line arguments of the worker.
+    cpu_limit_s: CPU seconds per request (> 0), enforced in the worker.
+    wall_limit_s: wall-clock seconds per request before the worker is killed; default
+      ``max(5 * cpu_limit_s, cpu_limit_s + 5)`` (room for a loaded machine).
+    startup_s: how long a fresh worker may take to start (its imports); pinged first, so start-up
+      never counts against a request's limits.
+
+  The worker starts lazily and is killed by :meth:`close`, garbage collection or interpreter exit.
+  ``num_timeouts`` counts the requests that ran out of time; ``last_cpu_s`` is the CPU time the
+  worker reported for the last answered request.
+  """
+
+  def __init__(self, module: str, args: Sequence[str] = (), cpu_limit_s: float = 1.0,
+               wall_limit_s: float | None = None, startup_s: float = 60.0):
+    if not cpu_limit_s > 0:
+      raise ValueError(f"WorkerProcess: cpu_limit_s must be > 0, got {cpu_limit_s}")
+    self.module = module
+    self.args = [str(a) for a in args]
+    self.cpu_limit_s = float(cpu_limit_s)
+    self.wall_limit_s = float(wall_limit_s if wall_limit_s is not None
+                              else max(5 * cpu_limit_s, cpu_limit_s + 5))
+    self.startup_s = float(startup_s)
+    self.num_timeouts = 0
+    self.last_cpu_s = 0.0
+    self._generations = 0
+    self._state: dict = {}
+    self._finalizer = weakref.finalize(self, _stop, self._state)
+
+  @property
+  def generation(self) -> int:
+    """Changes whenever a new worker process is started (state cached in a worker is then lost)."""
+    return self._state.get("generation", -1)
+
+  def _start(self) -> bool:
+    """Starts a worker and waits (``startup_s``) until it answers the ping; False if it does not."""
+    package_root = str(pathlib.Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", self.module, *self.args], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, start_new_session=True,
+        text=True, bufsize=1)
+    self._generations += 1
+    self._state.update(proc=proc, generation=self._generations)
+    status, answer = self._exchange([_PING, self.cpu_limit_s], self.startup_s)
+    if status == OK and isinstance(answer, list) and len(answer) == 3 and answer[1] == _PONG:
+      return True
+    _stop(self._state)
+    return False
+
+  def _exchange(self, payload: Any, wait: float) -> tuple[str, Any]:
+    proc = self._state["proc"]
+    try:
+      proc.stdin.write(json.dumps(payload) + "\n")
+      proc.stdin.flush()
+      ready, _, _ = select.select([proc.stdout], [], [], wait)
+      if not ready:
+        return TIMEOUT, None
+      answer = proc.stdout.readline()
+      if answer:
+        return OK, json.loads(answer)
+    except (OSError, ValueError):
+      pass
+    return DIED, None
+
+  def request(self, payload: Any) -> tuple[str, Any]:
+    """Sends one request; returns ``(OK, response)``, ``(TIMEOUT, None)`` or ``(DIED, None)``.
+
+    A worker that died between requests (e.g. killed for memory) is restarted once.
+    """
+    for attempt in range(2):
+      if not self._state and not self._start():
+        return DIED, None
+      t0 = time.monotonic()
+      status, answer = self._exchange(payload, self.wall_limit_s)
+      if status == OK and isinstance(answer, list) and len(answer) == 3:
+        code, response, cpu = answer
+        self.last_cpu_s = float(cpu)
+        if code == TIMEOUT:
+          self.num_timeouts += 1
+        return (TIMEOUT, None) if code == TIMEOUT else (OK, response)
+      _stop(self._state)
+      if status == TIMEOUT and time.monotonic() - t0 >= self.wall_limit_s:
+        self.num_timeouts += 1
+        return TIMEOUT, None
+      if attempt:
+        return DIED, None
+    return DIED, None
+
+  def close(self) -> None:
+    """Stops the worker (a later request starts a new one)."""
+    _stop(self._state)
+
+
+def limit_memory(memory_bytes: int) -> None:
+  """Caps this process's address space (``RLIMIT_AS``); 0 = no cap. Called by worker mains."""
+  if memory_bytes > 0:
+    resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+
+
+class _CpuBudgetExceeded(BaseException):
+  """Raised in the worker by the CPU timer. A BaseException, so that libraries' ``except
+  Exception`` clauses (math-verify, sympy) do not swallow it."""
+
+
+def _on_cpu_timer(signum, frame):  # pylint: disable=unused-argument
+  raise _CpuBudgetExceeded()
+
+
+def serve(handle: Callable[[Any], Any], failure: Any = None) -> None:
+  """Worker main loop: one JSON request per stdin line, one JSON answer per stdout line.
+
+  Each answer is ``[status, response, cpu_seconds]``: ``"ok"`` with ``handle(request)``;
+  ``"timeout"`` when the request used up the CPU limit set by the caller's ping; ``"ok"`` with
+  ``failure`` when ``handle`` raised anything else (MemoryError, RecursionError, ...), so the worker
+  keeps serving. Must run in the main thread (the CPU timer's signal is delivered there).
+  """
+  cpu_limit = 0.0
+  signal.signal(signal.SIGPROF, _on_cpu_timer)
+  for line in sys.stdin:
+    start = time.process_time()
+    status, response = OK, failure
+    try:
+      request = json.loads(line)
+      if isinstance(request, list) and len(request) == 2 and request[0] == _PING:
+        cpu_limit, response = float(request[1]), _PONG
+      else:
+        signal.setitimer(signal.ITIMER_PROF, cpu_limit)
+        try:
+          response = handle(request)
+        finally:
+          signal.setitimer(signal.ITIMER_PROF, 0)
+    except _CpuBudgetExceeded:
+      status, response = TIMEOUT, None
+    except BaseException:  # pylint: disable=broad-except  (answer, keep serving)
+      response = failure
+    sys.stdout.write(json.dumps([status, response, time.process_time() - start]) + "\n")
+    sys.stdout.flush()
