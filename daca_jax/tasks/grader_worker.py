@@ -14,9 +14,12 @@ Two limits per request:
   request is abandoned (status :data:`TIMEOUT`) and the worker keeps serving. CPU time, not wall
   time, is what a completion costs; it does not depend on how loaded the machine is, so a
   legitimate completion is not failed because other jobs hold the cores.
-* wall-clock time (``wall_limit_s``), enforced by the caller: a worker stuck in native code that
-  the CPU timer's signal cannot interrupt (a huge ``2**(10**10)``) is killed with its process group
-  (status :data:`TIMEOUT`) and a fresh worker is started for the next request.
+* a backstop enforced by the caller, for native code that the CPU timer's signal cannot interrupt
+  (a huge ``2**(10**10)``): the caller reads the worker's CPU time (``/proc/<pid>/stat``) while it
+  waits and kills the worker with its process group once it has used the CPU limit plus a quarter
+  (status :data:`TIMEOUT`); a fresh worker is started for the next request. A worker that merely
+  waits for a core on a loaded machine uses no CPU and is not killed; ``wall_limit_s`` (generous)
+  bounds that wait, and is the only backstop where ``/proc`` is missing.
 
 A fresh worker is pinged before its first request, so start-up (imports) never counts against a
 request's limits. The worker's address space is capped (``RLIMIT_AS``, :func:`limit_memory`) so
@@ -64,9 +67,8 @@ class WorkerProcess:
   Args:
     module: the worker's module (its ``main`` calls :func:`serve`).
     args: extra command-line arguments of the worker.
-    cpu_limit_s: CPU seconds per request (> 0), enforced in the worker.
-    wall_limit_s: wall-clock seconds per request before the worker is killed; default
-      ``max(5 * cpu_limit_s, cpu_limit_s + 5)`` (room for a loaded machine).
+    cpu_limit_s: CPU seconds per request (> 0), enforced in the worker (and by the backstop).
+    wall_limit_s: wall-clock seconds per request before the worker is killed whatever it is doing.
     startup_s: how long a fresh worker may take to start (its imports); pinged first, so start-up
       never counts against a request's limits.
 
@@ -76,14 +78,13 @@ class WorkerProcess:
   """
 
   def __init__(self, module: str, args: Sequence[str] = (), cpu_limit_s: float = 1.0,
-               wall_limit_s: float | None = None, startup_s: float = 60.0):
+               wall_limit_s: float = 300.0, startup_s: float = 600.0):
     if not cpu_limit_s > 0:
       raise ValueError(f"WorkerProcess: cpu_limit_s must be > 0, got {cpu_limit_s}")
     self.module = module
     self.args = [str(a) for a in args]
     self.cpu_limit_s = float(cpu_limit_s)
-    self.wall_limit_s = float(wall_limit_s if wall_limit_s is not None
-                              else max(5 * cpu_limit_s, cpu_limit_s + 5))
+    self.wall_limit_s = float(wall_limit_s)
     self.startup_s = float(startup_s)
     self.num_timeouts = 0
     self.last_cpu_s = 0.0
@@ -113,14 +114,26 @@ class WorkerProcess:
     _stop(self._state)
     return False
 
-  def _exchange(self, payload: Any, wait: float) -> tuple[str, Any]:
+  def _exchange(self, payload: Any, wait: float, cpu_budget: float | None = None) -> tuple[str, Any]:
+    """Writes ``payload`` and waits for one answer line: up to ``wait`` seconds, and, when
+    ``cpu_budget`` is given, until the worker has used that much CPU time."""
     proc = self._state["proc"]
     try:
+      start_cpu = _cpu_seconds(proc.pid) if cpu_budget is not None else None
       proc.stdin.write(json.dumps(payload) + "\n")
       proc.stdin.flush()
-      ready, _, _ = select.select([proc.stdout], [], [], wait)
-      if not ready:
-        return TIMEOUT, None
+      deadline = time.monotonic() + wait
+      while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+          return TIMEOUT, None
+        ready, _, _ = select.select([proc.stdout], [], [], min(left, 0.05))
+        if ready:
+          break
+        if start_cpu is not None:
+          used = _cpu_seconds(proc.pid)
+          if used is not None and used - start_cpu > cpu_budget:
+            return TIMEOUT, None
       answer = proc.stdout.readline()
       if answer:
         return OK, json.loads(answer)
@@ -136,8 +149,8 @@ class WorkerProcess:
     for attempt in range(2):
       if not self._state and not self._start():
         return DIED, None
-      t0 = time.monotonic()
-      status, answer = self._exchange(payload, self.wall_limit_s)
+      status, answer = self._exchange(payload, self.wall_limit_s,
+                                      self.cpu_limit_s + max(0.25, 0.25 * self.cpu_limit_s))
       if status == OK and isinstance(answer, list) and len(answer) == 3:
         code, response, cpu = answer
         self.last_cpu_s = float(cpu)
@@ -145,7 +158,7 @@ class WorkerProcess:
           self.num_timeouts += 1
         return (TIMEOUT, None) if code == TIMEOUT else (OK, response)
       _stop(self._state)
-      if status == TIMEOUT and time.monotonic() - t0 >= self.wall_limit_s:
+      if status == TIMEOUT:
         self.num_timeouts += 1
         return TIMEOUT, None
       if attempt:
@@ -155,6 +168,16 @@ class WorkerProcess:
   def close(self) -> None:
     """Stops the worker (a later request starts a new one)."""
     _stop(self._state)
+
+
+def _cpu_seconds(pid: int) -> float | None:
+  """User + system CPU seconds of process ``pid`` from ``/proc/<pid>/stat``; None if unreadable."""
+  try:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+      fields = f.read().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+  except (OSError, ValueError, IndexError):
+    return None
 
 
 def limit_memory(memory_bytes: int) -> None:

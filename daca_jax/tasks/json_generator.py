@@ -46,6 +46,10 @@ _FORMAT_EXAMPLES = {
 }
 
 _MAX_DEPTH = 12  # recursion bound of generate_instance (recursive $refs stop here).
+# Size bounds of a generated instance: schemas asking for more (``minItems: 1e9``, ``minLength:
+# 1e9``, or large minimums nested inside each other) are Unsupported instead of exhausting memory.
+MAX_INSTANCE_NODES = 10_000
+MAX_STRING_LENGTH = 10_000
 
 
 class Unsupported(Exception):
@@ -139,6 +143,8 @@ def _string(schema: Mapping[str, Any], rng: np.random.Generator | None) -> str:
   length = max(lo, 1)
   if isinstance(hi, int):
     length = min(length, hi)
+  if length > MAX_STRING_LENGTH:
+    raise Unsupported(f"minLength {lo} > {MAX_STRING_LENGTH}")
   if rng is not None and length > 0:
     return "".join(str(rng.choice(list("abcxyz"))) for _ in range(length))
   return "a" * length
@@ -168,7 +174,7 @@ def generate_instance(schema: Any, resolve: Callable[[str], Any] | None = None,
       arithmetic overflow, ...): the message names the exception.
   """
   try:
-    return _generate(schema, resolve, rng, 0)
+    return _generate(schema, resolve, rng, 0, [MAX_INSTANCE_NODES])
   except Unsupported:
     raise
   except Exception as e:  # noqa: BLE001  any failure on an unseen schema means "not covered"
@@ -176,8 +182,12 @@ def generate_instance(schema: Any, resolve: Callable[[str], Any] | None = None,
 
 
 def _generate(schema: Any, resolve: Callable[[str], Any] | None, rng: np.random.Generator | None,
-              _depth: int) -> Any:
-  """:func:`generate_instance` without the conversion of failures to Unsupported."""
+              _depth: int, budget: list[int]) -> Any:
+  """:func:`generate_instance` without the conversion of failures to Unsupported; ``budget`` holds
+  the number of nodes the instance may still get."""
+  budget[0] -= 1
+  if budget[0] < 0:
+    raise Unsupported(f"instance larger than {MAX_INSTANCE_NODES} nodes")
   if _depth > _MAX_DEPTH:
     raise Unsupported("too deep")
   if schema is True or schema == {}:
@@ -187,7 +197,7 @@ def _generate(schema: Any, resolve: Callable[[str], Any] | None, rng: np.random.
   for key in ("not", "if", "dependentSchemas", "contains", "patternProperties", "dependencies"):
     if key in schema:
       raise Unsupported(key)
-  sub = lambda s: _generate(s, resolve, rng, _depth + 1)  # noqa: E731
+  sub = lambda s: _generate(s, resolve, rng, _depth + 1, budget)  # noqa: E731
   if "$ref" in schema and isinstance(schema["$ref"], str):
     if resolve is None:
       raise Unsupported("$ref")
@@ -297,6 +307,8 @@ def _array(schema: Mapping[str, Any], sub: Callable[[Any], Any],
   lo = lo if isinstance(lo, int) else 0
   hi = schema.get("maxItems")
   n = lo
+  if n > MAX_INSTANCE_NODES:
+    raise Unsupported(f"minItems {lo} > {MAX_INSTANCE_NODES}")
   if rng is not None:
     top = min(hi if isinstance(hi, int) else lo + 2, lo + 3)
     n = int(rng.integers(lo, max(top, lo) + 1))

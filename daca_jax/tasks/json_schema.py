@@ -263,6 +263,7 @@ class JSONSchemaTask(Task):
         "daca_jax.tasks.json_schema_worker", (int(worker_memory_mb) << 20,),
         cpu_limit_s=self.grade_timeout_s)
     self._sent: set[str] = set()  # schema keys the current worker process has compiled
+    self._generated_texts: set[str] = set()  # schemas of this task's own generator (trusted)
     self._sent_generation = -1
     overhead = len(self.tokenizer.encode(self.format_prompt("")))
     if source == "generated":
@@ -302,12 +303,17 @@ class JSONSchemaTask(Task):
           raise DataError(f"could only generate {len(out)} of {num} distinct small schemas")
         continue
       compiled = self._compiled.get(text) or compile_fast(schema)
-      instance = compiled.instance(rng if self.target_style == "random" else None)
-      if len(compact(instance)) > GENERATED_MAX_TARGET_CHARS:
-        instance = compiled.instance(None)  # the minimal instance
+      try:  # instance() validates what it returns: targets are always valid
+        instance = compiled.instance(rng if self.target_style == "random" else None)
         if len(compact(instance)) > GENERATED_MAX_TARGET_CHARS:
-          continue
+          instance = compiled.instance(None)  # the minimal instance
+      except gen.Unsupported:
+        failures += 1
+        continue
+      if len(compact(instance)) > GENERATED_MAX_TARGET_CHARS:
+        continue
       seen.add(text)
+      self._generated_texts.add(text)
       out.append(self._example(f"generated/{seed}/{len(out)}", compiled, instance))
     return out
 
@@ -387,7 +393,7 @@ class JSONSchemaTask(Task):
     if self._sent_generation != worker.generation:
       self._sent.clear()
     key = hashlib.sha1(schema_text.encode()).hexdigest()
-    payload = {"key": key, "text": completion, "fast": self.source == "generated"}
+    payload = {"key": key, "text": completion, "fast": schema_text in self._generated_texts}
     for attempt in range(2):
       if key not in self._sent or attempt:
         payload["schema"] = schema_text

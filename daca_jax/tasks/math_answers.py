@@ -44,9 +44,9 @@ d1's Hendrycks-MATH string normaliser (``is_equiv``), which misses equal forms s
 math-verify bounds its work with ``signal.alarm``, which only works in a process's main thread, and a
 single big-integer operation (e.g. a parsed ``10^{10^{10}}``) cannot be interrupted by a signal at
 all. :class:`MathVerifier` therefore runs math-verify in a :class:`~daca_jax.tasks.grader_worker.
-WorkerProcess` (its own main thread, so math-verify's own timeouts work there) and waits at most
-``timeout_s`` per item: a worker that does not answer in time is killed, the item counts as wrong
-and as a grader bound hit, and a fresh worker is started for the next one.
+WorkerProcess` with a CPU-time limit per item (``timeout_s``, 1 s): the worker abandons an item at
+the limit, or, stuck in native code, is killed by the caller and replaced by a fresh one; the item
+counts as wrong and as a grader bound hit.
 
 All text scans are linear in the completion's length (:mod:`daca_jax.tasks.text_scan`).
 """
@@ -208,8 +208,9 @@ class MathVerifier:
   Args:
     timeout_s: CPU seconds per item (> 0), enforced in the worker; an item that needs more counts as
       wrong and as a grader bound hit.
-    wall_timeout_s: wall-clock seconds per item before the worker is killed (native code such as a
-      huge integer power ignores the CPU timer); default ``max(5 * timeout_s, timeout_s + 5)``.
+    wall_timeout_s: wall-clock seconds per item before the worker is killed whatever it does. Native
+      code (a huge integer power) ignores the CPU timer; the caller then kills the worker once it has
+      used 1.25 x ``timeout_s`` of CPU, so this only bounds a worker starved of CPU.
     math_verify_timeout: math-verify's own (wall-clock, ``signal.alarm``) limit per operation in
       whole seconds; 0 (default) leaves it off, as the CPU limit above does its job without depending
       on how loaded the machine is.
@@ -219,8 +220,8 @@ class MathVerifier:
   The worker starts lazily and is killed by :meth:`close`, garbage collection, or interpreter exit.
   """
 
-  def __init__(self, timeout_s: float = 1.0, wall_timeout_s: float | None = None,
-               math_verify_timeout: int = 0, memory_bytes: int = 4 << 30, startup_s: float = 60.0):
+  def __init__(self, timeout_s: float = 1.0, wall_timeout_s: float = 300.0,
+               math_verify_timeout: int = 0, memory_bytes: int = 4 << 30, startup_s: float = 600.0):
     if not timeout_s > 0:
       raise ValueError(f"MathVerifier: timeout_s must be > 0, got {timeout_s}")
     self.timeout_s = float(timeout_s)
