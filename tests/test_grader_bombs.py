@@ -192,11 +192,16 @@ def test_json_schema_bombs_through_the_task(tasks):
 
 
 @pytest.mark.parametrize("pattern", ["^(a*)*b\\1$", "(a)\\1", "(?=a)b", "(?<!a)b", "(?!a)"])
-def test_backreference_and_lookaround_patterns_are_refused(pattern):
-  """RE2 cannot express them; the schema is refused rather than run on a backtracking engine."""
-  (error, seconds) = _cpu(lambda: pytest.raises(jv.SchemaCompileError, jv.compile_schema,
-                                                {"type": "string", "pattern": pattern}))
+def test_backreference_and_lookaround_patterns_are_refused(tasks, pattern):
+  """RE2 cannot express them; the schema is refused rather than run on a backtracking engine, and a
+  completion graded against it scores 0."""
+  schema = {"type": "string", "pattern": pattern}
+  (error, seconds) = _cpu(lambda: pytest.raises(jv.SchemaCompileError, jv.compile_schema, schema))
   assert seconds <= LIMIT_S and error.value.reason == "regex"
+  task = tasks["json_schema/plain"]
+  ex = Example(prompt="", target="", meta={"schema": compact(schema)})
+  (m, seconds) = _graded_seconds(task, task.metrics, [json.dumps("a" * 30)], [ex])
+  assert seconds <= LIMIT_S and m["schema_adherence"] == 0.0 and m["validator_errors"] == 1.0
 
 
 # ----------------------------------------------------------------------------------- the worker
@@ -209,8 +214,8 @@ def test_worker_cpu_limits_backstops_and_recovery():
     assert worker.request(["spin"]) == (grader_worker.TIMEOUT, None)
     assert 0.4 <= worker.last_cpu_s <= LIMIT_S and worker.generation == generation
     assert worker.request(["raise"]) == (grader_worker.OK, "failed")
-    # One long C call ignores the CPU timer: the caller sees the worker's CPU time pass 1.25 x the
-    # limit and kills it; the next request gets a fresh worker.
+    # One long C call ignores the CPU timer: the caller sees the worker's CPU time pass the limit by
+    # 0.15 s and kills it; the next request gets a fresh worker.
     cpu_before = grader_worker._cpu_seconds(worker._state["proc"].pid)
     pid = worker._state["proc"].pid
     assert worker.request(["burn"]) == (grader_worker.TIMEOUT, None)

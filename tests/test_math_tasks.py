@@ -230,7 +230,7 @@ def test_math500_reward_from_a_non_main_thread(math500):
 def test_hanging_grade_is_killed_and_the_worker_restarts():
   # A huge integer power runs in native code, where the worker's CPU timer cannot interrupt it: the
   # parent sees the worker's CPU time pass the limit and kills it; the next item gets a fresh one.
-  verifier = MathVerifier(timeout_s=1.0)
+  verifier = MathVerifier()
   try:
     assert verifier.equal([("1", "1")]) == [True]  # worker started
     assert verifier.verify([("5", "2^{10^{10}} + 1")]) == [(False, True)]

@@ -292,6 +292,15 @@ class CodeTask(Task):
       rewards = rewards + self.format_weight * self._fenced(completions, examples)
     return rewards.astype(np.float32)
 
+  def grading_rules(self) -> str:
+    """One line naming the grading rules (evaluation summary)."""
+    bonus = (f"; +{self.format_weight:g} for a complete python fence" if self.prompt_style == "chat"
+             else "")
+    return ("code: the last complete python fence that defines the entry point, else the last python "
+            "fence, else the text after an unclosed fence, else the whole completion; 1.0 iff the "
+            f"problem's tests pass in the sandbox ({self.limits.timeout_s:g} s){bonus}; completions > "
+            f"{text_scan.MAX_COMPLETION_CHARS} chars score 0")
+
   def metrics(self, completions: Sequence[str], examples: Sequence[Example]) -> dict[str, float]:
     """Evaluation metrics.
 

@@ -115,11 +115,9 @@ def extract_expression(completion: str, prompt_style: str = "chat") -> str | Non
   if text_scan.over_limit(completion):
     return None
   text = fmt.clean_completion(completion)
-  answer = next((b.content for b in reversed(text_scan.boxes(text))
-                 if b.content is not None and b.content.strip()), None)
+  answer = fmt.last_box_or_answer(text)
   if answer is None:
-    spans = [s for s in fmt.answer_spans(text) if s]
-    answer = spans[-1] if spans else text
+    answer = text
   for spelling, operator in _OPERATOR_SPELLINGS:
     answer = answer.replace(spelling, operator)
   left = _left_of_equation(answer)

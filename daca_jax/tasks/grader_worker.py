@@ -16,7 +16,7 @@ Two limits per request:
   legitimate completion is not failed because other jobs hold the cores.
 * a backstop enforced by the caller, for native code that the CPU timer's signal cannot interrupt
   (a huge ``2**(10**10)``): the caller reads the worker's CPU time (``/proc/<pid>/stat``) while it
-  waits and kills the worker with its process group once it has used the CPU limit plus a quarter
+  waits and kills the worker with its process group once it has used the CPU limit plus 0.15 s
   (status :data:`TIMEOUT`); a fresh worker is started for the next request. A worker that merely
   waits for a core on a loaded machine uses no CPU and is not killed; ``wall_limit_s`` (generous)
   bounds that wait, and is the only backstop where ``/proc`` is missing.
@@ -40,8 +40,11 @@ import weakref
 from typing import Any, Callable, Sequence
 
 OK, TIMEOUT, DIED = "ok", "timeout", "died"
+# CPU seconds beyond the limit after which the caller kills a worker that its CPU timer did not stop.
+_CPU_GRACE_S = 0.15
 _PING = "__ping__"  # a fresh worker's first request: ["__ping__", cpu_limit_s]
 _PONG = "__pong__"
+_BATCH = "__batch__"  # ["__batch__", [request, ...]]: one line, each request under its own limit
 
 
 def _stop(state: dict) -> None:
@@ -105,65 +108,103 @@ class WorkerProcess:
     proc = subprocess.Popen(
         [sys.executable, "-m", self.module, *self.args], stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, start_new_session=True,
-        text=True, bufsize=1)
+        bufsize=0)
     self._generations += 1
-    self._state.update(proc=proc, generation=self._generations)
-    status, answer = self._exchange([_PING, self.cpu_limit_s], self.startup_s)
-    if status == OK and isinstance(answer, list) and len(answer) == 3 and answer[1] == _PONG:
-      return True
+    self._state.update(proc=proc, generation=self._generations, buffer=b"")
+    if self._send([_PING, self.cpu_limit_s]):
+      status, answer = self._receive(self.startup_s)
+      if status == OK and answer[1] == _PONG:
+        return True
     _stop(self._state)
     return False
 
-  def _exchange(self, payload: Any, wait: float, cpu_budget: float | None = None) -> tuple[str, Any]:
-    """Writes ``payload`` and waits for one answer line: up to ``wait`` seconds, and, when
-    ``cpu_budget`` is given, until the worker has used that much CPU time."""
-    proc = self._state["proc"]
+  def _send(self, payload: Any) -> bool:
     try:
-      start_cpu = _cpu_seconds(proc.pid) if cpu_budget is not None else None
-      proc.stdin.write(json.dumps(payload) + "\n")
-      proc.stdin.flush()
-      deadline = time.monotonic() + wait
-      while True:
+      self._state["proc"].stdin.write(json.dumps(payload).encode() + b"\n")
+      return True
+    except (OSError, ValueError):
+      return False
+
+  def _receive(self, wait: float, cpu_budget: float | None = None) -> tuple[str, Any]:
+    """The next answer line ``[status, response, cpu]``, waiting up to ``wait`` seconds and, when
+    ``cpu_budget`` is given, until the worker has used that much CPU time from now on.
+
+    Reads the pipe's file descriptor directly (a buffered reader could hold a line that ``select``
+    does not see).
+    """
+    proc = self._state["proc"]
+    fd = proc.stdout.fileno()
+    start_cpu = _cpu_seconds(proc.pid) if cpu_budget is not None else None
+    deadline = time.monotonic() + wait
+    try:
+      while b"\n" not in self._state["buffer"]:
         left = deadline - time.monotonic()
         if left <= 0:
           return TIMEOUT, None
-        ready, _, _ = select.select([proc.stdout], [], [], min(left, 0.05))
+        ready, _, _ = select.select([fd], [], [], min(left, 0.05))
         if ready:
-          break
-        if start_cpu is not None:
+          chunk = os.read(fd, 1 << 16)
+          if not chunk:
+            return DIED, None
+          self._state["buffer"] += chunk
+        elif start_cpu is not None:
           used = _cpu_seconds(proc.pid)
           if used is not None and used - start_cpu > cpu_budget:
             return TIMEOUT, None
-      answer = proc.stdout.readline()
-      if answer:
-        return OK, json.loads(answer)
+      line, self._state["buffer"] = self._state["buffer"].split(b"\n", 1)
+      answer = json.loads(line)
     except (OSError, ValueError):
-      pass
+      return DIED, None
+    if isinstance(answer, list) and len(answer) == 3:
+      return OK, answer
     return DIED, None
+
+  def _answered(self, answer: list[Any]) -> tuple[str, Any]:
+    code, response, cpu = answer
+    self.last_cpu_s = float(cpu)
+    if code == TIMEOUT:
+      self.num_timeouts += 1
+      return TIMEOUT, None
+    return OK, response
 
   def request(self, payload: Any) -> tuple[str, Any]:
     """Sends one request; returns ``(OK, response)``, ``(TIMEOUT, None)`` or ``(DIED, None)``.
 
     A worker that died between requests (e.g. killed for memory) is restarted once.
     """
-    for attempt in range(2):
+    return self.request_many([payload])[0]
+
+  def request_many(self, payloads: Sequence[Any]) -> list[tuple[str, Any]]:
+    """:meth:`request` for each payload, sent in one batch line (each request keeps its own CPU
+    limit in the worker, and the worker answers each on its own line as it finishes, so the CPU
+    backstop applies to each request). After a kill, the rest of the batch goes to a fresh worker.
+    """
+    out: list[tuple[str, Any]] = []
+    restarts = 0
+    while len(out) < len(payloads):
       if not self._state and not self._start():
-        return DIED, None
-      status, answer = self._exchange(payload, self.wall_limit_s,
-                                      self.cpu_limit_s + max(0.25, 0.25 * self.cpu_limit_s))
-      if status == OK and isinstance(answer, list) and len(answer) == 3:
-        code, response, cpu = answer
-        self.last_cpu_s = float(cpu)
-        if code == TIMEOUT:
-          self.num_timeouts += 1
-        return (TIMEOUT, None) if code == TIMEOUT else (OK, response)
+        return out + [(DIED, None)] * (len(payloads) - len(out))
+      pending = payloads[len(out):]
+      if not self._send([_BATCH, list(pending)]):
+        status = DIED
+      else:
+        for _ in pending:
+          status, answer = self._receive(self.wall_limit_s, self.cpu_limit_s + _CPU_GRACE_S)
+          if status != OK:
+            break
+          out.append(self._answered(answer))
+      if len(out) == len(payloads):
+        break
       _stop(self._state)
-      if status == TIMEOUT:
+      if status == TIMEOUT:  # the request at fault ran out of time; the rest get a fresh worker
         self.num_timeouts += 1
-        return TIMEOUT, None
-      if attempt:
-        return DIED, None
-    return DIED, None
+        out.append((TIMEOUT, None))
+      else:  # the worker died: restart once for the same request, then give it up
+        restarts += 1
+        if restarts > 1:
+          out.append((DIED, None))
+          restarts = 0
+    return out
 
   def close(self) -> None:
     """Stops the worker (a later request starts a new one)."""
@@ -201,26 +242,40 @@ def serve(handle: Callable[[Any], Any], failure: Any = None) -> None:
   Each answer is ``[status, response, cpu_seconds]``: ``"ok"`` with ``handle(request)``;
   ``"timeout"`` when the request used up the CPU limit set by the caller's ping; ``"ok"`` with
   ``failure`` when ``handle`` raised anything else (MemoryError, RecursionError, ...), so the worker
-  keeps serving. Must run in the main thread (the CPU timer's signal is delivered there).
+  keeps serving. A batch line (:meth:`WorkerProcess.request_many`) is answered with one line per
+  request, each written as soon as it is done. Must run in the main thread (the CPU timer's signal
+  is delivered there).
   """
-  cpu_limit = 0.0
+  limit = [0.0]
   signal.signal(signal.SIGPROF, _on_cpu_timer)
-  for line in sys.stdin:
+
+  def answer(request: Any) -> list[Any]:
     start = time.process_time()
     status, response = OK, failure
     try:
-      request = json.loads(line)
-      if isinstance(request, list) and len(request) == 2 and request[0] == _PING:
-        cpu_limit, response = float(request[1]), _PONG
-      else:
-        signal.setitimer(signal.ITIMER_PROF, cpu_limit)
-        try:
-          response = handle(request)
-        finally:
-          signal.setitimer(signal.ITIMER_PROF, 0)
+      signal.setitimer(signal.ITIMER_PROF, limit[0])
+      try:
+        response = handle(request)
+      finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
     except _CpuBudgetExceeded:
       status, response = TIMEOUT, None
     except BaseException:  # pylint: disable=broad-except  (answer, keep serving)
       response = failure
-    sys.stdout.write(json.dumps([status, response, time.process_time() - start]) + "\n")
-    sys.stdout.flush()
+    return [status, response, time.process_time() - start]
+
+  for line in sys.stdin:
+    try:
+      request = json.loads(line)
+    except ValueError:
+      request = None
+    if isinstance(request, list) and len(request) == 2 and request[0] == _PING:
+      limit[0] = float(request[1])
+      replies: Any = [[OK, _PONG, 0.0]]
+    elif isinstance(request, list) and len(request) == 2 and request[0] == _BATCH:
+      replies = (answer(r) for r in request[1])  # each written as soon as it is done
+    else:
+      replies = [answer(request)]
+    for reply in replies:
+      sys.stdout.write(json.dumps(reply) + "\n")
+      sys.stdout.flush()

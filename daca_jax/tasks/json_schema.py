@@ -12,8 +12,8 @@ Grading (never ``eval``; bounded work per completion; :mod:`daca_jax.tasks.json_
    validation has a work budget (json_validation's docstring lists the bounds).
 3. Completions are graded in a worker process (:mod:`daca_jax.tasks.json_schema_worker`,
    :class:`~daca_jax.tasks.grader_worker.WorkerProcess`) with a CPU-time limit per completion
-   (``grade_timeout_s``, default 0.8 s) and a wall-clock backstop that kills and restarts the
-   worker, for whatever the bounds above miss. A completion that hits any bound scores 0 and is
+   (``grade_timeout_s``, default 0.6 s; a worker stuck in native code is killed and restarted), for
+   whatever the bounds above miss. A completion that hits any bound scores 0 and is
    counted in the metric ``grader_bound_hits``.
 
 Schemas are compiled once (:func:`compile_schema`): ``check_schema`` against the meta-schema, every
@@ -35,7 +35,8 @@ Prompt styles (``prompt_style``): ``"plain"`` (the compact schema JSON) and ``"c
 instruction plus the schema in LLaDA's chat format, for instruction-tuned checkpoints).
 
 Metrics: ``schema_adherence`` (fraction of completions that parse and validate, i.e. JSONSchemaBench's
-compliance rate), ``json_parse_rate``, ``validator_errors`` (validations that raised; they score 0),
+compliance rate), ``json_parse_rate``, ``validator_errors`` (validations that raised, or examples
+whose schema does not compile, e.g. with a backreference pattern; they score 0),
 ``grader_bound_hits`` (completions that hit a grading bound; they score 0) and ``num_examples``.
 """
 from __future__ import annotations
@@ -217,7 +218,7 @@ class JSONSchemaTask(Task):
       max_schema_chars: int = 0,
       parse_reward: float = 0.0,
       target_style: str = "minimal",
-      grade_timeout_s: float = 0.8,
+      grade_timeout_s: float = 0.6,
       worker_memory_mb: int = 2048,
   ):
     self.tokenizer = ByteTokenizer()
@@ -385,35 +386,59 @@ class JSONSchemaTask(Task):
       self._compiled[text] = compiled
     return compiled
 
-  def _grade_in_worker(self, schema_text: str, completion: Any) -> Grade:
-    """One completion graded in the worker within ``grade_timeout_s`` (see module docstring)."""
-    if text_scan.over_limit(completion):
-      return Grade(bound_hit=True)
+  def _payload(self, schema_text: str, completion: str, with_schema: bool) -> dict[str, Any]:
+    payload = {"key": hashlib.sha1(schema_text.encode()).hexdigest(), "text": completion,
+               "fast": schema_text in self._generated_texts}
+    if with_schema:
+      payload["schema"] = schema_text
+    return payload
+
+  def _grade_in_worker(self, items: Sequence[tuple[str, str]]) -> list[Grade]:
+    """``(schema text, completion)`` pairs graded in the worker, one batch, each completion within
+    its own CPU limit (see module docstring). A schema is sent the first time the current worker
+    process needs it; a request the worker could not serve (it restarted and lacks the schema) is
+    sent again with its schema."""
     worker = self._worker
     if self._sent_generation != worker.generation:
       self._sent.clear()
-    key = hashlib.sha1(schema_text.encode()).hexdigest()
-    payload = {"key": key, "text": completion, "fast": schema_text in self._generated_texts}
-    for attempt in range(2):
-      if key not in self._sent or attempt:
-        payload["schema"] = schema_text
-      status, response = worker.request(payload)
+    payloads, sending = [], set()
+    for schema_text, completion in items:
+      key = hashlib.sha1(schema_text.encode()).hexdigest()
+      payloads.append(self._payload(schema_text, completion, key not in self._sent and key not in sending))
+      sending.add(key)
+    answers = worker.request_many(payloads)
+    grades = []
+    for (schema_text, completion), payload, (status, response) in zip(items, payloads, answers):
+      if status == grader_worker.OK and response is None:  # not served: resend with the schema
+        status, response = worker.request(self._payload(schema_text, completion, True))
       if status == grader_worker.TIMEOUT:
-        return Grade(parsed=parse_json(completion)[0], bound_hit=True)
-      if status == grader_worker.OK and isinstance(response, list) and len(response) == 4:
-        self._sent_generation = worker.generation
-        self._sent.add(key)
-        return Grade(*map(bool, response))
-      # None: the worker failed on this request (e.g. it restarted and lacks the schema): resend
-    return Grade(parsed=parse_json(completion)[0], validator_error=True)
+        grades.append(Grade(parsed=parse_json(completion)[0], bound_hit=True))
+      elif status == grader_worker.OK and isinstance(response, list) and len(response) == 4:
+        grades.append(Grade(*map(bool, response)))
+        self._sent.add(payload["key"])
+      else:
+        grades.append(Grade(parsed=parse_json(completion)[0], validator_error=True))
+    self._sent_generation = worker.generation
+    return grades
 
   def _grade(self, completions: Sequence[str], examples: Sequence[Example]) -> list[Grade]:
     if len(completions) != len(examples):
       raise ValueError(f"got {len(completions)} completions for {len(examples)} examples")
-    grades = []
-    for c, ex in zip(completions, examples):
-      self._schema(ex)  # a schema that does not compile raises SchemaCompileError here
-      grades.append(self._grade_in_worker(ex.meta["schema"], c))
+    grades: list[Grade | None] = []
+    todo = []
+    for i, (c, ex) in enumerate(zip(completions, examples)):
+      try:
+        self._schema(ex)
+      except SchemaCompileError:  # e.g. a backreference pattern: refused, the completion scores 0
+        grades.append(Grade(parsed=parse_json(c)[0], validator_error=True))
+        continue
+      if text_scan.over_limit(c):
+        grades.append(Grade(bound_hit=True))
+        continue
+      grades.append(None)
+      todo.append((i, ex.meta["schema"], c))
+    for (i, _, _), grade in zip(todo, self._grade_in_worker([(t, c) for _, t, c in todo])):
+      grades[i] = grade
     self.num_bound_hits += sum(g.bound_hit for g in grades)
     return grades
 
@@ -441,6 +466,6 @@ class JSONSchemaTask(Task):
     """One line naming the grading rules (evaluation summary)."""
     return ("one JSON value (one Markdown fence allowed) validated by jsonschema under its $schema "
             "(format not asserted); regexes on RE2, linear uniqueItems, "
-            f"{json_validation.MAX_VALIDATION_STEPS} work units and {self.grade_timeout_s:g} s per "
+            f"{json_validation.MAX_VALIDATION_STEPS} work units and {self.grade_timeout_s:g} s CPU per "
             f"completion (worker); parse-only reward {self.parse_reward:g}; completions > "
             f"{text_scan.MAX_COMPLETION_CHARS} chars score 0")

@@ -38,8 +38,9 @@ class Math500Task(ReasoningQATask):
 
   Args (beyond :class:`~daca_jax.tasks.qa_base.ReasoningQATask`'s):
     verify_timeout_s: CPU seconds per graded answer (in the verification worker); a slower answer
-      counts as wrong and as a grader bound hit. The default (1 s) keeps every completion's grading
-      within 1 s of CPU; math-verify itself needs ~10-100 ms for a MATH answer.
+      counts as wrong and as a grader bound hit. The default (0.8 s, killed at 0.95 s when native code
+      ignores the limit) keeps every completion's grading within 1 s of CPU; math-verify itself needs
+      ~10-100 ms for a MATH answer.
   """
 
   name = "math500"
@@ -48,7 +49,7 @@ class Math500Task(ReasoningQATask):
   DESCRIPTION = "MATH500 (ant-research/Drift data/MATH500.json)"
   SYSTEM_PROMPT = SYSTEM_PROMPT
 
-  def __init__(self, *args, verify_timeout_s: float = 1.0, **kwargs):
+  def __init__(self, *args, verify_timeout_s: float = 0.8, **kwargs):
     super().__init__(*args, **kwargs)
     if isinstance(verify_timeout_s, bool) or not isinstance(verify_timeout_s, (int, float)) or not (
         verify_timeout_s > 0):
@@ -83,5 +84,5 @@ class Math500Task(ReasoningQATask):
   def grading_rules(self) -> str:
     return ("d1 parse_math_answers: last closed non-empty \\boxed{}, else last non-empty <answer> span"
             + (", else the whole completion" if self.prompt_style == "plain" else "")
-            + f"; math-verify equivalence ({self.verifier.timeout_s:g} s per item, in a worker); "
+            + f"; math-verify equivalence ({self.verifier.timeout_s:g} s CPU per item, in a worker); "
             f"completions > {text_scan.MAX_COMPLETION_CHARS} chars score 0")

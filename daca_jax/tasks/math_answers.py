@@ -44,7 +44,7 @@ d1's Hendrycks-MATH string normaliser (``is_equiv``), which misses equal forms s
 math-verify bounds its work with ``signal.alarm``, which only works in a process's main thread, and a
 single big-integer operation (e.g. a parsed ``10^{10^{10}}``) cannot be interrupted by a signal at
 all. :class:`MathVerifier` therefore runs math-verify in a :class:`~daca_jax.tasks.grader_worker.
-WorkerProcess` with a CPU-time limit per item (``timeout_s``, 1 s): the worker abandons an item at
+WorkerProcess` with a CPU-time limit per item (``timeout_s``, 0.8 s): the worker abandons an item at
 the limit, or, stuck in native code, is killed by the caller and replaced by a fresh one; the item
 counts as wrong and as a grader bound hit.
 
@@ -117,11 +117,6 @@ def _boxed_number(text: str) -> fractions.Fraction | None:
   return None
 
 
-def _last_non_empty_span(text: str) -> str | None:
-  spans = [s for s in fmt.answer_spans(text) if s]
-  return spans[-1] if spans else None
-
-
 def extract_gsm8k_answer(completion: str, prompt_style: str = "chat",
                          last_number_fallback: bool = False) -> fractions.Fraction | None:
   """The numeric answer of a GSM8K completion (rules in the module docstring), or None.
@@ -140,7 +135,7 @@ def extract_gsm8k_answer(completion: str, prompt_style: str = "chat",
   value = _boxed_number(text)
   if value is not None:
     return value
-  span = _last_non_empty_span(text)
+  span = fmt.last_answer(text)
   if span is not None:
     return _read_number(span, -1)
   if last_number_fallback:
@@ -166,10 +161,7 @@ def extract_math_answer(completion: str, prompt_style: str = "chat") -> str | No
   if text_scan.over_limit(completion):
     return None
   text = fmt.clean_completion(completion)
-  span = next((b.content for b in reversed(text_scan.boxes(text))
-               if b.content is not None and b.content.strip()), None)
-  if span is None:
-    span = _last_non_empty_span(text)
+  span = fmt.last_box_or_answer(text)
   if span is None and prompt_style == "plain":
     span = text
   if span is None:
@@ -210,7 +202,7 @@ class MathVerifier:
       wrong and as a grader bound hit.
     wall_timeout_s: wall-clock seconds per item before the worker is killed whatever it does. Native
       code (a huge integer power) ignores the CPU timer; the caller then kills the worker once it has
-      used 1.25 x ``timeout_s`` of CPU, so this only bounds a worker starved of CPU.
+      used ``timeout_s`` + 0.15 s of CPU, so this only bounds a worker starved of CPU.
     math_verify_timeout: math-verify's own (wall-clock, ``signal.alarm``) limit per operation in
       whole seconds; 0 (default) leaves it off, as the CPU limit above does its job without depending
       on how loaded the machine is.
@@ -220,7 +212,7 @@ class MathVerifier:
   The worker starts lazily and is killed by :meth:`close`, garbage collection, or interpreter exit.
   """
 
-  def __init__(self, timeout_s: float = 1.0, wall_timeout_s: float = 300.0,
+  def __init__(self, timeout_s: float = 0.8, wall_timeout_s: float = 300.0,
                math_verify_timeout: int = 0, memory_bytes: int = 4 << 30, startup_s: float = 600.0):
     if not timeout_s > 0:
       raise ValueError(f"MathVerifier: timeout_s must be > 0, got {timeout_s}")
@@ -239,13 +231,11 @@ class MathVerifier:
   def verify(self, pairs: Sequence[tuple[str, str | None]]) -> list[tuple[bool, bool]]:
     """For each ``(gold, answer)``: ``(equivalent, bound_hit)``; a None answer is ``(False, False)``,
     an item that ran out of time ``(False, True)``."""
-    out = []
-    for gold, answer in pairs:
-      if answer is None:
-        out.append((False, False))
-        continue
-      status, response = self._worker.request([str(gold), str(answer)])
-      out.append((status == grader_worker.OK and response == 1, status == grader_worker.TIMEOUT))
+    asked = [i for i, (_, answer) in enumerate(pairs) if answer is not None]
+    answers = self._worker.request_many([[str(pairs[i][0]), str(pairs[i][1])] for i in asked])
+    out = [(False, False)] * len(pairs)
+    for i, (status, response) in zip(asked, answers):
+      out[i] = (status == grader_worker.OK and response == 1, status == grader_worker.TIMEOUT)
     return out
 
   def equal(self, pairs: Sequence[tuple[str, str | None]]) -> list[bool]:

@@ -93,6 +93,21 @@ def extract_answer_tag(text: str) -> str | None:
   return spans[-1] if spans else None
 
 
+def last_answer(text: str) -> str | None:
+  """The last non-empty complete answer span of the cleaned completion (stripped), else None."""
+  spans = [span for span in answer_spans(text) if span]
+  return spans[-1] if spans else None
+
+
+def last_box_or_answer(text: str) -> str | None:
+  """The content of the last closed, non-empty ``\\boxed{}``/``\\fbox{}`` of the cleaned completion,
+  else :func:`last_answer`, else None (the order of d1's MATH and Countdown evaluation parsers)."""
+  text = clean_completion(text)
+  box = next((b.content for b in reversed(text_scan.boxes(text))
+              if b.content is not None and b.content.strip()), None)
+  return box if box is not None else last_answer(text)
+
+
 def strict_format_reward(text: str, prefix: str = "") -> float:
   """0.5 iff ``prefix + text`` is exactly ``<reasoning>\\n...\\n</reasoning>\\n<answer>\\n...\\n</answer>``
   (reasoning and answer may span lines; trailing whitespace allowed, other trailing text is not).

@@ -155,6 +155,15 @@ def _fence_tag(text: str, start: int) -> str:
   return text[i:j]
 
 
+def _opening(text: str, pos: int) -> tuple[int, int] | None:
+  """``(start, body_start)`` of the first opening fence line at or after ``pos``, else None."""
+  start = text.find("```", pos)
+  if start < 0:
+    return None
+  newline = text.find("\n", start + 3)
+  return None if newline < 0 else (start, newline + 1)
+
+
 def code_fences(text: str) -> list[tuple[str, str]]:
   """``(tag, body)`` of each complete Markdown code fence, left to right.
 
@@ -164,18 +173,14 @@ def code_fences(text: str) -> list[tuple[str, str]]:
   """
   out = []
   pos = 0
-  while True:
-    start = text.find("```", pos)
-    if start < 0:
-      return out
-    newline = text.find("\n", start + 3)
-    if newline < 0:
-      return out
-    close = text.find("```", newline + 1)
+  while (opening := _opening(text, pos)) is not None:
+    start, body = opening
+    close = text.find("```", body)
     if close < 0:
-      return out
-    out.append((_fence_tag(text, start), text[newline + 1:close]))
+      break
+    out.append((_fence_tag(text, start), text[body:close]))
     pos = close + 3
+  return out
 
 
 def fence_openings(text: str) -> list[tuple[str, int]]:
@@ -183,12 +188,7 @@ def fence_openings(text: str) -> list[tuple[str, int]]:
   ``re.finditer(r"```[ \\t]*([A-Za-z0-9_+.-]*)[^\\n]*\\n", text)``, in linear time."""
   out = []
   pos = 0
-  while True:
-    start = text.find("```", pos)
-    if start < 0:
-      return out
-    newline = text.find("\n", start + 3)
-    if newline < 0:
-      return out
-    out.append((_fence_tag(text, start), newline + 1))
-    pos = newline + 1
+  while (opening := _opening(text, pos)) is not None:
+    out.append((_fence_tag(text, opening[0]), opening[1]))
+    pos = opening[1]
+  return out
