@@ -68,6 +68,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.likelihood.coupled_full_pass = True  # coupled: average with the fully-masked pass (DiffuCoder).
   c.likelihood.elbo_nodes = 2  # elbo: Gauss-Legendre nodes in t (GDPO: 2-3).
   c.likelihood.trajectory_steps = 0  # trajectory: rollout steps to rebuild (0 = rollout.steps).
+  c.likelihood.trajectory_groups = 0  # trajectory: passes over runs of consecutive steps (0 = one per step).
   c.likelihood.rldf_states = 4  # rldf: rollout states rebuilt per sequence (one pass each).
   c.likelihood.rldf_sampling = "softmax"  # rldf: softmax of step surprisal | uniform | topk.
   c.likelihood.rldf_temperature = 1.0  # rldf: T of the softmax state sampling.
@@ -90,7 +91,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.rl.max_grad_norm = 1.0  # Global-norm gradient clip.
   c.rl.adam_eps = 1e-8  # Adam epsilon.
   c.rl.rldf_tau = 0.6  # rldf: drop (state, token) targets below this probability unless committed there.
-  c.rl.eval_every = 0  # Evaluate every N iterations (0: only before and after RL).
+  c.rl.eval_every = 0  # Evaluate on the validation split every N iterations (0: never; needs task.num_val_examples).
+  c.rl.grad_agreement = True  # Log grad_cos: cosine of successive batches' gradients (one params-sized buffer).
 
   c.sft = ml_collections.ConfigDict()
   c.sft.steps = 300  # Warm-start steps (masked-diffusion SFT on the task's generated targets).
@@ -107,6 +109,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.task.eval_path = ""  # "" = the task's benchmark file under data_dir if present, else generated.
   c.task.eval_size = 500  # Size of the generated fallback evaluation set.
   c.task.num_eval_examples = 0  # Evaluate on the first N examples only (0 = all).
+  c.task.num_val_examples = 0  # Validation split held out of the training pool (rl.eval_every uses it).
   c.task.options = ml_collections.ConfigDict()  # Task-specific constructor arguments.
 
   c.data = ml_collections.ConfigDict()

@@ -282,9 +282,16 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
       t1 = time.perf_counter()
       rewards_in = parallel.global_batch(rewards, mesh) if multi else jnp.asarray(rewards)
       rewards = parallel.to_host(rewards_in) if multi else rewards  # every row, for the metrics
-      credit = learner.assign_credit(traj, rewards_in, state.get("credit"))
+      token_rewards = None
+      if learner.credit.needs_token_rewards:  # the oracle credit: the task grades every token
+        token_rewards = task.token_rewards(completion_ids, batch_examples)
+        if multi:
+          token_rewards = tuple(parallel.global_batch(x, mesh) for x in token_rewards)
+      credit = learner.assign_credit(traj, rewards_in, state.get("credit"), token_rewards)
+      weights = credit.weights if credit.token_advantages is None else (credit.weights,
+                                                                         credit.token_advantages)
       params_new, opt_state, m = learner.update(state["params"], state["opt_state"], ref_params, traj,
-                                                rewards_in, credit.weights, k_upd)
+                                                rewards_in, weights, k_upd)
       state = dict(state, params=params_new, opt_state=opt_state)
       if credit.state is not None:
         state["credit"] = credit.state
@@ -299,8 +306,8 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
                rollout_s=t_roll, update_s=t_upd,
                rollout_tokens_per_s=float(rewards.shape[0] * cfg.rollout.gen_length / max(t_roll, 1e-9)),
                includes_compile=float(step == start))  # first iteration of a process: times include jit
-      if eval_fn is not None and rl.eval_every and done % rl.eval_every == 0 and done < rl.steps:
-        m.update({f"eval/{k}": v for k, v in eval_fn(state["params"]).items()})
+      if eval_fn is not None and rl.eval_every and (done % rl.eval_every == 0 or done == rl.steps):
+        m.update({f"val/{k}": v for k, v in eval_fn(state["params"]).items()})
       writer.write(done, m)
       if hasattr(bar, "set_postfix"):
         bar.set_postfix(reward=f"{m['reward_mean']:.3f}", kl=f"{m['kl']:.4f}")
@@ -372,6 +379,10 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
       log, show_progress = (lambda *_: None), False
   else:
     mesh = None  # one process: the jitted steps place their own inputs
+  if CREDIT.get(cfg.rl.credit).needs_token_rewards and not task.has_token_rewards:
+    with_tokens = [n for n in TASKS.names() if TASKS.get(n).has_token_rewards]
+    raise ConfigError("rl.credit", cfg.rl.credit, f"a credit that task {cfg.task.name!r} supports: it "
+                      f"defines no token rewards (tasks that do: {with_tokens})")
   if CREDIT.get(cfg.rl.credit).needs_categories:
     TAGGERS.get(cfg.credit.tagger)(task.tokenizer)  # e.g. 'pos' without spaCy fails before any work
   workdir.mkdir(parents=True, exist_ok=True)
@@ -384,7 +395,11 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
         "(point DACA_DATA_DIR or --config.data.data_dir at the benchmark files)\n" + "!" * 80)
   else:
     log(f"Evaluation set: {source}; using {len(eval_examples)} examples")
-  train_examples = task.train_examples(cfg.sft.num_train_examples, cfg.seed)
+  # The validation split is drawn with the training pool (distinct items, none from the evaluation
+  # set) and held out of SFT and RL; the pool's first num_train_examples do not depend on its size.
+  pool = task.train_examples(cfg.sft.num_train_examples + cfg.task.num_val_examples, cfg.seed)
+  train_examples = pool[:cfg.sft.num_train_examples]
+  val_examples = pool[cfg.sft.num_train_examples:]
 
   if cfg.rl.steps and cfg.rl.prompts_per_step > len(train_examples):
     raise ConfigError("rl.prompts_per_step", cfg.rl.prompts_per_step,
@@ -427,10 +442,13 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     eval_rollout = lambda prm, prompts, key: local_rollout(
         prm, parallel.rows_to_devices(prompts, mesh, "eval.batch_size"), parallel.to_global(key, mesh))
 
-  def run_eval(prm: Any, desc: str):
-    return evaluate(task, eval_rollout, prm, eval_examples, cfg.eval.batch_size, eval_key,
+  def run_eval(prm: Any, desc: str, examples: list[Example] = eval_examples):
+    return evaluate(task, eval_rollout, prm, examples, cfg.eval.batch_size, eval_key,
                     show_progress=show_progress, desc=desc,
                     multiple_of=jax.device_count() if mesh is not None else 1)
+
+  def run_val(prm: Any) -> dict[str, float]:
+    return run_eval(prm, "validation", val_examples)[0]
 
   fingerprint = {"eval": dataclasses.asdict(cfg.eval), "num_examples": len(eval_examples),
                  "source": source, "sft_steps": cfg.sft.steps}
@@ -440,11 +458,18 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   if not cached_before:
     timings["eval_before_s"] = time.perf_counter() - t0
 
+  val_before = None
+  if val_examples and cfg.rl.eval_every:
+    val_before, _ = _cached_eval(workdir / "val_before.json", dict(fingerprint, split="validation",
+                                                                   num_examples=len(val_examples)),
+                                 lambda: run_eval(params, "validation (before RL)", val_examples),
+                                 val_examples)
+
   learner = GRPOLearner(logits_fn, cfg, mask_id=tok.mask_id, eos_id=tok.eos_id, tokenizer=tok,
                         hidden_logits_fn=hidden_logits_fn, optimizer_wrapper=optimizer_wrapper)
   t0 = time.perf_counter()
   params, did_work = run_rl(cfg, task, train_examples, learner, params, ref_params, workdir,
-                            eval_fn=lambda prm: run_eval(prm, "eval")[0], show_progress=show_progress,
+                            eval_fn=run_val, show_progress=show_progress,
                             log=log, mesh=mesh)
   if did_work:
     timings["rl_s"] = time.perf_counter() - t0
@@ -464,11 +489,21 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     timings = {**json.loads(results_path.read_text()).get("timings", {}), **timings}
   results = {"eval_before": eval_before, "eval_after": eval_after, "config": cfg.to_dict(),
              "eval_source": source, "timings": timings}
+  records = read_metrics(workdir / "metrics.jsonl") if (workdir / "metrics.jsonl").exists() else []
+  if val_before is not None:
+    results["val_before"] = val_before
+    val_points = [r for r in records if any(k.startswith("val/") for k in r)]
+    if val_points:
+      results["val_after"] = {k[4:]: v for k, v in val_points[-1].items() if k.startswith("val/")}
+  cos = [r["grad_cos"] for r in records if "grad_cos" in r][1:]  # the first iteration has no predecessor
+  if cos:
+    c = float(np.mean(cos))
+    results["grad_agreement"] = {"mean_cos": c, "snr": c / (1.0 - c) if c < 1.0 else float("inf"),
+                                 "iterations": len(cos)}
   if not parallel.is_primary():
     return results
   results_path.write_text(json.dumps(results, indent=2))
-  records = read_metrics(workdir / "metrics.jsonl") if (workdir / "metrics.jsonl").exists() else []
-  plot_curves(records, ["reward_mean", "accuracy"], workdir / "reward_curve.png",
+  plot_curves(records, ["reward_mean", "accuracy", f"val/{task.primary_metric}"], workdir / "reward_curve.png",
               title=f"{cfg.task.name}: {cfg.rl.objective} + credit={cfg.rl.credit}, "
                     f"likelihood={cfg.rl.likelihood}")
   keys = [k for k in eval_before if k != "num_examples"]

@@ -131,18 +131,30 @@ def summarize(cells: Sequence[Cell], results: dict[str, dict[str, Any]],
     delta = [results[c.key]["eval_after"][name] - results[c.key]["eval_before"][name] for c in cs]
     m, ci = mean_ci95(after)
     dm, dci = mean_ci95(delta)
-    rows.append({"task": task, "metric": name, "base": base, "arm": arm, "mean": m, "ci95": ci,
-                 "delta_mean": dm,
-                 "delta_ci95": dci, "seeds": [c.seed for c in cs], "values": after})
+    row = {"task": task, "metric": name, "base": base, "arm": arm, "mean": m, "ci95": ci,
+           "delta_mean": dm, "delta_ci95": dci, "seeds": [c.seed for c in cs], "values": after}
+    # Paired with the base arm of the same task, base method and seed (same warm start, same prompts).
+    base_cells = {c.seed: c for c in groups.get((task, base, "base"), [])}
+    pairs = [results[c.key]["eval_after"][name] - results[base_cells[c.seed].key]["eval_after"][name]
+             for c in cs if arm != "base" and c.seed in base_cells]
+    if pairs:
+      row["vs_base_mean"], row["vs_base_ci95"] = mean_ci95(pairs)
+    rows.append(row)
   return rows
 
 
 def markdown(rows: Sequence[dict[str, Any]]) -> str:
-  lines = ["| task | metric | base | arm | after RL (mean ± 95% CI) | change vs warm start | seeds |",
-           "|---|---|---|---|---|---|---|"]
+  """The grid as a table; "arm − base" is the paired difference (same seed and warm start) with its
+  95% CI, and is marked "separates" when the interval excludes 0."""
+  lines = ["| task | metric | base | arm | after RL (mean ± 95% CI) | change vs warm start | arm − base (paired) "
+           "| seeds |", "|---|---|---|---|---|---|---|---|"]
   for r in rows:
+    paired = ""
+    if "vs_base_mean" in r:
+      m, ci = r["vs_base_mean"], r["vs_base_ci95"]
+      paired = f"{m:+.3f} ± {ci:.3f}" + (" (separates)" if not math.isnan(ci) and abs(m) > ci else "")
     lines.append(f"| {r['task']} | {r['metric']} | {r['base']} | {r['arm']} | {r['mean']:.3f} ± {r['ci95']:.3f} | "
-                 f"{r['delta_mean']:+.3f} ± {r['delta_ci95']:.3f} | {len(r['seeds'])} |")
+                 f"{r['delta_mean']:+.3f} ± {r['delta_ci95']:.3f} | {paired} | {len(r['seeds'])} |")
   return "\n".join(lines)
 
 

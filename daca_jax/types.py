@@ -290,6 +290,9 @@ class LikelihoodConfig:
     elbo_nodes: Gauss–Legendre nodes in t of the ELBO estimator (GDPO uses 2–3).
     trajectory_steps: denoising steps S of the rollouts the trajectory estimator rebuilds (one pass
       per step); 0 means ``rollout.steps``.
+    trajectory_groups: G_s, passes of the trajectory estimator: the S steps are split into G_s runs
+      of consecutive steps and a token is scored in the state at the start of its commit step's
+      run (0 means S: every token in its own commit state).
     rldf_states: k, rollout states the rldf estimator rebuilds per sequence (one pass each).
     rldf_sampling: how rldf picks its k states: "softmax" (probability ∝ softmax of each step's
       mean surprisal / rldf_temperature, without replacement), "uniform", or "topk" (the k most
@@ -306,6 +309,7 @@ class LikelihoodConfig:
   coupled_full_pass: bool = True
   elbo_nodes: int = 2
   trajectory_steps: int = 0
+  trajectory_groups: int = 0
   rldf_states: int = 4
   rldf_sampling: str = "softmax"
   rldf_temperature: float = 1.0
@@ -320,7 +324,7 @@ class LikelihoodConfig:
       raise ConfigError(f"{prefix}.coupled_t_min", self.coupled_t_min,
                         f"0 < coupled_t_min <= coupled_t_max={self.coupled_t_max} < 1")
     _positive(prefix, self, "elbo_nodes")
-    _non_negative(prefix, self, "trajectory_steps")
+    _non_negative(prefix, self, "trajectory_steps", "trajectory_groups")
     _positive(prefix, self, "rldf_states")
     if not self.rldf_temperature > 0:
       raise ConfigError(f"{prefix}.rldf_temperature", self.rldf_temperature, "a number > 0")
@@ -348,7 +352,11 @@ class RLConfig:
     weight_decay: AdamW weight decay.
     max_grad_norm: global-norm gradient clip.
     adam_eps: Adam's epsilon.
-    eval_every: evaluate on the eval set every N iterations (0: only before and after).
+    eval_every: evaluate on the validation split (``task.num_val_examples``) every N iterations and
+      at the end (0: no periodic evaluation). The test set is evaluated only before and after RL.
+    grad_agreement: log ``grad_cos``, the cosine between successive rollout batches' gradients (its
+      mean over a run gives the gradient SNR, cos / (1 − cos)); costs one params-sized buffer in the
+      optimizer state.
     rldf_tau: rldf's clean-state clip: a (state, position) target whose probability under the
       rollout policy is below tau is dropped unless the position was committed at that state.
   """
@@ -369,6 +377,7 @@ class RLConfig:
   max_grad_norm: float = 1.0
   adam_eps: float = 1e-8
   eval_every: int = 0
+  grad_agreement: bool = True
   rldf_tau: float = 0.6
 
   def validate(self, prefix: str = "rl") -> "RLConfig":
@@ -386,6 +395,8 @@ class RLConfig:
       raise ConfigError(f"{prefix}.group_size", self.group_size, ">= 2 (group advantages)")
     if not 0.0 <= self.rldf_tau <= 1.0:
       raise ConfigError(f"{prefix}.rldf_tau", self.rldf_tau, "a probability in [0, 1]")
+    if not isinstance(self.grad_agreement, bool):
+      raise ConfigError(f"{prefix}.grad_agreement", self.grad_agreement, "True or False")
     return self
 
 
@@ -429,6 +440,9 @@ class TaskConfig:
       else a generated held-out set (announced loudly).
     eval_size: size of the generated held-out set used when no file is found.
     num_eval_examples: evaluate on the first N examples only (0: all).
+    num_val_examples: size of the validation split: this many items drawn with the training pool
+      (generated, so disjoint from the evaluation set) and held out of training; ``rl.eval_every``
+      evaluates on it, so choices are made without touching the test set (0: none).
     options: task-specific constructor arguments (e.g. ``{"max_depth": 2}`` for json_schema), passed
       to the task class as keyword arguments; an argument the task does not take is a ConfigError
       naming ``task.options.<name>``. ``num_blanks`` is forwarded only to tasks that take it.
@@ -439,6 +453,7 @@ class TaskConfig:
   eval_path: str = ""
   eval_size: int = 500
   num_eval_examples: int = 0
+  num_val_examples: int = 0
   options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
   def validate(self, prefix: str = "task") -> "TaskConfig":
@@ -446,7 +461,7 @@ class TaskConfig:
 
     TASKS.get(self.name)
     _positive(prefix, self, "num_blanks", "eval_size")
-    _non_negative(prefix, self, "num_eval_examples")
+    _non_negative(prefix, self, "num_eval_examples", "num_val_examples")
     return self
 
 
@@ -565,6 +580,12 @@ class TrainConfig:
     if self.rl.likelihood == "stratified" and self.likelihood.num_strata > self.rollout.gen_length:
       raise ConfigError("likelihood.num_strata", self.likelihood.num_strata,
                         f"<= rollout.gen_length={self.rollout.gen_length} (one token per stratum at most)")
+    if self.rl.eval_every and not self.task.num_val_examples:
+      raise ConfigError("rl.eval_every", self.rl.eval_every, "0 unless task.num_val_examples > 0 (periodic "
+                        "evaluation runs on the validation split, never on the test set)")
+    if self.likelihood.trajectory_groups > self.rollout.steps:
+      raise ConfigError("likelihood.trajectory_groups", self.likelihood.trajectory_groups,
+                        f"<= rollout.steps={self.rollout.steps} (runs of at least one step)")
     if self.rl.likelihood == "rldf" and self.likelihood.rldf_states > self.rollout.steps:
       raise ConfigError("likelihood.rldf_states", self.likelihood.rldf_states,
                         f"<= rollout.steps={self.rollout.steps} (distinct states to rebuild)")

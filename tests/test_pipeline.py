@@ -177,3 +177,30 @@ def test_failed_run_does_not_lock_its_workdir(tmp_path):
   assert bad.returncode == 2 and "bad.csv:2" in bad.stderr and "Traceback" not in bad.stderr
   good = _run([f"--workdir={tmp_path}", "--config.rl.steps=1"])
   assert good.returncode == 0, good.stderr[-2000:]
+
+
+def test_periodic_evaluation_uses_a_held_out_validation_split(tmp_path):
+  from daca_jax.errors import ConfigError
+  from daca_jax.pipeline import build_task
+  c = sudoku_tiny.get_config("smoke")
+  c.rl.eval_every = 2
+  with __import__("pytest").raises(ConfigError, match=r"rl\.eval_every=2.*num_val_examples"):
+    train_config_from_dict(c)
+  c.task.num_val_examples = 16
+  c.rl.steps = 3
+  cfg = train_config_from_dict(c)
+  res = run_main_job(cfg, tmp_path, show_progress=False, log=lambda *a, **k: None)
+  records = read_metrics(tmp_path / "metrics.jsonl")
+  assert [r["step"] for r in records if "val/strict_solved" in r] == [2, 3]  # every 2 and the last
+  assert records[-1]["val/num_examples"] == 16 and "val/strict_solved" not in records[0]
+  assert res["val_before"]["num_examples"] == 16 and res["val_after"]["num_examples"] == 16
+  assert "grad_cos" in records[-1] and res["grad_agreement"]["iterations"] == 2
+  # the split is drawn with the training pool, after the training items, and disjoint from both sets
+  task = build_task(cfg)
+  pool = task.train_examples(cfg.sft.num_train_examples + 16, cfg.seed)
+  train = {e.prompt for e in task.train_examples(cfg.sft.num_train_examples, cfg.seed)}
+  val = [e.prompt for e in pool[cfg.sft.num_train_examples:]]
+  assert train == {e.prompt for e in pool[:cfg.sft.num_train_examples]}
+  assert not set(val) & train and not set(val) & {e.prompt for e in task.eval_examples()[0]}
+  gens = [__import__("json").loads(l)["prompt"] for l in open(tmp_path / "val_before.generations.jsonl")]
+  assert gens == val

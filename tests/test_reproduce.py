@@ -52,8 +52,12 @@ def test_summarize_pairs_with_the_warm_start(tmp_path):
   assert rp.primary_metric("sudoku4x4") == "strict_solved"
   assert rows["+DACA"]["mean"] == pytest.approx(0.5) and rows["+DACA"]["delta_mean"] == pytest.approx(0.1)
   assert rows["base"]["delta_mean"] == pytest.approx(0.0) and rows["base"]["values"] == [0.35, 0.45]
+  # paired with the base arm of the same seed: (0.4 - 0.35, 0.6 - 0.45) = (0.05, 0.15)
+  assert rows["+DACA"]["vs_base_mean"] == pytest.approx(0.1)
+  assert rows["+DACA"]["vs_base_ci95"] == pytest.approx(12.706 * np.std([0.05, 0.15], ddof=1) / math.sqrt(2))
+  assert "vs_base_mean" not in rows["base"]
   md = rp.markdown(list(rows.values()))
-  assert "+DACA" in md and md.count("\n") == 3
+  assert "+DACA" in md and md.count("\n") == 3 and "+0.100 ±" in md and "separates" not in md
   rp.plot(list(rows.values()), tmp_path / "g.png")
   assert (tmp_path / "g.png").stat().st_size > 1000
 

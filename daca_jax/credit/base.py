@@ -34,20 +34,36 @@ class CreditInputs:
     advantages: float32 [B] sequence advantages (group-normalised as the learner computes them).
     categories: int32 [B, L] token category ids from the configured tagger, or None.
     state: the assigner's state carried across updates (a pytree), or None when stateless.
+    token_rewards: float32 [B, L] rewards the task defines per completion token (e.g. each Sudoku
+      cell's correctness), or None.
+    token_reward_mask: float32 [B, L], 1 where ``token_rewards`` is defined.
+    group_size: G (static): the rollouts of a prompt are G adjacent rows.
   """
 
   advantages: jax.Array | None = None
   categories: jax.Array | None = None
   state: Any = None
+  token_rewards: jax.Array | None = None
+  token_reward_mask: jax.Array | None = None
+  group_size: int = flax.struct.field(pytree_node=False, default=0)
 
 
 @flax.struct.dataclass
 class CreditOutput:
-  """Attributes: weights float32 [B, L]; state (the next state, or None); metrics (scalars)."""
+  """What an assigner returns.
+
+  Attributes:
+    weights: float32 [B, L] token weights multiplying the sequence advantage.
+    state: the next state, or None.
+    metrics: scalars to log.
+    token_advantages: float32 [B, L] per-token advantages that replace ``A_b · w`` (assigners built
+      on task-defined token rewards), or None. Only token-level objectives accept them.
+  """
 
   weights: jax.Array
   state: Any = None
   metrics: dict[str, jax.Array] = flax.struct.field(default_factory=dict)
+  token_advantages: jax.Array | None = None
 
 
 CreditFn = Callable[..., Any]
@@ -67,6 +83,8 @@ class CreditAssigner:
     records: ``credit_cfg -> frozenset`` of the :data:`RECORDS` the rollout must produce.
     needs_categories: the assigner reads ``inputs.categories``.
     needs_advantages: the assigner reads ``inputs.advantages``.
+    needs_token_rewards: the assigner reads ``inputs.token_rewards`` (the task must define them) and
+      returns ``token_advantages``.
     init_state: ``(credit_cfg, num_categories) -> state`` for stateful assigners, else None.
   """
 
@@ -75,6 +93,7 @@ class CreditAssigner:
   needs_categories: bool = False
   needs_advantages: bool = False
   init_state: Callable[[CreditConfig, int], Any] | None = None
+  needs_token_rewards: bool = False
 
   def assign(self, traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig,
              inputs: CreditInputs | None = None) -> CreditOutput:
@@ -89,6 +108,10 @@ class CreditAssigner:
     if self.needs_categories and inputs.categories is None:
       raise ValueError("this credit assigner needs token categories (CreditInputs.categories) from a "
                        "TokenTagger; build the learner with a tokenizer")
+    if self.needs_token_rewards and (inputs.token_rewards is None or inputs.token_reward_mask is None
+                                     or inputs.group_size < 1):
+      raise ValueError("this credit assigner needs the task's token rewards (CreditInputs.token_rewards, "
+                       "token_reward_mask and group_size)")
     if self.init_state is not None and inputs.state is None:
       raise ValueError("this credit assigner is stateful: pass CreditInputs.state (init_state(...))")
     out = self.fn(traj, cfg, rollout_cfg, inputs)
@@ -107,12 +130,13 @@ CREDIT: Registry[CreditAssigner] = Registry("credit assigner", "rl.credit")
 
 def register_credit(name: str, records: Callable[[CreditConfig], frozenset[str]] | None = None, *,
                     needs_categories: bool = False, needs_advantages: bool = False,
-                    init_state: Callable[[CreditConfig, int], Any] | None = None):
+                    init_state: Callable[[CreditConfig, int], Any] | None = None,
+                    needs_token_rewards: bool = False):
   """Decorator registering ``fn`` as credit assigner ``name`` (fields as in CreditAssigner)."""
 
   def deco(fn: CreditFn) -> CreditFn:
     CREDIT.register(name)(CreditAssigner(fn, records or _no_records, needs_categories,
-                                         needs_advantages, init_state))
+                                         needs_advantages, init_state, needs_token_rewards))
     return fn
 
   return deco

@@ -6,6 +6,11 @@ The rollout state before step s is rebuilt from the final tokens and the commit 
 scored as ``logp_i = log p_θ(o_i | x_{c_i})`` — the sampler's own conditional (the temperature and the
 choice of which positions to commit are not part of it). One forward pass per step (S passes,
 vectorised with ``jax.vmap``, or ``lax.map`` in groups of ``strata_batch``).
+
+With ``trajectory_groups`` G_s < S the steps are split into G_s runs of consecutive steps (run g
+starts at step ⌈g S / G_s⌉) and a token is scored in the state at the start of its commit step's run:
+G_s passes, each token scored once, with the context the sampler had minus the tokens committed
+earlier in the same run.
 """
 from __future__ import annotations
 
@@ -29,7 +34,7 @@ def trajectory_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
     tokens: int32 [B, P+L] rollout sequences.
     key: PRNG key (prompt masking only).
     cfg: ``trajectory_steps`` S (static, > 0: the learner fills it from ``rollout.steps``),
-      ``p_mask_prompt``, ``strata_batch``.
+      ``trajectory_groups`` (0: S), ``p_mask_prompt``, ``strata_batch``.
     commit_step: int32 [B, L] commit step of every completion position (from the Trajectory).
   Raises:
     ValueError: no ``commit_step`` or ``trajectory_steps`` unset.
@@ -43,13 +48,18 @@ def trajectory_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
   prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], cfg.p_mask_prompt, mask_id)
   comp = tokens[:, prompt_len:]
 
+  groups = cfg.trajectory_groups or steps
+  if not 1 <= groups <= steps:
+    raise ValueError(f"likelihood.trajectory_groups={groups} must be in [1, S={steps}]")
+
   def at_step(s: jax.Array) -> jax.Array:
     x = jnp.concatenate([prompt, jnp.where(commit_step >= s, mask_id, comp)], axis=1)
     return score_targets(logits_fn, params, x, comp, prompt_len)
 
-  ss = jnp.arange(steps, dtype=jnp.int32)
-  if cfg.strata_batch and cfg.strata_batch < steps:
-    per_step = jax.lax.map(at_step, ss, batch_size=cfg.strata_batch)
+  starts = jnp.asarray([-(-g * steps // groups) for g in range(groups)], jnp.int32)  # first step of run g
+  if cfg.strata_batch and cfg.strata_batch < groups:
+    per_run = jax.lax.map(at_step, starts, batch_size=cfg.strata_batch)
   else:
-    per_step = jax.vmap(at_step)(ss)  # [S, B, L]
-  return jnp.take_along_axis(per_step, jnp.clip(commit_step, 0, steps - 1)[None], axis=0)[0]
+    per_run = jax.vmap(at_step)(starts)  # [G_s, B, L]
+  run = jnp.clip(commit_step, 0, steps - 1) * groups // steps  # run of each token's commit step
+  return jnp.take_along_axis(per_run, run[None], axis=0)[0]

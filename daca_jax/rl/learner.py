@@ -21,8 +21,8 @@ from daca_jax.diffusion.rollout import Trajectory, make_rollout_fn
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD, StateTargets
 from daca_jax.rl.advantages import group_advantages, zero_std_group_fraction
-from daca_jax.rl.objectives import OBJECTIVES, PolicyBatch
-from daca_jax.rl.optim import make_optimizer
+from daca_jax.rl.objectives import OBJECTIVES, TOKEN_ADVANTAGE_OBJECTIVES, PolicyBatch
+from daca_jax.rl.optim import make_optimizer, read_grad_agreement
 from daca_jax.types import TrainConfig
 
 
@@ -59,9 +59,15 @@ class GRPOLearner:
     # under parallel.strategy="pmap" each device scores its own rows (daca_jax.parallel)
     self.likelihood = parallel.wrap_likelihood(LIKELIHOOD.get(cfg.rl.likelihood), cfg.parallel)
     self.objective = OBJECTIVES.get(cfg.rl.objective)
+    if self.credit.needs_token_rewards and cfg.rl.objective not in TOKEN_ADVANTAGE_OBJECTIVES:
+      raise ConfigError("rl.credit", cfg.rl.credit, "a sequence-level credit with rl.objective="
+                        f"{cfg.rl.objective!r} (per-token advantages need one of "
+                        f"{sorted(TOKEN_ADVANTAGE_OBJECTIVES)})")
     self.optimizer, self.schedule = make_optimizer(cfg.rl.learning_rate, cfg.rl.warmup_steps,
                                                    cfg.rl.weight_decay, cfg.rl.max_grad_norm,
-                                                   eps=cfg.rl.adam_eps)
+                                                   eps=cfg.rl.adam_eps,
+                                                   agreement_every=cfg.rl.num_iterations
+                                                   if cfg.rl.grad_agreement else 0)
     if optimizer_wrapper is not None:
       self.optimizer = optimizer_wrapper(self.optimizer)
     records = self.credit.records(cfg.credit)
@@ -98,26 +104,34 @@ class GRPOLearner:
     return self.credit.init_state(self.cfg.credit, num_categories)
 
   def _assign_credit(self, traj: Trajectory, rewards: jax.Array, categories: jax.Array | None,
-                     state: Any) -> CreditOutput:
+                     state: Any, token_rewards: tuple[jax.Array, jax.Array] | None) -> CreditOutput:
     adv = group_advantages(rewards, self.cfg.rl.group_size, self.cfg.rl.normalize_adv_std)
-    inputs = CreditInputs(advantages=adv, categories=categories, state=state)
+    tok, tok_mask = token_rewards if token_rewards is not None else (None, None)
+    inputs = CreditInputs(advantages=adv, categories=categories, state=state, token_rewards=tok,
+                          token_reward_mask=tok_mask, group_size=self.cfg.rl.group_size)
     return self.credit.assign(traj, self.cfg.credit, self.cfg.rollout, inputs)
 
-  def assign_credit(self, traj: Trajectory, rewards: jax.Array, state: Any = None) -> CreditOutput:
+  def assign_credit(self, traj: Trajectory, rewards: jax.Array, state: Any = None,
+                    token_rewards: tuple[Any, Any] | None = None) -> CreditOutput:
     """Credit weights of one rollout batch (tags tokens on the host when the assigner needs it).
 
     Args:
       traj: the rollout.
       rewards: float32 [B] rewards, groups of G adjacent.
       state: the assigner's state (from :meth:`init_credit_state` or the previous call).
+      token_rewards: (rewards float32 [B, L], mask float32 [B, L]) from the task's
+        ``token_rewards``; required by assigners with ``needs_token_rewards``.
     Returns:
-      :class:`CreditOutput`: weights float32 [B, L], next state, metrics.
+      :class:`CreditOutput`: weights float32 [B, L], next state, metrics (and token advantages
+      for token-reward credit).
     """
     categories = None
     if self.tagger is not None:  # on the host: every row, placed like the completions
       categories = np.asarray(self.tagger.tag(parallel.to_host(traj.completion)), np.int32)
       categories = jnp.asarray(parallel.to_global(categories, None, traj.completion.sharding))
-    return self._assign(traj, jnp.asarray(rewards, jnp.float32), categories, state)
+    if token_rewards is not None:
+      token_rewards = tuple(jnp.asarray(x, jnp.float32) for x in token_rewards)
+    return self._assign(traj, jnp.asarray(rewards, jnp.float32), categories, state, token_rewards)
 
   def logprobs(self, params: Any, traj_tokens: jax.Array, prompt_len: int, key: jax.Array,
                commit_step: jax.Array | None = None, *, commit_conf: jax.Array | None = None,
@@ -130,8 +144,56 @@ class GRPOLearner:
     return self.likelihood(self.logits_fn, params, traj_tokens, prompt_len, key, self.cfg.likelihood,
                            mask_id=self.mask_id, commit_step=commit_step, **extra)
 
+  def objective_grad(self, params: Any, ref_params: Any, traj: Trajectory, rewards: jax.Array,
+                     weights: Any, key: jax.Array, old_params: Any = None) -> tuple[Any, dict[str, jax.Array]]:
+    """Gradient of the configured objective for one rollout batch under one likelihood key.
+
+    This is the direction every update step takes (before the optimizer), exposed so that studies
+    can compare it with the true policy gradient (:mod:`daca_jax.gradient_study`).
+
+    Args:
+      params: θ at which the loss is differentiated.
+      ref_params: θ_ref of the KL term.
+      traj: the rollout; rewards: float32 [B]; weights: as in :meth:`_update`.
+      key: the likelihood key (its masks are shared by θ, θ_old and θ_ref).
+      old_params: θ_old, the rollout policy; None means θ_old = θ (the first inner update, where
+        logp_old is θ's own stop-gradient log-prob and needs no extra pass).
+    Returns:
+      (grads, aux): the gradient of the loss (a descent direction: the update moves along −grads)
+      and the objective's metrics with ``loss``.
+    """
+    rl = self.cfg.rl
+    weights, token_adv = weights if isinstance(weights, tuple) else (weights, None)
+    p = traj.prompt_len
+    adv = group_advantages(rewards, rl.group_size, rl.normalize_adv_std)
+
+    def logp_fn(prm):
+      """(logp, mask, weights, commit_now, token advantages); estimators that rebuild k rollout
+      states score (state, position) pairs, so mask and weights are tiled over the states."""
+      out = self.logprobs(prm, traj.tokens, p, key, traj.commit_step, commit_conf=traj.commit_conf,
+                          completion_mask=traj.completion_mask)
+      if isinstance(out, StateTargets):
+        reps = (1, out.num_states)
+        return (out.logp, jnp.tile(traj.completion_mask, reps) * out.masked, jnp.tile(weights, reps),
+                out.committed_here, None if token_adv is None else jnp.tile(token_adv, reps))
+      return out, traj.completion_mask, weights, None, token_adv
+
+    logp_old = None if old_params is None else jax.lax.stop_gradient(logp_fn(old_params)[0])
+    logp_ref = jax.lax.stop_gradient(logp_fn(ref_params)[0]) if rl.beta > 0 else None
+
+    def loss_fn(prm):
+      logp, mask, w, commit_now, tok_adv = logp_fn(prm)
+      old = jax.lax.stop_gradient(logp) if logp_old is None else logp_old
+      batch = PolicyBatch(logp_old=old, logp_ref=old if logp_ref is None else logp_ref,
+                          advantages=adv, weights=w, mask=mask, rewards=rewards,
+                          commit_now=commit_now, token_advantages=tok_adv)
+      return self.objective(logp, batch, rl)
+
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    return grads, dict(aux, loss=loss)
+
   def _update(self, params: Any, opt_state: optax.OptState, ref_params: Any, traj: Trajectory,
-              rewards: jax.Array, weights: jax.Array, key: jax.Array):
+              rewards: jax.Array, weights: Any, key: jax.Array):
     """μ policy updates on one rollout batch.
 
     Args:
@@ -140,48 +202,24 @@ class GRPOLearner:
       ref_params: frozen reference policy θ_ref.
       traj: the rollout (tokens [B, P+L], completion_mask [B, L], commit_step [B, L]).
       rewards: float32 [B], groups of G adjacent.
-      weights: float32 [B, L] credit weights.
+      weights: float32 [B, L] credit weights, or a pair (weights, token_advantages float32 [B, L])
+        from a token-reward credit (``(credit.weights, credit.token_advantages)``).
       key: PRNG key; inner iteration j uses ``fold_in(key, j)``.
     Returns:
       (params, opt_state, metrics averaged over the μ iterations).
     """
     rl = self.cfg.rl
     old_params = params
-    p = traj.prompt_len
-    adv = group_advantages(rewards, rl.group_size, rl.normalize_adv_std)
-
-    def logp_fn(prm, k):
-      """(logp, mask, weights, commit_now); estimators that rebuild k rollout states score
-      (state, position) pairs, so mask and weights are tiled over the states."""
-      out = self.logprobs(prm, traj.tokens, p, k, traj.commit_step, commit_conf=traj.commit_conf,
-                          completion_mask=traj.completion_mask)
-      if isinstance(out, StateTargets):
-        reps = (1, out.num_states)
-        return (out.logp, jnp.tile(traj.completion_mask, reps) * out.masked, jnp.tile(weights, reps),
-                out.committed_here)
-      return out, traj.completion_mask, weights, None
 
     def inner(carry, j, first: bool = False):
       params, opt_state = carry
-      k = jax.random.fold_in(key, j)
       # At the first inner iteration θ = θ_old, so logp_old is the policy's own (stop-gradient)
       # log-prob under the same masks: no separate θ_old pass is needed.
-      logp_old = None if first else jax.lax.stop_gradient(logp_fn(old_params, k)[0])
-      logp_ref = jax.lax.stop_gradient(logp_fn(ref_params, k)[0]) if rl.beta > 0 else None
-
-      def loss_fn(prm):
-        logp, mask, w, commit_now = logp_fn(prm, k)
-        old = jax.lax.stop_gradient(logp) if first else logp_old
-        batch = PolicyBatch(logp_old=old, logp_ref=old if logp_ref is None else logp_ref,
-                            advantages=adv, weights=w, mask=mask, rewards=rewards,
-                            commit_now=commit_now)
-        return self.objective(logp, batch, rl)
-
-      (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+      grads, aux = self.objective_grad(params, ref_params, traj, rewards, weights, jax.random.fold_in(key, j),
+                                       old_params=None if first else old_params)
       updates, opt_state = self.optimizer.update(grads, opt_state, params)
       params = optax.apply_updates(params, updates)
-      metrics = dict(aux, loss=loss, grad_norm=optax.tree.norm(grads))
-      return (params, opt_state), metrics
+      return (params, opt_state), dict(aux, grad_norm=optax.tree.norm(grads))
 
     (params, opt_state), m0 = inner((params, opt_state), 0, first=True)
     ms = jax.tree.map(lambda x: x[None], m0)
@@ -190,8 +228,12 @@ class GRPOLearner:
                                                jnp.arange(1, rl.num_iterations, dtype=jnp.int32))
       ms = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), ms, rest)
     metrics = jax.tree.map(jnp.mean, ms)
-    metrics["adv_std"] = jnp.std(adv)
+    grad_cos = read_grad_agreement(opt_state)
+    if grad_cos is not None:  # this batch's gradient vs the previous batch's (0 at the first)
+      metrics["grad_cos"] = grad_cos
+    metrics["adv_std"] = jnp.std(group_advantages(rewards, rl.group_size, rl.normalize_adv_std))
     metrics["zero_std_groups"] = zero_std_group_fraction(rewards, rl.group_size)
+    weights = weights[0] if isinstance(weights, tuple) else weights
     valid = traj.completion_mask
     metrics["weight_std"] = jnp.sqrt(jnp.sum(jnp.square(weights - 1.0) * valid) / jnp.maximum(jnp.sum(valid), 1.0))
     return params, opt_state, metrics

@@ -29,6 +29,9 @@ class PolicyBatch:
     rewards: float32 [B] raw rewards (objectives that build their own advantages use them), or None.
     commit_now: float32 [B, L'] for estimators that score rebuilt rollout states (``rldf``): 1 where
       the target position was committed at that state; None otherwise.
+    token_advantages: float32 [B, L] per-token advantages that replace ``advantages[:, None] *
+      weights`` (credit built on task-defined token rewards), or None. Only the objectives in
+      :data:`TOKEN_ADVANTAGE_OBJECTIVES` accept them.
   """
 
   logp_old: jax.Array
@@ -38,10 +41,27 @@ class PolicyBatch:
   mask: jax.Array
   rewards: jax.Array | None = None
   commit_now: jax.Array | None = None
+  token_advantages: jax.Array | None = None
 
 
 ObjectiveFn = Callable[[jax.Array, PolicyBatch, RLConfig], tuple[jax.Array, dict[str, jax.Array]]]
 OBJECTIVES: Registry[ObjectiveFn] = Registry("objective", "rl.objective")
+# Objectives whose loss is a sum of per-token terms, so a per-token advantage is meaningful.
+TOKEN_ADVANTAGE_OBJECTIVES = frozenset({"diffu_grpo", "rldf"})
+
+
+def token_advantages(batch: PolicyBatch) -> jax.Array:
+  """float32 [B, L] advantage of every token: ``batch.token_advantages`` when given, else the
+  sequence advantage times the credit weight."""
+  if batch.token_advantages is not None:
+    return batch.token_advantages
+  return batch.advantages[:, None] * batch.weights
+
+
+def _sequence_advantages_only(batch: PolicyBatch, name: str) -> None:
+  if batch.token_advantages is not None:
+    raise ValueError(f"objective {name!r} works on sequence advantages; per-token advantages "
+                     f"(rl.credit='token_reward') need one of {sorted(TOKEN_ADVANTAGE_OBJECTIVES)}")
 
 
 def k3_kl(logp: jax.Array, logp_ref: jax.Array) -> jax.Array:
@@ -65,7 +85,7 @@ def diffu_grpo_loss(logp: jax.Array, batch: PolicyBatch,
   m = batch.mask
   denom = jnp.maximum(jnp.sum(m), 1.0)
   ratio = jnp.exp(logp - batch.logp_old)
-  adv = batch.advantages[:, None] * batch.weights
+  adv = token_advantages(batch)
   unclipped = ratio * adv
   clipped = jnp.clip(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps) * adv
   pg = -jnp.minimum(unclipped, clipped)
@@ -97,6 +117,7 @@ def wd1_loss(logp: jax.Array, batch: PolicyBatch,
   Returns:
     (scalar loss, aux with "kl", "pg_loss", "clip_frac" (0), "ratio_mean" (1)).
   """
+  _sequence_advantages_only(batch, "wd1")
   g = cfg.group_size
   seq = jnp.sum(batch.mask * batch.weights * logp, axis=-1).reshape(-1, g)  # [N, G]
   adv = batch.advantages.reshape(-1, g)
@@ -109,6 +130,7 @@ def wd1_loss(logp: jax.Array, batch: PolicyBatch,
 
 def _sequence_ratio_loss(logp: jax.Array, batch: PolicyBatch,
                          cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
+  _sequence_advantages_only(batch, cfg.objective)
   m = batch.mask
   n = jnp.maximum(jnp.sum(m, -1), 1.0)
   log_ratio = jnp.sum(m * batch.weights * (logp - batch.logp_old), -1) / n  # [B]
@@ -165,6 +187,7 @@ def reinforce_pp_loss(logp: jax.Array, batch: PolicyBatch,
   """
   if batch.rewards is None:
     raise ValueError("reinforce_pp needs PolicyBatch.rewards (raw rewards)")
+  _sequence_advantages_only(batch, "reinforce_pp")
   m = batch.mask
   kl_seq = jnp.sum(m * (batch.logp_old - batch.logp_ref), -1)
   shaped = jax.lax.stop_gradient(batch.rewards - cfg.beta * kl_seq)

@@ -98,6 +98,23 @@ class Task(abc.ABC):
     does not say."""
     return ""
 
+  # Whether :meth:`token_rewards` is defined (credit ``token_reward``).
+  has_token_rewards: bool = False
+
+  def token_rewards(self, completion_ids: np.ndarray,
+                    examples: Sequence[Example]) -> tuple[np.ndarray, np.ndarray]:
+    """Rewards of individual completion tokens, for tasks whose reward decomposes over tokens.
+
+    Args:
+      completion_ids: int32 ``[N, L]`` completion tokens (as sampled, EOS included).
+      examples: the N examples.
+    Returns:
+      ``(rewards, mask)``: float32 ``[N, L]`` each; ``mask`` is 1 on the tokens that carry a reward.
+    Raises:
+      NotImplementedError: the task defines no token rewards (``has_token_rewards`` is False).
+    """
+    raise NotImplementedError(f"task {self.name!r} defines no token rewards")
+
   def encode_prompts(self, examples: Sequence[Example]) -> np.ndarray:
     """Tokenizes prompts as ``bos + encode(prompt)``, left-padded with ``pad_id``.
 

@@ -28,6 +28,11 @@ Rewards and metrics:
   mean reward there).
 * ``strict_solved``: the answer is a valid complete grid keeping every given. Any valid
   completion counts, since d1's puzzles do not all have a unique solution (376 of 500 do).
+* ``token_rewards`` (for the ``token_reward`` oracle credit; ``"plain"`` style only): each blank
+  cell's token gets 1 if its digit equals the stored solution, else 0; givens and EOS padding carry
+  none. Their sum divided by
+  the number of blanks is d1's reward of an ASCII completion, exactly (a blank cell the completion
+  does not reach is wrong and has no token).
 
 Where the chat grader differs from d1's evaluation parser, and why: the completion is cut at the
 first end-of-text marker and text after it is ignored (d1 reads patterns 3 and 5 across it; a
@@ -87,6 +92,8 @@ _COLS = tuple(tuple(4 * r + c for r in range(4)) for c in range(4))
 _BOXES = tuple(
     tuple(4 * (br + r) + bc + c for r in range(2) for c in range(2))
     for br in (0, 2) for bc in (0, 2))
+# Bytes that str.lstrip() removes (the ASCII whitespace), for the token view of parse_completion.
+_ASCII_SPACE = np.asarray([b for b in range(128) if chr(b).isspace()], np.int32)
 # For each cell, the other cells that share a row, column or box with it.
 _PEERS = tuple(
     tuple(sorted({j for g in _ROWS + _COLS + _BOXES if i in g for j in g} - {i}))
@@ -480,6 +487,7 @@ class Sudoku4x4Task(Task):
     self.data_dir = None if data_dir is None else local.resolve_data_dir(str(data_dir))
     self._eval: tuple[list[Example], str] | None = None
     self.num_bound_hits = 0
+    self.has_token_rewards = self.prompt_style == "plain"
     # Prompts and targets have one length for every puzzle (16 digits each).
     probe = self._examples([("0" * NUM_CELLS, "1" * NUM_CELLS)])[0]
     self.prompt_len = 1 + len(self.tokenizer.encode(probe.prompt))
@@ -538,8 +546,7 @@ class Sudoku4x4Task(Task):
   def _grade(self, completions: Sequence[str],
              examples: Sequence[Example]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
     """``(answer grids, correct blank cells [N], blank cells [N], bound hits [N])``."""
-    if len(completions) != len(examples):
-      raise ValueError(f"got {len(completions)} completions for {len(examples)} examples")
+    self._check_lengths(completions, examples)
     hits = np.asarray([text_scan.over_limit(c) for c in completions], bool).reshape(len(examples))
     self.num_bound_hits += int(hits.sum())
     answers = [answer_grid(c, self.prompt_style) for c in completions]
@@ -551,6 +558,46 @@ class Sudoku4x4Task(Task):
     """d1's reward per completion: float32 ``[N]`` in [0, 1] (see :func:`cell_reward`)."""
     _, good, blanks, _ = self._grade(completions, examples)
     return np.where(blanks > 0, good / np.maximum(blanks, 1), 1.0).astype(np.float32)
+
+  has_token_rewards = True  # the "plain" style; an instance of the "chat" style sets False
+
+  @staticmethod
+  def _check_lengths(completions: Sequence[Any], examples: Sequence[Example]) -> None:
+    if len(completions) != len(examples):
+      raise ValueError(f"got {len(completions)} completions for {len(examples)} examples")
+
+  def token_rewards(self, completion_ids: np.ndarray,
+                    examples: Sequence[Example]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-cell rewards: the token of blank cell c (the c-th byte after leading whitespace, as
+    :func:`parse_completion` reads it) gets 1.0 if it is the solution's digit, else 0.0.
+    ``"plain"`` style only: a chat answer's cells have no fixed token positions.
+
+    Args:
+      completion_ids: int32 ``[N, L]`` byte-tokenizer completion tokens.
+      examples: the N examples.
+    Returns:
+      ``(rewards, mask)`` float32 ``[N, L]``; ``mask`` is 1 on the blank cells that the completion
+      reaches (a cell past the EOS or past L is wrong and carries no token).
+    """
+    if not self.has_token_rewards:
+      raise NotImplementedError("sudoku4x4 token rewards need prompt_style='plain' (chat answers have "
+                                "no fixed token positions)")
+    ids = np.asarray(completion_ids)
+    self._check_lengths(list(ids), examples)
+    n, length = ids.shape
+    rewards = np.zeros((n, length), np.float32)
+    mask = np.zeros((n, length), np.float32)
+    space = np.isin(ids, _ASCII_SPACE)
+    for row, ex in enumerate(examples):
+      offset = int(np.argmin(space[row])) if not space[row].all() else length
+      eos = np.flatnonzero(ids[row] == self.tokenizer.eos_id)
+      end = int(eos[0]) if eos.size else length
+      for cell, (given, digit) in enumerate(zip(ex.meta["puzzle"], ex.meta["solution"])):
+        pos = offset + cell
+        if given == "0" and pos < end:
+          mask[row, pos] = 1.0
+          rewards[row, pos] = float(ids[row, pos] == ord(digit))
+    return rewards, mask
 
   def metrics(self, completions: Sequence[str], examples: Sequence[Example]) -> dict[str, float]:
     """Evaluation metrics.
