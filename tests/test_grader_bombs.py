@@ -50,6 +50,8 @@ UNDER_CAP = {
     "close_tags": "</answer>" * (CAP // 9 - 1),
     "spaces_then_close": "1" * 16 + " " * (CAP - 30) + "x",
     "numbers_commas": "1," * (CAP // 2 - 1),
+    "nested_boxes": "\\boxed{" * (CAP // 16) + "x" + "}" * (CAP // 16),
+    "nested_boxes_digit": "\\boxed{" * (CAP // 16) + "7" + "}" * (CAP // 16),
 }
 BIG = {"unclosed_answer_1mb": UNCLOSED_1MB, "strict_1mb": STRICT_1MB, "boxed_20k": BOXED_20K}
 

@@ -96,9 +96,14 @@ def _read_number(text: str, which: int) -> fractions.Fraction | None:
 
 
 def _boxed_number(text: str) -> fractions.Fraction | None:
-  """Rule 1 of :func:`extract_gsm8k_answer`: the first box that holds a number."""
+  """Rule 1 of :func:`extract_gsm8k_answer`: the first box that holds a number.
+
+  Linear time: a box whose content holds no number is skipped together with every box nested in
+  it (their contents are parts of it), so no text is read twice.
+  """
+  skip_until = -1
   for box in text_scan.boxes(text):
-    if box.content is None:
+    if box.start < skip_until or box.content is None:
       continue
     content = box.content.strip()
     if not content:  # ``\boxed{}101``: the number was committed after the braces
@@ -114,6 +119,7 @@ def _boxed_number(text: str) -> fractions.Fraction | None:
     value = _read_number(content, 0)
     if value is not None:
       return value
+    skip_until = box.end
   return None
 
 

@@ -79,14 +79,24 @@ class Box:
 
   Attributes:
     start: index of the backslash.
-    content: the boxed text, or None when it is incomplete (see :func:`boxes`).
-    end: index just after the box (after its closing brace, or after the space-form run); equals
-      the end of the command when ``content`` is None.
+    end: index just after the box (after its closing brace, or after the space-form run); the end
+      of the command when the content is incomplete.
+    content_start, content_end: ``text[content_start:content_end]`` is the content; both -1 when it
+      is incomplete (see :func:`boxes`).
+    text: the scanned text (not copied; :attr:`content` slices it on demand, so nested boxes cost
+      no copies).
   """
 
   start: int
-  content: str | None
   end: int
+  content_start: int
+  content_end: int
+  text: str = dataclasses.field(repr=False)
+
+  @property
+  def content(self) -> str | None:
+    """The boxed text, or None when it is incomplete."""
+    return None if self.content_start < 0 else self.text[self.content_start:self.content_end]
 
 
 def boxes(text: str) -> list[Box]:
@@ -95,9 +105,9 @@ def boxes(text: str) -> list[Box]:
   Content: after optional spaces, a ``{...}`` group with nested braces balanced (None when its
   closing brace is missing, e.g. a truncated completion); or, for the ``\\boxed 5`` form (spaces and
   no brace), the text up to the next whitespace or ``$``; None for a command followed by neither.
-  Linear time: braces are matched in one pass (:func:`matching_braces`), and the space-form runs of
+  Linear time: braces are matched in one pass (:func:`matching_braces`), the space-form runs of
   different commands do not overlap (a run holds no whitespace, so no command inside it can start
-  another space-form run).
+  another space-form run), and contents are not copied.
   """
   found = []
   for command in _BOX_COMMANDS:
@@ -115,18 +125,18 @@ def boxes(text: str) -> list[Box]:
     i = start
     while i < n and text[i] == " ":
       i += 1
-    content, end = None, start
+    span, end = (-1, -1), start
     if i < n and text[i] == "{":
       close = braces.get(i)
       if close is not None:
-        content, end = text[i + 1:close], close + 1
+        span, end = (i + 1, close), close + 1
     elif i > start:
       j = i
       while j < n and not (text[j].isspace() or text[j] == "$"):
         j += 1
       if j > i:
-        content, end = text[i:j], j
-    out.append(Box(pos, content, end))
+        span, end = (i, j), j
+    out.append(Box(pos, end, span[0], span[1], text))
   return out
 
 
