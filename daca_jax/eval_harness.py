@@ -17,8 +17,8 @@ Outputs of :func:`run_evaluation` under ``output_dir``:
   ``batch_seconds``), appended after each finished batch;
 * ``<task>/gen<L>.fingerprint.json``: what produced the rows (checkpoint, protocol, task options,
   prompt length); a rerun with another fingerprint is refused instead of mixing rows;
-* ``summary.json`` / ``summary.md``: per task and length, the task's metrics recomputed from the
-  JSONL completions, ``num_examples``, ``seconds`` (decode + grading, summed over the batches of every
+* ``summary.json`` / ``summary.md``: per task its grading rules (``Task.grading_rules``) and, per
+  length, the task's metrics recomputed from the JSONL completions, ``num_examples``, ``seconds`` (decode + grading, summed over the batches of every
   session, first batch includes compilation) and ``tokens_per_s`` (completion positions decoded per
   second of decoding).
 
@@ -300,15 +300,16 @@ def prepare_task(name: str, model: EvalModel, num_examples: int = 0) -> Prepared
   evaluation set plus BOS, so it does not change with ``num_examples``.
 
   Raises:
-    ConfigError: an unknown task (``--tasks``), or a model whose vocabulary / mask id does not fit the
-      tokenizer (``model.vocab_size`` / ``model.mask_token_id``).
+    ConfigError: an unknown task (``--tasks``), a prompt style the task does not have
+      (``--prompt_style``, see :func:`check_prompt_style`), or a model whose vocabulary / mask id does
+      not fit the tokenizer (``model.vocab_size`` / ``model.mask_token_id``).
     ValueError: a prompt longer than the task's fixed prompt length (names the example).
   """
   _import_builtin_tasks()
-  params = inspect.signature(TASKS.get(name).__init__).parameters  # unknown name: ConfigError
+  cls = TASKS.get(name)  # unknown name: ConfigError
   options = dict(model.task_options.get(name) or {"data_dir": model.data_dir})
-  if model.prompt_style is not None and "prompt_style" in params:
-    options["prompt_style"] = model.prompt_style
+  if model.prompt_style is not None:
+    options["prompt_style"] = check_prompt_style(cls, name, model.prompt_style)
   task = make_task(name, **options)
   tok = model.tokenizer if model.tokenizer is not None else task.tokenizer
   where = f"task {name!r} with tokenizer {tok!r} (checkpoint {model.identity.get('path', model.identity['kind'])})"
@@ -325,6 +326,26 @@ def prepare_task(name: str, model: EvalModel, num_examples: int = 0) -> Prepared
     view = types.SimpleNamespace(tokenizer=tok, prompt_len=plen, name=name)
     prompts = Task.encode_prompts(view, examples)  # the task's layout with another tokenizer
   return PreparedTask(task, examples, source, prompts, tok, _jsonable(options))
+
+
+def check_prompt_style(cls: type[Task], name: str, prompt_style: str) -> str:
+  """``prompt_style`` if task class ``cls`` (registered as ``name``) takes it.
+
+  Raises:
+    ConfigError: naming ``--prompt_style``, the task and the styles it has, when the task has no
+      such style (or takes no prompt style at all): silently evaluating a chat model on a prompt
+      format it was not asked for scores it near chance.
+  """
+  styles = tuple(getattr(cls, "prompt_styles", ()))
+  takes = "prompt_style" in inspect.signature(cls.__init__).parameters
+  if not takes or not styles:
+    raise ConfigError("--prompt_style", prompt_style,
+                      f"unset for task {name!r}: it has no prompt styles (one fixed prompt format); "
+                      "an HF checkpoint asks for 'chat' (evaluate this task with another checkpoint "
+                      "kind, or give it a chat style)")
+  if prompt_style not in styles:
+    raise ConfigError("--prompt_style", prompt_style, f"one of {list(styles)} for task {name!r}")
+  return prompt_style
 
 
 def _jsonable(x: Any) -> Any:
@@ -546,13 +567,15 @@ def run_evaluation(model: EvalModel, task_names: Sequence[str], protocol: EvalPr
       log(f"WARNING: {name}: evaluating on a generated set, not the benchmark file: {p.source}")
     else:
       log(f"{name}: {p.source}; evaluating {len(p.examples)} examples")
+    log(f"{name}: grading: {p.task.grading_rules() or 'not stated by the task'}")
     for length in protocol.gen_lengths:  # every length checked before any decoding
       check_length(p, model, protocol, length)
   summary: dict[str, Any] = {"checkpoint": model.identity, "protocol": _jsonable(dataclasses.asdict(protocol)),
                              "tasks": {}}
   left = max_batches
   for name, p in prepared.items():
-    entry = {"source": p.source, "primary_metric": p.task.primary_metric, "lengths": {}}
+    entry = {"source": p.source, "primary_metric": p.task.primary_metric,
+             "grading_rules": p.task.grading_rules(), "lengths": {}}
     for length in protocol.gen_lengths:
       res, decoded = evaluate_length(p, model, protocol, length, out / name, max_batches=left,
                                      show_progress=show_progress, log=log)
@@ -581,7 +604,9 @@ def summary_markdown(summary: Mapping[str, Any]) -> str:
     rows += [["num_examples"] + [str(res[L]["num_examples"]) for L in lengths],
              ["seconds"] + [f"{res[L]['seconds']:.1f}" for L in lengths],
              ["tokens_per_s"] + [f"{res[L]['tokens_per_s']:.0f}" for L in lengths]]
+    grading = entry.get("grading_rules") or "not stated by the task"
     parts += [f"## {name} (primary metric: {entry['primary_metric']})", "", entry["source"], "",
+              f"Grading: {grading}", "",
               "| metric | " + " | ".join(f"L={L}" for L in lengths) + " |",
               "|---|" + "---:|" * len(lengths)]
     parts += ["| " + " | ".join(r) + " |" for r in rows]

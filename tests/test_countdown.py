@@ -165,7 +165,7 @@ NUMS, TARGET = (30, 100, 93), 23  # first d1 item
     ("123-100", "plain", 0.1),                # missing number
     ("30+93-100+0", "plain", 0.1),            # extra number, right value
     ("30*93/100*(100-100)+23", "plain", 0.1),
-    ("30+93-100=23", "plain", 0.0),           # not an expression (d1: 0.1)
+    ("30+93-100=23", "plain", 1.0),           # d1: the left side of "E = N" is the answer
     ("30+93-1OO", "plain", 0.0),
     ("(30+93)/(100-100)", "plain", 0.0),      # division by zero = malformed
     ("", "plain", 0.0),
@@ -173,7 +173,8 @@ NUMS, TARGET = (30, 100, 93), 23  # first d1 item
     ("<reasoning>\nadd, subtract\n</reasoning>\n<answer>\n30 + 93 - 100\n</answer>", "chat", 1.0),
     ("<answer>1+2</answer> oops <answer>30+93-100</answer>trailing", "chat", 1.0),  # last span
     ("<answer>30+93-100</answer> <answer>5</answer>", "chat", 0.1),
-    ("30+93-100", "chat", 0.0),               # chat needs the answer tag (as d1)
+    ("30+93-100", "chat", 1.0),               # no box or tag: d1's evaluation grades the whole text
+    ("I add 30 and 93, then subtract 100", "chat", 0.0),  # ... which must be an expression
     ("<answer>30+93-100", "chat", 0.0),       # unclosed tag
     ("<answer>30+93-100</answer><|eot_id|><answer>1</answer>", "chat", 1.0),  # after EOT ignored
     ("<answer>30+93-100<|eot_id|></answer>", "chat", 0.0),
@@ -208,7 +209,8 @@ def test_task_targets_fit_and_grade_correct(style):
   decoded = task.decode_completions(targets)
   assert task.reward(decoded, train).tolist() == [1.0] * 50
   m = task.metrics(decoded[:10] + ["garbage"] * 10, train[:20])
-  assert m == {"accuracy": 0.5, "well_formed": 0.5, "mean_reward": pytest.approx(0.5), "num_examples": 20.0}
+  assert m == {"accuracy": 0.5, "well_formed": 0.5, "mean_reward": pytest.approx(0.5),
+               "grader_bound_hits": 0.0, "num_examples": 20.0}
   if style == "plain":
     assert train[0].prompt == " ".join(map(str, train[0].meta["numbers"])) + f"={train[0].meta['target']}"
 
@@ -216,6 +218,39 @@ def test_task_targets_fit_and_grade_correct(style):
 def test_bad_prompt_style_is_a_config_error():
   with pytest.raises(ConfigError, match="prompt_style"):
     make_task("countdown", data_dir=None, prompt_style="fancy")
+
+
+# Issue 12 item 1: what LLaDA-8B-Instruct writes under d1's Countdown prompt, and d1's parser's reading.
+@pytest.mark.parametrize("completion,expected", [
+    ("<answer>\n\\boxed{93 - 100 + 30}\n</answer>", 1.0),
+    ("\nreason\n</reasoning>\n<answer>\n\\boxed{30 + 93 - 100}\n</answer>", 1.0),
+    ("<answer>\n\\boxed{30 + 93 + 100}\n</answer>", 0.1),
+    ("<answer>\\boxed{(100 - 93) \\times 30 \\div 30}</answer>", 0.1),  # operators read; reuses 30
+    ("<answer>\\boxed{30 \\times 100 \\div 100 - 7}</answer>", 0.1),
+    ("<answer>\\boxed{30 \u00d7 93 \u00f7 93 - 7}</answer>", 0.1),
+    ("<answer>\\boxed{30 + 93 - 100 = 23}</answer>", 1.0),   # "E = N": the left side
+    ("<answer>\\boxed{30 + 93 - 100 = 24}</answer>", 1.0),   # ... whatever the right side says (d1)
+    ("<answer>30 + 93 - 100 = 23</answer>", 1.0),
+    ("<answer>Answer: 30 + 93 - 100 = 23</answer>", 1.0),      # the expression run before "="
+    ("<answer>23 = 30 + 93 - 100</answer>", 0.1),              # d1 takes "23": a wrong expression
+    ("<answer>\\boxed{x = 30 + 93 - 100}</answer>", 0.0),    # d1's rule leaves "" here
+    ("\\boxed{30 + 93 - 100} and later \\boxed{1 + 2}", 0.1),  # the last box
+    ("\\boxed{30 + 93 - 100} then a cut-off \\boxed{1 +", 1.0),  # an unclosed last box is skipped
+    ("<answer>\\boxed{}</answer> 30 + 93 - 100", 0.0),       # empty box skipped; the span is "\boxed{}"
+])
+def test_d1_chat_answers(completion, expected):
+  assert countdown_reward(completion, NUMS, TARGET, "chat") == expected
+
+
+def test_chat_prompt_is_d1s_and_the_sft_target_is_its_answer_format():
+  task = make_task("countdown", data_dir=None, eval_size=3, prompt_style="chat")
+  ex = task.make_example((30, 100, 93), 23, "30+93-100")
+  assert "Using only the provided numbers, create an arithmetic expression" in ex.prompt
+  assert ex.prompt.endswith("Numbers: [30, 100, 93]\nTarget: 23<|eot_id|><|start_header_id|>assistant"
+                            "<|end_header_id|>\n\n<reasoning>")
+  assert ex.target.endswith("</reasoning>\n<answer>\n\\boxed{30+93-100}\n</answer>")
+  assert countdown_reward(ex.target, NUMS, TARGET, "chat") == 1.0
+  assert "last closed \\boxed{}" in task.grading_rules()
 
 
 _ALPHABET = "0123456789+-*/() \n=.x<>/answer" + "\u0663\u00e9\U0001F600{}"
@@ -243,7 +278,8 @@ def test_smoke_config_runs_through_the_main_job(tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   res = json.loads((tmp_path / "results.json").read_text())
   for phase in ("eval_before", "eval_after"):
-    assert set(res[phase]) == {"accuracy", "well_formed", "mean_reward", "num_examples"}
+    assert set(res[phase]) == {"accuracy", "well_formed", "mean_reward", "grader_bound_hits",
+                               "num_examples"}
     assert res[phase]["num_examples"] == 32
     assert 0.0 <= res[phase]["accuracy"] <= res[phase]["well_formed"] <= 1.0
   assert res["config"]["task"]["name"] == "countdown"

@@ -222,3 +222,38 @@ def test_hf_checkpoint_uses_its_tokenizer_chat_prompts_and_context(tmp_path):
   short = dataclasses.replace(model, max_seq_len=prepared.prompts.shape[1] + 16)
   with pytest.raises(ConfigError, match=r"--gen_lengths=32 .*<= 16: the model's context"):
     eh.run_evaluation(short, ["countdown"], protocol, tmp_path / "o2", show_progress=False)
+
+
+def test_prompt_style_a_task_does_not_have_is_refused_naming_the_task_and_its_styles():
+  from daca_jax.tasks.base import TASKS
+  from daca_jax.tasks.sudoku import Sudoku4x4Task
+
+  chat = dataclasses.replace(_oracle_model(), prompt_style="chat")
+  prepared = eh.prepare_task("sudoku4x4", chat, 2)  # d1's Sudoku chat style: taken, not dropped
+  assert prepared.task.prompt_style == "chat" and prepared.options["prompt_style"] == "chat"
+  assert "Please solve the following 4x4 Sudoku puzzle" in prepared.examples[0].prompt
+  with pytest.raises(ConfigError, match=r"--prompt_style='markdown' .*one of \['plain', 'chat'\] "
+                                        r"for task 'sudoku4x4'"):
+    eh.prepare_task("sudoku4x4", dataclasses.replace(chat, prompt_style="markdown"))
+
+  if "fixed_prompt_probe" not in TASKS:
+    @TASKS.register("fixed_prompt_probe")
+    class FixedPrompt(Sudoku4x4Task):  # pylint: disable=unused-variable
+      """Takes no prompt_style: one fixed prompt format (sudoku's plain one)."""
+
+      def __init__(self, data_dir=None):
+        super().__init__(data_dir=data_dir)
+
+  with pytest.raises(ConfigError, match=r"--prompt_style='chat' .*task 'fixed_prompt_probe': it has no "
+                                        r"prompt styles"):
+    eh.prepare_task("fixed_prompt_probe", chat)
+  assert eh.prepare_task("fixed_prompt_probe", _oracle_model(), 1).task.name == "sudoku4x4"
+
+
+def test_summary_states_the_grading_rules(tmp_path):
+  summary = eh.run_evaluation(_oracle_model(), ["sudoku4x4"], SMALL, tmp_path, show_progress=False,
+                              log=lambda s: None)
+  rules = make_task("sudoku4x4", data_dir="").grading_rules()
+  assert rules and summary["tasks"]["sudoku4x4"]["grading_rules"] == rules
+  assert f"Grading: {rules}" in (tmp_path / "summary.md").read_text()
+  assert json.loads((tmp_path / "summary.json").read_text())["tasks"]["sudoku4x4"]["grading_rules"] == rules

@@ -84,10 +84,55 @@ def test_compile_schema_resolves_local_and_nested_refs():
     {"type": "integer", "minimum": 1e308, "multipleOf": 1e-300},  # overflows inside the generator
     {"type": "string", "pattern": "^[a-f]{8}$"},  # patterns are not generated
     {"not": {"type": "null"}},
+    {"type": "array", "minItems": 10**9},  # would need 10^9 items
+    {"type": "string", "minLength": 10**9},
+    {"type": "array", "minItems": 50, "items": {"type": "array", "minItems": 50,
+                                                "items": {"type": "array", "minItems": 50}}},
 ])
 def test_instance_generator_reports_unsupported(schema):
   with pytest.raises(gen.Unsupported):
     js.compile_schema(schema).instance(None)
+
+
+@pytest.mark.parametrize("schema", [
+    {"type": "object", "required": 5},  # not a list
+    {"type": "object", "properties": {"a": 3}, "required": ["a"]},
+    {"type": "array", "items": [1, 2], "minItems": 1},
+    {"allOf": [{"$ref": 7}]},
+    {"type": "integer", "minimum": "3", "maximum": [1], "multipleOf": "x"},
+    {"type": ["string", 3], "minLength": -4, "maxLength": "x"},
+    {"anyOf": [{"type": "object", "minProperties": "2"}]},
+    {"enum": {"a": 1}, "type": "object", "properties": {"x": {"const": 1}}, "required": ["x", 4]},
+])
+def test_generator_failures_on_odd_schemas_are_unsupported(schema):
+  """Schemas the meta-schema would reject still never crash the generator (issue 13 item 8)."""
+  try:
+    gen.generate_instance(schema, lambda ref: {}, None)
+  except gen.Unsupported:
+    pass
+
+
+_schema_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 10**12) | st.floats(allow_nan=False) | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["type", "properties", "required", "items", "prefixItems", "minItems", "maxItems",
+                         "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum",
+                         "multipleOf", "enum", "const", "allOf", "anyOf", "oneOf", "$ref", "format",
+                         "additionalProperties", "minProperties", "uniqueItems", "additionalItems",
+                         "string", "integer", "number", "object", "array", "boolean", "null"]),
+        inner, max_size=5),
+    max_leaves=20)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_schema_values, st.integers(0, 2**32 - 1))
+def test_generator_returns_or_raises_unsupported_on_anything(schema, seed):
+  for rng in (None, np.random.default_rng(seed)):
+    try:
+      value = gen.generate_instance(schema, lambda ref: {"type": "integer"}, rng)
+    except gen.Unsupported:
+      continue
+    json.dumps(value)  # a JSON value
 
 
 @needs_bench
@@ -168,23 +213,20 @@ def test_rewards_and_metrics_exact():
   np.testing.assert_array_equal(r, np.array([1, 0.25, 0.25, 0, 1, 0.25], np.float32))
   m = task.metrics(completions, [ex] * len(completions))
   assert m == {"schema_adherence": 2 / 6, "json_parse_rate": 5 / 6, "validator_errors": 0.0,
-               "num_examples": 6.0}
+               "grader_bound_hits": 0.0, "num_examples": 6.0}
   with pytest.raises(ValueError):
     task.reward(["{}"], [ex, ex])
 
 
 def test_validator_exception_scores_zero_and_is_counted():
+  # jsonschema's multipleOf divides the instance by a float: a 401-digit integer overflows there.
   task = make_task("json_schema", data_dir=None, eval_size=4)
-  ex = Example(prompt="", target="", meta={"schema": "{}"})
-  compiled = js.compile_schema({})
-
-  class Exploding:
-    def is_valid(self, instance):
-      raise RuntimeError("boom")
-
-  task._compiled["{}"] = js.CompiledSchema({}, Exploding(), compiled.resolver)
-  assert task.metrics(["{}", "x"], [ex, ex]) == {"schema_adherence": 0.0, "json_parse_rate": 0.5,
-                                                 "validator_errors": 1.0, "num_examples": 2.0}
+  ex = Example(prompt="", target="", meta={"schema": js.compact({"type": "number", "multipleOf": 0.5})})
+  huge = "1" + "0" * 400
+  assert task.metrics([huge, "x", "3.5"], [ex] * 3) == {
+      "schema_adherence": 1 / 3, "json_parse_rate": 2 / 3, "validator_errors": 1.0,
+      "grader_bound_hits": 0.0, "num_examples": 3.0}
+  assert task.reward([huge], [ex]).tolist() == [0.0]
 
 
 def test_chat_prompt_style_and_bad_options():
@@ -202,6 +244,27 @@ def test_chat_prompt_style_and_bad_options():
                         ({"target_style": "max"}, "task.options.target_style")]:
     with pytest.raises(ConfigError, match=field):
       make_task("json_schema", data_dir=None, **kwargs)
+
+
+@pytest.mark.slow
+@needs_bench
+def test_generator_on_every_jsonschemabench_schema():
+  """Both folders, all schemas that compile: every generated instance validates (checked here by
+  a fresh jsonschema validator), every failure is Unsupported (issue 13 item 8)."""
+  schemas, _ = js.load_jsonschemabench(BENCH)
+  covered = unsupported = 0
+  for s in schemas:
+    for rng in (None, np.random.default_rng(0)):
+      try:
+        inst = s.compiled.instance(rng)
+      except gen.Unsupported:
+        unsupported += 1
+        continue
+      assert _fresh_is_valid(s.compiled.schema, inst), s.key
+      covered += 1
+  print(f"\ngenerator on {len(schemas)} JSONSchemaBench schemas x 2 draws: {covered} valid instances, "
+        f"{unsupported} Unsupported")
+  assert covered > 0.85 * 2 * len(schemas)
 
 
 @needs_bench
@@ -282,7 +345,8 @@ def test_smoke_main_job(tmp_path):
   cfg.sft.steps = 20
   results = run_main_job(train_config_from_dict(cfg), tmp_path, show_progress=False, log=lambda s: None)
   for phase in ("eval_before", "eval_after"):
-    assert set(results[phase]) == {"schema_adherence", "json_parse_rate", "validator_errors", "num_examples"}
+    assert set(results[phase]) == {"schema_adherence", "json_parse_rate", "validator_errors",
+                                   "grader_bound_hits", "num_examples"}
     assert results[phase]["num_examples"] == 32.0
   lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
   assert len(lines) == 2 and all(0.0 <= json.loads(l)["reward_mean"] <= 1.0 for l in lines)

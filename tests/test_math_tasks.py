@@ -20,6 +20,7 @@ from daca_jax.data.local import default_data_dir
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import make_task
 from daca_jax.tasks import reasoning_format as fmt
+from daca_jax.tasks.base import Example
 from daca_jax.tasks.math_answers import (MathVerifier, extract_gsm8k_answer, extract_math_answer,
                                          last_boxed, parse_number)
 
@@ -43,39 +44,81 @@ def math500():
 def test_gsm8k_gold_solutions_grade_correct_on_all_1319():
   path = _data("gsm8k/test.jsonl")
   rows = [json.loads(line) for line in path.read_text().splitlines()]
-  task = make_task("gsm8k", data_dir="")
-  examples, source = task.eval_examples()
+  plain = make_task("gsm8k", data_dir="", prompt_style="plain")
+  examples, source = plain.eval_examples()
   assert len(examples) == len(rows) == 1319 and "test.jsonl" in source
-  correct = task.correct([r["answer"] for r in rows], examples)
+  correct = plain.correct([r["answer"] for r in rows], examples)  # "... #### N": the plain rule
   assert sum(correct) == 1319
-  # The same numbers in the chat layout, written with commas / $ / a trailing period.
-  chat = [f"<reasoning>\nwork\n</reasoning>\n<answer>\n${int(ex.meta['gold']):,}.\n</answer>"
-          for ex in examples]
+  # The same numbers in d1's chat layout (the prompt ends with "<reasoning>"), boxed or written
+  # with commas / $ / a trailing period.
+  task = make_task("gsm8k", data_dir="")
+  examples = task.eval_examples()[0]
+  chat = [f"\nwork\n</reasoning>\n<answer>\n${int(ex.meta['gold']):,}.\n</answer>" for ex in examples]
   assert sum(task.correct(chat, examples)) == 1319
   assert task.metrics(chat, examples)["strict_format"] == 1.0
-  shifted = task.correct([r["answer"] for r in rows[1:] + rows[:1]], examples)
+  boxed = [f"\nwork\n</reasoning>\n<answer>\n\\boxed{{{ex.meta['gold_text']}}}\n</answer>" for ex in examples]
+  assert sum(task.correct(boxed, examples)) == 1319
+  shifted = plain.correct([r["answer"] for r in rows[1:] + rows[:1]], examples)
   assert sum(shifted) < 100  # a grader that accepts anything would fail here
+  # Under d1's protocol a completion that states no answer scores nothing, whatever its numbers.
+  assert sum(task.correct([r["answer"] for r in rows], examples)) == 0
+
+
+@pytest.mark.parametrize("completion,style,fallback,expected", [
+    ("so 16 - 3 - 4 = 9 and 9 * 2 = 18\n#### 18", "plain", False, Fraction(18)),
+    ("#### 1,234,567", "plain", False, Fraction(1234567)),
+    ("#### 18 dollars, then 5", "plain", False, Fraction(18)),
+    ("The answer is $18.", "chat", True, Fraction(18)),
+    ("It costs $18.50 in total.", "chat", True, Fraction(37, 2)),
+    ("18.0", "plain", True, Fraction(18)),
+    ("the list 1,2,3", "chat", True, Fraction(3)),
+    ("The answer is $18.", "chat", False, None),  # no box, no answer span: d1 reads nothing
+    ("#### 18", "chat", False, None),  # d1's parser has no #### rule
+    ("<answer>\n-7\n</answer>", "chat", False, Fraction(-7)),
+    ("<reasoning>\n1 + 1 = 2\n3 apples\n</reasoning>\n<answer>\n42\n</answer>\nthen 99", "chat", False,
+     Fraction(42)),
+    ("<answer>5</answer> and later <answer>6</answer>", "chat", False, Fraction(6)),
+    ("<answer>6</answer><|eot_id|><answer>7</answer>", "chat", False, Fraction(6)),
+    ("we get \\boxed{1,000} apples, not 3", "chat", False, Fraction(1000)),
+    ("<answer>the total is 12 apples and 30 pears</answer>", "chat", False, Fraction(30)),  # last number
+    # d1's parse_gsm_answers: the FIRST box holding a number, anywhere; its first number.
+    ("\\boxed{3} apples, then \\boxed{18}", "chat", False, Fraction(3)),
+    ("<answer>\\boxed{10 - 2 = 8}</answer>", "chat", False, Fraction(10)),
+    ("\\boxed{...} then \\boxed{} then \\boxed{7}", "chat", False, Fraction(7)),
+    ("<answer>7</answer> \\boxed{8}", "chat", False, Fraction(8)),  # a box beats the answer span
+    ("no number here", "chat", True, None),
+    ("####", "plain", False, None),
+    ("9" * 5000, "plain", True, None),  # beyond MAX_NUMBER_DIGITS (and Python's int-from-str limit)
+])
+def test_gsm8k_extraction_hand_cases(completion, style, fallback, expected):
+  assert extract_gsm8k_answer(completion, style, fallback) == expected
 
 
 @pytest.mark.parametrize("completion,expected", [
-    ("so 16 - 3 - 4 = 9 and 9 * 2 = 18\n#### 18", Fraction(18)),
-    ("#### 1,234,567", Fraction(1234567)),
-    ("The answer is $18.", Fraction(18)),
-    ("It costs $18.50 in total.", Fraction(37, 2)),
-    ("18.0", Fraction(18)),
-    ("<answer>\n-7\n</answer>", Fraction(-7)),
-    ("<reasoning>\n1 + 1 = 2\n3 apples\n</reasoning>\n<answer>\n42\n</answer>\nthen 99", Fraction(42)),
-    ("<answer>5</answer> and later <answer>6</answer>", Fraction(6)),
-    ("<answer>6</answer><|eot_id|><answer>7</answer>", Fraction(6)),
-    ("we get \\boxed{1,000} apples, not 3", Fraction(1000)),
-    ("#### 18 dollars, then 5", Fraction(18)),
-    ("the list 1,2,3", Fraction(3)),
-    ("no number here", None),
-    ("####", None),
-    ("9" * 5000, None),  # beyond MAX_NUMBER_DIGITS (and Python's int-from-str limit)
+    # Issue 12 item 4: the edge cases LLaDA-8B-Instruct produces.
+    ("<answer></answer> then the result is \\boxed{5}", Fraction(5)),
+    ("<reasoning>\nr\n</reasoning>\n<answer>\n</answer>\n\\boxed{5}", Fraction(5)),
+    ("<answer>\\boxed{}101</answer>", Fraction(101)),
+    ("The answer is \\boxed{}101.", Fraction(101)),
+    ("so \\boxed{} 42", Fraction(42)),
+    ("\\boxed{2:00 pm}", Fraction(2)),  # d1 reads the first number, not the last ("00")
+    ("<answer>4</answer><answer></answer>", Fraction(4)),  # an empty last span is skipped
+    ("\\boxed{}", None),
 ])
-def test_gsm8k_extraction_hand_cases(completion, expected):
+def test_gsm8k_d1_edge_cases(completion, expected):
   assert extract_gsm8k_answer(completion) == expected
+
+
+def test_gsm8k_last_number_fallback_is_an_option_off_by_default():
+  task = make_task("gsm8k", data_dir=None)
+  assert task.last_number_fallback is False and "fallback off" in task.grading_rules()
+  on = make_task("gsm8k", data_dir=None, last_number_fallback=True)
+  ex = Example(prompt="", target="", meta={"gold": Fraction(18), "gold_text": "18"})
+  truncated = "\nFirst 16 - 3 - 4 = 9, then 9 * 2 = 18"  # generation cut before any answer
+  assert task.correct([truncated], [ex]) == [False] and on.correct([truncated], [ex]) == [True]
+  assert "fallback ON" in on.grading_rules()
+  with pytest.raises(ConfigError, match="task.options.last_number_fallback"):
+    make_task("gsm8k", data_dir=None, last_number_fallback="yes")
 
 
 def test_parse_number():
@@ -103,10 +146,12 @@ def test_gsm8k_reward_is_correctness_plus_weighted_format_and_accuracy_threshold
   task = make_task("gsm8k", data_dir="", format_weight=0.1)
   ex = task.eval_examples()[0][:1]
   gold = int(ex[0].meta["gold"])
-  formatted = f"<reasoning>\nwork\n</reasoning>\n<answer>\n{gold}\n</answer>"
-  cases = [formatted, formatted.replace(str(gold), str(gold + 1)), f"#### {gold}", "nothing"]
+  assert ex[0].prompt.endswith("<reasoning>")  # d1's prompt opens the reasoning tag
+  formatted = f"\nwork\n</reasoning>\n<answer>\n\\boxed{{{gold}}}\n</answer>"
+  cases = [formatted, formatted.replace(str(gold), str(gold + 1)), f"#### {gold}", "nothing",
+           "<reasoning>" + formatted]  # the tag again: not d1's layout any more (soft only)
   rewards = [float(task.reward([c], ex)[0]) for c in cases]
-  assert rewards == pytest.approx([1.1, 0.1, 1.0, 0.0])
+  assert rewards == pytest.approx([1.1, 0.1, 0.0, 0.0, 1.05])
   plain = make_task("gsm8k", data_dir="", prompt_style="plain")
   assert float(plain.reward([formatted], plain.eval_examples()[0][:1])[0]) == 1.0
   train = plain.train_examples(5, seed=0)
@@ -174,7 +219,7 @@ def test_math_verify_equivalences(math500, gold, answer, expected):
 
 def test_math500_reward_from_a_non_main_thread(math500):
   examples = math500.eval_examples()[0][:2]
-  good = f"<reasoning>\nr\n</reasoning>\n<answer>\n\\boxed{{{examples[0].meta['gold']}}}\n</answer>"
+  good = f"\nr\n</reasoning>\n<answer>\n\\boxed{{{examples[0].meta['gold']}}}\n</answer>"
   out = {}
   thread = threading.Thread(target=lambda: out.update(r=math500.reward([good, "no"], examples)))
   thread.start()
@@ -183,13 +228,13 @@ def test_math500_reward_from_a_non_main_thread(math500):
 
 
 def test_hanging_grade_is_killed_and_the_worker_restarts():
-  # math-verify's own timeout disabled: the big power never finishes; the parent's limit kills it.
-  verifier = MathVerifier(timeout_s=2.0, math_verify_timeout=0)
+  # A huge integer power runs in native code, where the worker's CPU timer cannot interrupt it: the
+  # parent sees the worker's CPU time pass the limit and kills it; the next item gets a fresh one.
+  verifier = MathVerifier()
   try:
     assert verifier.equal([("1", "1")]) == [True]  # worker started
-    t0 = time.perf_counter()
-    assert verifier.equal([("5", "2^{10^{10}} + 1")]) == [False]
-    assert time.perf_counter() - t0 < 10 and verifier.num_timeouts == 1
+    assert verifier.verify([("5", "2^{10^{10}} + 1")]) == [(False, True)]
+    assert verifier.num_timeouts == 1
     assert verifier.equal([("\\frac{1}{2}", "0.5")]) == [True]  # a fresh worker
   finally:
     verifier.close()

@@ -248,7 +248,7 @@ def test_garbage_completions_score_zero_and_never_raise():
   assert r.tolist() == [0.0] * len(garbage)
   m = task.metrics(garbage, examples)
   assert m == {"strict_solved": 0.0, "cell_accuracy": 0.0, "exact_match": 0.0,
-               "num_examples": float(len(garbage))}
+               "grader_bound_hits": 0.0, "num_examples": float(len(garbage))}
   assert task.metrics([], [])["num_examples"] == 0
   assert task.reward([], []).shape == (0,)
   with pytest.raises(ValueError, match="completions"):
@@ -270,7 +270,8 @@ def test_d1_stored_solutions_score_one():
   r = task.reward(solutions, examples)
   assert r.tolist() == [1.0] * 500
   assert task.metrics(solutions, examples) == {
-      "strict_solved": 1.0, "cell_accuracy": 1.0, "exact_match": 1.0, "num_examples": 500.0}
+      "strict_solved": 1.0, "cell_accuracy": 1.0, "exact_match": 1.0, "grader_bound_hits": 0.0,
+      "num_examples": 500.0}
 
 
 def test_d1_blanks_and_unique_count():
@@ -411,3 +412,65 @@ def test_encode_prompts_left_pads_and_rejects_long_prompts():
   with pytest.raises(ValueError, match="example 1") as err:
     task.encode_prompts([short, too_long])
   assert "0" * 17 in str(err.value) and "prompt_len=17" in str(err.value)
+
+
+# ------------------------------------------------------------------ chat style (d1's protocol)
+PUZZLE, SOLUTION = "3102200002100320", "3142243142131324"  # d1's first test puzzle
+_BLANKS = [i for i, c in enumerate(PUZZLE) if c == "0"]
+
+
+def _cells(answer: str) -> float:
+  """d1's cell score of an answer string, written out: pad/truncate to 16, compare blank cells."""
+  padded = (answer + "0" * 16)[:16]
+  return sum(padded[i] == SOLUTION[i] for i in _BLANKS) / len(_BLANKS)
+
+
+def test_chat_prompt_is_d1s_sudoku_prompt():
+  task = make_task("sudoku4x4", data_dir=None, eval_size=3, prompt_style="chat")
+  ex = task.eval_examples()[0][0]
+  assert ex.prompt.startswith("<|start_header_id|>user<|end_header_id|>\n\nPlease solve the following "
+                              "4x4 Sudoku puzzle.")
+  assert "Important: Your solution must be a COMPLETE 16-character string" in ex.prompt
+  assert "[16-character solution string with no spaces or separators]\n</answer>" in ex.prompt
+  assert ex.prompt.endswith(f"Solve the following Sudoku puzzle: {ex.meta['puzzle']}<|eot_id|>"
+                            "<|start_header_id|>assistant<|end_header_id|>\n\n<reasoning>")
+  assert ex.target.endswith(f"</reasoning>\n<answer>\n{ex.meta['solution']}\n</answer>")
+  assert task.encode_prompts([ex]).shape == (1, task.prompt_len)
+  targets = task.encode_targets([ex], task.min_gen_length)
+  assert task.reward(task.decode_completions(targets), [ex]).tolist() == [1.0]
+  with pytest.raises(ConfigError, match="task.options.prompt_style"):
+    make_task("sudoku4x4", data_dir=None, prompt_style="xml")
+
+
+@pytest.mark.parametrize("completion,answer", [
+    (f"\nfill the blanks\n</reasoning>\n<answer>\n{SOLUTION}\n</answer>", SOLUTION),
+    # The chance-level reading of the plain grader ("To solve this 4x") is gone:
+    ("To solve this 4x4 puzzle I look at each row.", ""),
+    (f"<answer>\n{SOLUTION[:4]} {SOLUTION[4:8]}\n{SOLUTION[8:12]} {SOLUTION[12:]}\n</answer>", SOLUTION),
+    (f"<answer>\n```\n{SOLUTION[:8]}\n{SOLUTION[8:]}\n```\n</answer>", SOLUTION),  # pattern 1
+    (f"<answer>{SOLUTION[:10]}</answer>", SOLUTION[:10]),  # short: padded with 0 for the cells
+    (f"<answer>{SOLUTION}1234</answer>", SOLUTION + "1234"),  # long: truncated for the cells
+    (f"<answer>[{SOLUTION}]</answer>", f"[{SOLUTION}]"),  # d1 keeps every non-space character
+    (f"<answer>\n{SOLUTION}<|eot_id|>junk", SOLUTION),  # the end-of-text marker closes the span
+    (f"<answer>\n\n</answer>\n{SOLUTION}", SOLUTION),  # pattern 3: the text after </answer>
+    (f"my grid: {SOLUTION} done", SOLUTION),  # pattern 5: a free-standing 16-digit number
+    (f"x{SOLUTION}y", ""),  # ... not inside a word
+    (f"<answer>1</answer><answer>{SOLUTION}</answer>", "1"),  # the FIRST span (d1's re.search)
+])
+def test_chat_answers_are_read_with_d1s_parser(completion, answer):
+  assert sudoku.extract_chat_answer(completion) == answer
+  task = make_task("sudoku4x4", data_dir=None, eval_size=3, prompt_style="chat")
+  ex = Example(prompt="", target="", meta={"puzzle": PUZZLE, "solution": SOLUTION})
+  assert task.reward([completion], [ex])[0] == pytest.approx(_cells(answer) if answer else 0.0)
+
+
+def test_chat_metrics_cell_accuracy_is_d1s_cell_ratio():
+  task = make_task("sudoku4x4", data_dir=None, eval_size=3, prompt_style="chat")
+  ex = [Example(prompt="", target="", meta={"puzzle": PUZZLE, "solution": SOLUTION}),
+        Example(prompt="", target="", meta={"puzzle": "3142243142131320", "solution": SOLUTION})]
+  completions = [f"<answer>{SOLUTION[:12]}</answer>", "<answer>0000</answer>"]
+  m = task.metrics(completions, ex)
+  # First puzzle: blanks 2, 5, 6, 7, 8, 11 right, 12 and 15 padded with "0"; the second puzzle's one
+  # blank wrong: (6 + 0) / (8 + 1) cells, not the mean of the per-puzzle fractions (3 / 8).
+  assert m["cell_accuracy"] == pytest.approx(6 / 9)
+  assert m["strict_solved"] == 0.0 and m["exact_match"] == 0.0 and m["grader_bound_hits"] == 0.0

@@ -63,10 +63,16 @@ class Task(abc.ABC):
     min_gen_length: smallest completion length (tokens, including one EOS) that can hold a full
       answer.
     primary_metric: the key of :meth:`metrics` that tables and the reproduction grid report.
+    prompt_styles: the values the constructor's ``prompt_style`` argument accepts; ``()`` for a task
+      with one fixed prompt format (and no such argument).
+    num_bound_hits: running count of completions that hit a grader bound (too long, out of time);
+      they score 0 and :meth:`metrics` reports the batch's count as ``grader_bound_hits``.
   """
 
   name: str
   primary_metric: str = "accuracy"
+  prompt_styles: tuple[str, ...] = ()
+  num_bound_hits: int = 0
   tokenizer: ByteTokenizer
   prompt_len: int
   min_gen_length: int
@@ -86,6 +92,11 @@ class Task(abc.ABC):
   @abc.abstractmethod
   def metrics(self, completions: Sequence[str], examples: Sequence[Example]) -> dict[str, float]:
     """Returns evaluation metrics; always includes ``"num_examples"``."""
+
+  def grading_rules(self) -> str:
+    """One line naming how completions are graded (printed in evaluation summaries); "" if the task
+    does not say."""
+    return ""
 
   # Whether :meth:`token_rewards` is defined (credit ``token_reward``).
   has_token_rewards: bool = False

@@ -53,6 +53,7 @@ from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import reasoning_format as fmt
 from daca_jax.tasks.hf_tokenizer import llada_chat_prompt
 from daca_jax.tasks import sandbox
+from daca_jax.tasks import text_scan
 from daca_jax.tasks.base import TASKS, Example, Task
 from daca_jax.tasks.tokenizer import ByteTokenizer
 
@@ -61,9 +62,6 @@ MBPP_TRAIN_FILE = "mbpp/train.json"
 _MBPP_PREFIX_HEAD = "Here is the completed code:\n```python\n"
 
 _PY_TAGS = frozenset({"", "python", "python3", "py"})
-# A complete fence: ```tag (rest of the line ignored) newline, body, closing ```.
-_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n(.*?)```", re.DOTALL)
-_OPEN_FENCE_RE = re.compile(r"```[ \t]*([A-Za-z0-9_+.-]*)[^\n]*\n")
 _IMPORT_RE = re.compile(r"^(?:import|from)[ \t]+\S.*$", re.MULTILINE)
 _MBPP_CALL_RE = re.compile(r"^check\(([A-Za-z_][A-Za-z0-9_]*)\)\s*$", re.MULTILINE)
 # Names called at the start of an assert (``assert f(...)``, ``assert not f(...)``, ``assert set(f(``).
@@ -86,7 +84,9 @@ def extract_code(completion: str, entry_point: str | None = None) -> tuple[str, 
   Order of preference: the last complete fence tagged python/py/python3 or untagged that defines
   ``entry_point``; else the last such fence; else the text after an unclosed opening fence (a
   generation cut short); else the whole completion. Text from the first end-of-text marker on is
-  ignored (:func:`daca_jax.tasks.reasoning_format.clean_completion`).
+  ignored (:func:`daca_jax.tasks.reasoning_format.clean_completion`). Fences are found in linear
+  time (:func:`daca_jax.tasks.text_scan.code_fences`); a completion longer than
+  ``text_scan.MAX_COMPLETION_CHARS`` yields no code (a grader bound hit).
 
   Args:
     completion: decoded model output (any string).
@@ -95,17 +95,19 @@ def extract_code(completion: str, entry_point: str | None = None) -> tuple[str, 
   Returns:
     ``(code, fenced)``; never raises for any ``str``.
   """
+  if text_scan.over_limit(completion):
+    return "", False
   text = fmt.clean_completion(completion)
-  blocks = [body for tag, body in _FENCE_RE.findall(text) if tag.lower() in _PY_TAGS]
+  blocks = [body for tag, body in text_scan.code_fences(text) if tag.lower() in _PY_TAGS]
   if blocks:
     if entry_point:
       defining = [b for b in blocks if defines(b, entry_point)]
       if defining:
         return defining[-1], True
     return blocks[-1], True
-  opened = [m for m in _OPEN_FENCE_RE.finditer(text) if m.group(1).lower() in _PY_TAGS]
+  opened = [start for tag, start in text_scan.fence_openings(text) if tag.lower() in _PY_TAGS]
   if opened:
-    return text[opened[-1].end():], False
+    return text[opened[-1]:], False
   return text, False
 
 
@@ -141,13 +143,14 @@ class CodeTask(Task):
   """
 
   _CACHE_SIZE = 4096
+  prompt_styles = fmt.PROMPT_STYLES
 
   def __init__(self, data_dir: str | os.PathLike[str] | None = None, eval_path: str = "",
                prompt_style: str = "chat", format_weight: float = 0.1, prompt_len: int = 0,
                min_gen_length: int = 0, timeout_s: float = 5.0, memory_mb: int = 1024,
                max_workers: int = 0):
     self.tokenizer = ByteTokenizer()
-    self.prompt_style = fmt.check_prompt_style(prompt_style)
+    self.prompt_style = fmt.check_prompt_style(prompt_style, self.prompt_styles)
     if (isinstance(format_weight, bool) or not isinstance(format_weight, (int, float))
         or not 0 <= format_weight < 1):
       raise ConfigError("task.options.format_weight", format_weight, "a number in [0, 1)")
@@ -289,13 +292,23 @@ class CodeTask(Task):
       rewards = rewards + self.format_weight * self._fenced(completions, examples)
     return rewards.astype(np.float32)
 
+  def grading_rules(self) -> str:
+    """One line naming the grading rules (evaluation summary)."""
+    bonus = (f"; +{self.format_weight:g} for a complete python fence" if self.prompt_style == "chat"
+             else "")
+    return ("code: the last complete python fence that defines the entry point, else the last python "
+            "fence, else the text after an unclosed fence, else the whole completion; 1.0 iff the "
+            f"problem's tests pass in the sandbox ({self.limits.timeout_s:g} s){bonus}; completions > "
+            f"{text_scan.MAX_COMPLETION_CHARS} chars score 0")
+
   def metrics(self, completions: Sequence[str], examples: Sequence[Example]) -> dict[str, float]:
     """Evaluation metrics.
 
     Returns:
       ``pass@1`` (fraction passing), ``format_rate`` (fraction with a complete python fence),
       ``timeout_rate``, ``sandbox_error_rate`` (the sandbox could not run the program; should be
-      0), ``num_examples``. Rates are 0.0 when N = 0.
+      0), ``grader_bound_hits`` (completions longer than ``text_scan.MAX_COMPLETION_CHARS``, not
+      run; they score 0), ``num_examples``. Rates are 0.0 when N = 0.
     """
     results = self.run_tests(completions, examples)
     n = len(examples)
@@ -308,6 +321,7 @@ class CodeTask(Task):
             "format_rate": float(fenced.mean()) if n else 0.0,
             "timeout_rate": rate(sandbox.TIMEOUT),
             "sandbox_error_rate": rate(sandbox.ERROR),
+            "grader_bound_hits": float(sum(text_scan.over_limit(c) for c in completions)),
             "num_examples": float(n)}
 
 

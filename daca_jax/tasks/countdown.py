@@ -4,6 +4,22 @@ An item is three numbers and a target; the answer is an arithmetic expression wi
 parentheses that uses each number exactly once and equals the target (d1's ``countdown_cd3`` task;
 its 256 test items use numbers and targets in 1..100, all solvable).
 
+Prompt styles (``prompt_style``): ``"plain"`` (tiny byte model): prompt ``"30 100 93=23"``,
+completion = the bare expression; ``"chat"``: d1's Countdown evaluation prompt (:data:`SYSTEM_PROMPT`
+and ``"Numbers: [30, 100, 93]\\nTarget: 23"``, d1 ``eval/countdown.py``): reasoning, then the
+expression as ``\\boxed{...}`` inside ``<answer>`` tags.
+
+Answer extraction (:func:`extract_expression`, both styles), d1's evaluation parser
+(``eval/parse_and_get_acc.py``, ``parse_countdown_answers``), rule by rule:
+
+1. the content of the last closed, non-empty ``\\boxed{...}``; else the last complete, non-empty
+   ``<answer>...</answer>`` span; else the whole completion (cut at the first end-of-text marker);
+2. ``\\times``, ``\\cdot`` and ``×`` are read as ``*``, ``\\div`` and ``÷`` as ``/``;
+3. an equation ``E = N`` is decided as d1 does: the left side is the answer. Precisely, the first
+   maximal run of characters ``0-9 + - * / ( )`` and spaces that is followed by ``=`` and then a
+   digit, ``.`` or space is taken (so ``92 / 2 = 46`` and ``Answer: 92 / 2 = 46`` grade ``92 / 2``;
+   whatever the right side says is ignored). Any other text with ``=`` is malformed.
+
 Reward (d1's values: 1.0 / 0.1 / 0), graded with the project's own parser
 (:func:`daca_jax.tasks.arith.parse_expression`; nothing is ``eval``-ed):
 
@@ -11,25 +27,28 @@ Reward (d1's values: 1.0 / 0.1 / 0), graded with the project's own parser
   (as a multiset) and whose exact value equals the target;
 * 0.1: a well-formed expression that is wrong (other value, or numbers missing, reused or extra);
 * 0.0: no answer, or an answer that is not a well-formed expression (including division by zero,
-  more than 256 characters, or nesting deeper than 32).
+  more than 256 characters, or nesting deeper than 32), or a completion longer than
+  :data:`daca_jax.tasks.text_scan.MAX_COMPLETION_CHARS` (a grader bound hit, counted in the metric
+  ``grader_bound_hits``).
 
-Where this differs from d1 (``diffu-grpo/reward_func.py``, ``compute_score``), knowingly:
+Where this differs from d1 (evaluation parser and ``diffu-grpo/reward_func.py``'s ``compute_score``),
+knowingly:
 
-* d1 gives 0.1 to ANY text inside ``<answer>`` tags (unparsable text and division by zero included)
-  and 0 only when the tags are missing; here malformed answers get 0, so the format bonus rewards
-  well-formed expressions only.
+* d1's training reward gives 0.1 to ANY text inside ``<answer>`` tags (unparsable text and division
+  by zero included); here malformed answers get 0, so the format bonus rewards well-formed
+  expressions only. d1's training reward also reads only the last answer span and never unwraps
+  ``\\boxed{}``, so it gives 0.0/0.1 to LLaDA-8B-Instruct's usual ``<answer>\\boxed{92 / 2}</answer>``;
+  one grader serves both training and evaluation here, with the evaluation parser's rules.
 * d1 ``eval``s the answer, so Python syntax such as ``2**3``, ``7//2`` or ``3.0`` could score 1.0;
   here those are malformed. Unary ``+``/``-`` are accepted, as in d1.
 * d1 compares ``abs(value - target) < 1e-5``; here the comparison is exact. For numbers <= 100 the
   two agree: a non-integer value of three such numbers has a denominator <= 10^4, so it is >= 1e-4
   away from any integer.
-* An answer written as ``expr = target`` is malformed here (0); d1 gives it 0.1 (the target's digits
-  spoil its number check).
-
-Prompt styles (``prompt_style``): ``"plain"`` (tiny byte model): prompt ``"30 100 93=23"``,
-completion = the bare expression (an ``<answer>`` tag, if present, is used instead);
-``"chat"``: LLaDA chat prompt, reasoning then the expression in ``<answer>`` tags (the last complete
-``<answer>...</answer>`` span is graded, as in d1).
+* the last box is the last CLOSED one (d1: the last ``\\boxed``, and when it is unclosed the answer
+  span); empty boxes are skipped; the answer span is the last non-empty one (d1's evaluation parser
+  reads the first span, its training reward the last; they agree when there is one); ``×``/``÷``
+  are read as operators (d1 reads only the LaTeX forms).
+* text after the first end-of-text marker is ignored.
 """
 from __future__ import annotations
 
@@ -42,6 +61,7 @@ import numpy as np
 from daca_jax.data import local
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import reasoning_format as fmt
+from daca_jax.tasks import text_scan
 from daca_jax.tasks.arith import ExpressionError, parse_expression, solve_three, three_number_expressions
 from daca_jax.tasks.base import TASKS, Example, Task
 from daca_jax.tasks.tokenizer import ByteTokenizer
@@ -51,18 +71,62 @@ MIN_NUMBER, MAX_NUMBER = 1, 100  # range of d1's numbers and targets
 CORRECT_REWARD, FORMAT_REWARD = 1.0, 0.1  # d1's score / format_score
 
 
-def extract_expression(completion: str, prompt_style: str) -> str | None:
-  """The answer text graded for ``completion``: the last ``<answer>`` span; for ``"plain"`` without
-  one, the whole completion (stripped). None when a chat completion has no complete answer tag."""
-  tagged = fmt.extract_answer_tag(completion)
-  if tagged is not None or prompt_style == "chat":
-    return tagged
-  return fmt.clean_completion(completion).strip()
+# d1's Countdown evaluation system prompt (dllm-reasoning/d1 eval/countdown.py, CTD_SYSTEM_PROMPT),
+# verbatim (the missing space before "Respond" included).
+SYSTEM_PROMPT = (
+    "Using only the provided numbers, create an arithmetic expression that evaluates to exactly the "
+    "provided target number. You may use the operations +, -, *, and / as needed, but each number "
+    "must be used exactly once. Think step-by-step. After reasoning, provide only your final "
+    "expression inside \\boxed{} tags without including an equals sign or the target number. For "
+    "example: \\boxed{a + b * c}Respond in the following format:\n<reasoning>\nYour reasoning "
+    "here\n</reasoning>\n<answer>\n\\boxed{...}\n</answer>")
+
+_OPERATOR_SPELLINGS = (("\\div", "/"), ("\\times", "*"), ("\\cdot", "*"), ("\u00d7", "*"),
+                       ("\u00f7", "/"))
+_EQUATION_LEFT = frozenset("0123456789+-*/() ")  # d1's [0-9+\-*/() ] before "="
+_EQUATION_RIGHT = frozenset("0123456789. ")  # d1's [0-9. ] right after "="
+
+
+def _left_of_equation(text: str) -> str | None:
+  """d1's ``re.search(r"([0-9+\\-*/() ]+)=[0-9. ]+", text).group(1)``, stripped, in linear time.
+
+  The leftmost match is the maximal run of left-side characters that ends at the first ``=``
+  followed by a right-side character (runs end at distinct ``=`` signs and never contain one).
+  """
+  pos = text.find("=")
+  while pos >= 0:
+    if pos + 1 < len(text) and text[pos + 1] in _EQUATION_RIGHT:
+      start = pos
+      while start > 0 and text[start - 1] in _EQUATION_LEFT:
+        start -= 1
+      if start < pos:
+        return text[start:pos].strip()
+    pos = text.find("=", pos + 1)
+  return None
+
+
+def extract_expression(completion: str, prompt_style: str = "chat") -> str | None:
+  """The answer text graded for ``completion`` (rules 1-3 of the module docstring); None for a
+  completion longer than ``text_scan.MAX_COMPLETION_CHARS``.
+
+  Both prompt styles use the same rules; ``prompt_style`` is checked only.
+  """
+  fmt.check_prompt_style(prompt_style)
+  if text_scan.over_limit(completion):
+    return None
+  text = fmt.clean_completion(completion)
+  answer = fmt.last_box_or_answer(text)
+  if answer is None:
+    answer = text
+  for spelling, operator in _OPERATOR_SPELLINGS:
+    answer = answer.replace(spelling, operator)
+  left = _left_of_equation(answer)
+  return (left if left is not None else answer).strip()
 
 
 def grade_expression(answer: str | None, numbers: Sequence[int], target: int) -> float:
   """Reward of an extracted answer (see module docstring): 1.0, 0.1 or 0.0."""
-  if answer is None:
+  if not answer:
     return 0.0
   try:
     parsed = parse_expression(answer)
@@ -75,7 +139,7 @@ def grade_expression(answer: str | None, numbers: Sequence[int], target: int) ->
 
 def countdown_reward(completion: str, numbers: Sequence[int], target: int,
                      prompt_style: str = "plain") -> float:
-  """d1-valued Countdown reward of a decoded completion (1.0 / 0.1 / 0.0)."""
+  """d1-valued Countdown reward of a decoded completion (1.0 / 0.1 / 0.0; see module docstring)."""
   return grade_expression(extract_expression(completion, prompt_style), numbers, target)
 
 
@@ -164,11 +228,12 @@ class CountdownTask(Task):
   """
 
   name = "countdown"
+  prompt_styles = fmt.PROMPT_STYLES
 
   def __init__(self, data_dir: str | os.PathLike[str] | None = None, eval_path: str = "",
                eval_size: int = 256, seed: int = 1234, prompt_style: str = "plain"):
     self.tokenizer = ByteTokenizer()
-    self.prompt_style = fmt.check_prompt_style(prompt_style)
+    self.prompt_style = fmt.check_prompt_style(prompt_style, self.prompt_styles)
     if isinstance(eval_size, bool) or not isinstance(eval_size, (int, np.integer)) or eval_size < 1:
       raise ConfigError("task.eval_size", eval_size, "a positive int")
     self.eval_size, self.seed = int(eval_size), int(seed)
@@ -181,6 +246,7 @@ class CountdownTask(Task):
     self.prompt_len = len(self.tokenizer.encode(widest.prompt)) + 1
     self.min_gen_length = len(self.tokenizer.encode(widest.target)) + 1
     self._eval: tuple[list[Example], str] | None = None
+    self.num_bound_hits = 0
 
   def make_example(self, numbers: Sequence[int], target: int, solution: str | None = None) -> Example:
     """Formats one item; ``solution`` (default: the solver's first expression) is the SFT target."""
@@ -192,12 +258,11 @@ class CountdownTask(Task):
     meta = {"numbers": tuple(int(x) for x in numbers), "target": int(target)}
     if self.prompt_style == "plain":
       return Example(prompt=f"{' '.join(map(str, numbers))}={target}", target=solution, meta=meta)
-    question = (f"Using the numbers {list(numbers)}, write an arithmetic expression that equals "
-                f"{target}. Use each number exactly once, with + - * / and parentheses.")
+    question = f"Numbers: {[int(x) for x in numbers]}\nTarget: {int(target)}"  # d1's layout
     value = parse_expression(solution).value
     reasoning = f"Try {solution}: it uses {', '.join(map(str, numbers))} once each and equals {value}."
-    return Example(prompt=fmt.chat_prompt(question),
-                   target=fmt.reasoning_target(reasoning, solution), meta=meta)
+    return Example(prompt=fmt.d1_chat_prompt(SYSTEM_PROMPT, question),
+                   target=fmt.reasoning_target(reasoning, f"\\boxed{{{solution}}}"), meta=meta)
 
   def eval_examples(self) -> tuple[list[Example], str]:
     """Returns ``(examples, source)``: ``eval_path``, else d1's test file, else a GENERATED set."""
@@ -225,22 +290,34 @@ class CountdownTask(Task):
                         for ex in self.eval_examples()[0])
     return [self.make_example(n, t) for n, t in generate_items(num, seed, exclude=exclude)]
 
-  def _rewards(self, completions: Sequence[str], examples: Sequence[Example]) -> np.ndarray:
+  def _rewards(self, completions: Sequence[str],
+               examples: Sequence[Example]) -> tuple[np.ndarray, np.ndarray]:
     if len(completions) != len(examples):
       raise ValueError(f"got {len(completions)} completions for {len(examples)} examples")
-    return np.asarray([countdown_reward(c, ex.meta["numbers"], ex.meta["target"], self.prompt_style)
-                       for c, ex in zip(completions, examples)], dtype=np.float32).reshape(len(examples))
+    hits = np.asarray([text_scan.over_limit(c) for c in completions], bool).reshape(len(examples))
+    self.num_bound_hits += int(hits.sum())
+    rewards = [countdown_reward(c, ex.meta["numbers"], ex.meta["target"], self.prompt_style)
+               for c, ex in zip(completions, examples)]
+    return np.asarray(rewards, dtype=np.float32).reshape(len(examples)), hits
 
   def reward(self, completions: Sequence[str], examples: Sequence[Example]) -> np.ndarray:
     """float32 ``[N]`` rewards in {0, 0.1, 1} (see module docstring)."""
-    return self._rewards(completions, examples)
+    return self._rewards(completions, examples)[0]
 
   def metrics(self, completions: Sequence[str], examples: Sequence[Example]) -> dict[str, float]:
-    """``accuracy`` (reward 1), ``well_formed`` (reward > 0), ``mean_reward``, ``num_examples``."""
-    r = self._rewards(completions, examples)
+    """``accuracy`` (reward 1), ``well_formed`` (reward > 0), ``mean_reward``,
+    ``grader_bound_hits`` (count), ``num_examples``."""
+    r, hits = self._rewards(completions, examples)
     n = len(examples)
     return {"accuracy": float(np.mean(r == CORRECT_REWARD)) if n else 0.0,
             "well_formed": float(np.mean(r > 0)) if n else 0.0,
             "mean_reward": float(r.mean()) if n else 0.0,
+            "grader_bound_hits": float(hits.sum()),
             "num_examples": float(n)}
 
+  def grading_rules(self) -> str:
+    """One line naming the grading rules (evaluation summary)."""
+    return ("d1 parse_countdown_answers: last closed \\boxed{}, else last non-empty <answer> span, "
+            "else the whole completion; \\times \\cdot × -> *, \\div ÷ -> /; 'E = N' grades E; exact "
+            "value and number multiset; 1.0 / 0.1 well-formed / 0; completions > "
+            f"{text_scan.MAX_COMPLETION_CHARS} chars score 0")

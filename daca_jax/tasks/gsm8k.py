@@ -1,36 +1,62 @@
 """GSM8K grade-school math (``gsm8k``): numeric answers graded by exact comparison.
 
 Data: ``<data_dir>/gsm8k/test.jsonl`` (1319 items) and ``train.jsonl`` (7473), openai/grade-school-math
-JSONL (``question``, ``answer`` = worked solution ending ``#### <number>``). Extraction and grading:
-:func:`daca_jax.tasks.math_answers.extract_gsm8k_answer` (answer tag, ``####``, ``\\boxed{}``, last
-number; commas, ``$`` and trailing periods dropped), exact rational equality with the gold number.
-Rewards and prompt styles: :mod:`daca_jax.tasks.qa_base`.
+JSONL (``question``, ``answer`` = worked solution ending ``#### <number>``).
+
+Prompts: ``"chat"`` is d1's GSM8K evaluation prompt (:data:`SYSTEM_PROMPT`, d1 ``eval/gsm8k.py``:
+reason, then ``\\boxed{}`` the answer inside ``<answer>`` tags); ``"plain"`` is the bare question.
+
+Grading: :func:`daca_jax.tasks.math_answers.extract_gsm8k_answer`, d1's evaluation parser (first
+``\\boxed{}`` holding a number, else the answer span), exact rational equality with the gold number.
+Its module docstring lists every rule that differs from d1's parser and why. Option
+``last_number_fallback`` (default False, as d1) also reads the last number of a completion that
+states no answer. Rewards, format terms and grader bounds: :mod:`daca_jax.tasks.qa_base`.
 
 SFT targets: ``"plain"`` = the gold solution (calculator annotations ``<<...>>`` removed, ending
-``#### N``); ``"chat"`` = that solution's reasoning lines in ``<reasoning>`` tags and N in ``<answer>``.
+``#### N``); ``"chat"`` = that solution's reasoning lines continuing the prompt's ``<reasoning>``, and
+``\\boxed{N}`` in ``<answer>`` (the layout d1's system prompt asks for).
 """
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from typing import Any, Sequence
 
-from daca_jax.errors import DataError
+from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import reasoning_format as fmt
+from daca_jax.tasks import text_scan
 from daca_jax.tasks.base import TASKS, Example
 from daca_jax.tasks.math_answers import extract_gsm8k_answer, gsm8k_gold
 from daca_jax.tasks.qa_base import ReasoningQATask
 
 _CALCULATOR_RE = re.compile(r"<<[^>]*>>")
 
+# d1's GSM8K evaluation system prompt (dllm-reasoning/d1 eval/gsm8k.py, GSM_SYSTEM_PROMPT), verbatim.
+SYSTEM_PROMPT = (
+    "You are a math expert. You will be given a question to solve. Solve it step by step. Wrap the "
+    "final answer in a \\boxed{}. \nRespond in the following format:\n<reasoning>\nYour reasoning "
+    "here\n</reasoning>\n<answer>\n\\boxed{...}\n</answer>")
+
 
 @TASKS.register("gsm8k")
 class GSM8KTask(ReasoningQATask):
-  """GSM8K (see module docstring and :class:`~daca_jax.tasks.qa_base.ReasoningQATask` for args)."""
+  """GSM8K (see module docstring and :class:`~daca_jax.tasks.qa_base.ReasoningQATask` for args).
+
+  Args (beyond the base class's):
+    last_number_fallback: grade a completion without box or answer span by its last number (not
+      in d1's parser; default False).
+  """
 
   name = "gsm8k"
   EVAL_FILE = "gsm8k/test.jsonl"
   TRAIN_FILE = "gsm8k/train.jsonl"
   DESCRIPTION = "GSM8K (openai/grade-school-math)"
+  SYSTEM_PROMPT = SYSTEM_PROMPT
+
+  def __init__(self, *args: Any, last_number_fallback: bool = False, **kwargs: Any):
+    super().__init__(*args, **kwargs)
+    if not isinstance(last_number_fallback, bool):
+      raise ConfigError("task.options.last_number_fallback", last_number_fallback, "True or False")
+    self.last_number_fallback = last_number_fallback
 
   def make_example(self, record: dict, where: str) -> Example:
     question, answer = record.get("question"), record.get("answer")
@@ -42,14 +68,28 @@ class GSM8KTask(ReasoningQATask):
     number = answer.rsplit("####", 1)[1].strip()
     solution = _CALCULATOR_RE.sub("", answer.rsplit("####", 1)[0]).strip()
     target = (f"{solution}\n#### {number}" if self.prompt_style == "plain"
-              else fmt.reasoning_target(solution, number))
+              else fmt.reasoning_target(solution, f"\\boxed{{{number}}}"))
     return Example(prompt=self.format_prompt(question), target=target,
                    meta={"gold": gold, "gold_text": number})
 
   def answer_only_target(self, example: Example) -> str:
     number = example.meta["gold_text"]
-    return f"#### {number}" if self.prompt_style == "plain" else fmt.reasoning_target("", number)
+    return (f"#### {number}" if self.prompt_style == "plain"
+            else fmt.reasoning_target("", f"\\boxed{{{number}}}"))
 
-  def correct(self, completions: Sequence[str], examples: Sequence[Example]) -> list[bool]:
-    """Exact rational equality of the extracted number with the gold number."""
-    return [extract_gsm8k_answer(c) == ex.meta["gold"] for c, ex in zip(completions, examples)]
+  def grade(self, completions: Sequence[str],
+            examples: Sequence[Example]) -> tuple[list[bool], list[bool]]:
+    """Exact rational equality of the extracted number with the gold number; completions longer
+    than ``text_scan.MAX_COMPLETION_CHARS`` are bound hits."""
+    hits = [text_scan.over_limit(c) for c in completions]
+    correct = [not h and extract_gsm8k_answer(c, self.prompt_style, self.last_number_fallback)
+               == ex.meta["gold"] for c, ex, h in zip(completions, examples, hits)]
+    return correct, hits
+
+  def grading_rules(self) -> str:
+    rules = ("d1 parse_gsm_answers: first \\boxed{} holding a number (first number in it), else last "
+             "non-empty <answer> span (last number); exact rational equality")
+    if self.prompt_style == "plain":
+      rules = "'#### N' first; then " + rules
+    return rules + (f"; last-number fallback {'ON' if self.last_number_fallback else 'off'}"
+                    f"; completions > {text_scan.MAX_COMPLETION_CHARS} chars score 0")

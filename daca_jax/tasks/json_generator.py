@@ -6,8 +6,11 @@
 * :func:`generate_instance` builds one instance for a (much larger) subset of JSON Schema: types,
   ``enum``/``const``, object properties and ``required``, arrays (``items``/``prefixItems``,
   ``minItems``), string lengths and common formats, numeric bounds and ``multipleOf``, local
-  ``$ref``, ``allOf``/``anyOf``/``oneOf``. It never guarantees validity; callers validate the result
-  (see :func:`daca_jax.tasks.json_schema.CompiledSchema.is_valid`) and treat a failure as "not covered".
+  ``$ref``, ``allOf``/``anyOf``/``oneOf``. Every failure, whatever the schema holds, is raised as
+  :class:`Unsupported` (never a TypeError or the like). It never guarantees validity: the only way
+  to an instance that is used (an SFT target, a gold answer) is
+  :meth:`daca_jax.tasks.json_validation.CompiledSchema.instance`, which validates it against its
+  schema and raises :class:`Unsupported` when it does not.
 * :func:`break_instance` turns a valid instance into one that must fail: a missing required field, or
   a value of a type the schema does not allow at the top level.
 """
@@ -43,6 +46,10 @@ _FORMAT_EXAMPLES = {
 }
 
 _MAX_DEPTH = 12  # recursion bound of generate_instance (recursive $refs stop here).
+# Size bounds of a generated instance: schemas asking for more (``minItems: 1e9``, ``minLength:
+# 1e9``, or large minimums nested inside each other) are Unsupported instead of exhausting memory.
+MAX_INSTANCE_NODES = 10_000
+MAX_STRING_LENGTH = 10_000
 
 
 class Unsupported(Exception):
@@ -136,13 +143,15 @@ def _string(schema: Mapping[str, Any], rng: np.random.Generator | None) -> str:
   length = max(lo, 1)
   if isinstance(hi, int):
     length = min(length, hi)
+  if length > MAX_STRING_LENGTH:
+    raise Unsupported(f"minLength {lo} > {MAX_STRING_LENGTH}")
   if rng is not None and length > 0:
     return "".join(str(rng.choice(list("abcxyz"))) for _ in range(length))
   return "a" * length
 
 
 def generate_instance(schema: Any, resolve: Callable[[str], Any] | None = None,
-                      rng: np.random.Generator | None = None, _depth: int = 0) -> Any:
+                      rng: np.random.Generator | None = None) -> Any:
   """Builds an instance intended to validate against ``schema`` (best effort; validate it).
 
   With ``rng=None`` the result is the deterministic, minimal choice (required properties only,
@@ -160,8 +169,25 @@ def generate_instance(schema: Any, resolve: Callable[[str], Any] | None = None,
 
   Raises:
     Unsupported: the schema (or a required part of it) uses a keyword this generator cannot
-      satisfy (``pattern``, ``not``, ``if``, unknown ``$ref``, too deep recursion, ...).
+      satisfy (``pattern``, ``not``, ``if``, unknown ``$ref``, too deep recursion, ...), or building
+      the instance failed in any other way (odd keyword values such as a non-numeric ``minimum``,
+      arithmetic overflow, ...): the message names the exception.
   """
+  try:
+    return _generate(schema, resolve, rng, 0, [MAX_INSTANCE_NODES])
+  except Unsupported:
+    raise
+  except Exception as e:  # noqa: BLE001  any failure on an unseen schema means "not covered"
+    raise Unsupported(f"generator failed: {type(e).__name__}: {str(e)[:120]}") from e
+
+
+def _generate(schema: Any, resolve: Callable[[str], Any] | None, rng: np.random.Generator | None,
+              _depth: int, budget: list[int]) -> Any:
+  """:func:`generate_instance` without the conversion of failures to Unsupported; ``budget`` holds
+  the number of nodes the instance may still get."""
+  budget[0] -= 1
+  if budget[0] < 0:
+    raise Unsupported(f"instance larger than {MAX_INSTANCE_NODES} nodes")
   if _depth > _MAX_DEPTH:
     raise Unsupported("too deep")
   if schema is True or schema == {}:
@@ -171,7 +197,7 @@ def generate_instance(schema: Any, resolve: Callable[[str], Any] | None = None,
   for key in ("not", "if", "dependentSchemas", "contains", "patternProperties", "dependencies"):
     if key in schema:
       raise Unsupported(key)
-  sub = lambda s: generate_instance(s, resolve, rng, _depth + 1)  # noqa: E731
+  sub = lambda s: _generate(s, resolve, rng, _depth + 1, budget)  # noqa: E731
   if "$ref" in schema and isinstance(schema["$ref"], str):
     if resolve is None:
       raise Unsupported("$ref")
@@ -281,6 +307,8 @@ def _array(schema: Mapping[str, Any], sub: Callable[[Any], Any],
   lo = lo if isinstance(lo, int) else 0
   hi = schema.get("maxItems")
   n = lo
+  if n > MAX_INSTANCE_NODES:
+    raise Unsupported(f"minItems {lo} > {MAX_INSTANCE_NODES}")
   if rng is not None:
     top = min(hi if isinstance(hi, int) else lo + 2, lo + 3)
     n = int(rng.integers(lo, max(top, lo) + 1))

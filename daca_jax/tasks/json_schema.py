@@ -1,20 +1,27 @@
 """JSON Schema task (``json_schema``): prompt = a JSON Schema, reward = the completion validates.
 
-Grading (never ``eval``; bounded work per completion):
+Grading (never ``eval``; bounded work per completion; :mod:`daca_jax.tasks.json_validation`):
 
 1. :func:`parse_json`: the completion, stripped of surrounding whitespace (and of one enclosing
    Markdown code fence), must be a single JSON value accepted by ``json.loads``; texts longer than
-   ``max_chars`` or nested deeper than ``max_depth`` are rejected before parsing, and the non-JSON
-   constants ``NaN``/``Infinity`` are rejected.
+   ``text_scan.MAX_COMPLETION_CHARS`` or nested deeper than ``MAX_JSON_DEPTH`` are rejected before
+   parsing, and the non-JSON constants ``NaN``/``Infinity`` are rejected.
 2. The value must validate with ``jsonschema`` using the validator class named by the schema's
    ``$schema`` (Draft 2020-12 when absent). ``format`` is an annotation only (jsonschema's default),
-   as in the JSON Schema specification.
+   as in the JSON Schema specification. Regexes run on RE2, ``uniqueItems`` in linear time, and every
+   validation has a work budget (json_validation's docstring lists the bounds).
+3. Completions are graded in a worker process (:mod:`daca_jax.tasks.json_schema_worker`,
+   :class:`~daca_jax.tasks.grader_worker.WorkerProcess`) with a CPU-time limit per completion
+   (``grade_timeout_s``, default 0.6 s; a worker stuck in native code is killed and restarted), for
+   whatever the bounds above miss. A completion that hits any bound scores 0 and is
+   counted in the metric ``grader_bound_hits``.
 
 Schemas are compiled once (:func:`compile_schema`): ``check_schema`` against the meta-schema, every
 ``$ref`` resolved (local documents and the bundled meta-schemas only: nothing is fetched), every
-``pattern``/``patternProperties`` regex compiled with Python's ``re`` (which jsonschema uses), and a
-few probe instances validated, so that lazy failures show up at load time. A schema that fails any
-step is skipped with its reason and counted (:class:`LoadReport`), never a crash.
+``pattern``/``patternProperties`` regex compiled with RE2 (patterns RE2 cannot express, such as
+backreferences and lookaround, skip the schema with reason ``regex``), and a few probe instances
+validated, so that lazy failures show up at load time. A schema that fails any step is skipped with
+its reason and counted (:class:`LoadReport`), never a crash.
 
 Sources (constructor arg ``source``, config ``task.options.source``):
 
@@ -28,8 +35,9 @@ Prompt styles (``prompt_style``): ``"plain"`` (the compact schema JSON) and ``"c
 instruction plus the schema in LLaDA's chat format, for instruction-tuned checkpoints).
 
 Metrics: ``schema_adherence`` (fraction of completions that parse and validate, i.e. JSONSchemaBench's
-compliance rate), ``json_parse_rate``, ``validator_errors`` (validations that raised; they score 0)
-and ``num_examples``.
+compliance rate), ``json_parse_rate``, ``validator_errors`` (validations that raised, or examples
+whose schema does not compile, e.g. with a backreference pattern; they score 0),
+``grader_bound_hits`` (completions that hit a grading bound; they score 0) and ``num_examples``.
 """
 from __future__ import annotations
 
@@ -39,22 +47,20 @@ import hashlib
 import json
 import os
 import pathlib
-import re
-import warnings
 from typing import Any, Mapping, Sequence
 
-import jsonschema
-import jsonschema.validators
 import numpy as np
-import referencing
-import referencing.exceptions
-import referencing.jsonschema
-from jsonschema_specifications import REGISTRY as _META_SCHEMAS
 
 from daca_jax.data import local
 from daca_jax.errors import ConfigError, DataError
+from daca_jax.tasks import grader_worker
 from daca_jax.tasks import json_generator as gen
+from daca_jax.tasks import json_validation
+from daca_jax.tasks import text_scan
 from daca_jax.tasks.base import TASKS, Example, Task
+from daca_jax.tasks.json_validation import (  # noqa: F401  (re-exported: the task's grading API)
+    MAX_JSON_DEPTH, SKIP_REASONS, CompiledSchema, Grade, SchemaCompileError, compile_fast,
+    compile_schema, parse_json)
 from daca_jax.tasks.tokenizer import ByteTokenizer
 
 BENCH_DIR = "jsonschemabench"  # relative to the data dir (see ../shared/data/SOURCES.md)
@@ -63,8 +69,7 @@ SOURCES = ("generated", "jsonschemabench")
 PROMPT_STYLES = ("plain", "chat")
 TARGET_STYLES = ("minimal", "random")
 
-MAX_COMPLETION_CHARS = 100_000  # parse_json bound: longer completions score 0 unparsed
-MAX_JSON_DEPTH = 64  # parse_json bound on [ / { nesting (json.loads recurses)
+MAX_COMPLETION_CHARS = text_scan.MAX_COMPLETION_CHARS  # longer completions score 0 unparsed
 
 # Generated-schema bounds: prompts and targets are resampled until they fit, so prompt_len and
 # min_gen_length are fixed for the "generated" source.
@@ -76,230 +81,11 @@ _CHAT_TEMPLATE = ("<|start_header_id|>user<|end_header_id|>\n\n{}<|eot_id|>"
                   "<|start_header_id|>assistant<|end_header_id|>\n\n")
 _INSTRUCTION = "Reply with only a JSON value that is valid under this JSON Schema:\n{}"
 
-# Keywords whose values are data, not subschemas; and keywords whose values map names to subschemas.
-_DATA_KEYWORDS = frozenset({"enum", "const", "examples", "default", "required", "type", "format",
-                            "description", "title", "$comment", "$schema", "$id", "id"})
-_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions",
-                          "dependentSchemas"})
-_PROBES: tuple[Any, ...] = (None, {}, [], "", 0, 1.5, True)
-_FENCE = re.compile(r"\A```[A-Za-z0-9_-]*\s*\n(.*?)\n?```\Z", re.DOTALL)
 
 
 def compact(value: Any) -> str:
   """Compact JSON text (no spaces), the prompt/target encoding of this task."""
   return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def _reject_constant(name: str) -> Any:
-  raise ValueError(f"{name} is not JSON")
-
-
-def _nesting_depth(text: str) -> int:
-  """Largest ``[``/``{`` nesting depth outside strings (linear scan, no recursion)."""
-  depth = best = 0
-  in_str = escaped = False
-  for ch in text:
-    if in_str:
-      if escaped:
-        escaped = False
-      elif ch == "\\":
-        escaped = True
-      elif ch == '"':
-        in_str = False
-    elif ch == '"':
-      in_str = True
-    elif ch in "[{":
-      depth += 1
-      best = max(best, depth)
-    elif ch in "]}":
-      depth -= 1
-  return best
-
-
-def parse_json(text: Any, max_chars: int = MAX_COMPLETION_CHARS,
-               max_depth: int = MAX_JSON_DEPTH) -> tuple[bool, Any]:
-  """Parses a completion as one JSON value, within size and depth bounds.
-
-  Args:
-    text: the decoded completion (any object; non-strings fail).
-    max_chars: longer texts fail without parsing.
-    max_depth: deeper ``[``/``{`` nesting fails without parsing (``json.loads`` recurses).
-
-  Returns:
-    ``(True, value)`` on success, else ``(False, None)``. Never raises.
-  """
-  if not isinstance(text, str) or len(text) > max_chars:
-    return False, None
-  text = text.strip()
-  fenced = _FENCE.match(text)
-  if fenced:
-    text = fenced.group(1).strip()
-  if not text or _nesting_depth(text) > max_depth:
-    return False, None
-  try:
-    return True, json.loads(text, parse_constant=_reject_constant)
-  except (ValueError, RecursionError, TypeError):  # JSONDecodeError, int-digit limit, bad constants
-    return False, None
-
-
-class SchemaCompileError(Exception):
-  """A schema cannot be used; ``reason`` is one of the :data:`SKIP_REASONS`."""
-
-  def __init__(self, reason: str, detail: str):
-    self.reason = reason
-    self.detail = detail
-    super().__init__(f"{reason}: {detail}")
-
-
-SKIP_REASONS = ("not_json", "not_a_schema", "check_schema", "unresolvable_ref", "regex",
-                "validate_exception", "too_long")
-
-
-@dataclasses.dataclass(frozen=True)
-class CompiledSchema:
-  """A schema that passed :func:`compile_schema`.
-
-  Attributes:
-    schema: the schema (dict or bool).
-    validator: a jsonschema validator instance for it.
-    resolver: a ``referencing`` resolver rooted at the schema (resolves its ``$ref`` strings).
-  """
-
-  schema: Any
-  validator: Any
-  resolver: referencing.Resolver
-
-  def validate(self, instance: Any) -> bool:
-    """Whether ``instance`` is valid.
-
-    Raises:
-      Exception: whatever the validator raises on this instance (a schema that compiled can still
-        fail on a path the probes did not reach); :meth:`grade` catches it.
-    """
-    return self.validator.is_valid(instance)
-
-  def resolve(self, ref: str) -> Any:
-    """The subschema a root-level ``$ref`` string points to (raises ``Unresolvable``)."""
-    return self.resolver.lookup(ref).contents
-
-  def grade(self, completion: Any) -> tuple[bool, bool, bool]:
-    """Grades one completion; never raises.
-
-    Returns:
-      ``(parsed, valid, validator_error)``.
-    """
-    ok, value = parse_json(completion)
-    if not ok:
-      return False, False, False
-    try:
-      return True, bool(self.validate(value)), False
-    except Exception:  # noqa: BLE001  a validator failure scores 0, counted by the caller
-      return True, False, True
-
-  def instance(self, rng: np.random.Generator | None = None) -> Any:
-    """A valid instance from :func:`json_generator.generate_instance`.
-
-    Raises:
-      json_generator.Unsupported: the generator cannot build a valid instance of this schema.
-    """
-    def resolve(ref: str) -> Any:
-      try:
-        return self.resolve(ref)
-      except Exception as e:  # noqa: BLE001  e.g. a ref relative to a nested $id
-        raise gen.Unsupported(f"$ref {ref!r}") from e
-
-    try:
-      value = gen.generate_instance(self.schema, resolve, rng)
-    except gen.Unsupported:
-      raise
-    except (ArithmeticError, TypeError, ValueError, RecursionError) as e:  # odd bounds, huge numbers
-      raise gen.Unsupported(f"generator failed: {type(e).__name__}") from e
-    try:
-      valid = self.validate(value)
-    except Exception as e:  # noqa: BLE001
-      raise gen.Unsupported(f"validator raised {type(e).__name__}") from e
-    if not valid:
-      raise gen.Unsupported("generated instance does not validate")
-    return value
-
-
-def _walk(node: Any, resolver: referencing.Resolver, spec: referencing.Specification) -> None:
-  """Resolves every ``$ref`` and compiles every regex of ``node``; raises SchemaCompileError."""
-  if isinstance(node, list):
-    for item in node:
-      _walk(item, resolver, spec)
-    return
-  if not isinstance(node, dict):
-    return
-  if spec.id_of(node):
-    resolver = resolver.in_subresource(spec.create_resource(node))
-  for key, value in node.items():
-    if key == "$ref" and isinstance(value, str):
-      try:
-        resolver.lookup(value)
-      except Exception as e:  # noqa: BLE001  referencing raises several types
-        raise SchemaCompileError("unresolvable_ref", f"$ref {value!r}: {type(e).__name__}") from None
-    elif key == "pattern" and isinstance(value, str):
-      _compile_regex(value)
-    elif key in _DATA_KEYWORDS:
-      continue
-    elif key in _SCHEMA_MAPS and isinstance(value, dict):
-      for name, sub in value.items():
-        if key == "patternProperties":
-          _compile_regex(name)
-        _walk(sub, resolver, spec)
-    else:
-      _walk(value, resolver, spec)
-
-
-def _compile_regex(pattern: str) -> None:
-  try:
-    re.compile(pattern)
-  except (re.error, RecursionError, OverflowError) as e:
-    raise SchemaCompileError("regex", f"pattern {pattern!r}: {e}") from None
-
-
-def compile_schema(schema: Any) -> CompiledSchema:
-  """Checks a schema and builds its validator (see the module docstring for the steps).
-
-  Args:
-    schema: a decoded JSON Schema.
-
-  Returns:
-    The :class:`CompiledSchema`.
-
-  Raises:
-    SchemaCompileError: with ``reason`` in ``not_a_schema``, ``check_schema``,
-      ``unresolvable_ref``, ``regex``, ``validate_exception``.
-  """
-  if not isinstance(schema, (dict, bool)):
-    raise SchemaCompileError("not_a_schema", f"a {type(schema).__name__}, not an object")
-  with warnings.catch_warnings():
-    warnings.simplefilter("ignore")  # unknown $schema URIs warn and fall back to the default
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-  try:
-    cls.check_schema(schema)
-  except Exception as e:  # noqa: BLE001  SchemaError, or errors raised while checking
-    msg = getattr(e, "message", str(e))
-    raise SchemaCompileError("check_schema", f"{type(e).__name__}: {str(msg)[:200]}") from None
-  spec = referencing.jsonschema.specification_with(
-      cls.META_SCHEMA.get("$schema", cls.META_SCHEMA.get("$id", "")),
-      default=referencing.jsonschema.DRAFT202012)
-  resource = spec.create_resource(schema)
-  base = resource.id() or ""
-  resolver = _META_SCHEMAS.with_resource(base, resource).resolver(base_uri=base)
-  _walk(schema, resolver, spec)
-  try:
-    validator = cls(schema, registry=_META_SCHEMAS)  # adds the schema itself under its id or ""
-  except Exception as e:  # noqa: BLE001
-    raise SchemaCompileError("validate_exception", f"building the validator: {e!r}"[:200]) from None
-  compiled = CompiledSchema(schema=schema, validator=validator, resolver=resolver)
-  for probe in _PROBES:
-    try:
-      compiled.validate(probe)
-    except Exception as e:  # noqa: BLE001
-      raise SchemaCompileError("validate_exception", f"probe {probe!r}: {type(e).__name__}") from None
-  return compiled
 
 
 @dataclasses.dataclass(frozen=True)
@@ -407,6 +193,9 @@ class JSONSchemaTask(Task):
       diffusion model decodes positions in parallel, so targets that are a function of the prompt
       are far easier for a tiny model to learn than random ones (with "random", 300 SFT steps of
       the tiny config decode a mixture of several targets, e.g. ``{"":}}``).
+    grade_timeout_s: CPU seconds per graded completion in the grading worker (> 0, at most 10); a
+      completion that needs more scores 0 and is a grader bound hit.
+    worker_memory_mb: address-space cap of the grading worker (MiB, >= 256).
 
   Raises:
     ConfigError: a bad option (the message names ``task.options.<name>``).
@@ -415,6 +204,7 @@ class JSONSchemaTask(Task):
 
   name = "json_schema"
   primary_metric = "schema_adherence"
+  prompt_styles = PROMPT_STYLES
 
   def __init__(
       self,
@@ -428,6 +218,8 @@ class JSONSchemaTask(Task):
       max_schema_chars: int = 0,
       parse_reward: float = 0.0,
       target_style: str = "minimal",
+      grade_timeout_s: float = 0.6,
+      worker_memory_mb: int = 2048,
   ):
     self.tokenizer = ByteTokenizer()
     if source not in SOURCES:
@@ -444,6 +236,12 @@ class JSONSchemaTask(Task):
       raise ConfigError("task.options.parse_reward", parse_reward, "a number in [0, 1)")
     if target_style not in TARGET_STYLES:
       raise ConfigError("task.options.target_style", target_style, f"one of {list(TARGET_STYLES)}")
+    if (isinstance(grade_timeout_s, bool) or not isinstance(grade_timeout_s, (int, float))
+        or not 0 < grade_timeout_s <= 10):
+      raise ConfigError("task.options.grade_timeout_s", grade_timeout_s, "seconds in (0, 10]")
+    if (isinstance(worker_memory_mb, bool) or not isinstance(worker_memory_mb, int)
+        or worker_memory_mb < 256):
+      raise ConfigError("task.options.worker_memory_mb", worker_memory_mb, "an int >= 256 (MiB)")
     if isinstance(subsets, str) or not all(isinstance(s, str) for s in subsets) or not subsets:
       raise ConfigError("task.options.subsets", subsets,
                         f"a non-empty list of folder names, e.g. {list(BENCH_SUBSETS)}")
@@ -460,6 +258,14 @@ class JSONSchemaTask(Task):
     self._compiled: dict[str, CompiledSchema] = {}
     self._eval: tuple[list[Example], str] | None = None
     self._bench: tuple[list[Example], list[Example], str] | None = None
+    self.grade_timeout_s = float(grade_timeout_s)
+    self.num_bound_hits = 0
+    self._worker = grader_worker.WorkerProcess(
+        "daca_jax.tasks.json_schema_worker", (int(worker_memory_mb) << 20,),
+        cpu_limit_s=self.grade_timeout_s)
+    self._sent: set[str] = set()  # schema keys the current worker process has compiled
+    self._generated_texts: set[str] = set()  # schemas of this task's own generator (trusted)
+    self._sent_generation = -1
     overhead = len(self.tokenizer.encode(self.format_prompt("")))
     if source == "generated":
       self.prompt_len = 1 + overhead + GENERATED_MAX_SCHEMA_CHARS
@@ -498,12 +304,17 @@ class JSONSchemaTask(Task):
           raise DataError(f"could only generate {len(out)} of {num} distinct small schemas")
         continue
       compiled = self._compiled.get(text) or compile_fast(schema)
-      instance = compiled.instance(rng if self.target_style == "random" else None)
-      if len(compact(instance)) > GENERATED_MAX_TARGET_CHARS:
-        instance = compiled.instance(None)  # the minimal instance
+      try:  # instance() validates what it returns: targets are always valid
+        instance = compiled.instance(rng if self.target_style == "random" else None)
         if len(compact(instance)) > GENERATED_MAX_TARGET_CHARS:
-          continue
+          instance = compiled.instance(None)  # the minimal instance
+      except gen.Unsupported:
+        failures += 1
+        continue
+      if len(compact(instance)) > GENERATED_MAX_TARGET_CHARS:
+        continue
       seen.add(text)
+      self._generated_texts.add(text)
       out.append(self._example(f"generated/{seed}/{len(out)}", compiled, instance))
     return out
 
@@ -575,38 +386,86 @@ class JSONSchemaTask(Task):
       self._compiled[text] = compiled
     return compiled
 
-  def _grade(self, completions: Sequence[str], examples: Sequence[Example]) -> np.ndarray:
-    """bool ``[N, 3]``: parsed, valid, validator error."""
+  def _payload(self, schema_text: str, completion: str, with_schema: bool) -> dict[str, Any]:
+    payload = {"key": hashlib.sha1(schema_text.encode()).hexdigest(), "text": completion,
+               "fast": schema_text in self._generated_texts}
+    if with_schema:
+      payload["schema"] = schema_text
+    return payload
+
+  def _grade_in_worker(self, items: Sequence[tuple[str, str]]) -> list[Grade]:
+    """``(schema text, completion)`` pairs graded in the worker, one batch, each completion within
+    its own CPU limit (see module docstring). A schema is sent the first time the current worker
+    process needs it; a request the worker could not serve (it restarted and lacks the schema) is
+    sent again with its schema."""
+    worker = self._worker
+    if self._sent_generation != worker.generation:
+      self._sent.clear()
+    payloads, sending = [], set()
+    for schema_text, completion in items:
+      key = hashlib.sha1(schema_text.encode()).hexdigest()
+      payloads.append(self._payload(schema_text, completion, key not in self._sent and key not in sending))
+      sending.add(key)
+    answers = worker.request_many(payloads)
+    grades = []
+    for (schema_text, completion), payload, (status, response) in zip(items, payloads, answers):
+      if status == grader_worker.OK and response is None:  # not served: resend with the schema
+        status, response = worker.request(self._payload(schema_text, completion, True))
+      if status == grader_worker.TIMEOUT:
+        grades.append(Grade(parsed=parse_json(completion)[0], bound_hit=True))
+      elif status == grader_worker.OK and isinstance(response, list) and len(response) == 4:
+        grades.append(Grade(*map(bool, response)))
+        self._sent.add(payload["key"])
+      else:
+        grades.append(Grade(parsed=parse_json(completion)[0], validator_error=True))
+    self._sent_generation = worker.generation
+    return grades
+
+  def _grade(self, completions: Sequence[str], examples: Sequence[Example]) -> list[Grade]:
     if len(completions) != len(examples):
       raise ValueError(f"got {len(completions)} completions for {len(examples)} examples")
-    out = np.zeros((len(examples), 3), dtype=bool)
+    grades: list[Grade | None] = []
+    todo = []
     for i, (c, ex) in enumerate(zip(completions, examples)):
-      out[i] = self._schema(ex).grade(c)
-    return out
+      try:
+        self._schema(ex)
+      except SchemaCompileError:  # e.g. a backreference pattern: refused, the completion scores 0
+        grades.append(Grade(parsed=parse_json(c)[0], validator_error=True))
+        continue
+      if text_scan.over_limit(c):
+        grades.append(Grade(bound_hit=True))
+        continue
+      grades.append(None)
+      todo.append((i, ex.meta["schema"], c))
+    for (i, _, _), grade in zip(todo, self._grade_in_worker([(t, c) for _, t, c in todo])):
+      grades[i] = grade
+    self.num_bound_hits += sum(g.bound_hit for g in grades)
+    return grades
 
   def reward(self, completions: Sequence[str], examples: Sequence[Example]) -> np.ndarray:
     """float32 ``[N]``: 1.0 if the completion parses and validates, ``parse_reward`` if it only
-    parses, else 0.0."""
-    g = self._grade(completions, examples)
-    return np.where(g[:, 1], 1.0, np.where(g[:, 0], self.parse_reward, 0.0)).astype(np.float32)
+    parses, else 0.0 (also for a completion that hit a grading bound)."""
+    grades = self._grade(completions, examples)
+    return np.asarray([0.0 if g.bound_hit else 1.0 if g.valid else self.parse_reward if g.parsed
+                       else 0.0 for g in grades], np.float32).reshape(len(examples))
 
   def metrics(self, completions: Sequence[str], examples: Sequence[Example]) -> dict[str, float]:
     """``schema_adherence``, ``json_parse_rate`` (fractions; 0.0 when N = 0), ``validator_errors``
-    (count) and ``num_examples``."""
-    g = self._grade(completions, examples)
+    and ``grader_bound_hits`` (counts), and ``num_examples``."""
+    grades = self._grade(completions, examples)
     n = len(examples)
     return {
-        "schema_adherence": float(g[:, 1].mean()) if n else 0.0,
-        "json_parse_rate": float(g[:, 0].mean()) if n else 0.0,
-        "validator_errors": float(g[:, 2].sum()),
+        "schema_adherence": sum(g.valid for g in grades) / n if n else 0.0,
+        "json_parse_rate": sum(g.parsed for g in grades) / n if n else 0.0,
+        "validator_errors": float(sum(g.validator_error for g in grades)),
+        "grader_bound_hits": float(sum(g.bound_hit for g in grades)),
         "num_examples": float(n),
     }
 
-
-def compile_fast(schema: Any) -> CompiledSchema:
-  """:class:`CompiledSchema` for a trusted generated Draft 2020-12 schema, without the meta-schema
-  check and probes of :func:`compile_schema` (about 50x cheaper; used for generated data)."""
-  resource = referencing.jsonschema.DRAFT202012.create_resource(schema)
-  return CompiledSchema(schema=schema,
-                        validator=jsonschema.Draft202012Validator(schema, registry=_META_SCHEMAS),
-                        resolver=_META_SCHEMAS.with_resource("", resource).resolver(base_uri=""))
+  def grading_rules(self) -> str:
+    """One line naming the grading rules (evaluation summary)."""
+    return ("one JSON value (one Markdown fence allowed) validated by jsonschema under its $schema "
+            "(format not asserted); regexes on RE2, linear uniqueItems, "
+            f"{json_validation.MAX_VALIDATION_STEPS} work units and {self.grade_timeout_s:g} s CPU per "
+            f"completion (worker); parse-only reward {self.parse_reward:g}; completions > "
+            f"{text_scan.MAX_COMPLETION_CHARS} chars score 0")

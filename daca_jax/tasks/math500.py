@@ -1,11 +1,17 @@
 """MATH500 competition math (``math500``): ``\\boxed{}`` / answer-tag extraction, math-verify grading.
 
 Data: ``<data_dir>/math500/test.json`` (500 items) and ``math_train.json`` (8523 MATH training items),
-ant-research/Drift JSON arrays of ``{"question", "ground_truth_answer", ...}``. Extraction:
-:func:`daca_jax.tasks.math_answers.extract_math_answer`; equivalence: math-verify, run in a killable
-worker process with per-item time limits (:class:`daca_jax.tasks.math_answers.MathVerifier`).
-Rewards and prompt styles: :mod:`daca_jax.tasks.qa_base`. The files hold no worked solutions, so SFT
-targets only state the boxed gold answer.
+ant-research/Drift JSON arrays of ``{"question", "ground_truth_answer", ...}``.
+
+Prompts: ``"chat"`` is d1's MATH500 evaluation prompt (:data:`SYSTEM_PROMPT`, d1
+``eval/math500.py``); ``"plain"`` is the bare question.
+
+Grading: :func:`daca_jax.tasks.math_answers.extract_math_answer` (d1's ``parse_math_answers``: the
+last ``\\boxed{}``, else the answer span); equivalence: math-verify, run in a killable worker process
+with a per-item time limit (:class:`daca_jax.tasks.math_answers.MathVerifier`; an item that runs out
+of time scores 0 and is a grader bound hit). The math_answers module docstring lists every rule that
+differs from d1's parser and why. Rewards and format terms: :mod:`daca_jax.tasks.qa_base`. The files
+hold no worked solutions, so SFT targets only state the boxed gold answer.
 """
 from __future__ import annotations
 
@@ -13,9 +19,17 @@ from typing import Sequence
 
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import reasoning_format as fmt
+from daca_jax.tasks import text_scan
 from daca_jax.tasks.base import TASKS, Example
 from daca_jax.tasks.math_answers import MathVerifier, extract_math_answer
 from daca_jax.tasks.qa_base import ReasoningQATask
+
+# d1's MATH500 evaluation system prompt (dllm-reasoning/d1 eval/math500.py, MATH500_SYSTEM_PROMPT),
+# verbatim, the stray '" ' after the closing tag included.
+SYSTEM_PROMPT = (
+    "You are a math expert. You will be given a question to solve. Solve it step by step. Wrap the "
+    "final answer in a \\boxed{}.\nRespond in the following format:\n<reasoning>\nYour reasoning "
+    "here\n</reasoning>\n<answer>\n\\boxed{...}\n</answer>\" \n")
 
 
 @TASKS.register("math500")
@@ -23,15 +37,19 @@ class Math500Task(ReasoningQATask):
   """MATH500.
 
   Args (beyond :class:`~daca_jax.tasks.qa_base.ReasoningQATask`'s):
-    verify_timeout_s: wall-clock limit per graded answer (seconds); a slower answer counts as wrong.
+    verify_timeout_s: CPU seconds per graded answer (in the verification worker); a slower answer
+      counts as wrong and as a grader bound hit. The default (0.8 s, killed at 0.95 s when native code
+      ignores the limit) keeps every completion's grading within 1 s of CPU; math-verify itself needs
+      ~10-100 ms for a MATH answer.
   """
 
   name = "math500"
   EVAL_FILE = "math500/test.json"
   TRAIN_FILE = "math500/math_train.json"
   DESCRIPTION = "MATH500 (ant-research/Drift data/MATH500.json)"
+  SYSTEM_PROMPT = SYSTEM_PROMPT
 
-  def __init__(self, *args, verify_timeout_s: float = 10.0, **kwargs):
+  def __init__(self, *args, verify_timeout_s: float = 0.8, **kwargs):
     super().__init__(*args, **kwargs)
     if isinstance(verify_timeout_s, bool) or not isinstance(verify_timeout_s, (int, float)) or not (
         verify_timeout_s > 0):
@@ -54,7 +72,17 @@ class Math500Task(ReasoningQATask):
     boxed = f"\\boxed{{{example.meta['gold']}}}"
     return boxed if self.prompt_style == "plain" else fmt.reasoning_target("", boxed)
 
-  def correct(self, completions: Sequence[str], examples: Sequence[Example]) -> list[bool]:
-    """math-verify equivalence of each extracted answer with the gold answer."""
+  def grade(self, completions: Sequence[str],
+            examples: Sequence[Example]) -> tuple[list[bool], list[bool]]:
+    """math-verify equivalence of each extracted answer with the gold answer; over-long completions
+    and verifications that ran out of time are bound hits."""
     answers = [extract_math_answer(c, self.prompt_style) for c in completions]
-    return self.verifier.equal([(ex.meta["gold"], a) for ex, a in zip(examples, answers)])
+    verdicts = self.verifier.verify([(ex.meta["gold"], a) for ex, a in zip(examples, answers)])
+    hits = [text_scan.over_limit(c) or timed_out for c, (_, timed_out) in zip(completions, verdicts)]
+    return [ok for ok, _ in verdicts], hits
+
+  def grading_rules(self) -> str:
+    return ("d1 parse_math_answers: last closed non-empty \\boxed{}, else last non-empty <answer> span"
+            + (", else the whole completion" if self.prompt_style == "plain" else "")
+            + f"; math-verify equivalence ({self.verifier.timeout_s:g} s CPU per item, in a worker); "
+            f"completions > {text_scan.MAX_COMPLETION_CHARS} chars score 0")

@@ -1,9 +1,15 @@
 """Shared base of the question-answer reasoning tasks read from benchmark files (gsm8k, math500).
 
+Prompts: ``"chat"`` is d1's evaluation prompt (the subclass's ``SYSTEM_PROMPT`` + the question, see
+:func:`daca_jax.tasks.reasoning_format.d1_chat_prompt`); ``"plain"`` is the bare question.
+
 Rewards: ``correct`` (1.0 or 0.0) plus, for the ``"chat"`` prompt style, ``format_weight`` times the
 d1 strict + soft format rewards (each 0 or 0.5; see :mod:`daca_jax.tasks.reasoning_format`), so a
 completion scores >= 1 iff it is correct (d1 weighs correctness 2.0 and each format term 0.5; this
 keeps the trainer's ``accuracy = reward >= 1`` meaningful). The ``"plain"`` style has no format term.
+A completion that hits a grader bound (longer than ``text_scan.MAX_COMPLETION_CHARS``, or a
+verification that ran out of time) gets reward 0 and is counted in the metric ``grader_bound_hits``
+(and in the task's running total ``num_bound_hits``).
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ import numpy as np
 from daca_jax.data import local
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import reasoning_format as fmt
+from daca_jax.tasks import text_scan
 from daca_jax.tasks.base import Example, Task
 from daca_jax.tasks.tokenizer import ByteTokenizer
 
@@ -40,11 +47,13 @@ class ReasoningQATask(Task):
   EVAL_FILE: str = ""
   TRAIN_FILE: str = ""
   DESCRIPTION: str = ""
+  SYSTEM_PROMPT: str = ""  # d1's system prompt of the task (chat style)
+  prompt_styles = fmt.PROMPT_STYLES
 
   def __init__(self, data_dir: str | os.PathLike[str] | None = None, eval_path: str = "",
                prompt_style: str = "chat", format_weight: float = 0.1, prompt_len: int = 0):
     self.tokenizer = ByteTokenizer()
-    self.prompt_style = fmt.check_prompt_style(prompt_style)
+    self.prompt_style = fmt.check_prompt_style(prompt_style, self.prompt_styles)
     if isinstance(format_weight, bool) or not isinstance(format_weight, (int, float)) or not (
         0 <= format_weight < 1):
       raise ConfigError("task.options.format_weight", format_weight, "a number in [0, 1)")
@@ -57,6 +66,7 @@ class ReasoningQATask(Task):
     self.data_dir = None if data_dir is None else local.resolve_data_dir(str(data_dir))
     self._fixed_prompt_len = int(prompt_len)
     self._cache: dict[str, tuple[list[Example], str]] = {}
+    self.num_bound_hits = 0
 
   # --- subclass hooks -------------------------------------------------------------------------------
   @abc.abstractmethod
@@ -69,8 +79,19 @@ class ReasoningQATask(Task):
     """The shortest completion that holds the example's full answer (sets ``min_gen_length``)."""
 
   @abc.abstractmethod
+  def grade(self, completions: Sequence[str],
+            examples: Sequence[Example]) -> tuple[list[bool], list[bool]]:
+    """``(correct, bound_hit)`` per completion: whether its answer is right, and whether grading
+    stopped at a bound (then ``correct`` is False)."""
+
+  @abc.abstractmethod
+  def grading_rules(self) -> str:
+    """One line naming the extraction/equivalence rules and options in force (evaluation summary)."""
+
   def correct(self, completions: Sequence[str], examples: Sequence[Example]) -> list[bool]:
     """Whether each completion's answer is right."""
+    self._check(completions, examples)
+    return self.grade(completions, examples)[0]
 
   # --- data ----------------------------------------------------------------------------------------
   def _load(self, kind: str) -> tuple[list[Example], str]:
@@ -131,7 +152,9 @@ class ReasoningQATask(Task):
 
   def format_prompt(self, question: str) -> str:
     """The prompt text of ``question`` in this task's prompt style."""
-    return fmt.chat_prompt(question) if self.prompt_style == "chat" else f"{question}\n"
+    if self.prompt_style == "chat":
+      return fmt.d1_chat_prompt(self.SYSTEM_PROMPT, question)
+    return f"{question}\n"
 
   # --- grading -------------------------------------------------------------------------------------
   def _check(self, completions: Sequence[str], examples: Sequence[Example]) -> None:
@@ -141,21 +164,34 @@ class ReasoningQATask(Task):
   def _format_scores(self, completions: Sequence[str]) -> np.ndarray:
     if self.prompt_style != "chat":
       return np.zeros(len(completions), np.float32)
-    return np.asarray([fmt.strict_format_reward(c) + fmt.soft_format_reward(c) for c in completions],
-                      np.float32).reshape(len(completions))
+    prefix = fmt.GENERATION_PREFIX
+    return np.asarray([0.0 if text_scan.over_limit(c) else
+                       fmt.strict_format_reward(c, prefix) + fmt.soft_format_reward(c, prefix)
+                       for c in completions], np.float32).reshape(len(completions))
+
+  def _graded(self, completions: Sequence[str],
+              examples: Sequence[Example]) -> tuple[np.ndarray, np.ndarray]:
+    self._check(completions, examples)
+    correct, hits = self.grade(completions, examples)
+    hits = np.asarray(hits, bool).reshape(len(examples))
+    self.num_bound_hits += int(hits.sum())
+    return np.asarray(correct, bool).reshape(len(examples)), hits
 
   def reward(self, completions: Sequence[str], examples: Sequence[Example]) -> np.ndarray:
-    """float32 ``[N]``: correctness (0/1) + ``format_weight`` x (strict + soft) in chat style."""
-    self._check(completions, examples)
-    correct = np.asarray(self.correct(completions, examples), np.float32).reshape(len(examples))
-    return correct + self.format_weight * self._format_scores(completions)
+    """float32 ``[N]``: correctness (0/1) + ``format_weight`` x (strict + soft) in chat style; 0 for a
+    completion that hit a grader bound."""
+    correct, hits = self._graded(completions, examples)
+    rewards = correct.astype(np.float32) + self.format_weight * self._format_scores(completions)
+    return np.where(hits, 0.0, rewards).astype(np.float32)
 
   def metrics(self, completions: Sequence[str], examples: Sequence[Example]) -> dict[str, Any]:
-    """``accuracy``, ``strict_format`` (chat: layout exactly right), ``num_examples``."""
-    self._check(completions, examples)
+    """``accuracy``, ``strict_format`` (chat: layout exactly right), ``grader_bound_hits`` (count),
+    ``num_examples``."""
+    correct, hits = self._graded(completions, examples)
     n = len(examples)
-    correct = self.correct(completions, examples)
-    strict = [fmt.strict_format_reward(c) > 0 for c in completions]
+    prefix = fmt.GENERATION_PREFIX if self.prompt_style == "chat" else ""
+    strict = [not h and fmt.strict_format_reward(c, prefix) > 0 for c, h in zip(completions, hits)]
     return {"accuracy": float(np.mean(correct)) if n else 0.0,
             "strict_format": float(np.mean(strict)) if n else 0.0,
+            "grader_bound_hits": float(hits.sum()),
             "num_examples": float(n)}

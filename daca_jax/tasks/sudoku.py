@@ -4,20 +4,43 @@ Grids are 16-character strings of digits in row-major order, ``'0'`` = blank (th
 dllm-reasoning/d1 ``dataset/4x4_test_sudoku.csv``). A valid solution has every row, column and
 2x2 box holding 1..4 exactly once; there are 288 such grids, enumerated here by backtracking.
 
-Prompt format for tiny byte-level models: ``prompt = puzzle`` (16 digits; the tokenizer adds
-``bos``, so ``prompt_len = 17``) and ``target = solution`` (16 digits; ``min_gen_length = 17``
-with one EOS).
+Prompt styles (``prompt_style``):
+
+* ``"plain"`` (tiny byte-level models): ``prompt = puzzle`` (16 digits; the tokenizer adds ``bos``,
+  so ``prompt_len = 17``) and ``target = solution`` (16 digits; ``min_gen_length = 17`` with one
+  EOS). The answer is the completion's first 16 characters after leading whitespace.
+* ``"chat"`` (LLaDA-8B-Instruct, d1's protocol): d1's Sudoku evaluation prompt (d1
+  ``eval/sudoku.py``: :data:`SYSTEM_PROMPT` and ``"Solve the following Sudoku puzzle: <puzzle>"``
+  in LLaDA's chat template, then ``<reasoning>``); the answer is a 16-character string inside
+  ``<answer>`` tags, read by :func:`extract_chat_answer` with d1's evaluation parser
+  (``eval/parse_and_get_acc.py``, ``parse_sudoku_answers``): the first of its five patterns that
+  finds a non-empty string (digits in a code fence inside the answer; the first answer span; the
+  text after ``</answer>``; 16 digits before a ``</answer>``; a free-standing 16-digit number),
+  whitespace removed, then padded with ``0`` or truncated to 16 characters for cell accuracy.
 
 Rewards and metrics:
 
 * ``reward`` (d1's reward): fraction of the puzzle's blank cells whose digit equals the stored
-  solution.
-* ``strict_solved``: the completion is a valid complete grid keeping every given. Any valid
+  solution (0 for a completion longer than :data:`daca_jax.tasks.text_scan.MAX_COMPLETION_CHARS`,
+  a grader bound hit counted in the metric ``grader_bound_hits``).
+* ``cell_accuracy`` (d1's reported Sudoku number): correct blank cells / all blank cells over the
+  evaluation set (d1 sums cells over puzzles; its test puzzles all have 8 blanks, so this equals the
+  mean reward there).
+* ``strict_solved``: the answer is a valid complete grid keeping every given. Any valid
   completion counts, since d1's puzzles do not all have a unique solution (376 of 500 do).
-* ``token_rewards`` (for the ``token_reward`` oracle credit): each blank cell's token gets 1 if its
-  digit equals the stored solution, else 0; givens and EOS padding carry none. Their sum divided by
+* ``token_rewards`` (for the ``token_reward`` oracle credit; ``"plain"`` style only): each blank
+  cell's token gets 1 if its digit equals the stored solution, else 0; givens and EOS padding carry
+  none. Their sum divided by
   the number of blanks is d1's reward of an ASCII completion, exactly (a blank cell the completion
   does not reach is wrong and has no token).
+
+Where the chat grader differs from d1's evaluation parser, and why: the completion is cut at the
+first end-of-text marker and text after it is ignored (d1 reads patterns 3 and 5 across it; a
+decode may keep text generated after the model's end); each pattern is matched in linear time
+instead of with d1's regular expressions (same matches: ``\\d``/``\\s``/``\\w``/``\\b`` keep
+Python's Unicode meaning). d1's training reward (``sudoku_reward_func``) reads the last answer span
+and keeps only its digits; one grader serves training and evaluation here, with the evaluation
+parser's rules (the two agree on answers written as 16 digits in one answer span).
 """
 from __future__ import annotations
 
@@ -30,12 +53,38 @@ import numpy as np
 
 from daca_jax.data import local
 from daca_jax.errors import ConfigError, DataError
+from daca_jax.tasks import reasoning_format as fmt
+from daca_jax.tasks import text_scan
 from daca_jax.tasks.base import TASKS, Example, Task
 from daca_jax.tasks.tokenizer import ByteTokenizer
 
 NUM_CELLS = 16
 NUM_SOLUTION_GRIDS = 288  # documented fact; all_solution_grids() computes it.
 D1_TEST_FILE = "sudoku/d1_test.csv"  # relative to the data dir (see ../shared/data/SOURCES.md)
+
+# d1's Sudoku evaluation system prompt (dllm-reasoning/d1 eval/sudoku.py, SUDOKU_SYSTEM_PROMPT),
+# verbatim; the question that follows it is "Solve the following Sudoku puzzle: <puzzle>\n".
+SYSTEM_PROMPT = """
+Please solve the following 4x4 Sudoku puzzle. The puzzle is provided as a 16-character string reading left-to-right, top-to-bottom, where '0' represents empty cells.
+
+Rules:
+- Fill empty cells with digits 1-4
+- Each row must contain digits 1-4 exactly once
+- Each column must contain digits 1-4 exactly once
+- Each 2x2 box must contain digits 1-4 exactly once
+
+Important: Your solution must be a COMPLETE 16-character string with only the digits 1-4, representing your final solved grid.
+
+Respond in this exact format:
+<reasoning>
+Your step-by-step solving process
+</reasoning>
+<answer>
+[16-character solution string with no spaces or separators]
+</answer>
+"""
+_CHAT_REASONING = ("Each row, column and 2x2 box must hold 1-4 once; filling the blanks in order "
+                   "leaves one digit for each.")
 
 # Cell index groups (rows, columns, 2x2 boxes) of a row-major 4x4 grid.
 _ROWS = tuple(tuple(4 * r + c for c in range(4)) for r in range(4))
@@ -271,34 +320,119 @@ def generate_puzzles(
 
 
 def parse_completion(text: str) -> str:
-  """Answer grid read from a completion: its first 16 characters after leading whitespace.
+  """Answer grid of a ``"plain"`` completion: its first 16 characters after leading whitespace.
 
   The result may be shorter than 16 characters or hold non-digits; such cells count as wrong.
   """
   return text.lstrip()[:NUM_CELLS]
 
 
-def cell_reward(completion: str, puzzle: str, solution: str) -> float:
-  """d1's reward: fraction of blank cells where the parsed completion equals ``solution``.
+def _fenced_digits(text: str, start: int) -> str | None:
+  """d1 pattern 1 after the first ``<answer>`` (at ``start``): ``.*?```\\s*([\\d\\s]+)```` ``."""
+  fence = text.find("```", start)
+  while fence >= 0:
+    j = fence + 3
+    while j < len(text) and (text[j].isdecimal() or text[j].isspace()):
+      j += 1
+    if j > fence + 3 and text.startswith("```", j):
+      return text[fence + 3:j]  # the first match decides (re.search); a later fence is not tried
+    fence = text.find("```", fence + 1)  # the run held no backtick: the next fence is at or after j
+  return None
+
+
+def _digits_before_close(text: str) -> str | None:
+  """d1 pattern 4: ``.*?(\\d{16})\\s*</answer>`` (the first ``</answer>`` that 16 digits and then
+  only whitespace precede)."""
+  close = text.find("</answer>")
+  while close >= 0:
+    end = close
+    while end > 0 and text[end - 1].isspace():
+      end -= 1
+    if end >= NUM_CELLS and all(c.isdecimal() for c in text[end - NUM_CELLS:end]):
+      return text[end - NUM_CELLS:end]
+    close = text.find("</answer>", close + 1)
+  return None
+
+
+def _free_standing_digits(text: str) -> str | None:
+  """d1 pattern 5: ``\\b(\\d{16})\\b`` (the first maximal run of word characters that is exactly
+  16 decimal digits)."""
+  i, n = 0, len(text)
+  while i < n:
+    if text[i].isalnum() or text[i] == "_":
+      j = i
+      while j < n and (text[j].isalnum() or text[j] == "_"):
+        j += 1
+      if j - i == NUM_CELLS and all(c.isdecimal() for c in text[i:j]):
+        return text[i:j]
+      i = j
+    else:
+      i += 1
+  return None
+
+
+def extract_chat_answer(completion: str) -> str:
+  """The answer string of a ``"chat"`` completion by d1's evaluation parser, whitespace removed
+  ("" when no pattern finds one); see the module docstring. Linear time.
+
+  The patterns, in order (the first non-empty result wins): 1. digits in a code fence after the
+  first ``<answer>``; 2. the first ``<answer>`` up to ``</answer>`` (or the end-of-text marker);
+  3. the text after the first ``</answer>``; 4. 16 digits before a ``</answer>``; 5. a
+  free-standing 16-digit number.
+  """
+  if text_scan.over_limit(completion):
+    return ""
+  text = fmt.clean_completion(completion)
+  cut = len(text) < len(completion)
+  found: list[str | None] = []
+  opening = text.find("<answer>")
+  closing = text.find("</answer>")
+  if opening >= 0:
+    start = opening + len("<answer>")
+    found.append(_fenced_digits(text, start))
+    end = text.find("</answer>", start)
+    found.append(text[start:end] if end >= 0 else (text[start:] if cut else None))
+  if closing >= 0:
+    found.append(text[closing + len("</answer>"):])
+  for candidate in found:
+    if candidate is not None and candidate.strip():
+      return "".join(c for c in candidate if not c.isspace())
+  for pattern in (_digits_before_close, _free_standing_digits):
+    candidate = pattern(text)
+    if candidate:
+      return candidate
+  return ""
+
+
+def answer_grid(completion: str, prompt_style: str = "plain") -> str:
+  """The 16-character grid graded for ``completion``: ``"plain"``: :func:`parse_completion`;
+  ``"chat"``: :func:`extract_chat_answer` padded with ``0`` / truncated to 16 (d1), "" if empty."""
+  if prompt_style == "plain":
+    return "" if text_scan.over_limit(completion) else parse_completion(completion)
+  answer = extract_chat_answer(completion)
+  return (answer + "0" * NUM_CELLS)[:NUM_CELLS] if answer else ""
+
+
+def correct_cells(answer: str, puzzle: str, solution: str) -> tuple[int, int]:
+  """``(blank cells of puzzle where answer equals solution, blank cells)``."""
+  blanks = [i for i, c in enumerate(puzzle) if c == "0"]
+  return sum(1 for i in blanks if i < len(answer) and answer[i] == solution[i]), len(blanks)
+
+
+def cell_reward(completion: str, puzzle: str, solution: str, prompt_style: str = "plain") -> float:
+  """d1's reward: fraction of blank cells where the completion's answer equals ``solution``.
 
   Args:
     completion: decoded completion text (any string).
     puzzle: 16 digits, ``'0'`` = blank.
     solution: the stored 16-digit solution.
+    prompt_style: how the answer is read (:func:`answer_grid`).
 
   Returns:
     A float in [0, 1]; 1.0 for a puzzle without blanks.
   """
-  answer = parse_completion(completion)
-  blanks = [i for i, c in enumerate(puzzle) if c == "0"]
-  if not blanks:
-    return 1.0
-  correct = sum(1 for i in blanks if i < len(answer) and answer[i] == solution[i])
-  return correct / len(blanks)
-
-
-def _examples(rows: Sequence[tuple[str, str]]) -> list[Example]:
-  return [Example(prompt=p, target=s, meta={"puzzle": p, "solution": s}) for p, s in rows]
+  good, blanks = correct_cells(answer_grid(completion, prompt_style), puzzle, solution)
+  return good / blanks if blanks else 1.0
 
 
 @TASKS.register("sudoku4x4")
@@ -315,18 +449,18 @@ class Sudoku4x4Task(Task):
       examples and for the generated fallback evaluation set.
     eval_size: size of the generated fallback evaluation set.
     seed: seed of the generated fallback evaluation set.
+    prompt_style: ``"plain"`` or ``"chat"`` (d1's prompt and answer format; see module docstring).
 
   Raises:
     FileNotFoundError: ``eval_path`` is given but does not exist (message names
       ``task.eval_path``), or ``data_dir`` is given but does not exist (names ``data.data_dir``).
-    ConfigError: bad ``num_blanks`` / ``eval_size``.
+    ConfigError: bad ``num_blanks`` / ``eval_size`` / ``prompt_style``.
   """
 
   primary_metric = "strict_solved"
 
   name = "sudoku4x4"
-  prompt_len = NUM_CELLS + 1
-  min_gen_length = NUM_CELLS + 1
+  prompt_styles = fmt.PROMPT_STYLES
 
   def __init__(
       self,
@@ -335,8 +469,10 @@ class Sudoku4x4Task(Task):
       num_blanks: int | tuple[int, int] = 8,
       eval_size: int = 500,
       seed: int = 1234,
+      prompt_style: str = "plain",
   ):
     self.tokenizer = ByteTokenizer()
+    self.prompt_style = fmt.check_prompt_style(prompt_style, self.prompt_styles)
     _check_num_blanks(num_blanks)
     if (isinstance(eval_size, bool) or not isinstance(eval_size, (int, np.integer))
         or eval_size < 1):
@@ -350,6 +486,19 @@ class Sudoku4x4Task(Task):
       raise FileNotFoundError(f"task.eval_path={self.eval_path!r}: file does not exist")
     self.data_dir = None if data_dir is None else local.resolve_data_dir(str(data_dir))
     self._eval: tuple[list[Example], str] | None = None
+    self.num_bound_hits = 0
+    self.has_token_rewards = self.prompt_style == "plain"
+    # Prompts and targets have one length for every puzzle (16 digits each).
+    probe = self._examples([("0" * NUM_CELLS, "1" * NUM_CELLS)])[0]
+    self.prompt_len = 1 + len(self.tokenizer.encode(probe.prompt))
+    self.min_gen_length = 1 + len(self.tokenizer.encode(probe.target))
+
+  def _examples(self, rows: Sequence[tuple[str, str]]) -> list[Example]:
+    if self.prompt_style == "plain":
+      return [Example(prompt=p, target=s, meta={"puzzle": p, "solution": s}) for p, s in rows]
+    return [Example(prompt=fmt.d1_chat_prompt(SYSTEM_PROMPT, f"Solve the following Sudoku puzzle: {p}\n"),
+                    target=fmt.reasoning_target(_CHAT_REASONING, s),
+                    meta={"puzzle": p, "solution": s}) for p, s in rows]
 
   def _load_csv(self, path: pathlib.Path) -> list[Example]:
     rows = local.read_sudoku_csv(path)
@@ -359,7 +508,7 @@ class Sudoku4x4Task(Task):
             f"{path}: data row {i + 1}: {solution!r} is not a valid solution of {puzzle!r}")
     if not rows:
       raise DataError(f"{path}: no puzzles")
-    return _examples(rows)
+    return self._examples(rows)
 
   def eval_examples(self) -> tuple[list[Example], str]:
     """Returns ``(examples, source)``; loaded once and cached.
@@ -382,7 +531,7 @@ class Sudoku4x4Task(Task):
           where = (f"no data dir (data.data_dir unset and {local.default_data_dir()} absent)"
                    if d1 is None else f"{d1} does not exist")
           rows = generate_puzzles(self.eval_size, self.num_blanks, seed=self.seed)
-          examples = _examples(rows)
+          examples = self._examples(rows)
           source = (f"GENERATED held-out set of {len(examples)} unique-solution puzzles "
                     f"(num_blanks={self.num_blanks!r}, seed={self.seed}): d1's test file "
                     f"{D1_TEST_FILE} was not found ({where})")
@@ -392,26 +541,36 @@ class Sudoku4x4Task(Task):
   def train_examples(self, num: int, seed: int) -> list[Example]:
     """Generates ``num`` distinct unique-solution puzzles, none of them in the evaluation set."""
     exclude = frozenset(ex.meta["puzzle"] for ex in self.eval_examples()[0])
-    return _examples(generate_puzzles(num, self.num_blanks, seed=seed, exclude=exclude))
+    return self._examples(generate_puzzles(num, self.num_blanks, seed=seed, exclude=exclude))
 
-  @staticmethod
-  def _check_lengths(completions: Sequence[str], examples: Sequence[Example]) -> None:
-    if len(completions) != len(examples):
-      raise ValueError(f"got {len(completions)} completions for {len(examples)} examples")
+  def _grade(self, completions: Sequence[str],
+             examples: Sequence[Example]) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray]:
+    """``(answer grids, correct blank cells [N], blank cells [N], bound hits [N])``."""
+    self._check_lengths(completions, examples)
+    hits = np.asarray([text_scan.over_limit(c) for c in completions], bool).reshape(len(examples))
+    self.num_bound_hits += int(hits.sum())
+    answers = [answer_grid(c, self.prompt_style) for c in completions]
+    cells = np.asarray([correct_cells(a, ex.meta["puzzle"], ex.meta["solution"])
+                        for a, ex in zip(answers, examples)], np.int64).reshape(len(examples), 2)
+    return answers, cells[:, 0], cells[:, 1], hits
 
   def reward(self, completions: Sequence[str], examples: Sequence[Example]) -> np.ndarray:
     """d1's reward per completion: float32 ``[N]`` in [0, 1] (see :func:`cell_reward`)."""
-    self._check_lengths(completions, examples)
-    rewards = [cell_reward(c, ex.meta["puzzle"], ex.meta["solution"])
-               for c, ex in zip(completions, examples)]
-    return np.asarray(rewards, dtype=np.float32).reshape(len(examples))
+    _, good, blanks, _ = self._grade(completions, examples)
+    return np.where(blanks > 0, good / np.maximum(blanks, 1), 1.0).astype(np.float32)
 
-  has_token_rewards = True
+  has_token_rewards = True  # the "plain" style; an instance of the "chat" style sets False
+
+  @staticmethod
+  def _check_lengths(completions: Sequence[Any], examples: Sequence[Example]) -> None:
+    if len(completions) != len(examples):
+      raise ValueError(f"got {len(completions)} completions for {len(examples)} examples")
 
   def token_rewards(self, completion_ids: np.ndarray,
                     examples: Sequence[Example]) -> tuple[np.ndarray, np.ndarray]:
     """Per-cell rewards: the token of blank cell c (the c-th byte after leading whitespace, as
     :func:`parse_completion` reads it) gets 1.0 if it is the solution's digit, else 0.0.
+    ``"plain"`` style only: a chat answer's cells have no fixed token positions.
 
     Args:
       completion_ids: int32 ``[N, L]`` byte-tokenizer completion tokens.
@@ -420,6 +579,9 @@ class Sudoku4x4Task(Task):
       ``(rewards, mask)`` float32 ``[N, L]``; ``mask`` is 1 on the blank cells that the completion
       reaches (a cell past the EOS or past L is wrong and carries no token).
     """
+    if not self.has_token_rewards:
+      raise NotImplementedError("sudoku4x4 token rewards need prompt_style='plain' (chat answers have "
+                                "no fixed token positions)")
     ids = np.asarray(completion_ids)
     self._check_lengths(list(ids), examples)
     n, length = ids.shape
@@ -441,19 +603,31 @@ class Sudoku4x4Task(Task):
     """Evaluation metrics.
 
     Returns:
-      ``strict_solved``: fraction of completions that are a valid complete grid keeping the givens
-      (any valid grid counts); ``cell_accuracy``: mean d1 reward; ``exact_match``: fraction equal
-      to the stored solution; ``num_examples``: N. Rates are 0.0 when N = 0.
+      ``strict_solved``: fraction of completions whose answer is a valid complete grid keeping the
+      givens (any valid grid counts); ``cell_accuracy``: correct blank cells / blank cells, summed
+      over the completions (d1's Sudoku accuracy); ``exact_match``: fraction equal to the stored
+      solution; ``grader_bound_hits``: completions not graded (too long); ``num_examples``: N.
+      Rates are 0.0 when N = 0.
     """
-    self._check_lengths(completions, examples)
+    answers, good, blanks, hits = self._grade(completions, examples)
     n = len(examples)
-    answers = [parse_completion(c) for c in completions]
     strict = sum(is_valid_solution(ex.meta["puzzle"], a) for a, ex in zip(answers, examples))
     exact = sum(a == ex.meta["solution"] for a, ex in zip(answers, examples))
-    rewards = self.reward(completions, examples)
+    total = int(blanks.sum())
     return {
         "strict_solved": strict / n if n else 0.0,
-        "cell_accuracy": float(rewards.mean()) if n else 0.0,
+        "cell_accuracy": (float(good.sum()) / total if total else float(n > 0)) if n else 0.0,
         "exact_match": exact / n if n else 0.0,
+        "grader_bound_hits": float(hits.sum()),
         "num_examples": float(n),
     }
+
+  def grading_rules(self) -> str:
+    """One line naming the grading rules (evaluation summary)."""
+    read = ("first 16 characters after leading whitespace" if self.prompt_style == "plain" else
+            "d1 parse_sudoku_answers (fenced digits in <answer>, first <answer> span, text after "
+            "</answer>, 16 digits before </answer>, free-standing 16 digits; whitespace removed; "
+            "padded with 0 / cut to 16)")
+    return (f"{read}; cell accuracy = correct blank cells / blank cells (d1); strict_solved = any "
+            f"valid grid keeping the givens; completions > {text_scan.MAX_COMPLETION_CHARS} chars "
+            "score 0")
