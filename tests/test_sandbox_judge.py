@@ -23,7 +23,8 @@ from daca_jax.tasks.code import HumanEvalTask, MBPPTask
 from daca_jax.tasks.sandbox_values import PlainDataError, decode, encode, same
 from tests import hostile_programs
 
-LIMITS = sandbox.SandboxLimits(timeout_s=10)
+# Generous: only the timeout tests need a short limit, and a loaded machine starves short ones.
+LIMITS = sandbox.SandboxLimits(timeout_s=30)
 MBPP_DIR = local.default_data_dir() / "mbpp"
 needs_mbpp = pytest.mark.skipif(not (MBPP_DIR / "test.json").is_file(),
                                 reason=f"MBPP data not found at {MBPP_DIR} (see shared/data/SOURCES.md)")
@@ -128,7 +129,7 @@ def _run_rewritten(test: str, **names) -> str:
   namespace = {"__daca_compare__": state.compare, "__daca_chain__": state.chain,
                "__daca_truth__": state.truth, **names}
   try:
-    exec(compile(sandbox_rpc.rewrite_test(test, "f"), "<test>", "exec"), namespace)
+    exec(compile(sandbox_judge.rewrite_test(test, "f"), "<test>", "exec"), namespace)
   except BaseException as e:  # pylint: disable=broad-except
     return type(e).__name__
   return "failure recorded" if state.failure else "ok"
@@ -211,7 +212,7 @@ def test_a_hanging_candidate_times_out():
   start = time.monotonic()
   r = _judge("    while True:\n        pass\n", limits=sandbox.SandboxLimits(timeout_s=1.5))
   assert r.status == "timeout"
-  assert time.monotonic() - start < 1.5 + 6
+  assert time.monotonic() - start < 1.5 + 10
 
 
 def test_the_candidate_never_holds_the_tests():
@@ -248,10 +249,10 @@ def test_bad_arguments_raise_config_errors():
 # Value tricks run on HumanEval problems with different kinds of checks: == on bools (0), floats
 # with a tolerance (2), truthiness asserts (52); the rest (exits, introspection, reads) on one.
 _VALUE_TRICKS = ("always_equal", "int_subclass", "str_subclass", "list_subclass",
-                 "float_subclass_nan", "bool_true", "int_one", "nan", "huge_int", "huge_string",
-                 "deep_list", "exception_as_value", "function_as_value")
+                 "float_subclass_nan", "bool_true", "int_one", "nan", "exception_as_value",
+                 "function_as_value")
 _OTHERS = tuple(k for k in hostile_programs.HOSTILE
-                if k not in _VALUE_TRICKS and k != "sleep_forever")
+                if k not in _VALUE_TRICKS and k != "sleep_forever")  # incl. huge/deep values
 _ALL = _VALUE_TRICKS + _OTHERS
 
 

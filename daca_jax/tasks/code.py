@@ -28,7 +28,7 @@ sandbox, with trusted code only, and call the candidate's functions through a pi
 plain values (:mod:`daca_jax.tasks.sandbox_judge`; threat model in :mod:`daca_jax.tasks.sandbox`).
 The candidate never sees the tests or the expected values, and the verdict is written by the judge
 alone, so printing, exiting early, introspection or objects with their own ``__eq__`` cannot pass.
-The tests' checks are strict (:func:`daca_jax.tasks.sandbox_rpc.rewrite_test`): ``==`` needs values
+The tests' checks are strict (:func:`daca_jax.tasks.sandbox_judge.rewrite_test`): ``==`` needs values
 of the same kind (``True`` is not ``1``; ``int``/``float`` compare numerically), an ``assert`` needs
 a real ``bool``, NaN compares to nothing. Only the standard library can be imported by candidate
 code (the sandbox's read view). Rewards: ``1.0`` if the tests pass, plus ``format_weight`` (default

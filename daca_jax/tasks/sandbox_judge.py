@@ -7,7 +7,7 @@ A judged run starts two sandboxes (:mod:`daca_jax.tasks.sandbox`) joined by pipe
   answers calls ``name(*args, **kwargs)`` with plain values (:func:`sandbox_rpc.serve`); it never
   sees the tests or the expected values;
 * the JUDGE sandbox runs only trusted code -- the problem's header and its test code, rewritten so
-  that every check is strict (:func:`sandbox_rpc.rewrite_test`) -- with each function under test
+  that every check is strict (:func:`rewrite_test`) -- with each function under test
   replaced by a proxy that ships the arguments to the candidate and decodes the reply with
   :func:`sandbox_values.decode` (exact builtin types only, so no object of the candidate's making
   ever reaches a comparison). The judge writes its verdict to a pipe only it holds.
@@ -20,13 +20,16 @@ separate PID, IPC, network and mount namespaces, and Landlock confines each one'
 from __future__ import annotations
 
 import ast
+import builtins
 import concurrent.futures
 import dataclasses
 import functools
 import json
+import marshal
 import os
 import pathlib
 import time
+import warnings
 from typing import Sequence
 
 from daca_jax.errors import ConfigError
@@ -37,21 +40,24 @@ _HERE = pathlib.Path(__file__).parent
 # How long the candidate may take to end by itself once the judge has finished (it sees EOF).
 _CANDIDATE_EXIT_S = 0.5
 
+_WRAPPER = "__daca_check__"
+# The program of either sandbox: the two modules (compiled here, marshalled) and a call.
 _BOOT = """
-import sys, types
-def _load(name, source):
-  module = types.ModuleType(name)
-  module.__file__ = "<" + name + ">"
+import marshal, sys
+def _load(name, code):
+  module = type(sys)(name)
   sys.modules[name] = module
-  exec(compile(source, module.__file__, "exec"), module.__dict__)
+  exec(code, module.__dict__)
   return module
 for _name in ("daca_jax", "daca_jax.tasks"):
-  sys.modules[_name] = types.ModuleType(_name)
+  sys.modules[_name] = type(sys)(_name)
   sys.modules[_name].__path__ = []
 sys.modules["daca_jax"].tasks = sys.modules["daca_jax.tasks"]
-sys.modules["daca_jax.tasks"].sandbox_values = _load("daca_jax.tasks.sandbox_values", _VALUES)
-del _VALUES
-_load("daca_jax.tasks.sandbox_rpc", _RPC).{entry}(_CONFIG)
+_values_code, _rpc_code = marshal.loads(_MODULES)
+sys.modules["daca_jax.tasks"].sandbox_values = _load("daca_jax.tasks.sandbox_values", _values_code)
+_rpc = _load("daca_jax.tasks.sandbox_rpc", _rpc_code)
+del _MODULES, _values_code, _rpc_code
+_rpc.{entry}(_CONFIG)
 """
 
 
@@ -72,6 +78,82 @@ class TestSuite:
   test: str
   entry_point: str
   functions: tuple[str, ...]
+
+
+class _Strict(ast.NodeTransformer):
+  def visit_Compare(self, node: ast.Compare) -> ast.AST:
+    self.generic_visit(node)
+    ops = [type(op).__name__ for op in node.ops]
+    if len(ops) == 1:
+      call = ast.Call(ast.Name(sandbox_rpc.COMPARE, ast.Load()),
+                      [node.left, ast.Constant(ops[0]), node.comparators[0]], [])
+    else:  # later operands stay lazy, as in a chained comparison
+      lazy = [ast.Lambda(ast.arguments([], [], None, [], [], None, []), c)
+              for c in node.comparators]
+      call = ast.Call(ast.Name(sandbox_rpc.CHAIN, ast.Load()),
+                      [node.left, ast.Tuple([ast.Constant(o) for o in ops], ast.Load()), *lazy], [])
+    return ast.copy_location(call, node)
+
+  def visit_Assert(self, node: ast.Assert) -> ast.AST:
+    self.generic_visit(node)
+    node.test = _truth(node.test)
+    return node
+
+
+def _truth(node: ast.expr) -> ast.expr:
+  if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+    node.operand = _truth(node.operand)
+    return node
+  if isinstance(node, ast.BoolOp):
+    node.values = [_truth(v) for v in node.values]
+    return node
+  if isinstance(node, ast.Constant) and type(node.value) is bool:
+    return node
+  return ast.copy_location(ast.Call(ast.Name(sandbox_rpc.TRUTH, ast.Load()), [node], []), node)
+
+
+def _rename_check(tree: ast.Module) -> None:
+  """A test whose function under test is named ``check`` (2 MBPP rows) defines its own ``check``
+  wrapper too; the wrapper is renamed so the asserts reach the candidate's ``check``."""
+  for node in tree.body:
+    if isinstance(node, ast.FunctionDef) and node.name == "check":
+      node.name = _WRAPPER
+    elif (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+          and isinstance(node.value.func, ast.Name) and node.value.func.id == "check"):
+      node.value.func.id = _WRAPPER
+
+
+def rewrite_test(test: str, entry_point: str) -> ast.Module:
+  """The test code's module AST with strict checks: every comparison becomes a call of the judge's
+  strict helper (``==``, ``!=``, ``in`` by :func:`sandbox_values.same`; chained comparisons stay
+  lazy) and every ``assert`` demands a real ``bool`` (see :mod:`daca_jax.tasks.sandbox_rpc`).
+
+  Raises:
+    SyntaxError: ``test`` is not valid Python.
+  """
+  tree = ast.parse(test, "<test>")
+  if entry_point == "check":
+    _rename_check(tree)
+  tree = _Strict().visit(tree)
+  return ast.fix_missing_locations(tree)
+
+
+def called_names(test: str) -> set[str]:
+  """Names the test calls directly (``name(...)``) without defining, assigning or importing them."""
+  tree = ast.parse(test, "<test>")
+  bound = set()
+  for node in ast.walk(tree):
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+      bound.add(node.name)
+    elif isinstance(node, ast.arg):
+      bound.add(node.arg)
+    elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+      bound.add(node.id)
+    elif isinstance(node, (ast.Import, ast.ImportFrom)):
+      bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+  calls = {n.func.id for n in ast.walk(tree)
+           if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+  return calls - bound - set(dir(builtins))
 
 
 def _top_level_names(code: str) -> set[str]:
@@ -98,12 +180,16 @@ def make_suite(header: str, test: str, entry_point: str) -> TestSuite:
   if not isinstance(entry_point, str) or not entry_point.isidentifier():
     raise ValueError(f"entry_point={entry_point!r} is not a Python identifier")
   try:
-    header_names = _top_level_names(header)
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore")
+      header_names = _top_level_names(header)
   except SyntaxError as e:
     raise ValueError(f"the header is not valid Python: {e}") from None
   try:
-    sandbox_rpc.rewrite_test(test, entry_point)
-    called = sandbox_rpc.called_names(test)
+    with warnings.catch_warnings():  # e.g. invalid escapes in docstrings are the data's business
+      warnings.simplefilter("ignore")
+      _test_code(test, entry_point)
+      called = called_names(test)
   except SyntaxError as e:
     raise ValueError(f"the test code is not valid Python: {e}") from None
   functions = {entry_point} | (called - header_names)
@@ -111,14 +197,20 @@ def make_suite(header: str, test: str, entry_point: str) -> TestSuite:
 
 
 @functools.lru_cache(maxsize=None)
-def _sources() -> tuple[str, str]:
-  return ((_HERE / "sandbox_values.py").read_text(), (_HERE / "sandbox_rpc.py").read_text())
+def _modules() -> bytes:
+  """The in-sandbox modules, compiled once (the sandboxes run this same interpreter)."""
+  return marshal.dumps(tuple(
+      compile((_HERE / f"{name}.py").read_text(), f"<daca_jax.tasks.{name}>", "exec")
+      for name in ("sandbox_values", "sandbox_rpc")))
+
+
+@functools.lru_cache(maxsize=4096)
+def _test_code(test: str, entry_point: str) -> bytes:
+  return marshal.dumps(compile(rewrite_test(test, entry_point), "<test>", "exec"))
 
 
 def _program(entry: str, config: dict) -> str:
-  values_src, rpc_src = _sources()
-  return (f"_VALUES = {values_src!r}\n_RPC = {rpc_src!r}\n_CONFIG = {config!r}\n"
-          + _BOOT.replace("{entry}", entry))
+  return (f"_MODULES = {_modules()!r}\n_CONFIG = {config!r}\n" + _BOOT.replace("{entry}", entry))
 
 
 def _read_verdict(fd: int) -> dict | None:
@@ -169,7 +261,8 @@ def run_judged(candidate: str, suite: TestSuite,
       limits, pass_fds=(to_candidate_r, to_judge_w))
   judge = sandbox._Run(  # pylint: disable=protected-access
       _program("judge", {"header": suite.header, "test": suite.test,
-                         "entry_point": suite.entry_point, "functions": list(suite.functions),
+                         "test_code": _test_code(suite.test, suite.entry_point),
+                         "functions": list(suite.functions),
                          "read_fd": to_judge_r, "write_fd": to_candidate_w,
                          "verdict_fd": verdict_w}),
       limits, pass_fds=(to_judge_r, to_candidate_w, verdict_w))

@@ -15,11 +15,12 @@ a minimal init until the program exits:
    (ABI >= 4); no signals or abstract unix sockets to processes outside the sandbox (ABI >= 6);
 5. makes itself non-dumpable (so the program, although it runs as the same user, cannot ptrace it
    to forge this report);
-6. reads the program file and deletes it, forks; the child drops every capability (an empty
-   bounding set: the program cannot mount, unmount the fresh ``/proc`` or ptrace) and execs
-   ``python -I -S -`` with the program on a stdin pipe, the scrubbed environment, cwd = the work
-   directory and the fds listed in ``pass_fds``; the parent writes the source, then reaps every
-   child until the program's own exit.
+6. reads the program file and deletes it, forks; the child closes the status fd, drops every
+   capability (an empty bounding set, then ``capset`` to zero: the program cannot mount, unmount
+   the fresh ``/proc`` or ptrace), and runs the program itself as ``__main__`` -- no second
+   interpreter start-up (the launcher runs under ``python -I -S`` with the scrubbed environment,
+   stdin ``/dev/null``, cwd = the work directory, and the fds listed in ``pass_fds``); the parent
+   reaps every child until the program's own exit.
 
 It writes JSON lines to the status fd: ``{"exit": int|null, "signal": int|null,
 "landlock_abi": int, "read_rules": bool, "tmpfs": bool, "proc": bool, "setup_error": str|null,
@@ -38,6 +39,7 @@ import sys
 
 # Landlock (linux/landlock.h); syscall numbers are the same on every architecture.
 _SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446
+_SYS_CAPSET = {"x86_64": 126, "aarch64": 91, "ppc64le": 184, "s390x": 185}.get(os.uname().machine, 126)
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
 _FS_EXECUTE, _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
@@ -126,6 +128,36 @@ def _drop_capabilities():
     raise OSError(err, f"prctl(PR_CAPBSET_DROP, {cap}): {os.strerror(err)}")
 
 
+def _capset_zero():
+  """Clears this process's effective, permitted and inheritable capabilities (capset v3)."""
+  header = ctypes.create_string_buffer(struct.pack("=Ii", 0x20080522, 0), 8)
+  data = ctypes.create_string_buffer(bytes(24), 24)  # two {effective, permitted, inheritable}
+  _syscall(_SYS_CAPSET, header, data)
+
+
+def _become_program(cfg, source, pass_fds):
+  """In the forked child: give up every capability, then run the program as ``__main__`` (as
+  ``python -I -S -`` would: uncaught exceptions print a traceback and exit 1, ``SystemExit``
+  sets the exit code, non-daemon threads are joined at exit)."""
+  try:
+    _drop_capabilities()
+    _capset_zero()
+    for fd in pass_fds:
+      os.set_inheritable(fd, True)
+    os.chdir(cfg["work_dir"])
+    code = compile(source, "<stdin>", "exec")
+  except BaseException as e:  # SyntaxError included: reported like the interpreter would
+    if isinstance(e, SyntaxError):
+      raise
+    os.write(2, f"sandbox: could not start the program: {type(e).__name__}: {e}\n".encode())
+    os._exit(127)
+  main_module = type(sys)("__main__")
+  sys.modules["__main__"] = main_module
+  sys.argv[:] = ["-"]
+  del cfg, source
+  exec(code, main_module.__dict__)
+
+
 def _set_limits(cfg):
   cpu = int(cfg["cpu_time_s"])
   resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
@@ -155,13 +187,12 @@ def main():
     if cfg.get("mount_proc"):
       report["proc"] = _mount(b"proc", "/proc", b"proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None)
     _set_limits(cfg)
-    # The program reaches the interpreter through a pipe on stdin and its file is deleted first.
+    # The program's file is deleted before it runs (it cannot read its own source back from disk).
     source = b""
     if cfg.get("program_path"):
       with open(cfg["program_path"], "rb") as f:
         source = f.read()
       os.unlink(cfg["program_path"])
-    stdin_r, stdin_w = os.pipe()
     report["landlock_abi"], report["read_rules"] = _landlock(work, cfg.get("read_rules") or [])
     if cfg["require_landlock"] and not report["landlock_abi"]:
       raise OSError("Landlock is required (filesystem isolation) but not available")
@@ -175,31 +206,12 @@ def main():
     report["done"] = True
     os.write(status_fd, (json.dumps(report) + "\n").encode())
     return
-  if pid == 0:
-    try:
-      os.close(stdin_w)
-      os.dup2(stdin_r, 0)
-      os.close(stdin_r)
-      for fd in pass_fds:
-        os.set_inheritable(fd, True)
-      os.chdir(work)
-      _drop_capabilities()
-      os.execve(cfg["argv"][0], cfg["argv"], cfg["env"])
-    except BaseException as e:
-      os.write(2, f"sandbox: could not start the program: {type(e).__name__}: {e}\n".encode())
-    finally:
-      os._exit(127)
-  os.close(stdin_r)
+  if pid == 0:  # the program runs in this forked interpreter: no second interpreter start-up
+    os.close(status_fd)  # the program must not be able to forge the report
+    _become_program(cfg, source, pass_fds)
+    return  # the program ended normally; the interpreter exits as after any script
   for fd in pass_fds:  # the program holds them now; the other end must see EOF when it exits
     os.close(fd)
-  try:  # the interpreter reads all of stdin before it runs anything, so this cannot deadlock
-    view = memoryview(source)
-    while view:
-      view = view[os.write(stdin_w, view):]
-  except OSError:  # the program died before reading its source: its exit status says why
-    pass
-  finally:
-    os.close(stdin_w)
   while True:  # reap every child (PID 1 duty) until the program itself exits
     try:
       done, status = os.waitpid(-1, 0)

@@ -1,9 +1,11 @@
-"""The two programs of a judged sandbox run, and the rewrite of test code into strict checks.
+"""The two programs of a judged sandbox run.
 
 Standard library only (plus :mod:`daca_jax.tasks.sandbox_values`): the harness
-(:mod:`daca_jax.tasks.sandbox_judge`) sends this module's text into two sandboxes, one running
+(:mod:`daca_jax.tasks.sandbox_judge`) sends this module (compiled) into two sandboxes, one running
 :func:`serve` (the candidate: untrusted code) and one running :func:`judge` (trusted code only: the
-problem's header and tests). They talk through two pipes, one JSON line per message:
+problem's header and its tests, rewritten into strict checks by
+:func:`daca_jax.tasks.sandbox_judge.rewrite_test`). They talk through two pipes, one JSON line per
+message:
 
 * judge -> candidate: ``["call", name, args, kwargs]``, the arguments as plain values;
 * candidate -> judge: first ``["ready", ok, error]``, then per call ``["value", v]`` or
@@ -11,28 +13,24 @@ problem's header and tests). They talk through two pipes, one JSON line per mess
 
 The judge's verdict goes to a third pipe only the judge holds. The candidate can send any bytes;
 the judge decodes them with :func:`sandbox_values.decode` (exact builtin types only) and a message
-of the wrong shape is a failure.
-
-:func:`rewrite_test` makes a test's checks strict (it runs in the harness to validate test code
-when a task loads, and again in the judge): every comparison goes through :func:`compare` (``==``,
-``!=`` and ``in`` with :func:`sandbox_values.same`; ``<``... refuse bools and NaN), and every
-``assert`` demands a real ``bool`` (``assert candidate(x)`` with a non-empty list fails).
+of the wrong shape is a failure. The strict helpers (:meth:`_Judge.compare`, :meth:`_Judge.truth`)
+make ``==``, ``!=`` and ``in`` use :func:`sandbox_values.same`, refuse bools and NaN in ordered
+comparisons, and demand a real ``bool`` in every ``assert``.
 """
 from __future__ import annotations
 
-import ast
 import builtins
 import json
+import marshal
 import operator
 import os
 import sys
-import traceback
 
 from daca_jax.tasks import sandbox_values as values
 
 MAX_MESSAGE_BYTES = 4 << 20
-_CHAIN, _COMPARE, _TRUTH = "__daca_chain__", "__daca_compare__", "__daca_truth__"
-_WRAPPER = "__daca_check__"
+# Names of the strict helpers in the rewritten test code (sandbox_judge.rewrite_test).
+CHAIN, COMPARE, TRUTH = "__daca_chain__", "__daca_compare__", "__daca_truth__"
 _ORDER = {"Lt": operator.lt, "LtE": operator.le, "Gt": operator.gt, "GtE": operator.ge}
 
 
@@ -214,9 +212,8 @@ def judge(config: dict) -> None:
     state.ready()
     for name in config["functions"]:
       namespace[name] = state.proxy(name)
-    namespace.update({_COMPARE: state.compare, _CHAIN: state.chain, _TRUTH: state.truth})
-    tree = rewrite_test(config["test"], config["entry_point"])
-    exec(compile(tree, "<test>", "exec"), namespace)
+    namespace.update({COMPARE: state.compare, CHAIN: state.chain, TRUTH: state.truth})
+    exec(marshal.loads(config["test_code"]), namespace)  # compiled by the harness
     if state.failure:
       verdict["message"] = state.failure
     elif not state.calls:
@@ -236,85 +233,11 @@ def judge(config: dict) -> None:
 
 
 def _failed_line(test: str) -> str:
-  frames = [f for f in traceback.extract_tb(sys.exc_info()[2]) if f.filename == "<test>"]
-  if not frames:
-    return "?"
+  tb, number = sys.exc_info()[2], 0
+  while tb is not None:
+    if tb.tb_frame.f_code.co_filename == "<test>":
+      number = tb.tb_lineno
+    tb = tb.tb_next
   lines = test.splitlines()
-  number = frames[-1].lineno or 0
   text = lines[number - 1].strip() if 0 < number <= len(lines) else "?"
   return f"line {number}: {text[:300]}"
-
-
-# --- the test rewrite ----------------------------------------------------------------------------
-class _Strict(ast.NodeTransformer):
-  def visit_Compare(self, node: ast.Compare) -> ast.AST:
-    self.generic_visit(node)
-    ops = [type(op).__name__ for op in node.ops]
-    if len(ops) == 1:
-      call = ast.Call(ast.Name(_COMPARE, ast.Load()),
-                      [node.left, ast.Constant(ops[0]), node.comparators[0]], [])
-    else:  # later operands stay lazy, as in a chained comparison
-      lazy = [ast.Lambda(ast.arguments([], [], None, [], [], None, []), c)
-              for c in node.comparators]
-      call = ast.Call(ast.Name(_CHAIN, ast.Load()),
-                      [node.left, ast.Tuple([ast.Constant(o) for o in ops], ast.Load()), *lazy], [])
-    return ast.copy_location(call, node)
-
-  def visit_Assert(self, node: ast.Assert) -> ast.AST:
-    self.generic_visit(node)
-    node.test = _truth(node.test)
-    return node
-
-
-def _truth(node: ast.expr) -> ast.expr:
-  if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-    node.operand = _truth(node.operand)
-    return node
-  if isinstance(node, ast.BoolOp):
-    node.values = [_truth(v) for v in node.values]
-    return node
-  if isinstance(node, ast.Constant) and type(node.value) is bool:
-    return node
-  return ast.copy_location(ast.Call(ast.Name(_TRUTH, ast.Load()), [node], []), node)
-
-
-def _rename_check(tree: ast.Module) -> None:
-  """A test whose function under test is named ``check`` (2 MBPP rows) defines its own ``check``
-  wrapper too; the wrapper is renamed so the asserts reach the candidate's ``check``."""
-  for node in tree.body:
-    if isinstance(node, ast.FunctionDef) and node.name == "check":
-      node.name = _WRAPPER
-    elif (isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
-          and isinstance(node.value.func, ast.Name) and node.value.func.id == "check"):
-      node.value.func.id = _WRAPPER
-
-
-def rewrite_test(test: str, entry_point: str) -> ast.Module:
-  """The test code's module AST with strict checks (see the module docstring).
-
-  Raises:
-    SyntaxError: ``test`` is not valid Python.
-  """
-  tree = ast.parse(test, "<test>")
-  if entry_point == "check":
-    _rename_check(tree)
-  tree = _Strict().visit(tree)
-  return ast.fix_missing_locations(tree)
-
-
-def called_names(test: str) -> set[str]:
-  """Names the test calls directly (``name(...)``) without defining, assigning or importing them."""
-  tree = ast.parse(test, "<test>")
-  bound = set()
-  for node in ast.walk(tree):
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-      bound.add(node.name)
-    elif isinstance(node, ast.arg):
-      bound.add(node.arg)
-    elif isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-      bound.add(node.id)
-    elif isinstance(node, (ast.Import, ast.ImportFrom)):
-      bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
-  calls = {n.func.id for n in ast.walk(tree)
-           if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
-  return calls - bound - set(dir(builtins))
