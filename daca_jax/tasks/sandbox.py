@@ -375,7 +375,7 @@ class _Run:
         "tmpfs_bytes": (limits.disk_mb << 20) if self.use_ns else 0,
         "mount_proc": self.use_ns,
         "read_rules": self.read_rules,
-        "require_landlock": landlock_abi() > 0,
+        "use_landlock": landlock_abi() > 0,
     }
     argv = [sys.executable, "-I", "-S", str(_LAUNCHER), json.dumps(cfg)]
     if self.use_ns:

@@ -193,9 +193,10 @@ def main():
       with open(cfg["program_path"], "rb") as f:
         source = f.read()
       os.unlink(cfg["program_path"])
-    report["landlock_abi"], report["read_rules"] = _landlock(work, cfg.get("read_rules") or [])
-    if cfg["require_landlock"] and not report["landlock_abi"]:
-      raise OSError("Landlock is required (filesystem isolation) but not available")
+    if cfg["use_landlock"]:  # the harness found Landlock: it must then be applied
+      report["landlock_abi"], report["read_rules"] = _landlock(work, cfg.get("read_rules") or [])
+      if not report["landlock_abi"]:
+        raise OSError("Landlock is required (filesystem isolation) but not available")
     if _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
       raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0)")
     os.write(status_fd, (json.dumps(report) + "\n").encode())  # the isolation, if killed later
