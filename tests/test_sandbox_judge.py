@@ -101,7 +101,7 @@ def test_decode_refuses_bad_encodings(text):
     decode(text)
 
 
-@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.settings(max_examples=200, deadline=None)
 @hypothesis.given(st.text(alphabet='[]{}":,0123456789.-e tuplesdicfrozna\\', max_size=80))
 def test_decode_returns_only_exact_builtin_types(text):
   try:
@@ -329,10 +329,13 @@ def test_the_read_view_is_what_stops_the_lookup_cheats(he_task, monkeypatch):
 
 @pytest.mark.slow
 def test_hostile_programs_never_pass_on_every_humaneval_problem(he_task):
+  # Value tricks depend on the problem's checks: all 164 problems. The others fail at the first
+  # call (or before) whatever the problem: every 8th problem.
   examples = he_task.eval_examples()[0]
   start = time.monotonic()
-  labels, results = _hostile(he_task, _ALL, examples)
-  passed, errors = _passed_or_error(labels, results)
-  print(f"hostile suite: {len(_ALL)} programs x 2 styles x {len(examples)} HumanEval problems: "
-        f"{len(passed)} passed, {len(errors)} errors in {time.monotonic() - start:.0f} s")
+  labels, results = _hostile(he_task, _VALUE_TRICKS, examples)
+  more_labels, more = _hostile(he_task, _OTHERS, examples[::8])
+  passed, errors = _passed_or_error(labels + more_labels, results + more)
+  print(f"hostile suite: {len(results) + len(more)} runs, {len(passed)} passed, {len(errors)} "
+        f"errors in {time.monotonic() - start:.0f} s")
   assert (passed, errors) == ([], [])

@@ -58,14 +58,17 @@ class Channel:
 
   def receive(self) -> str | None:
     """The next line, ``None`` at end of file; raises CandidateError for an over-long line."""
-    while b"\n" not in self.buffer:
-      if len(self.buffer) > MAX_MESSAGE_BYTES:
+    chunks, size, found = [self.buffer], len(self.buffer), b"\n" in self.buffer
+    while not found:
+      if size > MAX_MESSAGE_BYTES:
         raise CandidateError(f"a message longer than {MAX_MESSAGE_BYTES} bytes")
       chunk = os.read(self.read_fd, 1 << 16)
       if not chunk:
         return None
-      self.buffer += chunk
-    line, _, self.buffer = self.buffer.partition(b"\n")
+      chunks.append(chunk)
+      size += len(chunk)
+      found = b"\n" in chunk
+    line, _, self.buffer = b"".join(chunks).partition(b"\n")
     if len(line) > MAX_MESSAGE_BYTES:
       raise CandidateError(f"a message longer than {MAX_MESSAGE_BYTES} bytes")
     return line.decode("ascii", errors="replace")
@@ -144,7 +147,10 @@ class _Judge:
       except values.PlainDataError as e:  # the test's own arguments: a data problem
         raise StrictError(f"the test passes {name} an argument that is not plain data: {e}")
       self.calls += 1
-      self.channel.send(request)
+      try:
+        self.channel.send(request)
+      except OSError:  # a closed pipe: the candidate process is gone
+        raise self.fail(CandidateError(f"the candidate process ended before call {self.calls}"))
       message = self._receive(f"during call {self.calls} ({name})")
       if type(message) is list and len(message) == 2 and message[0] == "value":
         return message[1]
