@@ -3,6 +3,7 @@
 Oracles: HumanEval's canonical solutions (must all pass), stub bodies and swapped solutions (must
 fail), MBPP solutions written here for a few real test rows, and the structure of Drift's MBPP
 records (which header defines which function) for the behaviour of every MBPP row under a stub.
+Hostile programs: tests/test_sandbox_judge.py.
 """
 from __future__ import annotations
 
@@ -18,23 +19,35 @@ import pytest
 
 from daca_jax.data import local
 from daca_jax.errors import ConfigError, DataError
-from daca_jax.tasks import code, sandbox
+from daca_jax.tasks import code, sandbox, sandbox_judge, sandbox_readview
 from daca_jax.tasks.base import TASKS, make_task
-from daca_jax.tasks.code import HumanEvalTask, MBPPTask, build_program, extract_code
+from daca_jax.tasks.code import HumanEvalTask, MBPPTask, candidate_program, extract_code
 
 MBPP_DIR = local.default_data_dir() / "mbpp"
 needs_mbpp = pytest.mark.skipif(not (MBPP_DIR / "test.json").is_file(),
                                 reason=f"MBPP data not found at {MBPP_DIR} (see shared/data/SOURCES.md)")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_time_probes():
+  # Probed once per process (cached): done here so that timing bounds measure grading.
+  sandbox.process_limit_mode()
+  sandbox_readview.read_rules()
+
+
+# Generous per-program limits: these tests are about verdicts, and a loaded machine starves
+# sandboxes (a correct program takes well under a second).
+TIMEOUT_S = 30.0
+
+
 @pytest.fixture(scope="module")
 def he_plain():
-  return HumanEvalTask(prompt_style="plain", data_dir=None)
+  return HumanEvalTask(prompt_style="plain", data_dir=None, timeout_s=TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
 def he_chat():
-  return HumanEvalTask(prompt_style="chat", data_dir=None)
+  return HumanEvalTask(prompt_style="chat", data_dir=None, timeout_s=TIMEOUT_S)
 
 
 def _fence(body: str, before: str = "Here is the code:\n", after: str = "\nDone.") -> str:
@@ -46,13 +59,17 @@ def test_humaneval_canonical_solutions_all_pass(he_plain):
   examples, source = he_plain.eval_examples()
   assert len(examples) == 164 and "164 problems" in source
   start = time.monotonic()
-  metrics = he_plain.metrics([ex.target for ex in examples], examples)
+  results = he_plain.run_tests([ex.target for ex in examples], examples)
+  metrics = he_plain.metrics([ex.target for ex in examples], examples)  # cached results
   elapsed = time.monotonic() - start
   print(f"HumanEval canonical solutions: pass@1={metrics['pass@1']} in {elapsed:.1f} s "
         f"({sandbox.isolation_summary()})")
+  failed = {ex.meta["task_id"]: r.message for ex, r in zip(examples, results) if r.status != "passed"}
+  assert not failed
   assert metrics == {"pass@1": 1.0, "format_rate": 0.0, "timeout_rate": 0.0,
                      "sandbox_error_rate": 0.0, "num_examples": 164.0}
-  assert elapsed < 150
+  assert all(r.message.startswith("ok (") for r in results)  # the judge's verdict, with its calls
+  assert elapsed < 300
 
 
 def test_humaneval_chat_answers_pass_with_format_reward(he_chat):
@@ -85,7 +102,7 @@ def test_humaneval_every_stub_fails_in_one_run(he_plain):
   # All 164 test suites really test something: a stub body fails each (one trusted program that
   # runs every problem in a fresh namespace, to keep this fast).
   examples = he_plain.eval_examples()[0]
-  outcome = _run_each(build_program("    return None\n", ex) for ex in examples)
+  outcome = _run_each(_trusted_program("    return None\n", ex) for ex in examples)
   assert all(o != "ok" for o in outcome), [ex.meta["task_id"] for ex, o in zip(examples, outcome)
                                            if o == "ok"]
 
@@ -137,7 +154,7 @@ _MBPP_SOLUTIONS = {
 def mbpp_chat():
   if not (MBPP_DIR / "test.json").is_file():
     pytest.skip(f"MBPP data not found at {MBPP_DIR}")
-  return MBPPTask(prompt_style="chat", data_dir="")
+  return MBPPTask(prompt_style="chat", data_dir="", timeout_s=TIMEOUT_S)
 
 
 @needs_mbpp
@@ -158,7 +175,7 @@ def test_mbpp_correct_solutions_pass_and_wrong_ones_fail(mbpp_chat):
 
 @needs_mbpp
 def test_mbpp_plain_bodies_continue_the_header():
-  task = MBPPTask(prompt_style="plain", data_dir="")
+  task = MBPPTask(prompt_style="plain", data_dir="", timeout_s=TIMEOUT_S)
   examples = task.eval_examples()[0]
   assert examples[3].prompt.endswith("def find_Volume(l,b,h) : \n"
                                      '    """ Write a python function to find the volume of a '
@@ -172,10 +189,11 @@ def test_mbpp_plain_bodies_continue_the_header():
 def test_mbpp_every_test_row_behaves_as_its_structure_says(mbpp_chat):
   # No row passes with a stub body. The failure is an AssertionError where the header defines the
   # asserted function, a NameError where Drift's header holds a helper instead, and a
-  # RecursionError where the asserted function is itself named `check` (the test's own name).
+  # RecursionError where the asserted function is itself named `check` (the test's own name) when
+  # header, code and tests share one namespace (the judge renames the test's wrapper instead).
   examples, source = mbpp_chat.eval_examples()
   assert len(examples) == 498 and "498 problems" in source
-  outcome = _run_each(build_program("    return None\n", ex) for ex in examples)
+  outcome = _run_each(_trusted_program("    return None\n", ex) for ex in examples)
   expected = []
   for ex in examples:
     if ex.meta["entry_point"] == "check":
@@ -186,6 +204,18 @@ def test_mbpp_every_test_row_behaves_as_its_structure_says(mbpp_chat):
       expected.append("NameError")
   assert outcome == expected
   assert expected.count("NameError") == 17 and expected.count("RecursionError") == 2
+
+
+@needs_mbpp
+def test_mbpp_rows_testing_a_function_named_check_can_pass(mbpp_chat):
+  examples = mbpp_chat.eval_examples()[0]
+  rows = [examples[45], examples[337]]
+  assert [ex.meta["entry_point"] for ex in rows] == ["check", "check"]
+  good = [_fence("def check(n):\n    return 2 * int(str(n)[::-1]) == n + 1\n"),
+          _fence("def check(s):\n    return 'Yes' if s and set(s) <= {'0', '1'} else 'No'\n")]
+  results = mbpp_chat.run_tests(good, rows)
+  assert [r.status for r in results] == ["passed", "passed"], results
+  assert mbpp_chat.reward(good[::-1], rows).tolist() == pytest.approx([0.1, 0.1])
 
 
 def test_mbpp_without_data_raises_a_clear_error():
@@ -252,7 +282,7 @@ def test_graders_handle_malformed_completions(he_chat):
 @hypothesis.settings(max_examples=4, deadline=None)
 @hypothesis.given(st.lists(st.text(max_size=120), min_size=1, max_size=6))
 def test_graders_never_raise_on_random_completions(completions):
-  task = HumanEvalTask(prompt_style="chat", data_dir=None)
+  task = HumanEvalTask(prompt_style="chat", data_dir=None, timeout_s=TIMEOUT_S)
   examples = task.eval_examples()[0][:len(completions)]
   rewards = task.reward(completions, examples)
   assert rewards.shape == (len(completions),)
@@ -261,14 +291,14 @@ def test_graders_never_raise_on_random_completions(completions):
 
 def test_results_are_cached_between_reward_and_metrics(he_plain, monkeypatch):
   calls = []
-  real = sandbox.run_programs
+  real = sandbox_judge.run_judged_many
 
-  def counting(sources, *args, **kwargs):
-    calls.append(len(sources))
-    return real(sources, *args, **kwargs)
+  def counting(candidates, *args, **kwargs):
+    calls.append(len(candidates))
+    return real(candidates, *args, **kwargs)
 
-  monkeypatch.setattr(sandbox, "run_programs", counting)
-  task = HumanEvalTask(prompt_style="plain", data_dir=None)
+  monkeypatch.setattr(sandbox_judge, "run_judged_many", counting)
+  task = HumanEvalTask(prompt_style="plain", data_dir=None, timeout_s=TIMEOUT_S)
   examples = task.eval_examples()[0][:3]
   completions = [examples[0].target, "    return 0\n", "    return 0\n"]
   task.reward(completions, examples)
@@ -276,6 +306,22 @@ def test_results_are_cached_between_reward_and_metrics(he_plain, monkeypatch):
   assert calls == [3, 0]
   with pytest.raises(ValueError, match="2 completions for 3 examples"):
     task.reward(completions[:2], examples)
+
+
+def test_candidate_program_holds_no_tests(he_plain):
+  ex = he_plain.eval_examples()[0][0]
+  program = candidate_program("    return True\n", ex)
+  assert program == ex.meta["code_header"] + "    return True\n\n"
+  assert "def check" not in program and "assert" not in program
+
+
+def test_bad_test_code_is_a_data_error_naming_the_problem(tmp_path):
+  bad = tmp_path / "bad.jsonl"
+  bad.write_text(json.dumps({"task_id": "X/1", "prompt": "def f(x):\n    'doc'\n",
+                             "canonical_solution": "    return x\n", "entry_point": "f",
+                             "test": "def check(candidate):\n    assert candidate(1) ==\n"}) + "\n")
+  with pytest.raises(DataError, match=r"problem X/1: the test code is not valid Python"):
+    HumanEvalTask(eval_path=str(bad), data_dir=None).eval_examples()
 
 
 # --- construction --------------------------------------------------------------------------------
@@ -301,6 +347,11 @@ def test_missing_eval_path_is_reported():
     HumanEvalTask(eval_path="/nonexistent/HumanEval.jsonl", data_dir=None)
 
 
+def _trusted_program(code_body: str, example) -> str:
+  """Header + code + tests in ONE program: the old layout, used here only to run trusted stubs."""
+  return f"{example.meta['code_header']}{code_body}\n\n{example.meta['test']}\n"
+
+
 def _run_each(programs) -> list[str]:
   """Runs trusted test programs in one sandbox, each in a fresh namespace; returns per program
   "ok" or the name of the exception it raised."""
@@ -309,6 +360,6 @@ def _run_each(programs) -> list[str]:
             "    out.append('ok')\n  except BaseException as e:\n    out.append(type(e).__name__)\n"
             "print(json.dumps(out))\n")
   source = f"SOURCES = {json.dumps(list(programs))!r}\n{driver}"
-  result = sandbox.run_program(source, sandbox.SandboxLimits(timeout_s=60))
+  result = sandbox.run_program(source, sandbox.SandboxLimits(timeout_s=120))
   assert result.status == "passed", result
   return json.loads(result.stdout)

