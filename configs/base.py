@@ -32,6 +32,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.lora_targets = "q,k,v,o,gate,up,down"  # Projections that get adapters.
   c.model.logprob_chunk = 0  # Gather target log-probs this many positions at a time (0: all at once).
   c.model.unroll_layers = False  # Unrolled layer stack (slower compile; full XLA FLOP counts).
+  c.model.vocab_limit = 0  # The sampler proposes ids below this (0: vocab_size), never [MASK].
+  c.model.left_pad_id = -1  # -1: pads attended (LLaDA); an id: leading pads masked out (Dream).
 
   c.rollout = ml_collections.ConfigDict()
   c.rollout.gen_length = 20  # L completion tokens (task configs set what their answers need).

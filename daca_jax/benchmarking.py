@@ -102,6 +102,26 @@ def memory_stats(compiled: Any) -> dict[str, int]:
   return out
 
 
+def abstract_rollout_memory(model_cfg: ModelConfig, rollout_cfg: RolloutConfig, batch: int, prompt_len: int,
+                            mask_id: int, eos_id: int, **record: bool) -> dict[str, int]:
+  """Compiled buffer sizes (bytes, keys as :func:`compiled_memory`) of one jitted rollout of a
+  ``model_cfg`` model, compiled from shapes alone: no parameter is allocated (``jax.ShapeDtypeStruct``
+  parameters, prompts and key), so LLaDA-8B width fits a laptop (fewer layers change only the
+  parameter and per-layer K/V terms). ``record`` passes ``record_step_conf`` etc. to the sampler.
+  """
+  from flax import nnx
+
+  from daca_jax.diffusion.rollout import make_rollout_fn
+  from daca_jax.models.llada import Transformer, make_logits_fn
+
+  graphdef, abstract = nnx.split(nnx.eval_shape(lambda: Transformer(model_cfg, nnx.Rngs(0))), nnx.Param)
+  logits_fn = make_logits_fn(graphdef, return_hidden=bool(record.get("record_commit_hidden")))
+  fn = make_rollout_fn(logits_fn, rollout_cfg, mask_id=mask_id, eos_id=eos_id, **record)
+  prompts = jax.ShapeDtypeStruct((batch, prompt_len), np.int32)
+  key = jax.eval_shape(lambda: jax.random.PRNGKey(0))
+  return memory_stats(fn.lower(abstract, prompts, key).compile())
+
+
 def device_peak_bytes(device: jax.Device | None = None) -> int | None:
   """The allocator's peak bytes in use on ``device`` (GPU/TPU), or None where it keeps no stats (CPU)."""
   device = device or jax.devices()[0]
@@ -143,13 +163,15 @@ def rollout_flops(cfg: ModelConfig, rcfg: RolloutConfig, batch: int, prompt_len:
                   model_calls: float) -> float:
   """Model FLOPs of one rollout that made ``model_calls`` forward passes.
 
-  Plain / threshold decoding: every call is a full pass over ``P + L`` tokens. With a K/V cache each
-  block's first call is a full pass and the others run the block's query window (the block and
-  everything after it for "prefix", the block for "dual") against ``P + L`` keys; with a threshold
-  the cached calls are spread evenly over the blocks (an estimate: the count per block is not kept).
+  Plain / threshold decoding: every call is a full pass over ``P + L`` tokens whose output head
+  projects only the ``L`` completion positions (the sampler never projects the prompt). With a K/V
+  cache each block's first call is such a full pass and the others run the block's query window (the
+  block and everything after it for "prefix", the block for "dual") against ``P + L`` keys; with a
+  threshold the cached calls are spread evenly over the blocks (an estimate: the count per block is
+  not kept).
   """
   total = prompt_len + rcfg.gen_length
-  full = forward_flops(cfg, batch, total)
+  full = forward_flops(cfg, batch, total) - batch * prompt_len * 2.0 * cfg.d_model * cfg.vocab_size
   if rcfg.kv_cache == "none":
     return model_calls * full
   nb, bl = rcfg.num_blocks, rcfg.block_length
@@ -212,7 +234,8 @@ def torch_llada_generate(model: Any, prompts: np.ndarray, cfg: RolloutConfig, *,
   Gumbel-max candidates, low-confidence (or random) remasking. Returns int64 [B, P+L].
 
   Written for this benchmark from the published algorithm (one full forward pass per step, an
-  all-visible 4D attention mask), so that both samplers do the same work.
+  all-visible 4D attention mask), so that both samplers do the same work; like this library's sampler
+  it never proposes ``mask_id`` (:mod:`daca_jax.diffusion.proposals`).
   """
   import torch
 
@@ -229,6 +252,7 @@ def torch_llada_generate(model: Any, prompts: np.ndarray, cfg: RolloutConfig, *,
     for s in range(cfg.steps):
       blk_end = p + (s // spb + 1) * cfg.block_length
       logits = model(input_ids=x, attention_mask=attn).logits.float()
+      logits[..., mask_id] = -np.inf
       if cfg.temperature > 0:
         u = torch.rand(logits.shape, generator=gen).clamp_(1e-10, 1.0)
         x0 = torch.argmax(logits - cfg.temperature * torch.log(-torch.log(u)), dim=-1)

@@ -140,6 +140,12 @@ class ModelConfig:
     unroll_layers: compile the layer stack unrolled rather than as one ``lax.scan`` body: longer
       compiles, and XLA's cost analysis (which counts a loop body once) then sees every layer, as
       :mod:`daca_jax.method_costs` needs.
+    vocab_limit: ids the sampler may propose are ``[0, vocab_limit)`` without ``mask_token_id``
+      (the tokenizer's own size when the embedding table is padded beyond it, as Dream's 152064 and
+      LLaDA's 126464 are); 0 means ``vocab_size``.
+    left_pad_id: -1: every token is attended, pads included (LLaDA's released ``generate`` passes no
+      attention mask). An id >= 0: a leading run of this id is left padding, kept out of attention
+      and not counted in the positions (Dream's ``diffusion_generate``).
   """
 
   vocab_size: int = 260
@@ -162,6 +168,8 @@ class ModelConfig:
   lora_targets: str = "q,k,v,o,gate,up,down"
   logprob_chunk: int = 0
   unroll_layers: bool = False
+  vocab_limit: int = 0
+  left_pad_id: int = -1
 
   @property
   def kv_heads(self) -> int:
@@ -206,6 +214,12 @@ class ModelConfig:
     if not 0 <= self.mask_token_id < self.vocab_size:
       raise ConfigError(f"{prefix}.mask_token_id", self.mask_token_id,
                         f"an id in [0, vocab_size={self.vocab_size})")
+    if self.vocab_limit and not self.mask_token_id < self.vocab_limit <= self.vocab_size:
+      raise ConfigError(f"{prefix}.vocab_limit", self.vocab_limit,
+                        f"0 or in (mask_token_id={self.mask_token_id}, vocab_size={self.vocab_size}]")
+    if not -1 <= self.left_pad_id < self.vocab_size:
+      raise ConfigError(f"{prefix}.left_pad_id", self.left_pad_id,
+                        f"-1 (pads attended) or an id in [0, vocab_size={self.vocab_size})")
     return self
 
 

@@ -13,6 +13,10 @@ Sections (``--sections``, comma separated; ``all`` adds the slow ``accuracy`` on
              memory and compile time; SML with strata_batch=1; mean-field on a 4x batch (the same
              model work as SML's four passes).
   memory     compiled scratch memory of SML at V=32k, all strata at once vs one at a time.
+  peak8b     compiled peak memory of one rollout at LLaDA-8B width (D 4096, V 126464, bf16,
+             ``--peak_layers`` layers), compiled from shapes only (no parameter is allocated):
+             plain, recording DPS's step confidences, and with the dual K/V cache; d1's geometry
+             (L 256, block 32, 128 steps) unless --gen_length/--block_length/--steps are given.
   scaling    rollout tokens/s vs L, SML time vs K, update time vs group size G.
   torch      the same rollout in eager PyTorch (transformers' Llama, bidirectional, same weights,
              LLaDA's loop); prints the JAX / PyTorch tokens/s ratio. Skipped if torch is missing.
@@ -51,7 +55,7 @@ from daca_jax.metrics import format_table
 from daca_jax.models import count_params, init_model, llada_8b_config, make_logits_fn
 from daca_jax.types import train_config_from_dict
 
-SECTIONS = ("rollout", "fast", "likelihood", "memory", "scaling", "torch", "costs", "accuracy")
+SECTIONS = ("rollout", "fast", "likelihood", "memory", "peak8b", "scaling", "torch", "costs", "accuracy")
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/sudoku_tiny.py", "Config file.")
 _SECTIONS = flags.DEFINE_string("sections", "rollout,fast,likelihood,memory,scaling,torch,costs",
                                 f"Comma-separated sections of {list(SECTIONS)}, or 'all'.")
@@ -78,6 +82,8 @@ _SFT_DIR = flags.DEFINE_string("sft_dir", "", "accuracy: an SFT checkpoint folde
 _SFT_STEPS = flags.DEFINE_integer("sft_steps", 300, "accuracy: SFT steps when --sft_dir is not given.")
 _EVAL_N = flags.DEFINE_integer("eval_examples", 500, "accuracy: evaluation puzzles.")
 _JSON = flags.DEFINE_string("json", "", "Also write every figure to this JSON file.")
+_PEAK_LAYERS = flags.DEFINE_integer("peak_layers", 2, "peak8b: transformer layers of the LLaDA-8B-width "
+                                    "model (the sampler's buffers do not depend on depth).")
 _REMAT = flags.DEFINE_enum("remat", "", ["", "none", "full", "dots", "dots_saveable"],
                            "Override model.remat (per-layer rematerialisation) for every section.")
 
@@ -304,6 +310,23 @@ def section_memory(bench, res):
   res["sml_v32k_full_logits_mb"] = 4 * 8 * 64 * 32768 * 4 / 2**20
   res["sml_v32k_vmap_temp_mb"] = bm.compiled_temp_bytes(sml(0), params_big, toks, bench.key) / 2**20
   res["sml_v32k_strata_batch1_temp_mb"] = bm.compiled_temp_bytes(sml(1), params_big, toks, bench.key) / 2**20
+
+
+def section_peak8b(bench, res):
+  # One rollout at LLaDA-8B width, compiled from shapes only: the sampler's own buffers (logits, Gumbel
+  # noise, records) next to the parameters and activations of --peak_layers layers.
+  model = dataclasses.replace(llada_8b_config(param_dtype="bfloat16"), n_layers=_PEAK_LAYERS.value)
+  rc = dataclasses.replace(bench.cfg.rollout, gen_length=_GEN.value or 256, block_length=_BLOCK.value or 32,
+                           steps=_STEPS.value or 128, temperature=1.0).validate()
+  b, p = bench.b, _PROMPT_LEN.value
+  res.update(peak8b_layers=model.n_layers, peak8b_batch=b, peak8b_prompt_len=p, peak8b_gen_length=rc.gen_length,
+             peak8b_block_length=rc.block_length,
+             peak8b_full_canvas_logits_mb=b * (p + rc.gen_length) * model.vocab_size * 4 / 2**20)
+  for name, vc, rec in (("plain", rc, {}), ("dps_records", rc, {"record_step_conf": True}),
+                        ("dual_cache", dataclasses.replace(rc, kv_cache="dual"), {})):
+    mem = bm.abstract_rollout_memory(model, vc, b, p, model.mask_token_id, 126081, **rec)
+    res[f"peak8b_{name}_compiled_peak_mb"] = mem["peak_bytes"] / 2**20
+    res[f"peak8b_{name}_compiled_temp_mb"] = mem["temp_bytes"] / 2**20
 
 
 def section_scaling(bench, res):

@@ -30,9 +30,10 @@ def test_forward_and_cached_rollout_flops():
   attn = 4 * CFG.n_layers * t * t * CFG.d_model
   assert bm.forward_flops(CFG, b, t) == b * (2 * bm.matmul_params(CFG) * t + attn)
   # prefix cache, 2 blocks of 4 after an 8-token prompt, 2 steps per block: per block one full pass
-  # and one pass over the block and what follows it (8, then 4 queries) against all 16 keys.
+  # (its head projects the 8 completion positions only) and one pass over the block and what follows
+  # it (8, then 4 queries) against all 16 keys.
   rc = RolloutConfig(gen_length=8, block_length=4, steps=4, kv_cache="prefix")
-  full = bm.forward_flops(CFG, b, 16)
+  full = bm.forward_flops(CFG, b, 16) - b * 8 * 2 * CFG.d_model * CFG.vocab_size
   cached = bm.forward_flops(CFG, b, 8, 16) + bm.forward_flops(CFG, b, 4, 16)
   assert bm.rollout_flops(CFG, rc, b, 8, 4) == pytest.approx(2 * full + cached)
   assert bm.rollout_flops(CFG, RolloutConfig(gen_length=8, block_length=4, steps=4), b, 8, 4) == 4 * full

@@ -15,9 +15,11 @@ P = 3
 
 def reference_candidates(params, x, step_key, cfg: RolloutConfig):
   """One step's model probabilities [B, L, V], Gumbel-max candidates x0 [B, L], their probabilities
-  p(x0) [B, L] (numpy, float64) and the remasking key, as LLaDA's generate() draws them."""
+  p(x0) [B, L] (numpy, float64) and the remasking key, as LLaDA's generate() draws them, over the
+  proposable ids only: [MASK] is never a candidate (its logit is -inf, the rest renormalised)."""
   k_gumbel, k_remask = jax.random.split(step_key)
   logits = np_logits(params, x)[:, P:]
+  logits[..., MASK] = -np.inf
   probs = np.exp(logits - logits.max(-1, keepdims=True))
   probs /= probs.sum(-1, keepdims=True)
   if cfg.temperature > 0:

@@ -19,8 +19,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from daca_jax.diffusion.rollout import (Trajectory, decode_step, finish_trajectory, init_state,
-                                        maybe_skip, record_keys, tokens_per_step)
+from daca_jax.diffusion.rollout import (ModelView, Trajectory, decode_step, finish_trajectory, init_state,
+                                        maybe_skip, record_keys, sampling_setup, tokens_per_step)
 from daca_jax.models.kv_cache import kv_fns_for
 from daca_jax.types import RolloutConfig
 
@@ -28,11 +28,13 @@ from daca_jax.types import RolloutConfig
 def cached_rollout(logits_fn: Any, params: Any, prompts: jax.Array, key: jax.Array, cfg: RolloutConfig,
                    *, mask_id: int, eos_id: int, record_step_conf: bool = False,
                    record_step_entropy: bool = False, record_commit_hidden: bool = False,
-                   kv_fns: Any = None) -> Trajectory:
+                   kv_fns: Any = None, vocab_limit: int | None = None) -> Trajectory:
   """:func:`daca_jax.diffusion.rollout.rollout` with ``cfg.kv_cache`` in ("prefix", "dual").
 
   ``Trajectory.model_calls`` counts every forward pass (full or cached); ``num_blocks`` of them are
-  full passes. Raises ConfigError when ``kv_fns`` is None and ``logits_fn`` has no model graph.
+  full passes. The family's ``shift_logits`` and ``left_pad_id`` are honoured by the cache itself
+  (:mod:`daca_jax.models.kv_cache`). Raises ConfigError when ``kv_fns`` is None and ``logits_fn`` has
+  no model graph.
   """
   kv = kv_fns if kv_fns is not None else kv_fns_for(logits_fn)
   p = prompts.shape[1]
@@ -43,15 +45,18 @@ def cached_rollout(logits_fn: Any, params: Any, prompts: jax.Array, key: jax.Arr
   k_sched = jnp.asarray(tokens_per_step(cfg))
   step_keys = jax.random.split(key, cfg.steps)
   state = init_state(prompts, length, mask_id)
+  head = lambda rows: kv.head(params, rows)
+  _, hidden_like, _ = jax.eval_shape(lambda t: kv.prefill(params, t), state.x)
+  vocab = jax.eval_shape(head, hidden_like).shape[-1]
+  rec_opts["ok"] = sampling_setup(logits_fn, params, vocab, cfg, mask_id, vocab_limit)
   if record_commit_hidden:
-    _, hidden_like, _ = jax.eval_shape(lambda t: kv.prefill(params, t), state.x)
     state = init_state(prompts, length, mask_id, hidden_like)
   recs, executed = [], []
   for blk in range(cfg.num_blocks):
     s0 = blk * spb
-    logits, hidden, cache = kv.prefill(params, state.x)
-    state, rec = decode_step(logits[:, p:], state, jnp.int32(s0), jnp.int32(blk), k_sched[s0],
-                             step_keys[s0], lo=0, hidden=hidden[:, p:], **rec_opts, **opts)
+    _, hidden, cache = kv.prefill(params, state.x)  # the unused full logits are never computed
+    state, rec = decode_step(ModelView(hidden[:, p:], head, hidden[:, p:]), state, jnp.int32(s0),
+                             jnp.int32(blk), k_sched[s0], step_keys[s0], lo=0, **rec_opts, **opts)
     recs.append(jax.tree.map(lambda r: r[None], rec))
     executed.append(jnp.ones((1,), jnp.int32))
     if spb == 1:
@@ -59,14 +64,14 @@ def cached_rollout(logits_fn: Any, params: Any, prompts: jax.Array, key: jax.Arr
     lo = blk * bl
     hi = length if cfg.kv_cache == "prefix" else lo + bl
     if cfg.kv_cache == "prefix":  # only the K/V before the block are ever read
-      cache = jax.tree.map(lambda c, start=p + lo: c[:, :, :start], cache)
+      cache = cache.prefix(p + lo)
 
     def step(st, inputs, lo=lo, hi=hi, cache=cache, blk=blk):
       s, k, step_key = inputs
 
       def run(st):
-        logits, hidden = kv.extend(params, st.x[:, p + lo:p + hi], p + lo, cache, cfg.kv_cache)
-        return decode_step(logits, st, s, jnp.int32(blk), k, step_key, lo=lo, hidden=hidden,
+        _, hidden = kv.extend(params, st.x, p + lo, hi - lo, cache, cfg.kv_cache)
+        return decode_step(ModelView(hidden, head, hidden), st, s, jnp.int32(blk), k, step_key, lo=lo,
                            **rec_opts, **opts)
 
       new, rec, ex = maybe_skip(run, st, jnp.int32(blk), record_keys=keys, **opts)
@@ -77,4 +82,5 @@ def cached_rollout(logits_fn: Any, params: Any, prompts: jax.Array, key: jax.Arr
     recs.append(rec)
     executed.append(ex)
   rec = {name: jnp.concatenate([r[name] for r in recs], axis=0) for name in keys}
-  return finish_trajectory(state, rec, jnp.concatenate(executed), prompt_len=p, cfg=cfg, eos_id=eos_id)
+  return finish_trajectory(state, rec, jnp.concatenate(executed), prompt_len=p, cfg=cfg, eos_id=eos_id,
+                           mask_id=mask_id)

@@ -17,6 +17,20 @@ PRNG use (so that reference implementations can reproduce it): ``step_keys = spl
 float32)``; the "random" rule draws ``uniform(k_remask, [B, L])``. Ties in the score are broken
 towards the lower position (stable sort).
 
+Proposals (:mod:`daca_jax.diffusion.proposals`): the candidates are drawn from the model's distribution
+restricted to the proposable ids — never ``[MASK]``, never an id at or above the model's
+``vocab_limit`` (the tokenizer's size) — and the confidences / entropies are those of the restricted
+distribution. Together with the schedule (checked at trace time) every position is committed exactly
+once; ``Trajectory.finished`` records it on the device.
+
+Memory: the model's final hidden states are projected to logits a chunk of completion positions at a
+time (:func:`chunk_size`: float32 ``[B, chunk, V]`` within ``SAMPLE_CHUNK_BYTES``; never the prompt's,
+never the whole canvas at once), and Gumbel noise is drawn only for the
+chunks of the current block, at exactly the values of the full ``[B, L, V]`` draw
+(:func:`daca_jax.diffusion.noise.gumbel_window`), so the tokens for a given key are unchanged. A
+``logits_fn`` without the model split (``hidden_fn`` / ``head_fn``) is read chunk by chunk from its
+full logits.
+
 Fast options (``RolloutConfig.threshold`` / ``kv_cache``, off by default; Fast-dLLM, Wu et al. 2025):
 threshold decoding also commits every in-block candidate whose probability exceeds the threshold and
 skips (``lax.cond``, no model call) the remaining steps of a block once every sequence has finished it;
@@ -34,8 +48,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from daca_jax.diffusion import proposals
+from daca_jax.diffusion.noise import gumbel_window
 from daca_jax.diffusion.remasking import REMASKING
+from daca_jax.errors import ConfigError
 from daca_jax.types import RolloutConfig
+
+# Budget of one chunk's float32 logits [B, chunk, V]: at LLaDA-8B width and B = 64 a position costs
+# 32 MiB, so chunks of 8 positions; a tiny model projects a whole block at once.
+SAMPLE_CHUNK_BYTES = 256 * 2**20
 
 
 @flax.struct.dataclass
@@ -57,6 +78,11 @@ class Trajectory:
     model_calls: int32 [] forward passes actually run: S for plain decoding, fewer when threshold
       decoding finished blocks early (with ``kv_cache`` each block's first call is a full pass, the
       others run only the cached query window); None for trajectories not made by :func:`rollout`.
+    finished: bool []: no ``[MASK]`` left in the completion and every ``commit_step`` >= 0 (always
+      True by construction; :func:`daca_jax.diffusion.proposals.assert_finished` checks it on the
+      host where the caller reads the rollout anyway); None for trajectories not made by
+      :func:`rollout`.
+    mask_id: the ``[MASK]`` id the rollout used (static; -1 when unknown).
   """
 
   tokens: jax.Array
@@ -69,6 +95,8 @@ class Trajectory:
   prompt_len: int = flax.struct.field(pytree_node=False, default=0)
   num_model_calls: int = flax.struct.field(pytree_node=False, default=0)
   model_calls: jax.Array | None = None
+  finished: jax.Array | None = None
+  mask_id: int = flax.struct.field(pytree_node=False, default=-1)
 
   @property
   def completion(self) -> jax.Array:
@@ -116,6 +144,24 @@ class DecodeState(NamedTuple):
   hidden: jax.Array | None = None
 
 
+class ModelView(NamedTuple):
+  """What one model pass gives the sampler for the completion positions ``[lo, lo + W)``.
+
+  rows: final hidden states [B, W, D] when ``head`` is set, else float logits [B, W, V].
+  head: ``hidden [B, C, D] -> logits float32 [B, C, V]`` (the output projection), or None.
+  hidden: [B, W, D] states recorded as ``commit_hidden``, or None.
+  """
+
+  rows: jax.Array
+  head: Any = None
+  hidden: jax.Array | None = None
+
+  def logits(self, start: Any, size: int) -> jax.Array:
+    """float32 [B, size, V] logits of window positions ``start .. start+size-1`` (start may be traced)."""
+    rows = jax.lax.dynamic_slice_in_dim(self.rows, start, size, axis=1)
+    return (rows if self.head is None else self.head(rows)).astype(jnp.float32)
+
+
 def init_state(prompts: jax.Array, length: int, mask_id: int,
                hidden_like: jax.ShapeDtypeStruct | None = None) -> DecodeState:
   """All-masked completion after ``prompts [B, P]``; ``hidden_like`` ([..., D]) enables commit_hidden."""
@@ -128,65 +174,119 @@ def init_state(prompts: jax.Array, length: int, mask_id: int,
   return DecodeState(x, jnp.full((b, length), -1, jnp.int32), zeros, zeros, zeros, hidden)
 
 
-def decode_step(logits: jax.Array, state: DecodeState, s: jax.Array, blk: jax.Array, k: jax.Array,
+def chunk_size(block_length: int, batch: int, vocab: int) -> int:
+  """Completion positions projected at once: the largest divisor of ``block_length`` whose float32
+  logits ``[batch, c, vocab]`` fit :data:`SAMPLE_CHUNK_BYTES` (at least 1). A divisor, so that a chunk
+  lies wholly inside or outside the current block."""
+  fits = max(1, SAMPLE_CHUNK_BYTES // (4 * batch * vocab))
+  return max(c for c in range(1, min(block_length, fits) + 1) if block_length % c == 0)
+
+
+def _window_stats(view: ModelView, ok: np.ndarray, k_gumbel: jax.Array, blk: jax.Array, *, lo: int,
+                  length: int, cfg: RolloutConfig, record_conf: bool, record_entropy: bool
+                  ) -> dict[str, jax.Array]:
+  """Per-position candidate, its probability and the records of the window, chunk by chunk.
+
+  Returns {"x0": int32 [B, W], "cand": float32 [B, W], "conf"/"entropy": float32 [B, W] when
+  recorded}. ``x0`` / ``cand`` are only computed (and only meaningful) inside block ``blk``; the
+  Gumbel noise of a chunk is that chunk's slice of the full [B, L, V] draw.
+  """
+  b, w = view.rows.shape[:2]
+  c = chunk_size(cfg.block_length, b, ok.shape[0])
+
+  def one(j):
+    start = j * c
+    logits = proposals.restrict(view.logits(start, c), ok)  # [B, c, V]
+    logz = jax.nn.logsumexp(logits, axis=-1)
+    out = {}
+    if record_conf:
+      out["conf"] = jnp.exp(jnp.max(logits, axis=-1) - logz)
+    if record_entropy:
+      logq = logits - logz[..., None]
+      out["entropy"] = -jnp.sum(jnp.where(logq > -jnp.inf, jnp.exp(logq) * logq, 0.0), axis=-1)
+
+    def candidates(_):
+      if cfg.temperature > 0:
+        noise = gumbel_window(k_gumbel, (b, length, logits.shape[-1]), lo + start, c)
+        x0 = proposals.safe_argmax(logits + cfg.temperature * noise, ok)
+      else:
+        x0 = proposals.safe_argmax(logits, ok)
+      return x0, jnp.exp(jnp.take_along_axis(logits, x0[..., None], -1)[..., 0] - logz)
+
+    def nothing(_):
+      return jnp.zeros((b, c), jnp.int32), jnp.zeros((b, c), jnp.float32)
+
+    in_block = (lo + start) // cfg.block_length == blk  # a chunk is wholly inside or outside it
+    out["x0"], out["cand"] = jax.lax.cond(in_block, candidates, nothing, None)
+    return out
+
+  n = w // c
+  if n == 1:
+    return one(jnp.int32(0))
+  per_chunk = jax.lax.map(one, jnp.arange(n, dtype=jnp.int32))  # {name: [n, B, c]}
+  return {name: jnp.moveaxis(v, 0, 1).reshape(b, w) for name, v in per_chunk.items()}
+
+
+def decode_step(view: ModelView, state: DecodeState, s: jax.Array, blk: jax.Array, k: jax.Array,
                 step_key: jax.Array, *, lo: int, prompt_len: int, cfg: RolloutConfig, mask_id: int,
-                record_step_conf: bool, record_step_entropy: bool,
-                hidden: jax.Array | None = None) -> tuple[DecodeState, dict]:
-  """One remasking step from the logits of the completion positions ``[lo, lo+W)``.
+                ok: np.ndarray, record_step_conf: bool, record_step_entropy: bool
+                ) -> tuple[DecodeState, dict]:
+  """One remasking step from the model's view of the completion positions ``[lo, lo+W)``.
 
   Args:
-    logits: float32 [B, W, V] for completion positions lo..lo+W-1 (W = L for a full pass); every
-      still-masked position of the current block must lie in the window.
+    view: the pass's hidden states (or logits) of the window (W = L for a full pass); the current
+      block must lie in the window.
     state: the carry; s: global step index; blk: its block; k: tokens the schedule commits.
-    step_key: this step's key (split as in the module docstring; noise is drawn at full [B, L]
-      size and sliced, so a window sees the same noise as a full pass).
-    hidden: [B, W, D] final hidden states of the window (needed when ``state.hidden`` is set).
+    step_key: this step's key (split as in the module docstring).
+    ok: bool [V] proposable ids (:func:`daca_jax.diffusion.proposals.proposable_ids`).
   Returns:
     (new state, records {"conf"/"entropy": float32 [B, L], 0 where already committed}).
   """
   x, commit_step, commit_conf, conf, ent, commit_hidden = state
   b, length = commit_step.shape
-  w = logits.shape[1]
-  hi = lo + w
+  bl = cfg.block_length
+  w = view.rows.shape[1]
   k_gumbel, k_remask = jax.random.split(step_key)
   comp = x[:, prompt_len:]
   masked_all = comp == mask_id  # [B, L]
-  win = comp[:, lo:hi]
-  masked = masked_all[:, lo:hi]
-  logz = jax.nn.logsumexp(logits, axis=-1)  # [B, W]
-  if cfg.temperature > 0:
-    noise = jax.random.gumbel(k_gumbel, (b, length, logits.shape[-1]), jnp.float32)[:, lo:hi]
-    x0 = jnp.argmax(logits + cfg.temperature * noise, axis=-1).astype(jnp.int32)
-  else:
-    x0 = jnp.argmax(logits, axis=-1).astype(jnp.int32)
-  cand_prob = jnp.exp(jnp.take_along_axis(logits, x0[..., None], -1)[..., 0] - logz)
-  if w == length:
-    score = REMASKING.get(cfg.remasking)(cand_prob, k_remask)
-  else:  # the random rule draws at [B, L]: pad so that a window gets the full pass's draw
-    padded = jnp.zeros((b, length), jnp.float32).at[:, lo:hi].set(cand_prob)
-    score = REMASKING.get(cfg.remasking)(padded, k_remask)[:, lo:hi]
-  pos = lo + jnp.arange(w, dtype=jnp.int32)[None, :]
-  eligible = masked & (pos < (blk + 1) * cfg.block_length)
-  score = jnp.where(eligible, score, -jnp.inf)
+  stats = _window_stats(view, ok, k_gumbel, blk, lo=lo, length=length, cfg=cfg,
+                        record_conf=record_step_conf, record_entropy=record_step_entropy)
+  b0 = blk * bl  # the block's first completion position (traced in a full pass)
+  rel = b0 - lo
+  x0 = jax.lax.dynamic_slice_in_dim(stats["x0"], rel, bl, axis=1)
+  cand_prob = jax.lax.dynamic_slice_in_dim(stats["cand"], rel, bl, axis=1)
+  # The random rule draws at [B, L]: place the block in a full row so that it gets the same draw.
+  full = jax.lax.dynamic_update_slice_in_dim(jnp.zeros((b, length), jnp.float32), cand_prob, b0, axis=1)
+  score = jax.lax.dynamic_slice_in_dim(REMASKING.get(cfg.remasking)(full, k_remask), b0, bl, axis=1)
+  eligible = jax.lax.dynamic_slice_in_dim(masked_all, b0, bl, axis=1)
+  # Every still-masked in-block position is eligible with a finite score (NaN logits included), so
+  # the schedule's k per step commit each block completely.
+  score = jnp.where(eligible, jnp.where(jnp.isnan(score) | (score == -jnp.inf), -1.0, score), -jnp.inf)
   chosen = _stable_rank_desc(score) < k
   if cfg.threshold > 0:
     chosen |= cand_prob > cfg.threshold
   commit = eligible & chosen
-  new_win = jnp.where(commit, x0, win)
-  commit_step = commit_step.at[:, lo:hi].set(jnp.where(commit, s, commit_step[:, lo:hi]))
-  commit_conf = commit_conf.at[:, lo:hi].set(jnp.where(commit, cand_prob, commit_conf[:, lo:hi]))
+
+  def put(arr, new, axis=1, at=b0):
+    return jax.lax.dynamic_update_slice_in_dim(arr, new, at, axis=axis)
+
+  def block_of(arr):
+    return jax.lax.dynamic_slice_in_dim(arr, b0, bl, axis=1)
+
+  cur = jax.lax.dynamic_slice_in_dim(x, prompt_len + b0, bl, axis=1)
+  x = put(x, jnp.where(commit, x0, cur), at=prompt_len + b0)
+  commit_step = put(commit_step, jnp.where(commit, s, block_of(commit_step)))
+  commit_conf = put(commit_conf, jnp.where(commit, cand_prob, block_of(commit_conf)))
   if commit_hidden is not None:
-    commit_hidden = commit_hidden.at[:, lo:hi].set(
-        jnp.where(commit[..., None], hidden.astype(commit_hidden.dtype), commit_hidden[:, lo:hi]))
+    h = jax.lax.dynamic_slice_in_dim(view.hidden, rel, bl, axis=1).astype(commit_hidden.dtype)
+    commit_hidden = put(commit_hidden, jnp.where(commit[..., None], h, block_of(commit_hidden)))
   out = {}
   if record_step_conf:
-    conf = conf.at[:, lo:hi].set(jnp.exp(jnp.max(logits, axis=-1) - logz))
+    conf = conf.at[:, lo:lo + w].set(stats["conf"])
     out["conf"] = jnp.where(masked_all, conf, 0.0)
   if record_step_entropy:
-    logq = logits - logz[..., None]
-    ent = ent.at[:, lo:hi].set(-jnp.sum(jnp.exp(logq) * logq, axis=-1))
+    ent = ent.at[:, lo:lo + w].set(stats["entropy"])
     out["entropy"] = jnp.where(masked_all, ent, 0.0)
-  x = x.at[:, prompt_len + lo:prompt_len + hi].set(new_win)
   return DecodeState(x, commit_step, commit_conf, conf, ent, commit_hidden), out
 
 
@@ -237,13 +337,14 @@ def backfill_skipped(records: jax.Array, executed: jax.Array) -> jax.Array:
 
 
 def finish_trajectory(state: DecodeState, rec: dict, executed: jax.Array, *, prompt_len: int,
-                      cfg: RolloutConfig, eos_id: int) -> Trajectory:
+                      cfg: RolloutConfig, eos_id: int, mask_id: int) -> Trajectory:
   """Packs the loop's final state and stacked records ([S, B, L]) into a :class:`Trajectory`."""
   if cfg.threshold > 0:
     rec = {name: backfill_skipped(r, executed) for name, r in rec.items()}
+  comp = state.x[:, prompt_len:]
   return Trajectory(
       tokens=state.x,
-      completion_mask=completion_mask_from_eos(state.x[:, prompt_len:], eos_id),
+      completion_mask=completion_mask_from_eos(comp, eos_id),
       commit_step=state.commit_step,
       commit_conf=state.commit_conf,
       step_conf=rec.get("conf"),
@@ -252,6 +353,8 @@ def finish_trajectory(state: DecodeState, rec: dict, executed: jax.Array, *, pro
       prompt_len=prompt_len,
       num_model_calls=cfg.steps,
       model_calls=jnp.sum(executed).astype(jnp.int32),
+      finished=proposals.finished(comp, state.commit_step, mask_id),
+      mask_id=mask_id,
   )
 
 
@@ -259,29 +362,68 @@ def record_keys(record_step_conf: bool, record_step_entropy: bool) -> tuple[str,
   return (("conf",) if record_step_conf else ()) + (("entropy",) if record_step_entropy else ())
 
 
+def sampling_setup(logits_fn: Any, params: Any, vocab_size: int, cfg: RolloutConfig, mask_id: int,
+                   vocab_limit: int | None) -> np.ndarray:
+  """Trace-time checks and the proposable ids (bool [V]) of a rollout.
+
+  ``vocab_limit`` None takes the model's (``logits_fn.model_config(params).vocab_limit``, from
+  ``daca_jax.models.make_logits_fn``), else all of V. A model-backed ``logits_fn`` must use
+  ``mask_id`` as its ``mask_token_id``.
+
+  Raises:
+    ConfigError: ``mask_id`` differs from the model's mask id, or the limit / mask id do not fit V.
+  """
+  model_cfg = logits_fn.model_config(params) if hasattr(logits_fn, "model_config") else None
+  if model_cfg is not None and model_cfg.mask_token_id != mask_id:
+    raise ConfigError("mask_id", mask_id, f"the model's mask_token_id={model_cfg.mask_token_id}")
+  if vocab_limit is None:
+    vocab_limit = model_cfg.vocab_limit if model_cfg is not None else 0
+  proposals.check_schedule(tokens_per_step(cfg), cfg.steps_per_block, cfg.block_length)
+  return proposals.proposable_ids(vocab_size, mask_id, vocab_limit)
+
+
+def full_pass_view(logits_fn: Any, params: Any, x: jax.Array, prompt_len: int,
+                   record_commit_hidden: bool) -> ModelView:
+  """The :class:`ModelView` of one full pass over ``x [B, P+L]``: the final hidden states of the
+  completion and the output head when ``logits_fn`` carries its model split (``hidden_fn`` /
+  ``head_fn``), else its logits (and ``(logits, hidden)`` when ``record_commit_hidden``)."""
+  hidden_fn = getattr(logits_fn, "hidden_fn", None)
+  if hidden_fn is not None:
+    h = hidden_fn(params, x)[:, prompt_len:]
+    return ModelView(h, lambda rows: logits_fn.head_fn(params, rows), h)
+  out = logits_fn(params, x)
+  logits, hidden = out if record_commit_hidden else (out, None)
+  return ModelView(logits[:, prompt_len:], None, None if hidden is None else hidden[:, prompt_len:])
+
+
 def rollout(logits_fn: Any, params: Any, prompts: jax.Array, key: jax.Array, cfg: RolloutConfig, *,
             mask_id: int, eos_id: int, record_step_conf: bool = False,
             record_step_entropy: bool = False, record_commit_hidden: bool = False,
-            kv_fns: Any = None) -> Trajectory:
+            kv_fns: Any = None, vocab_limit: int | None = None) -> Trajectory:
   """Samples completions for ``prompts`` (jit this, or call :func:`make_rollout_fn`).
 
   Args:
-    logits_fn: pure ``(params, tokens[B, T] int32) -> logits[B, T, V]``.
+    logits_fn: pure ``(params, tokens[B, T] int32) -> logits[B, T, V]``; one made by
+      ``daca_jax.models.make_logits_fn`` is projected chunk by chunk through its ``hidden_fn`` /
+      ``head_fn`` and supplies the model's ``vocab_limit``.
     params: model parameters.
     prompts: int32 [B, P] prompt tokens (never masked, never changed).
     key: PRNG key.
     cfg: sampler geometry (static).
-    mask_id: ``[MASK]`` id; eos_id: end-of-sequence id.
+    mask_id: ``[MASK]`` id (never proposed); eos_id: end-of-sequence id.
     record_step_conf: also return ``step_conf [S, B, L]`` (DPS / DTCA inputs).
     record_step_entropy: also return ``step_entropy [S, B, L]``.
-    record_commit_hidden: also return ``commit_hidden [B, L, D]``; ``logits_fn`` must then return
-      ``(logits, hidden)`` (``make_logits_fn(graphdef, return_hidden=True)``).
+    record_commit_hidden: also return ``commit_hidden [B, L, D]``; a ``logits_fn`` without the model
+      split must then return ``(logits, hidden)`` (``make_logits_fn(graphdef, return_hidden=True)``).
     kv_fns: for ``cfg.kv_cache != "none"``: the model's :class:`daca_jax.models.kv_cache.KVFns`;
       None takes them from ``logits_fn`` (made by ``daca_jax.models.make_logits_fn``).
+    vocab_limit: never propose ids >= this (the tokenizer's size); None: the model's
+      ``ModelConfig.vocab_limit`` (0 = all ids), or all ids for a plain ``logits_fn``.
   Returns:
-    A :class:`Trajectory`.
+    A :class:`Trajectory` (``finished`` True: no ``[MASK]`` left, every position committed once).
   Raises:
-    ConfigError: a bad geometry, or a K/V cache requested for a logits_fn without a model graph.
+    ConfigError: a bad geometry, a mask id other than the model's, a bad ``vocab_limit``, or a K/V
+      cache requested for a logits_fn without a model graph.
   """
   cfg.validate()  # trace time only: a bad geometry is a clear ConfigError, never a silent half-decode
   if cfg.kv_cache != "none":
@@ -289,39 +431,43 @@ def rollout(logits_fn: Any, params: Any, prompts: jax.Array, key: jax.Array, cfg
 
     return cached_rollout(logits_fn, params, prompts, key, cfg, mask_id=mask_id, eos_id=eos_id,
                           record_step_conf=record_step_conf, record_step_entropy=record_step_entropy,
-                          record_commit_hidden=record_commit_hidden, kv_fns=kv_fns)
+                          record_commit_hidden=record_commit_hidden, kv_fns=kv_fns,
+                          vocab_limit=vocab_limit)
   p = prompts.shape[1]
   steps = cfg.steps
   keys = record_keys(record_step_conf, record_step_entropy)
   opts = dict(prompt_len=p, cfg=cfg, mask_id=mask_id)
+  x_init = init_state(prompts, cfg.gen_length, mask_id).x
+  view_of = lambda x: full_pass_view(logits_fn, params, x, p, record_commit_hidden)
+  vocab = jax.eval_shape(lambda x: view_of(x).logits(0, 1), x_init).shape[-1]
+  ok = sampling_setup(logits_fn, params, vocab, cfg, mask_id, vocab_limit)
 
   def step(state, inputs):
     s, blk, k, step_key = inputs
 
     def run(st):
-      out = logits_fn(params, st.x)
-      logits, hidden = out if record_commit_hidden else (out, None)
-      return decode_step(logits[:, p:].astype(jnp.float32), st, s, blk, k, step_key, lo=0,
+      return decode_step(view_of(st.x), st, s, blk, k, step_key, lo=0, ok=ok,
                          record_step_conf=record_step_conf, record_step_entropy=record_step_entropy,
-                         hidden=None if hidden is None else hidden[:, p:], **opts)
+                         **opts)
 
     new, rec, executed = maybe_skip(run, state, blk, record_keys=keys, **opts)
     return new, (rec, executed)
 
   xs = (jnp.arange(steps, dtype=jnp.int32), jnp.arange(steps, dtype=jnp.int32) // cfg.steps_per_block,
         jnp.asarray(tokens_per_step(cfg)), jax.random.split(key, steps))
-  hidden_like = None
-  if record_commit_hidden:
-    _, hidden_like = jax.eval_shape(lambda t: logits_fn(params, t), init_state(prompts, cfg.gen_length, mask_id).x)
+  hidden_like = jax.eval_shape(lambda x: view_of(x).hidden, x_init) if record_commit_hidden else None
   state, (rec, executed) = jax.lax.scan(step, init_state(prompts, cfg.gen_length, mask_id, hidden_like), xs)
-  return finish_trajectory(state, rec, executed, prompt_len=p, cfg=cfg, eos_id=eos_id)
+  return finish_trajectory(state, rec, executed, prompt_len=p, cfg=cfg, eos_id=eos_id, mask_id=mask_id)
+
 
 def make_rollout_fn(logits_fn: Any, cfg: RolloutConfig, *, mask_id: int, eos_id: int,
                     record_step_conf: bool = False, record_step_entropy: bool = False,
-                    record_commit_hidden: bool = False, kv_fns: Any = None):
+                    record_commit_hidden: bool = False, kv_fns: Any = None,
+                    vocab_limit: int | None = None):
   """Returns ``jit(rollout)`` as ``fn(params, prompts[B, P], key) -> Trajectory``."""
   cfg.validate()
   return jax.jit(functools.partial(rollout, logits_fn, cfg=cfg, mask_id=mask_id, eos_id=eos_id,
                                    record_step_conf=record_step_conf,
                                    record_step_entropy=record_step_entropy,
-                                   record_commit_hidden=record_commit_hidden, kv_fns=kv_fns))
+                                   record_commit_hidden=record_commit_hidden, kv_fns=kv_fns,
+                                   vocab_limit=vocab_limit))

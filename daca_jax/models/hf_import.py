@@ -13,6 +13,13 @@ in ``model.safetensors.index.json``, and ``tokenizer.json`` (read by
   mlp.{gate,up,down}_proj}``, ``model.norm``, ``lm_head``; q/k/v carry biases (``qkv_bias``) and the
   logits are shifted one position (``shift_logits``: Dream predicts token i at position i - 1).
 
+Every field of each family's reference config class is accounted for (:data:`LLADA_FIELDS`,
+:data:`DREAM_FIELDS`): absent keys take the reference default, values not implemented are refused
+with a ``ConfigError`` naming the field. ``tokenizer.json`` next to the weights sets
+``ModelConfig.vocab_limit`` (the sampler never proposes an id the tokenizer cannot decode), and Dream's
+``pad_token_id`` becomes ``left_pad_id`` (left padding kept out of attention, as Dream's
+``diffusion_generate`` does; LLaDA attends to pads as its ``generate`` does).
+
 Torch ``Linear`` weights are ``[out, in]`` and become ``[in, out]`` kernels; per-layer tensors are stacked
 on the leading layer axis of the scanned blocks. Shards are opened lazily (``safetensors.safe_open``)
 one tensor at a time, converted to the parameter dtype on the host (bf16 checkpoints included) and
@@ -44,6 +51,9 @@ _LLADA_NAMES = (
     (("layers", "q_proj", "kernel"), "model.transformer.blocks.{i}.q_proj.weight", True),
     (("layers", "k_proj", "kernel"), "model.transformer.blocks.{i}.k_proj.weight", True),
     (("layers", "v_proj", "kernel"), "model.transformer.blocks.{i}.v_proj.weight", True),
+    (("layers", "q_proj", "bias"), "model.transformer.blocks.{i}.q_proj.bias", False),  # include_qkv_bias
+    (("layers", "k_proj", "bias"), "model.transformer.blocks.{i}.k_proj.bias", False),
+    (("layers", "v_proj", "bias"), "model.transformer.blocks.{i}.v_proj.bias", False),
     (("layers", "o_proj", "kernel"), "model.transformer.blocks.{i}.attn_out.weight", True),
     (("layers", "mlp_norm", "scale"), "model.transformer.blocks.{i}.ff_norm.weight", False),
     (("layers", "gate_proj", "kernel"), "model.transformer.blocks.{i}.ff_proj.weight", True),
@@ -80,11 +90,97 @@ class ImportReport:
     family: "llada" or "dream".
     loaded: number of checkpoint tensors used.
     unexpected: checkpoint tensors that no parameter uses (also logged as a warning).
+    unknown_fields: config.json keys neither family's reference config defines (logged).
+    vocab_limit: ids the sampler may propose (``ModelConfig.vocab_limit``) and where it came from.
   """
 
   family: str
   loaded: int
   unexpected: tuple[str, ...]
+  unknown_fields: tuple[str, ...] = ()
+  vocab_limit: tuple[int, str] = (0, "")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Field:
+  """One ``config.json`` field of a family's reference config class.
+
+  default: the reference's default, used when the key is absent (``configuration_llada.ModelConfig`` /
+    ``configuration_dream.DreamConfig``).
+  allowed: the only values this model implements (None: any value, mapped or irrelevant).
+  note: what the reference does with it (the error message and the docs).
+  """
+
+  default: Any
+  allowed: tuple[Any, ...] | None = None
+  note: str = ""
+
+
+# Every field of LLaDA's ModelConfig (GSAI-ML/LLaDA-8B-*, configuration_llada.py) and how its
+# modeling_llada.py uses it. Absent keys take the reference's dataclass default.
+LLADA_FIELDS: dict[str, _Field] = {
+    "d_model": _Field(768), "n_heads": _Field(12), "n_layers": _Field(12),
+    "n_kv_heads": _Field(None, note="None: 1 with multi_query_attention, else n_heads"),
+    "multi_query_attention": _Field(None),
+    "mlp_ratio": _Field(4, note="MLP width mlp_ratio * d_model when mlp_hidden_size is null"),
+    "mlp_hidden_size": _Field(None),
+    "activation_type": _Field("swiglu", ("silu",), "the Llama block computes act(ff_proj x) * up_proj x; "
+                              "only SiLU gives SwiGLU (the reference default swiglu halves ff_proj)"),
+    "block_type": _Field("sequential", ("llama",), "only LLaDALlamaBlock (q/k/v_proj, ff_proj, up_proj)"),
+    "block_group_size": _Field(1, (1,), "grouped blocks are stored under other tensor names"),
+    "alibi": _Field(False, (False,), "the reference asserts it off for masked diffusion"),
+    "alibi_bias_max": _Field(8.0, note="ALiBi only"),
+    "rope": _Field(False, (True,), "the reference asserts RoPE for masked diffusion"),
+    "rope_full_precision": _Field(True, (True,), "RoPE is computed in float32 here"),
+    "rope_theta": _Field(10000.0),
+    "flash_attention": _Field(False, note="kernel choice only"),
+    "attention_dropout": _Field(0.1, note="dropout: training only, never applied here"),
+    "residual_dropout": _Field(0.1, note="dropout: training only, never applied here"),
+    "embedding_dropout": _Field(0.1, note="dropout: training only, never applied here"),
+    "attention_layer_norm": _Field(False, (False,), "q/k norms are not implemented"),
+    "attention_layer_norm_with_affine": _Field(True, note="q/k norms only"),
+    "input_emb_norm": _Field(False, (False,), "scaling embeddings by sqrt(d_model) is not implemented"),
+    "layer_norm_type": _Field("default", ("rms",), "only RMSNorm (the reference default is LayerNorm)"),
+    "layer_norm_with_affine": _Field(True, (True,), "norms without a learned scale are not implemented"),
+    "rms_norm_eps": _Field(1e-5),
+    "max_sequence_length": _Field(1024, note="context length (read by the evaluation harness)"),
+    "include_qkv_bias": _Field(False),
+    "include_bias": _Field(False, (False,), "biases outside q/k/v are not implemented"),
+    "bias_for_layer_norm": _Field(None, (None, False), "norm biases are not implemented (null inherits "
+                                  "include_bias)"),
+    "scale_logits": _Field(False, (False,), "scaling logits by 1/sqrt(d_model) is not implemented"),
+    "vocab_size": _Field(50257, note="the tokenizer's ids; the table has embedding_size rows"),
+    "embedding_size": _Field(50304, note="null: vocab_size"),
+    "weight_tying": _Field(True),
+    "eos_token_id": _Field(50256), "pad_token_id": _Field(50256, note="attended: LLaDA's generate "
+                                                          "passes no attention mask"),
+    "mask_token_id": _Field(50256, note="required here (the reference default is GPT-2's EOS)"),
+    "init_device": _Field(None), "init_fn": _Field("normal"), "init_std": _Field(0.02),
+    "init_cutoff_factor": _Field(None), "precision": _Field(None), "use_cache": _Field(False),
+}
+# DreamConfig (Dream-org/Dream-v0-*-7B, configuration_dream.py) and modeling_dream.py.
+DREAM_FIELDS: dict[str, _Field] = {
+    "vocab_size": _Field(151936, note="embedding rows (the tokenizer has fewer ids)"),
+    "hidden_size": _Field(4096), "intermediate_size": _Field(22016), "num_hidden_layers": _Field(32),
+    "num_attention_heads": _Field(32),
+    "num_key_value_heads": _Field(32, note="null: num_attention_heads"),
+    "head_dim": _Field(None, note="must be hidden_size / num_attention_heads"),
+    "hidden_act": _Field("silu", ("silu",), "only SiLU-gated MLPs are implemented"),
+    "max_position_embeddings": _Field(32768, note="context length (read by the evaluation harness)"),
+    "initializer_range": _Field(0.02), "rms_norm_eps": _Field(1e-6), "use_cache": _Field(False),
+    "tie_word_embeddings": _Field(False), "rope_theta": _Field(10000.0),
+    "rope_scaling": _Field(None, (None,), "only plain RoPE is implemented"),
+    "use_sliding_window": _Field(False, (False,), "sliding-window attention is not implemented"),
+    "sliding_window": _Field(4096, note="sliding window only"),
+    "max_window_layers": _Field(28, note="sliding window only"),
+    "attention_dropout": _Field(0.0, note="dropout: training only, never applied here"),
+    "mask_token_id": _Field(151666),
+    "pad_token_id": _Field(151643, note="left padding masked out of attention (diffusion_generate)"),
+    "bos_token_id": _Field(None), "eos_token_id": _Field(None),
+}
+_METADATA = ("model_type", "architectures", "auto_map", "transformers_version", "torch_dtype",
+             "_name_or_path")
+FAMILY_FIELDS = {"llada": LLADA_FIELDS, "dream": DREAM_FIELDS}
 
 
 def hf_family(hf: Mapping[str, Any]) -> str:
@@ -103,53 +199,130 @@ def hf_family(hf: Mapping[str, Any]) -> str:
                     f"a LLaDA ('llada') or Dream ('Dream') checkpoint (architectures={hf.get('architectures')})")
 
 
-def _require(hf: Mapping[str, Any], key: str, allowed: Any) -> None:
-  if key in hf and hf[key] != allowed:
-    raise ConfigError(f"config.json:{key}", hf[key], f"{allowed!r} (the only variant this model implements)")
+def _reader(hf: Mapping[str, Any], family: str):
+  """``get(name)``: the config value or the reference default, refusing values not implemented."""
+  table = FAMILY_FIELDS[family]
+
+  def get(name: str) -> Any:
+    spec = table[name]
+    value = hf[name] if name in hf else spec.default
+    if spec.allowed is not None and value not in spec.allowed:
+      where = "" if name in hf else " (absent: the reference default)"
+      raise ConfigError(f"config.json:{name}", value,
+                        f"{' or '.join(map(repr, spec.allowed))}{where}: {spec.note}")
+    return value
+
+  return get
+
+
+def _integer(name: str, value: Any) -> int:
+  if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    raise ConfigError(f"config.json:{name}", value, "a positive integer")
+  return value
+
+
+def _llada_fields(get) -> dict[str, Any]:
+  include_bias = get("include_bias")
+  if get("bias_for_layer_norm") is None and include_bias:  # null inherits include_bias
+    raise ConfigError("config.json:bias_for_layer_norm", None,
+                      "false: with include_bias it inherits true, and norm biases are not implemented")
+  for name in ("rope", "alibi", "activation_type", "block_type", "block_group_size", "layer_norm_type",
+               "layer_norm_with_affine", "rope_full_precision", "attention_layer_norm", "input_emb_norm",
+               "scale_logits"):
+    get(name)  # refuses what is not implemented
+  d_model, n_heads = _integer("d_model", get("d_model")), _integer("n_heads", get("n_heads"))
+  n_kv, mqa = get("n_kv_heads"), get("multi_query_attention")
+  if n_kv is None:
+    n_kv = 1 if mqa is True else n_heads
+  elif mqa is not None and n_kv != (1 if mqa else n_heads):
+    raise ConfigError("config.json:n_kv_heads", n_kv, f"{1 if mqa else n_heads} with multi_query_attention={mqa} "
+                      "(the reference refuses both set differently)")
+  mlp = get("mlp_hidden_size")
+  mlp = _integer("mlp_ratio", get("mlp_ratio")) * d_model if mlp is None else _integer("mlp_hidden_size", mlp)
+  vocab = get("vocab_size")
+  table = get("embedding_size")
+  table = vocab if table is None else table
+  return dict(vocab_size=_integer("embedding_size", table), d_model=d_model,
+              n_layers=_integer("n_layers", get("n_layers")), n_heads=n_heads, n_kv_heads=_integer("n_kv_heads", n_kv),
+              mlp_dim=mlp, rope_theta=float(get("rope_theta")), norm_eps=float(get("rms_norm_eps")),
+              tie_embeddings=bool(get("weight_tying")), qkv_bias=bool(get("include_qkv_bias")),
+              _tokenizer_ids=_integer("vocab_size", vocab))
+
+
+def _dream_fields(get) -> dict[str, Any]:
+  for name in ("hidden_act", "rope_scaling", "use_sliding_window"):
+    get(name)
+  d_model = _integer("hidden_size", get("hidden_size"))
+  n_heads = _integer("num_attention_heads", get("num_attention_heads"))
+  head_dim = get("head_dim")
+  if head_dim is not None and head_dim * n_heads != d_model:
+    raise ConfigError("config.json:head_dim", head_dim, f"hidden_size / num_attention_heads = {d_model // n_heads}")
+  n_kv = get("num_key_value_heads")
+  pad = get("pad_token_id")
+  return dict(vocab_size=_integer("vocab_size", get("vocab_size")), d_model=d_model,
+              n_layers=_integer("num_hidden_layers", get("num_hidden_layers")), n_heads=n_heads,
+              n_kv_heads=n_heads if n_kv is None else _integer("num_key_value_heads", n_kv),
+              mlp_dim=_integer("intermediate_size", get("intermediate_size")),
+              rope_theta=float(get("rope_theta")), norm_eps=float(get("rms_norm_eps")),
+              tie_embeddings=bool(get("tie_word_embeddings")), qkv_bias=True, shift_logits=True,
+              mask_token_id=int(get("mask_token_id")), left_pad_id=-1 if pad is None else int(pad),
+              _tokenizer_ids=0)
 
 
 def config_from_hf(hf: Mapping[str, Any], **overrides: Any) -> ModelConfig:
   """Builds the :class:`ModelConfig` of a parsed HF ``config.json`` (LLaDA or Dream).
 
+  Every field of the family's reference config class is read (:data:`LLADA_FIELDS`,
+  :data:`DREAM_FIELDS`): an absent key takes the reference's default (e.g. LLaDA's MLP width
+  ``mlp_ratio * d_model`` when ``mlp_hidden_size`` is null, Dream's ``num_key_value_heads`` 32), a
+  value this model does not implement is refused, and keys no reference defines are logged.
+
   Args:
     hf: the parsed ``config.json``.
     **overrides: ModelConfig fields to set on top (e.g. ``dtype="bfloat16"``, ``remat="full"``,
-      ``lora_rank=8``, or ``mask_token_id`` when the config lacks it).
+      ``lora_rank=8``, ``vocab_limit=...``, or ``mask_token_id`` when a LLaDA config lacks it).
   Raises:
-    ConfigError: an unknown family, a variant the model does not implement (biases, non-SwiGLU MLP,
-      LayerNorm, ALiBi), or no mask token id.
+    ConfigError: an unknown family, or a field whose value is not implemented (the message names
+      ``config.json:<field>``, the value and what is allowed): LLaDA ``input_emb_norm``,
+      ``scale_logits``, ``bias_for_layer_norm`` / ``include_bias``, ``attention_layer_norm``,
+      non-RMS norms, ``rope`` off, ALiBi, a block type other than ``llama``, an activation other than
+      SiLU; Dream ``rope_scaling``, sliding windows, a non-SiLU MLP; or no mask token id.
   """
   family = hf_family(hf)
-  if family == "llada":
-    for key, allowed in (("include_bias", False), ("block_type", "llama"), ("activation_type", "silu"),
-                         ("layer_norm_type", "rms"), ("alibi", False), ("rope", True),
-                         ("attention_layer_norm", False), ("include_qkv_bias", False)):
-      _require(hf, key, allowed)
-    n_heads = int(hf["n_heads"])
-    fields = dict(vocab_size=int(hf.get("embedding_size") or hf["vocab_size"]), d_model=int(hf["d_model"]),
-                  n_layers=int(hf["n_layers"]), n_heads=n_heads,
-                  n_kv_heads=int(hf.get("n_kv_heads") or n_heads), mlp_dim=int(hf["mlp_hidden_size"]),
-                  rope_theta=float(hf.get("rope_theta", 10000.0)),
-                  norm_eps=float(hf.get("rms_norm_eps", 1e-5)),
-                  tie_embeddings=bool(hf.get("weight_tying", False)))
-  else:
-    _require(hf, "hidden_act", "silu")
-    if hf.get("rope_scaling"):
-      raise ConfigError("config.json:rope_scaling", hf["rope_scaling"], "null (plain RoPE)")
-    n_heads = int(hf["num_attention_heads"])
-    fields = dict(vocab_size=int(hf["vocab_size"]), d_model=int(hf["hidden_size"]),
-                  n_layers=int(hf["num_hidden_layers"]), n_heads=n_heads,
-                  n_kv_heads=int(hf.get("num_key_value_heads") or n_heads),
-                  mlp_dim=int(hf["intermediate_size"]), rope_theta=float(hf.get("rope_theta", 10000.0)),
-                  norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
-                  tie_embeddings=bool(hf.get("tie_word_embeddings", False)), qkv_bias=True,
-                  shift_logits=True)
-  if hf.get("mask_token_id") is not None:
+  get = _reader(hf, family)
+  fields = (_llada_fields if family == "llada" else _dream_fields)(get)
+  tokenizer_ids = fields.pop("_tokenizer_ids")
+  # LLaDA's mask id only when given: the reference default (50256) is GPT-2's EOS, and LLaDA's
+  # generate hard-codes 126336.
+  if family == "llada" and hf.get("mask_token_id") is not None:
     fields["mask_token_id"] = int(hf["mask_token_id"])
+  if tokenizer_ids and tokenizer_ids < fields["vocab_size"]:
+    fields["vocab_limit"] = tokenizer_ids
+  for name, spec in FAMILY_FIELDS[family].items():
+    if "dropout" in name and float(hf.get(name, spec.default) or 0.0) > 0:
+      log.warning("config.json:%s=%s: dropout is never applied by this library (inference and RL "
+                  "updates run without it)", name, hf.get(name, spec.default))
   fields.update(overrides)
   if "mask_token_id" not in fields:
     raise ConfigError("config.json:mask_token_id", None, "a mask token id (pass mask_token_id=...)")
   return ModelConfig(**fields).validate()
+
+
+def unknown_fields(hf: Mapping[str, Any]) -> tuple[str, ...]:
+  """config.json keys that the family's reference config class does not define."""
+  table = FAMILY_FIELDS[hf_family(hf)]
+  return tuple(sorted(k for k in hf if k not in table and k not in _METADATA))
+
+
+def tokenizer_size(ckpt: pathlib.Path) -> int | None:
+  """1 + the largest id of the checkpoint's ``tokenizer.json`` (added tokens included), or None."""
+  path = ckpt / "tokenizer.json"
+  if not path.exists():
+    return None
+  from tokenizers import Tokenizer
+
+  vocab = Tokenizer.from_file(str(path)).get_vocab(with_added_tokens=True)
+  return 1 + max(vocab.values()) if vocab else None
 
 
 def _open_tensors(ckpt: pathlib.Path) -> dict[str, pathlib.Path]:
@@ -216,6 +389,18 @@ def load_hf_checkpoint(path: str | pathlib.Path, **overrides: Any
     raise DataError(f"{ckpt}: no config.json (expected a Hugging Face checkpoint directory)")
   hf = json.loads(cfg_file.read_text())
   family = hf_family(hf)
+  extra = unknown_fields(hf)
+  if extra:
+    log.warning("%s: config.json fields the %s reference config does not define (ignored): %s", ckpt,
+                family, list(extra))
+  limit_source = "config.json"
+  if "vocab_limit" not in overrides:
+    ids = tokenizer_size(ckpt)
+    if ids is not None:
+      overrides = dict(overrides, vocab_limit=ids if ids < _table_rows(hf, family) else 0)
+      limit_source = "tokenizer.json"
+  else:
+    limit_source = "override"
   cfg = config_from_hf(hf, **overrides)
   pdt = np.dtype(DTYPES[cfg.param_dtype])
   abstract = nnx.eval_shape(lambda: Transformer(cfg, nnx.Rngs(0)))
@@ -260,4 +445,13 @@ def load_hf_checkpoint(path: str | pathlib.Path, **overrides: Any
     log.warning("%s: %d checkpoint tensors unused by the model: %s", ckpt, len(unexpected),
                 list(unexpected[:10]))
   nnx.replace_by_pure_dict(abstract_state, jax.tree.map(jnp.asarray, pure))
-  return cfg, graphdef, abstract_state, ImportReport(family, len(used), unexpected)
+  report = ImportReport(family, len(used), unexpected, extra, (cfg.vocab_limit, limit_source))
+  return cfg, graphdef, abstract_state, report
+
+
+def _table_rows(hf: Mapping[str, Any], family: str) -> int:
+  """Embedding rows the config declares (LLaDA ``embedding_size`` or ``vocab_size``; Dream ``vocab_size``)."""
+  get = _reader(hf, family)
+  if family == "llada":
+    return int(get("embedding_size") or get("vocab_size"))
+  return int(get("vocab_size"))

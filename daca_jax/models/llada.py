@@ -6,6 +6,11 @@ MLP -> residual), final RMSNorm, untied output projection (tie optional), no bia
 attention through ``n_kv_heads``. Layers are stacked on a leading axis and applied with ``lax.scan``
 (one compiled block, optional remat), so compile time does not grow with depth.
 
+Two properties of the model family live in the config: ``shift_logits`` (Dream reads position i's
+prediction from the state at i - 1) and ``left_pad_id`` (Dream keeps left padding out of attention and
+numbers positions from the first real token; LLaDA attends to everything): :meth:`Transformer.layout`
+turns the tokens into the positions and key mask every pass (full or K/V-cached) uses.
+
 The library never calls the module directly: :func:`make_logits_fn` turns the graph definition into a
 pure ``logits_fn(params, tokens) -> logits`` over an ``nnx.State`` of parameters.
 """
@@ -117,20 +122,31 @@ class Block(nnx.Module):
     return q, k, v
 
   def mix(self, x: jax.Array, q: jax.Array, k: jax.Array, v: jax.Array,
-          lora: Adapters | None = None) -> jax.Array:
+          lora: Adapters | None = None, key_mask: jax.Array | None = None) -> jax.Array:
     """Attention of the queries of ``x [B, T, D]`` over keys/values of any length S ([B, S, Hkv, Dh];
-    a K/V cache passes its own), residual, then the MLP. Returns [B, T, D]."""
+    a K/V cache passes its own), residual, then the MLP. Returns [B, T, D].
+
+    ``key_mask`` (bool [B, S], or None for all keys) hides keys from every query: left padding of a
+    family with ``left_pad_id`` (:meth:`Transformer.layout`). There is no causal mask: masked
+    diffusion is bidirectional."""
     cfg = self.cfg
     b, t, _ = x.shape
-    # No mask argument: every position attends to every position (masked diffusion is bidirectional).
-    attn = jax.nn.dot_product_attention(q, k, v, scale=cfg.head_dim ** -0.5)
+    mask = None if key_mask is None else key_mask[:, None, None, :]
+    attn = jax.nn.dot_product_attention(q, k, v, mask=mask, scale=cfg.head_dim ** -0.5)
     x = x + self.proj("o", attn.reshape(b, t, cfg.n_heads * cfg.head_dim), lora)
     h = self.mlp_norm(x)
     x = x + self.proj("down", jax.nn.silu(self.proj("gate", h, lora)) * self.proj("up", h, lora), lora)
     return x
 
-  def __call__(self, x: jax.Array, positions: jax.Array, lora: Adapters | None = None) -> jax.Array:
-    return self.mix(x, *self.qkv(x, positions, lora), lora)
+  def __call__(self, x: jax.Array, positions: jax.Array, lora: Adapters | None = None,
+               key_mask: jax.Array | None = None) -> jax.Array:
+    return self.mix(x, *self.qkv(x, positions, lora), lora, key_mask)
+
+
+def shift_right(x: jax.Array) -> jax.Array:
+  """``x [B, T, ...]`` moved one position right, position 0 keeping its own: Dream's
+  ``cat([logits[:, :1], logits[:, :-1]])`` (the state at i - 1 predicts token i)."""
+  return jnp.concatenate([x[:, :1], x[:, :-1]], axis=1)
 
 
 class Transformer(nnx.Module):
@@ -155,29 +171,44 @@ class Transformer(nnx.Module):
                                 param_dtype=pdt, kernel_init=nnx.initializers.normal(stddev=0.02),
                                 rngs=rngs)
 
+  def layout(self, tokens: jax.Array) -> tuple[jax.Array, jax.Array | None]:
+    """Positions and key mask of ``tokens [B, T] int32``: (int32 [B, T], bool [B, T] or None).
+
+    ``cfg.left_pad_id == -1`` (LLaDA): positions 0..T-1 and no mask. Otherwise (Dream's
+    ``diffusion_generate``) the leading run of ``left_pad_id`` is padding: those keys are masked
+    and the real tokens are numbered from 0 (``attention_mask.cumsum(-1) - 1``), so a padded row
+    computes what the same row computes unpadded. Only a leading run counts: the same id later in
+    the sequence (Dream's pad is also its EOS) is an ordinary token.
+    """
+    t = tokens.shape[-1]
+    if self.cfg.left_pad_id < 0:
+      return jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), tokens.shape), None
+    real = jnp.cumsum((tokens != self.cfg.left_pad_id).astype(jnp.int32), axis=-1) > 0
+    positions = jnp.maximum(jnp.cumsum(real.astype(jnp.int32), axis=-1) - 1, 0)
+    return positions, real
+
   def residual(self, tokens: jax.Array, positions: jax.Array | None = None,
                lora: Adapters | None = None) -> jax.Array:
     """Embedding and all blocks: ``tokens [B, T] int32 -> residual [B, T, D]`` (compute dtype).
 
-    With ``cfg.shift_logits`` the result is shifted one position right (position 0 keeps its own), so
+    ``positions`` (int32 [B, T]) overrides :meth:`layout`'s; the key mask always comes from the tokens.
+    With ``cfg.shift_logits`` the result is shifted one position right (:func:`shift_right`), so
     that position i is predicted from the state at i - 1 as Dream does.
     """
     cfg = self.cfg
-    if positions is None:
-      positions = jnp.broadcast_to(jnp.arange(tokens.shape[-1], dtype=jnp.int32), tokens.shape)
+    own_positions, key_mask = self.layout(tokens)
+    positions = own_positions if positions is None else positions
     x = self.embed(tokens)
     graphdef, layer_state = nnx.split(self.layers)
 
     def body(h, xs):
       state, layer_lora = xs
-      return nnx.merge(graphdef, state)(h, positions, layer_lora), None
+      return nnx.merge(graphdef, state)(h, positions, layer_lora, key_mask), None
 
     if cfg.remat != "none":
       body = jax.checkpoint(body, policy=_REMAT_POLICIES[cfg.remat])
     x, _ = jax.lax.scan(body, x, (layer_state, lora), unroll=cfg.n_layers if cfg.unroll_layers else 1)
-    if cfg.shift_logits:
-      x = jnp.concatenate([x[:, :1], x[:, :-1]], axis=1)
-    return x
+    return shift_right(x) if cfg.shift_logits else x
 
   def __call__(self, tokens: jax.Array, positions: jax.Array | None = None,
                return_hidden: bool = False, lora: Adapters | None = None):
@@ -216,7 +247,9 @@ def make_logits_fn(graphdef: nnx.GraphDef, return_hidden: bool = False, logprob_
 
   The function carries the model split as attributes ``hidden_fn`` (:func:`make_hidden_fn`) and
   ``head_fn`` (:func:`make_head_fn`), and ``logprob_chunk``: estimators that need only some positions
-  project just those (:func:`daca_jax.likelihood.common.score_positions`).
+  project just those (:func:`daca_jax.likelihood.common.score_positions`), and the sampler projects
+  only a chunk of positions at a time (:mod:`daca_jax.diffusion.rollout`). ``model_config(params)``
+  returns the graph's :class:`ModelConfig` (the sampler reads ``vocab_limit`` and ``mask_token_id``).
   """
 
   def logits_fn(params: Params, tokens: jax.Array, positions: jax.Array | None = None):
@@ -226,7 +259,13 @@ def make_logits_fn(graphdef: nnx.GraphDef, return_hidden: bool = False, logprob_
   logits_fn.logprob_chunk = int(logprob_chunk)
   logits_fn.hidden_fn = make_hidden_fn(graphdef)
   logits_fn.head_fn = make_head_fn(graphdef)
+  logits_fn.model_config = lambda params: model_config(graphdef, params)
   return logits_fn
+
+
+def model_config(graphdef: nnx.GraphDef, params: Params) -> ModelConfig:
+  """The :class:`ModelConfig` a graph was built from (works on traced or abstract ``params``)."""
+  return nnx.merge(graphdef, params).cfg
 
 
 def make_hidden_fn(graphdef: nnx.GraphDef) -> Callable[..., jax.Array]:

@@ -22,7 +22,7 @@ import optax
 from flax import nnx
 
 from daca_jax.errors import ConfigError
-from daca_jax.models.llada import LORA_MODULES, Adapters, LogitsFn, Params
+from daca_jax.models.llada import LORA_MODULES, Adapters, LogitsFn, Params, model_config
 from daca_jax.types import DTYPES, ModelConfig
 
 
@@ -92,6 +92,7 @@ def make_lora_logits_fn(graphdef: nnx.GraphDef, return_hidden: bool = False,
   logits_fn.lora_graphdef = graphdef
   logits_fn.logprob_chunk = int(logprob_chunk)
   logits_fn.hidden_fn, logits_fn.head_fn = hidden_fn, head_fn
+  logits_fn.model_config = lambda params: model_config(graphdef, params["base"])
   return logits_fn
 
 
