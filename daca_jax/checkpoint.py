@@ -123,7 +123,9 @@ def _os_error(e: BaseException, directory: str) -> OSError | None:
     found = re.search(r"os_error_code='?(\d+)", str(err or ""))
     if found:
       code = int(found.group(1))
-      path = re.search(r'(?:writing|reading|[Ff]ile)[^"]*"([^"]+)"', str(err))
+      # The file is the quoted absolute path (TensorStore also quotes keys inside its database).
+      path = re.search(r'(?:Failed (?:writing|reading)|[Ff]ile)[^"]*"(/[^"]+)"', str(err)) \
+          or re.search(r'"(/[^"]+)"', str(err))
       return OSError(code, os.strerror(code), path.group(1) if path else directory)
   return None
 
@@ -224,7 +226,9 @@ class Checkpointer:
   def all_steps(self) -> list[int]:
     """Steps of all finished checkpoints, ascending (waits for pending async saves first)."""
     self.wait()
-    return sorted(int(s) for s in self._mgr.all_steps() if _is_committed(self._step_path(s)))
+    with _orbax_errors(self.directory):
+      steps = self._mgr.all_steps()
+    return sorted(int(s) for s in steps if _is_committed(self._step_path(s)))
 
   def latest_step(self) -> int | None:
     """The largest finished step, or None if there is no checkpoint."""
@@ -281,7 +285,8 @@ class Checkpointer:
       if not force:
         _log.warning("Checkpoint %d already exists in %s; not saved again", step, self.directory)
         return False
-      self._mgr.delete(step)
+      with _orbax_errors(self.directory):
+        self._mgr.delete(step)
     if os.path.exists(path) and jax.process_index() == 0:  # unfinished: orbax would refuse it
       shutil.rmtree(path)
     sync_processes("checkpoint_save_tidy")  # no process starts writing before the tidy-up ends
@@ -376,11 +381,11 @@ class Checkpointer:
     """
     if not self._closed:
       self._closed = True
-      try:
-        with _orbax_errors(self.directory):
+      with _orbax_errors(self.directory):  # close() can re-raise a failed save: wrapped too
+        try:
           self._mgr.wait_until_finished()
-      finally:
-        self._mgr.close()
+        finally:
+          self._mgr.close()
 
   def __enter__(self) -> Checkpointer:
     return self

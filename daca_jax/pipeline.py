@@ -67,8 +67,8 @@ class _NoWriter:
     del step, metrics
 
 
-def _metrics_writer(path: pathlib.Path) -> Any:
-  return MetricsWriter(path) if parallel.is_primary() else _NoWriter()
+def _metrics_writer(path: pathlib.Path, log: Callable[[str], None]) -> Any:
+  return MetricsWriter(path, log=log) if parallel.is_primary() else _NoWriter()
 
 
 def _has_saved_state(workdir: pathlib.Path) -> bool:
@@ -213,7 +213,7 @@ def run_sft(cfg: TrainConfig, task: Task, examples: list[Example], logits_fn: Ca
   base_key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _SFT_STREAM)
   log_every = max(1, min(25, sft.steps // 20))
   flag = parallel.to_global(guards.clear_flag(), mesh)  # sticky NaN/inf flag, read where metrics are
-  with _metrics_writer(sft_dir.with_name(sft_dir.name + "_metrics.jsonl")) as writer:
+  with _metrics_writer(sft_dir.with_name(sft_dir.name + "_metrics.jsonl"), log) as writer:
     writer.truncate_after(start)
     bar = progress(range(start, sft.steps), total=sft.steps - start, desc="SFT", disable=not show_progress)
     for step in bar:
@@ -267,7 +267,7 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
   g = rl.group_size
   multi = mesh is not None and parallel.is_multiprocess()
   share = parallel.process_slice(rl.prompts_per_step) if multi else slice(None)
-  with _metrics_writer(workdir / "metrics.jsonl") as writer:
+  with _metrics_writer(workdir / "metrics.jsonl", log) as writer:
     writer.truncate_after(start)
     bar = progress(range(start, rl.steps), total=rl.steps - start, desc=f"RL {rl.objective}",
                    disable=not show_progress)
