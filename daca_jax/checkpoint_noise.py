@@ -9,10 +9,13 @@ are still in flight. What follows is noise that repeats the one real error many 
   the resulting ``RuntimeError: Event loop is closed`` is printed with a traceback, once per
   pending read;
 * the abandoned read coroutines are garbage-collected later and each prints its stored exception
-  ("Exception ignored in: <coroutine ...>") with TensorStore's multi-line spec.
+  ("Exception ignored in: <coroutine ...>") with TensorStore's multi-line spec, and abandoned write
+  tasks are reported by asyncio's logger ("Task exception was never retrieved", with a traceback)
+  -- after the checkpointer's own error line.
 
 :func:`install` (idempotent, done by :mod:`daca_jax.checkpoint` on import) filters exactly these:
 orbax records below WARNING are dropped and the others keep their first line only (no traceback);
+asyncio's reports about orbax/TensorStore tasks are dropped;
 the closed-loop callback errors and the collected orbax/TensorStore coroutines are ignored. The real
 error is raised by :class:`daca_jax.checkpoint.Checkpointer` as one clear exception; any other
 unraisable exception or uncaught error is passed on to the previous hooks unchanged.
@@ -42,6 +45,25 @@ class _QuietOrbax(logging.Filter):
     record.msg, record.args = (message[0][:_MAX_LINE] if message else ""), None
     record.exc_info = record.exc_text = record.stack_info = None
     return True
+
+
+class _QuietAsyncio(logging.Filter):
+  """On the ``asyncio`` logger: drops "Task exception was never retrieved" (and other loop error
+  reports) about orbax/TensorStore coroutines -- the failed writes of a save whose error the
+  checkpointer raises once; they are logged when the abandoned tasks are collected, after it."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    message = record.getMessage()
+    return not any(p in message for p in _NOISY_PACKAGES) and not (
+        record.exc_info and _from_noisy_traceback(record.exc_info[2]))
+
+
+def _from_noisy_traceback(tb: types.TracebackType | None) -> bool:
+  while tb is not None:
+    if any(p in tb.tb_frame.f_code.co_filename.replace("\\", "/") for p in _NOISY_PACKAGES):
+      return True
+    tb = tb.tb_next
+  return False
 
 
 def _from_noisy_package(obj: Any) -> bool:
@@ -75,6 +97,7 @@ def install() -> None:
   _installed = True
   absl_logger = logging.getLogger("absl")
   absl_logger.addFilter(_QuietOrbax())
+  logging.getLogger("asyncio").addFilter(_QuietAsyncio())
   previous_unraisable, previous_except = sys.unraisablehook, sys.excepthook
 
   def unraisablehook(u: Any) -> None:

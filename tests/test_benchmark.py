@@ -45,6 +45,7 @@ def test_peak_flops_table_and_override():
   assert bm.peak_flops(0.0, cpu) is None  # MFU is 'n/a' on CPU unless a peak is given
 
 
+@pytest.mark.slow  # the torch port is the benchmark's baseline, not the library
 def test_torch_eager_port_matches_jax():
   torch = pytest.importorskip("torch")
   pytest.importorskip("transformers")

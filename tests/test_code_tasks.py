@@ -67,7 +67,7 @@ def test_humaneval_canonical_solutions_all_pass(he_plain):
   failed = {ex.meta["task_id"]: r.message for ex, r in zip(examples, results) if r.status != "passed"}
   assert not failed
   assert metrics == {"pass@1": 1.0, "format_rate": 0.0, "timeout_rate": 0.0,
-                     "sandbox_error_rate": 0.0, "num_examples": 164.0}
+                     "sandbox_error_rate": 0.0, "grader_bound_hits": 0.0, "num_examples": 164.0}
   assert all(r.message.startswith("ok (") for r in results)  # the judge's verdict, with its calls
   assert elapsed < 300
 

@@ -23,7 +23,9 @@ def setup():
 
 
 def _np_logp(params, x, targets):
+  """log-probs under the sampler's policy: the softmax over every id but [MASK]."""
   logits = np_logits(params, x)[:, P:]
+  logits[..., MASK] = -np.inf
   logz = np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1)) + logits.max(-1)
   return np.take_along_axis(logits, targets[..., None], -1)[..., 0] - logz
 
@@ -142,6 +144,19 @@ def test_score_positions_equals_full_gather():
   for fn in (make_logits_fn(gd), make_logits_fn(gd, logprob_chunk=3), plain):
     np.testing.assert_allclose(np.asarray(score_positions(fn, prm, toks, tgt, pos)), want, rtol=1e-5,
                                atol=1e-5)
+  # With mask_id: the sampler's policy, normalised without [MASK] (a [MASK] target is ~ -1e30).
+  logits = np.asarray(make_logits_fn(gd)(prm, toks), np.float64)
+  logits[..., 29] = -np.inf
+  policy = logits - np.log(np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True)) \
+      - logits.max(-1, keepdims=True)
+  tgt = tgt.at[0, 0].set(29)
+  want = policy[np.arange(3)[:, None], np.asarray(pos), np.asarray(tgt)]
+  real = np.asarray(tgt) != 29
+  assert (~real).any() and real.any()
+  for fn in (make_logits_fn(gd), make_logits_fn(gd, logprob_chunk=3), plain):
+    got = np.asarray(score_positions(fn, prm, toks, tgt, pos, mask_id=29))
+    np.testing.assert_allclose(got[real], want[real], rtol=1e-5, atol=1e-5)
+    assert (got[~real] < -1e29).all()
 
 
 def test_strata_batch_bounds_update_memory_with_equal_gradients():

@@ -6,6 +6,7 @@ share the pytest process); the child prints the measured differences as JSON.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -28,6 +29,18 @@ TOL = 1e-5
 # flags apply to the one-device references, which run in the same process).
 XLA_FLAGS = ("--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0 "
              "--xla_llvm_disable_expensive_passes=true")
+
+
+@functools.lru_cache(maxsize=None)
+def _patient_collectives() -> str:
+  """XLA flags that let a simulated device's thread wait for its peers as long as the test's own
+  timeout: on 2 loaded cores one of 8 threads can be starved past XLA's 40 s collective limit, which
+  aborts the child. Empty when this XLA does not know the flags (unknown XLA flags are fatal)."""
+  flags = ("--xla_cpu_collective_call_terminate_timeout_seconds=900 "
+           "--xla_cpu_collective_call_warn_stuck_timeout_seconds=300 --xla_cpu_collective_timeout_seconds=900")
+  probe = subprocess.run([sys.executable, "-c", "import jax; jax.devices()"], capture_output=True,
+                         env=dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu"), timeout=300)
+  return " " + flags if probe.returncode == 0 else ""
 
 
 def _setup():
@@ -111,7 +124,7 @@ def child() -> dict:
 
 
 def test_pmap_and_fsdp_match_one_device_on_8_devices():
-  env = dict(os.environ, XLA_FLAGS=XLA_FLAGS, JAX_PLATFORMS="cpu")
+  env = dict(os.environ, XLA_FLAGS=XLA_FLAGS + _patient_collectives(), JAX_PLATFORMS="cpu")
   t0 = time.time()
   proc = subprocess.run([sys.executable, __file__, "--child"], env=env, capture_output=True, text=True,
                         timeout=600)
@@ -259,7 +272,8 @@ def _distributed_child() -> None:
 
 def test_two_processes_build_one_global_batch():
   port = _free_port()
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu",
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2" + _patient_collectives(),
+             JAX_PLATFORMS="cpu",
              JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2")
   procs = [subprocess.Popen([sys.executable, __file__, "--distributed"], env=dict(env, JAX_PROCESS_ID=str(i)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
@@ -281,6 +295,7 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
+@pytest.mark.slow  # 1 min; test_two_processes_build_one_global_batch covers the multi-process batch
 def test_two_process_main_job_equals_one_process(tmp_path):
   """The whole main job (SFT, evaluation, RL with DTCA's host-side tagging, checkpoints) over 2
   processes x 2 CPU devices equals the same job in one process with 4 devices: the same mesh, each
@@ -292,10 +307,11 @@ def test_two_process_main_job_equals_one_process(tmp_path):
   cmd = [sys.executable, os.path.join(repo, "experiments", "train.py")] + flags
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   port = _free_port()
-  multi_env = dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+  multi_env = dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=2" + _patient_collectives(),
                    JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2")
   procs = [subprocess.Popen(cmd + [f"--workdir={tmp_path / 'one'}"], cwd=repo, text=True,
-                            env=dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=4"),
+                            env=dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=4"
+                                     + _patient_collectives()),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)]
   procs += [subprocess.Popen(cmd + [f"--workdir={tmp_path / 'two'}"], cwd=repo, text=True,
                              env=dict(multi_env, JAX_PROCESS_ID=str(i)), stdout=subprocess.PIPE,
@@ -326,7 +342,8 @@ def test_two_process_job_rejects_unsplittable_batches_up_front(tmp_path):
   cmd = [sys.executable, os.path.join(repo, "experiments", "train.py"), "--config=configs/sudoku_tiny.py:smoke",
          "--progress=false", "--config.parallel.strategy=pmap", "--config.rl.prompts_per_step=3",
          f"--workdir={tmp_path / 'run'}"]
-  env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2",
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             XLA_FLAGS="--xla_force_host_platform_device_count=2" + _patient_collectives(),
              JAX_COORDINATOR_ADDRESS=f"localhost:{_free_port()}", JAX_NUM_PROCESSES="2")
   procs = [subprocess.Popen(cmd, cwd=repo, text=True, env=dict(env, JAX_PROCESS_ID=str(i)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(2)]

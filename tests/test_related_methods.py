@@ -309,10 +309,11 @@ def _tiny_run_flags():
 
 @pytest.mark.parametrize("flags,metric", [
     (["--config.rl.credit=dtca"], "dtca_kept_frac"),
-    (["--config.rl.credit=delta", "--config.model.lora_rank=4", "--config.model.logprob_chunk=8"],
-     "delta_margin_mean"),
-    (["--config.rl.objective=rldf", "--config.rl.likelihood=rldf", "--config.rl.credit=uniform",
-      "--config.rl.beta=0.01", "--config.likelihood.rldf_states=2"], "rldf_kept_frac"),
+    pytest.param(["--config.rl.credit=delta", "--config.model.lora_rank=4", "--config.model.logprob_chunk=8"],
+                 "delta_margin_mean", marks=pytest.mark.slow),  # unit-tested above; end to end: --runslow
+    pytest.param(["--config.rl.objective=rldf", "--config.rl.likelihood=rldf", "--config.rl.credit=uniform",
+                  "--config.rl.beta=0.01", "--config.likelihood.rldf_states=2"], "rldf_kept_frac",
+                 marks=pytest.mark.slow),
 ])
 def test_method_runs_through_train_py_by_config(flags, metric, tmp_path):
   import json

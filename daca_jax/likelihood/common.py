@@ -1,28 +1,59 @@
-"""Helpers shared by the likelihood estimators: target log-probs (whole or chunked), prompt masking."""
+"""Helpers shared by the likelihood estimators: target log-probs (whole or chunked), prompt masking.
+
+The estimators score tokens under the policy the sampler draws from: the softmax over the
+*proposable* ids (:func:`daca_jax.diffusion.proposals.proposable_ids`: never ``[MASK]``, never an id
+at or above the model's ``vocab_limit``). Ratios, KL and the trajectory likelihood's "the sampler's
+own conditional" are then about the same distribution. (d1's ``get_per_token_logps`` normalises over
+the whole vocabulary; its sampler can also commit ``[MASK]``. On a trained model the mask id's
+probability is ~0 and the two agree; on random models they differ.)
+"""
 from __future__ import annotations
 
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+
+# Logit of an id outside the policy: finite, so a zero-weighted non-proposable target gives 0, not NaN.
+_EXCLUDED_LOGIT = -1e30
 
 
-def token_logprobs(logits: jax.Array, targets: jax.Array) -> jax.Array:
+def policy_ids(logits_fn: Any, params: Any, vocab_size: int, mask_id: int | None) -> np.ndarray | None:
+  """bool [V] ids of the sampler's policy (None = all ids, when ``mask_id`` is None): every id but
+  ``mask_id`` below the model's ``vocab_limit`` (``logits_fn.model_config(params)``, when the
+  ``logits_fn`` is model-backed).
+
+  Raises:
+    ConfigError: ``mask_id`` or the model's ``vocab_limit`` outside the vocabulary.
+  """
+  if mask_id is None:
+    return None
+  from daca_jax.diffusion import proposals  # here: daca_jax.diffusion imports this module
+
+  model_cfg = logits_fn.model_config(params) if hasattr(logits_fn, "model_config") else None
+  return proposals.proposable_ids(vocab_size, mask_id, model_cfg.vocab_limit if model_cfg is not None else 0)
+
+
+def token_logprobs(logits: jax.Array, targets: jax.Array, ok: np.ndarray | None = None) -> jax.Array:
   """log softmax(logits)[target] without materialising the full log-softmax.
 
   Args:
     logits: [..., V] float (computed in float32).
     targets: int [...] target ids.
+    ok: optional bool [V]: normalise over these ids only (a target outside gets about -1e30).
   Returns:
     float32 [...].
   """
   logits = logits.astype(jnp.float32)
+  if ok is not None:
+    logits = jnp.where(jnp.asarray(ok), logits, _EXCLUDED_LOGIT)
   picked = jnp.take_along_axis(logits, targets[..., None].astype(jnp.int32), axis=-1)[..., 0]
   return picked - jax.nn.logsumexp(logits, axis=-1)
 
 
 def chunked_token_logprobs(head_fn: Callable[[jax.Array], jax.Array], hidden: jax.Array,
-                           targets: jax.Array, chunk_size: int) -> jax.Array:
+                           targets: jax.Array, chunk_size: int, ok: np.ndarray | None = None) -> jax.Array:
   """Target log-probs from hidden states, ``chunk_size`` positions at a time.
 
   Equal to ``token_logprobs(head_fn(hidden), targets)``, but the float32 logits exist for one chunk
@@ -37,23 +68,24 @@ def chunked_token_logprobs(head_fn: Callable[[jax.Array], jax.Array], hidden: ja
     targets: int [B, T] target ids.
     chunk_size: positions per chunk; ``<= 0`` or ``>= T`` scores everything in one pass. T need not
       be a multiple (the last chunk is padded, and the padding is dropped).
+    ok: optional bool [V] ids to normalise over (:func:`token_logprobs`).
   Returns:
     float32 [B, T].
   """
   b, t = targets.shape
   if chunk_size <= 0 or chunk_size >= t:
-    return token_logprobs(head_fn(hidden), targets)
+    return token_logprobs(head_fn(hidden), targets, ok)
   pad = -t % chunk_size
   n = (t + pad) // chunk_size
   h = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0))).reshape(b, n, chunk_size, hidden.shape[-1])
   y = jnp.pad(targets, ((0, 0), (0, pad))).reshape(b, n, chunk_size)
-  body = jax.checkpoint(lambda xs: token_logprobs(head_fn(xs[0]), xs[1]))
+  body = jax.checkpoint(lambda xs: token_logprobs(head_fn(xs[0]), xs[1], ok))
   out = jax.lax.map(body, (h.swapaxes(0, 1), y.swapaxes(0, 1)))  # [n, B, C]
   return out.swapaxes(0, 1).reshape(b, n * chunk_size)[:, :t]
 
 
 def make_target_logprob_fn(hidden_fn: Callable[..., jax.Array], head_fn: Callable[..., jax.Array],
-                           chunk_size: int) -> Callable[..., jax.Array]:
+                           chunk_size: int, ok: np.ndarray | None = None) -> Callable[..., jax.Array]:
   """``fn(params, tokens[B, T], targets[B, T'], start=0) -> logp [B, T']`` float32: the log-prob of
   ``targets`` at positions ``start .. start+T'-1`` of ``tokens``, gathered in chunks of ``chunk_size``.
 
@@ -65,14 +97,15 @@ def make_target_logprob_fn(hidden_fn: Callable[..., jax.Array], head_fn: Callabl
 
   def fn(params, tokens: jax.Array, targets: jax.Array, start: int = 0) -> jax.Array:
     hidden = hidden_fn(params, tokens)[:, start:start + targets.shape[1]]
-    return chunked_token_logprobs(lambda h: head_fn(params, h), hidden, targets, chunk_size)
+    return chunked_token_logprobs(lambda h: head_fn(params, h), hidden, targets, chunk_size, ok)
 
   return fn
 
 
 def score_targets(logits_fn: Callable[..., Any], params: Any, tokens: jax.Array, targets: jax.Array,
-                  start: int) -> jax.Array:
-  """Log-probs float32 [B, T'] of ``targets`` at positions ``start .. start+T'-1`` of ``tokens``.
+                  start: int, mask_id: int | None = None) -> jax.Array:
+  """Log-probs float32 [B, T'] of ``targets`` at positions ``start .. start+T'-1`` of ``tokens``,
+  under the sampler's policy when ``mask_id`` is given (:func:`policy_ids`), else over all ids.
 
   The estimators score through this function, or :func:`score_positions` when a pass needs only
   some positions. A plain ``LogitsFn`` is called once and its logits gathered
@@ -83,14 +116,19 @@ def score_targets(logits_fn: Callable[..., Any], params: Any, tokens: jax.Array,
   """
   chunk = getattr(logits_fn, "logprob_chunk", 0)
   if chunk and getattr(logits_fn, "hidden_fn", None) is not None:
-    return make_target_logprob_fn(logits_fn.hidden_fn, logits_fn.head_fn, chunk)(params, tokens, targets, start)
-  return token_logprobs(logits_fn(params, tokens)[:, start:start + targets.shape[1]], targets)
+    vocab = jax.eval_shape(lambda p, t: logits_fn.head_fn(p, logits_fn.hidden_fn(p, t)[:, :1]),
+                           params, tokens).shape[-1]
+    ok = policy_ids(logits_fn, params, vocab, mask_id)
+    return make_target_logprob_fn(logits_fn.hidden_fn, logits_fn.head_fn, chunk, ok)(params, tokens, targets, start)
+  logits = logits_fn(params, tokens)[:, start:start + targets.shape[1]]
+  return token_logprobs(logits, targets, policy_ids(logits_fn, params, logits.shape[-1], mask_id))
 
 
 def score_positions(logits_fn: Callable[..., Any], params: Any, tokens: jax.Array, targets: jax.Array,
-                    positions: jax.Array) -> jax.Array:
+                    positions: jax.Array, mask_id: int | None = None) -> jax.Array:
   """Log-probs float32 [B, C] of ``targets`` [B, C] at the absolute ``positions`` int32 [B, C] of
-  ``tokens`` [B, T], with the output projection and log-softmax run for those C positions only.
+  ``tokens`` [B, T], with the output projection and log-softmax run for those C positions only
+  (under the sampler's policy when ``mask_id`` is given, as :func:`score_targets`).
 
   An estimator that needs a few positions per pass (SML reads only its masked stratum: C ≈ L/K) saves
   the ``[B, L, V]`` head and log-softmax of the rest, K-fold in total (V = 126k for LLaDA). With the
@@ -105,8 +143,11 @@ def score_positions(logits_fn: Callable[..., Any], params: Any, tokens: jax.Arra
   if hidden_fn is not None:
     hidden = gather(hidden_fn(params, tokens), positions)  # [B, C, D]
     chunk = getattr(logits_fn, "logprob_chunk", 0)
-    return chunked_token_logprobs(lambda h: logits_fn.head_fn(params, h), hidden, targets, chunk)
-  return token_logprobs(gather(logits_fn(params, tokens), positions), targets)
+    vocab = jax.eval_shape(lambda p, h: logits_fn.head_fn(p, h[:, :1]), params, hidden).shape[-1]
+    return chunked_token_logprobs(lambda h: logits_fn.head_fn(params, h), hidden, targets, chunk,
+                                  policy_ids(logits_fn, params, vocab, mask_id))
+  logits = gather(logits_fn(params, tokens), positions)
+  return token_logprobs(logits, targets, policy_ids(logits_fn, params, logits.shape[-1], mask_id))
 
 
 def mask_prompt(key: jax.Array, prompt: jax.Array, p_mask_prompt: float, mask_id: int) -> jax.Array:

@@ -43,7 +43,7 @@ def coupled_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len:
   if cfg.coupled_full_pass:
     masks.append(jnp.ones_like(in_first))
   xs = jnp.stack([jnp.concatenate([prompt, jnp.where(mk, mask_id, comp)], axis=1) for mk in masks])
-  per_pass = jax.vmap(lambda x: score_targets(logits_fn, params, x, comp, prompt_len))(xs)
+  per_pass = jax.vmap(lambda x: score_targets(logits_fn, params, x, comp, prompt_len, mask_id))(xs)
   weighted = jnp.where(in_first, per_pass[0] / t[:, None], per_pass[1] / (1.0 - t[:, None]))
   if cfg.coupled_full_pass:
     return 0.5 * (per_pass[2] + weighted)

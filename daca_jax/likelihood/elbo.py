@@ -40,7 +40,7 @@ def elbo_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: in
 
   def one_node(mk: jax.Array) -> jax.Array:
     x = jnp.concatenate([prompt, jnp.where(mk, mask_id, comp)], axis=1)
-    return score_targets(logits_fn, params, x, comp, prompt_len)
+    return score_targets(logits_fn, params, x, comp, prompt_len, mask_id)
 
   per_node = jax.vmap(one_node)(masked)  # [n, B, L]
   scale = jnp.asarray(weights / nodes)[:, None, None]

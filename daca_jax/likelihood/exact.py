@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from daca_jax.likelihood.common import token_logprobs
+from daca_jax.likelihood.common import policy_ids, token_logprobs
 
 MAX_EXACT_LENGTH = 12
 
@@ -44,7 +44,8 @@ def any_order_logprob(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len
 
   def logp_given(vis: jax.Array) -> jax.Array:  # [L] bits -> [B, L] log p(o_i | q, o_S)
     x = jnp.concatenate([tokens[:, :prompt_len], jnp.where(vis[None, :] > 0, comp, mask_id)], axis=1)
-    return token_logprobs(logits_fn(params, x)[:, prompt_len:], comp)
+    logits = logits_fn(params, x)[:, prompt_len:]
+    return token_logprobs(logits, comp, policy_ids(logits_fn, params, logits.shape[-1], mask_id))
 
   vis = jnp.asarray(visible, jnp.int32)
   if subset_batch:

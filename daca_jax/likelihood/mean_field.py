@@ -38,4 +38,4 @@ def mean_field_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
   prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], cfg.p_mask_prompt, mask_id)
   comp = tokens[:, prompt_len:]
   x = jnp.concatenate([prompt, jnp.full_like(comp, mask_id)], axis=1)
-  return score_targets(logits_fn, params, x, comp, prompt_len)
+  return score_targets(logits_fn, params, x, comp, prompt_len, mask_id)

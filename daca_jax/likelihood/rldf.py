@@ -121,7 +121,7 @@ def rldf_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: in
 
   def at_state(s: jax.Array) -> jax.Array:  # s: int32 [B], one step per row
     x = jnp.concatenate([prompt, jnp.where(commit_step >= s[:, None], mask_id, comp)], axis=1)
-    return score_targets(logits_fn, params, x, comp, prompt_len)
+    return score_targets(logits_fn, params, x, comp, prompt_len, mask_id)
 
   cols = states.T  # [k, B]
   if cfg.strata_batch and cfg.strata_batch < k:

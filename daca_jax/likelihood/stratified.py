@@ -117,7 +117,7 @@ def stratified_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
     k, pos = xs  # pos: [B, C] completion positions of stratum k
     x = jnp.concatenate([prompt, jnp.where(strata == k, mask_id, comp)], axis=1)
     targets = jnp.take_along_axis(comp, pos, axis=1)
-    return score_positions(logits_fn, params, x, targets, pos + prompt_len)  # [B, C]
+    return score_positions(logits_fn, params, x, targets, pos + prompt_len, mask_id)  # [B, C]
 
   xs = (jnp.arange(num_strata, dtype=jnp.int32), positions)
   if cfg.strata_batch and cfg.strata_batch < num_strata:

@@ -54,7 +54,7 @@ def trajectory_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
 
   def at_step(s: jax.Array) -> jax.Array:
     x = jnp.concatenate([prompt, jnp.where(commit_step >= s, mask_id, comp)], axis=1)
-    return score_targets(logits_fn, params, x, comp, prompt_len)
+    return score_targets(logits_fn, params, x, comp, prompt_len, mask_id)
 
   starts = jnp.asarray([-(-g * steps // groups) for g in range(groups)], jnp.int32)  # first step of run g
   if cfg.strata_batch and cfg.strata_batch < groups:
