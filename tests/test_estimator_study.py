@@ -3,6 +3,7 @@ spread, errors are measured against the exact value, and the table/plot are writ
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from daca_jax import estimator_study as es
 from daca_jax.likelihood import LIKELIHOOD, any_order_logprob
@@ -11,10 +12,15 @@ from tests.fixed_logit_model import jax_logits, make_params
 V, MASK, P, L, B = 6, 5, 2, 4, 3
 
 
-def test_study_rows(tmp_path):
+_CHECKED = ("mean_field", "stratified K=2", "stratified K=4 (=L, pseudo-likelihood)",
+            "trajectory (S=L, sampler's order)")
+
+
+@pytest.mark.parametrize("only_checked", [True, pytest.param(False, marks=pytest.mark.slow)])  # all: 22 s
+def test_study_rows(tmp_path, only_checked):
   params = jax.tree.map(jnp.asarray, make_params(P + L, V, seed=1, scale=1.0))
   tokens = jnp.asarray(np.random.default_rng(0).integers(0, 5, (B, P + L)), jnp.int32)
-  specs = es.default_specs(L)
+  specs = [s for s in es.default_specs(L) if s.label in _CHECKED or not only_checked]
   commit_step = jnp.asarray(np.stack([np.random.default_rng(i).permutation(L) for i in range(B)]), jnp.int32)
   rows = es.study(jax_logits, params, tokens, P, MASK, specs, draws=3, commit_step=commit_step)
   by = {r["label"]: r for r in rows}

@@ -266,6 +266,7 @@ def test_rldf_estimator_scores_rebuilt_states():
       x = tokens[b].copy()
       x[p:][commit_step[b] >= s] = mask_id
       lg = np_logits(params, x[None])[0, p:]
+      lg[:, mask_id] = -np.inf  # scored under the sampler's policy: never [MASK]
       lp = lg - np.log(np.exp(lg).sum(-1, keepdims=True))
       sl = slice(j * length, (j + 1) * length)
       np.testing.assert_allclose(np.asarray(out.logp)[b, sl], lp[np.arange(length), tokens[b, p:]], rtol=1e-5,

@@ -286,7 +286,7 @@ def _passed_or_error(labels, results):
 
 def test_hostile_programs_never_pass(he_task):
   examples = he_task.eval_examples()[0]
-  labels, results = _hostile(he_task, _VALUE_TRICKS, [examples[i] for i in (2, 52)])  # all 164: slow
+  labels, results = _hostile(he_task, _VALUE_TRICKS, [examples[i] for i in (2, 52)])  # float, bool; all: slow
   more_labels, more = _hostile(he_task, _OTHERS, [examples[32]])
   assert _passed_or_error(labels + more_labels, results + more) == ([], [])
 
