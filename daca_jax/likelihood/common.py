@@ -19,19 +19,24 @@ import numpy as np
 _EXCLUDED_LOGIT = -1e30
 
 
-def policy_ids(logits_fn: Any, params: Any, vocab_size: int, mask_id: int | None) -> np.ndarray | None:
+def policy_ids(logits_fn: Any, params: Any, vocab_size: int | None, mask_id: int | None) -> np.ndarray | None:
   """bool [V] ids of the sampler's policy (None = all ids, when ``mask_id`` is None): every id but
   ``mask_id`` below the model's ``vocab_limit`` (``logits_fn.model_config(params)``, when the
-  ``logits_fn`` is model-backed).
+  ``logits_fn`` is model-backed; ``vocab_size`` None takes that config's V).
 
   Raises:
     ConfigError: ``mask_id`` or the model's ``vocab_limit`` outside the vocabulary.
+    ValueError: ``vocab_size`` None and no ``model_config`` on ``logits_fn``.
   """
   if mask_id is None:
     return None
   from daca_jax.diffusion import proposals  # here: daca_jax.diffusion imports this module
 
   model_cfg = logits_fn.model_config(params) if hasattr(logits_fn, "model_config") else None
+  if vocab_size is None:
+    if model_cfg is None:
+      raise ValueError("a logits_fn with a model split (hidden_fn/head_fn) also needs model_config(params)")
+    vocab_size = model_cfg.vocab_size
   return proposals.proposable_ids(vocab_size, mask_id, model_cfg.vocab_limit if model_cfg is not None else 0)
 
 
@@ -116,9 +121,7 @@ def score_targets(logits_fn: Callable[..., Any], params: Any, tokens: jax.Array,
   """
   chunk = getattr(logits_fn, "logprob_chunk", 0)
   if chunk and getattr(logits_fn, "hidden_fn", None) is not None:
-    vocab = jax.eval_shape(lambda p, t: logits_fn.head_fn(p, logits_fn.hidden_fn(p, t)[:, :1]),
-                           params, tokens).shape[-1]
-    ok = policy_ids(logits_fn, params, vocab, mask_id)
+    ok = policy_ids(logits_fn, params, None, mask_id)  # the model split comes with its config
     return make_target_logprob_fn(logits_fn.hidden_fn, logits_fn.head_fn, chunk, ok)(params, tokens, targets, start)
   logits = logits_fn(params, tokens)[:, start:start + targets.shape[1]]
   return token_logprobs(logits, targets, policy_ids(logits_fn, params, logits.shape[-1], mask_id))
@@ -143,9 +146,8 @@ def score_positions(logits_fn: Callable[..., Any], params: Any, tokens: jax.Arra
   if hidden_fn is not None:
     hidden = gather(hidden_fn(params, tokens), positions)  # [B, C, D]
     chunk = getattr(logits_fn, "logprob_chunk", 0)
-    vocab = jax.eval_shape(lambda p, h: logits_fn.head_fn(p, h[:, :1]), params, hidden).shape[-1]
     return chunked_token_logprobs(lambda h: logits_fn.head_fn(params, h), hidden, targets, chunk,
-                                  policy_ids(logits_fn, params, vocab, mask_id))
+                                  policy_ids(logits_fn, params, None, mask_id))
   logits = gather(logits_fn(params, tokens), positions)
   return token_logprobs(logits, targets, policy_ids(logits_fn, params, logits.shape[-1], mask_id))
 
