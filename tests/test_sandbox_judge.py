@@ -55,7 +55,11 @@ def _types(v, depth=0):
 def test_values_round_trip_exactly(value):
   back = decode(encode(value))
   assert same(back, value) and type(back) is type(value)
-  assert repr(back) == repr(value)
+  if isinstance(value, (set, frozenset)):
+    # A set's iteration order follows string hashes (PYTHONHASHSEED), so only its members' reprs are fixed.
+    assert sorted(map(repr, back)) == sorted(map(repr, value))
+  else:
+    assert repr(back) == repr(value)
 
 
 def test_nan_round_trips_but_equals_nothing():
