@@ -59,6 +59,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.credit.delta_lambda_min = 0.8  # DelTA λmin.
   c.credit.delta_lambda_max = 1.2  # DelTA λmax.
   c.credit.delta_gamma = 0.1  # DelTA γ: sigmoid temperature over cosine margins.
+  c.credit.drop_agreed = False  # Weight 0 on tokens all G rollouts of a group put at the same position.
 
   c.likelihood = ml_collections.ConfigDict()
   c.likelihood.num_strata = 4  # K strata of SML (ignored by mean_field).
@@ -77,7 +78,7 @@ def get_config() -> ml_collections.ConfigDict:
 
   c.rl = ml_collections.ConfigDict()
   c.rl.objective = "diffu_grpo"  # Base method: diffu_grpo | wd1 | gdpo | gspo | reinforce_pp | rldf.
-  c.rl.credit = "dps"  # uniform | dps (DACA's Denoising Progress Scores) | dtca | delta.
+  c.rl.credit = "dps"  # uniform | dps (DACA's Denoising Progress Scores) | dtca | delta | position_value | token_reward.
   # mean_field (d1) | stratified (DACA's SML) | coupled | elbo | trajectory | rldf.
   c.rl.likelihood = "stratified"
   c.rl.steps = 150  # RL iterations (one rollout batch each).

@@ -319,6 +319,9 @@ class CreditConfig:
     delta_lambda_min: DelTA's λmin, weight of the least side-specific token.
     delta_lambda_max: DelTA's λmax, weight of the most side-specific token.
     delta_gamma: DelTA's γ, temperature of the sigmoid over cosine margins.
+    drop_agreed: multiply every assigner's weights by the group-agreement mask: a token that all G
+      rollouts of its group committed identically at that position gets weight 0 (its advantages sum
+      to zero over the group; see :mod:`daca_jax.credit.agreement`).
   """
 
   alpha: float = 0.5
@@ -335,6 +338,7 @@ class CreditConfig:
   delta_lambda_min: float = 0.8
   delta_lambda_max: float = 1.2
   delta_gamma: float = 0.1
+  drop_agreed: bool = False
 
   def validate(self, prefix: str = "credit") -> "CreditConfig":
     _check_fields(prefix, self)
@@ -359,6 +363,8 @@ class CreditConfig:
                         f"0 < delta_lambda_min <= 1 <= delta_lambda_max={self.delta_lambda_max}")
     if not 0 < self.delta_gamma < float("inf"):
       raise ConfigError(f"{prefix}.delta_gamma", self.delta_gamma, "a finite number > 0")
+    if not isinstance(self.drop_agreed, bool):
+      raise ConfigError(f"{prefix}.drop_agreed", self.drop_agreed, "True or False")
     return self
 
 

@@ -4,6 +4,8 @@
   python experiments/reproduce.py --workdir=runs/related --preset=quick \
       --configs=configs/sudoku_tiny.py,configs/countdown_tiny.py --bases=diffu_grpo,rldf:base \
       --arms=base,+DPS,+DACA,+DTCA,+DelTA                              # the related methods
+  python experiments/reproduce.py --workdir=runs/grid_std --preset=standard \
+      --configs=configs/sudoku_tiny.py,configs/countdown_tiny.py              # arms can separate; hours
   python experiments/reproduce.py --workdir=runs/grid_full --preset=full  # the default configs, hours
 
 Arms: base (uniform credit, the base method's own estimator), +DPS, +SML, +DACA (DPS + SML), +DTCA,
@@ -29,7 +31,8 @@ from daca_jax.types import train_config_from_dict
 _CONFIGS = flags.DEFINE_list("configs", ["configs/sudoku_tiny.py"],
                              "Config files (path[:preset]), one per task.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
-_PRESET = flags.DEFINE_enum("preset", "quick", ["quick", "full"], "quick: tiny budget; full: the config as is.")
+_PRESET = flags.DEFINE_enum("preset", "quick", list(rp.PRESETS),
+                            "quick: plumbing budget; standard: where the arms can separate; full: the config as is.")
 _BASES = flags.DEFINE_list("bases", ["diffu_grpo", "wd1", "gdpo"],
                           "Base methods; 'name:arm/arm' runs only those arms on that base (e.g. rldf:base).")
 _ARMS = flags.DEFINE_list("arms", list(rp.ARMS), f"Arms: {list(rp.ARMS + rp.RELATED_ARMS)}.")
@@ -68,7 +71,7 @@ def run():
   configs = {}
   for spec in _CONFIGS.value:
     cfg = _load_config(spec)
-    configs[cfg.task.name] = rp.quick_preset(cfg) if _PRESET.value == "quick" else cfg
+    configs[cfg.task.name] = rp.PRESETS[_PRESET.value](cfg)
   seeds = [int(s) for s in _SEEDS.value]
   cells = []
   for spec in _BASES.value:

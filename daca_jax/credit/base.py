@@ -86,6 +86,8 @@ class CreditAssigner:
     needs_token_rewards: the assigner reads ``inputs.token_rewards`` (the task must define them) and
       returns ``token_advantages``.
     init_state: ``(credit_cfg, num_categories) -> state`` for stateful assigners, else None.
+    token_level: the assigner returns ``token_advantages`` (per-token advantages replacing ``A_b · w``),
+      which only the objectives in ``rl.objectives.TOKEN_ADVANTAGE_OBJECTIVES`` accept.
   """
 
   fn: CreditFn
@@ -94,6 +96,7 @@ class CreditAssigner:
   needs_advantages: bool = False
   init_state: Callable[[CreditConfig, int], Any] | None = None
   needs_token_rewards: bool = False
+  token_level: bool = False
 
   def assign(self, traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig,
              inputs: CreditInputs | None = None) -> CreditOutput:
@@ -108,6 +111,8 @@ class CreditAssigner:
     if self.needs_categories and inputs.categories is None:
       raise ValueError("this credit assigner needs token categories (CreditInputs.categories) from a "
                        "TokenTagger; build the learner with a tokenizer")
+    if self.token_level and inputs.group_size < 1:
+      raise ValueError("this credit assigner needs the group size (CreditInputs.group_size)")
     if self.needs_token_rewards and (inputs.token_rewards is None or inputs.token_reward_mask is None
                                      or inputs.group_size < 1):
       raise ValueError("this credit assigner needs the task's token rewards (CreditInputs.token_rewards, "
@@ -131,12 +136,13 @@ CREDIT: Registry[CreditAssigner] = Registry("credit assigner", "rl.credit")
 def register_credit(name: str, records: Callable[[CreditConfig], frozenset[str]] | None = None, *,
                     needs_categories: bool = False, needs_advantages: bool = False,
                     init_state: Callable[[CreditConfig, int], Any] | None = None,
-                    needs_token_rewards: bool = False):
+                    needs_token_rewards: bool = False, token_level: bool = False):
   """Decorator registering ``fn`` as credit assigner ``name`` (fields as in CreditAssigner)."""
 
   def deco(fn: CreditFn) -> CreditFn:
     CREDIT.register(name)(CreditAssigner(fn, records or _no_records, needs_categories,
-                                         needs_advantages, init_state, needs_token_rewards))
+                                         needs_advantages, init_state, needs_token_rewards,
+                                         token_level or needs_token_rewards))
     return fn
 
   return deco

@@ -16,7 +16,7 @@ import numpy as np
 import optax
 
 from daca_jax import parallel
-from daca_jax.credit import CREDIT, TAGGERS, CreditInputs, CreditOutput
+from daca_jax.credit import CREDIT, TAGGERS, CreditInputs, CreditOutput, group_agreement_mask
 from daca_jax.diffusion.rollout import Trajectory, make_rollout_fn
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD, StateTargets
@@ -59,7 +59,7 @@ class GRPOLearner:
     # under parallel.strategy="pmap" each device scores its own rows (daca_jax.parallel)
     self.likelihood = parallel.wrap_likelihood(LIKELIHOOD.get(cfg.rl.likelihood), cfg.parallel)
     self.objective = OBJECTIVES.get(cfg.rl.objective)
-    if self.credit.needs_token_rewards and cfg.rl.objective not in TOKEN_ADVANTAGE_OBJECTIVES:
+    if self.credit.token_level and cfg.rl.objective not in TOKEN_ADVANTAGE_OBJECTIVES:
       raise ConfigError("rl.credit", cfg.rl.credit, "a sequence-level credit with rl.objective="
                         f"{cfg.rl.objective!r} (per-token advantages need one of "
                         f"{sorted(TOKEN_ADVANTAGE_OBJECTIVES)})")
@@ -109,7 +109,14 @@ class GRPOLearner:
     tok, tok_mask = token_rewards if token_rewards is not None else (None, None)
     inputs = CreditInputs(advantages=adv, categories=categories, state=state, token_rewards=tok,
                           token_reward_mask=tok_mask, group_size=self.cfg.rl.group_size)
-    return self.credit.assign(traj, self.cfg.credit, self.cfg.rollout, inputs)
+    out = self.credit.assign(traj, self.cfg.credit, self.cfg.rollout, inputs)
+    if self.cfg.credit.drop_agreed:
+      keep = group_agreement_mask(traj.completion, traj.completion_mask, self.cfg.rl.group_size)
+      agreed = 1.0 - jnp.sum(keep) / jnp.maximum(jnp.sum(traj.completion_mask), 1.0)
+      out = out.replace(weights=out.weights * keep,
+                        token_advantages=None if out.token_advantages is None else out.token_advantages * keep,
+                        metrics=dict(out.metrics, agreed_fraction=agreed))
+    return out
 
   def assign_credit(self, traj: Trajectory, rewards: jax.Array, state: Any = None,
                     token_rewards: tuple[Any, Any] | None = None) -> CreditOutput:

@@ -1,0 +1,74 @@
+"""Position-value credit (``rl.credit="position_value"``): each token's advantage is the mean sequence
+advantage of the group's rollouts that committed the *same token at the same position*.
+
+For position ``i`` and token ``v``, the group estimates the value of writing ``v`` there by the mean
+reward of its rollouts that did, ``Q̂(i, v) = mean_{g: y_{g,i} = v} r_g``; the token's advantage is that
+value minus the group's mean reward,
+
+    A_{b,i} = mean_{g ∈ group(b), y_{g,i} = y_{b,i}} A_g        (A_g = r_g − mean_group r)
+
+It needs only the sequence rewards (no task-defined token rewards), and reduces to familiar cases at the
+extremes: a token every rollout wrote there (a copied Sudoku given, shared padding) gets 0 — the group
+carries no information about it, and its sequence advantages would only cancel; a token no other
+rollout wrote there keeps its own sequence advantage, as in GRPO. In between, rollouts that agree on a
+token share one advantage of one sign, instead of each carrying its own sequence's (which can be
+negative for a right token in a sequence wrong elsewhere). Where the reward is a sum of per-position
+outcomes (4x4 Sudoku's fraction of right cells) ``Q̂(i, v)`` is the group's estimate of that position's
+outcome plus the mean of the others among those rollouts, so it moves toward the task's per-token credit
+(``rl.credit="token_reward"``, the oracle) as G grows.
+
+Position alignment is what makes ``Q̂`` meaningful: the tasks where the same position means the same
+slot across rollouts (fixed-format answers such as a Sudoku grid). On free-form text, positions shift
+between rollouts and the estimator falls back toward GRPO's sequence advantage (few tokens agree).
+Only token-level objectives (diffu_grpo, rldf) accept per-token advantages.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from daca_jax.credit.base import CreditInputs, CreditOutput, register_credit
+from daca_jax.diffusion.rollout import Trajectory
+from daca_jax.types import CreditConfig, RolloutConfig
+
+
+def position_value_advantages(completion: jax.Array, completion_mask: jax.Array, advantages: jax.Array,
+                              group_size: int) -> jax.Array:
+  """Per-token advantages: the mean advantage of the group's rollouts holding the same token there.
+
+  Args:
+    completion: int32 [B, L] committed completion tokens; the G rollouts of a prompt are G adjacent rows.
+    completion_mask: [B, L], 1 on the tokens the loss sees; rows are compared only where both hold a
+      completion token.
+    advantages: float32 [B] sequence advantages (group-relative).
+    group_size: G (static).
+  Returns:
+    float32 [B, L], 0 where ``completion_mask`` is 0.
+  Raises:
+    ValueError: B is not a multiple of G, or G < 1.
+  """
+  b, length = completion.shape
+  if group_size < 1 or b % group_size:
+    raise ValueError(f"batch size {b} is not a multiple of rl.group_size={group_size} (>= 1)")
+  n, g = b // group_size, group_size
+  c = completion.reshape(n, g, length)
+  m = completion_mask.astype(jnp.float32).reshape(n, g, length)
+  a = advantages.astype(jnp.float32).reshape(n, 1, g, 1)
+  same = (c[:, :, None, :] == c[:, None, :, :]).astype(jnp.float32) * m[:, None, :, :]  # [N, G, G, L]
+  # The row itself is always among the rollouts that agree with it, so the count is >= 1 on the mask.
+  value = jnp.sum(same * a, axis=2) / jnp.maximum(jnp.sum(same, axis=2), 1.0)
+  return (value * m).reshape(b, length)
+
+
+@register_credit("position_value", needs_advantages=True, token_level=True)
+def position_value_credit(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig,
+                          inputs: CreditInputs | None = None) -> CreditOutput:
+  """Weights = the completion mask; ``token_advantages`` as in :func:`position_value_advantages`."""
+  del cfg, rollout_cfg
+  mask = traj.completion_mask.astype(jnp.float32)
+  adv = position_value_advantages(traj.completion, mask, inputs.advantages, inputs.group_size)
+  b, length = traj.completion.shape
+  c = traj.completion.reshape(-1, inputs.group_size, length)
+  agreed = jnp.all(c == c[:, :1], axis=1, keepdims=True)
+  shared = jnp.sum(jnp.broadcast_to(agreed, c.shape).reshape(b, length) * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+  return CreditOutput(weights=mask, token_advantages=adv, metrics={"agreed_fraction": shared})
