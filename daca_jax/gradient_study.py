@@ -249,7 +249,8 @@ class Arm:
 
 def default_arms(length: int) -> list[Arm]:
   """Every estimator (mean-field, SML K = 2 and K = L, coupled, ELBO, trajectory, RLDF with its own
-  objective) × every credit (uniform, DPS, DTCA, DelTA, the token-reward oracle)."""
+  objective) × every credit (uniform, DPS, DTCA, DelTA, position-value, the token-reward oracle).
+  Position-value and token-reward credit give per-token advantages, which RLDF's objective accepts too."""
   lc = LikelihoodConfig(p_mask_prompt=0.0)
   estimators = [("mean_field", lc, "diffu_grpo", "mean_field"),
                 ("stratified", dataclasses.replace(lc, num_strata=2), "diffu_grpo", "SML K=2"),
@@ -259,7 +260,7 @@ def default_arms(length: int) -> list[Arm]:
                 ("trajectory", lc, "diffu_grpo", "trajectory"),
                 ("rldf", dataclasses.replace(lc, rldf_states=min(2, length)), "rldf", "rldf")]
   return [Arm(name, credit, cfg, obj, label) for name, cfg, obj, label in estimators
-          for credit in ("uniform", "dps", "dtca", "delta", "token_reward")]
+          for credit in ("uniform", "dps", "dtca", "delta", "position_value", "token_reward")]
 
 
 def study_config(arm: Arm, task: SortTask, group_size: int, remasking: str, beta: float) -> TrainConfig:

@@ -321,3 +321,18 @@ def progress(
   # Redirected to a file, a bar redrawn 10 times a second floods the log: redraw every 30 s there.
   interval = 0.1 if sys.stderr.isatty() else 30.0
   return tqdm(iterable, total=total, desc=desc, disable=disable, dynamic_ncols=True, mininterval=interval)
+
+
+def reward_trend(records: Sequence[dict[str, Any]], window: int = 20) -> dict[str, float]:
+  """Whether the training reward rose: mean ``reward_mean`` of the first and the last ``window``
+  RL iterations (fewer when the run is shorter), or {} when no record has a reward.
+
+  Returns:
+    ``{"first_mean", "last_mean", "window", "iterations"}``.
+  """
+  reward = [float(r["reward_mean"]) for r in records if "reward_mean" in r]
+  if not reward:
+    return {}
+  n = min(window, len(reward))
+  return {"first_mean": float(np.mean(reward[:n])), "last_mean": float(np.mean(reward[-n:])), "window": n,
+          "iterations": len(reward)}

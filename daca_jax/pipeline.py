@@ -27,7 +27,7 @@ from daca_jax.diffusion.rollout import make_rollout_fn
 from daca_jax.diffusion.sft import sft_loss
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.evaluation import evaluate
-from daca_jax.metrics import MetricsWriter, format_table, plot_curves, progress, read_metrics
+from daca_jax.metrics import MetricsWriter, format_table, plot_curves, progress, read_metrics, reward_trend
 from daca_jax.models import init_model, lora, make_logits_fn
 from daca_jax.preflight import check_batches_fit
 from daca_jax.rl.learner import GRPOLearner
@@ -494,6 +494,9 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     val_points = [r for r in records if any(k.startswith("val/") for k in r)]
     if val_points:
       results["val_after"] = {k[4:]: v for k, v in val_points[-1].items() if k.startswith("val/")}
+  trend = reward_trend(records)
+  if trend:
+    results["reward_trend"] = trend
   cos = [r["grad_cos"] for r in records if "grad_cos" in r][1:]  # the first iteration has no predecessor
   if cos:
     c = float(np.mean(cos))

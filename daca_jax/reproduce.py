@@ -8,16 +8,20 @@ finished cell (its ``results.json`` exists) is never rerun, so the grid is resum
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import pathlib
+import re
 import time
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from daca_jax.errors import ConfigError, DataError
 from daca_jax.io_utils import read_json_cache
+from daca_jax.metrics import read_metrics, reward_trend
 from daca_jax.pipeline import run_main_job
-from daca_jax.types import TrainConfig
+from daca_jax.types import TrainConfig, train_config_from_dict
 
 # The base method's own likelihood estimator: d1 and wd1 use the mean-field estimate, GDPO the ELBO,
 # RLDF its rebuilt rollout states.
@@ -34,14 +38,25 @@ _ARM_CREDIT = {"base": "uniform", "+DPS": "dps", "+SML": "uniform", "+DACA": "dp
 
 @dataclasses.dataclass(frozen=True)
 class Cell:
+  """One run of the grid.
+
+  Attributes:
+    task, base, arm, seed: the cell's coordinates (``arm`` one of :data:`ARMS` + :data:`RELATED_ARMS`,
+      or a name of a study arm).
+    overrides: ``((dotted.field, value), ...)`` applied to the task's config instead of
+      :func:`arm_methods` (study arms, e.g. ``(("rl.credit", "uniform"), ("rl.likelihood", "trajectory"))``).
+  """
+
   task: str
   base: str
   arm: str
   seed: int
+  overrides: tuple[tuple[str, Any], ...] = ()
 
   @property
   def key(self) -> str:
-    return f"{self.task}/{self.base}/{self.arm.replace('+', 'plus_')}/seed{self.seed}"
+    arm = re.sub(r"[^A-Za-z0-9.-]+", "_", self.arm.replace("+", " plus ")).strip("_")  # "+DPS" -> plus_DPS
+    return f"{self.task}/{self.base}/{arm}/seed{self.seed}"
 
 
 def arm_methods(base: str, arm: str) -> tuple[str, str]:
@@ -55,7 +70,30 @@ def arm_methods(base: str, arm: str) -> tuple[str, str]:
   return _ARM_CREDIT[arm], likelihood
 
 
+def with_overrides(cfg: TrainConfig, overrides: Sequence[tuple[str, Any]]) -> TrainConfig:
+  """``cfg`` with dotted fields replaced (``("likelihood.trajectory_groups", 4)``), validated.
+
+  Raises:
+    ConfigError: an unknown section or field, or a value that is not allowed.
+  """
+  d = cfg.to_dict()
+  for path, value in overrides:
+    *sections, field = path.split(".")
+    node = d
+    for name in sections:
+      if not isinstance(node.get(name), dict):
+        raise ConfigError(path, value, f"a field of a config section (sections: {sorted(d)})")
+      node = node[name]
+    if field not in node:
+      raise ConfigError(path, value, f"one of the fields of {'.'.join(sections) or 'the config'}: "
+                        f"{sorted(node)}")
+    node[field] = value
+  return train_config_from_dict(d)
+
+
 def cell_config(cfg: TrainConfig, cell: Cell) -> TrainConfig:
+  if cell.overrides:
+    return dataclasses.replace(with_overrides(cfg, cell.overrides), seed=cell.seed).validate()
   credit, likelihood = arm_methods(cell.base, cell.arm)
   rl = dataclasses.replace(cfg.rl, objective=cell.base, credit=credit, likelihood=likelihood,
                            **BASE_RL_OVERRIDES.get(cell.base, {}))
@@ -67,6 +105,19 @@ def grid(tasks: Sequence[str], bases: Sequence[str], seeds: Sequence[int],
   return [Cell(t, b, a, s) for t in tasks for s in seeds for b in bases for a in arms]
 
 
+def study_grid(tasks: Sequence[str], seeds: Sequence[int],
+               arms: dict[str, Sequence[tuple[str, Any]]]) -> list[Cell]:
+  """Cells of a study: every named arm (its config overrides) × task × seed. The arm named "base"
+  is what the paired differences are taken against."""
+  cells = []
+  for t in tasks:
+    for s in seeds:
+      for name, overrides in arms.items():
+        base = dict(overrides).get("rl.objective", "diffu_grpo")
+        cells.append(Cell(t, base, name, s, tuple(overrides)))
+  return cells
+
+
 def primary_metric(task: str) -> str:
   """The metric a task's rows report (``Task.primary_metric``: strict_solved for sudoku4x4)."""
   from daca_jax.tasks.base import TASKS, _import_builtin_tasks
@@ -76,12 +127,14 @@ def primary_metric(task: str) -> str:
 
 
 def run_grid(configs: dict[str, TrainConfig], cells: Sequence[Cell], workdir: str | pathlib.Path, *,
-             log: Callable[[str], None] = print, show_progress: bool = False) -> dict[str, dict[str, Any]]:
+             log: Callable[[str], None] = print, show_progress: bool = False,
+             run_missing: bool = True) -> dict[str, dict[str, Any]]:
   """Runs every unfinished cell; returns ``{cell.key: results}`` for all cells.
 
   Args:
     configs: the base config of each task (``cell.task`` → TrainConfig); the key is the config's
       ``task.name``.
+    run_missing: False: run nothing, return only the finished cells.
   """
   workdir = pathlib.Path(workdir)
   out = {}
@@ -90,7 +143,11 @@ def run_grid(configs: dict[str, TrainConfig], cells: Sequence[Cell], workdir: st
     res_path = cdir / "results.json"
     cached = read_json_cache(res_path, log)  # a damaged one is rebuilt by rerunning the cell
     if cached is not None:
+      if "reward_trend" not in cached and (cdir / "metrics.jsonl").exists():  # a run from before the field
+        cached["reward_trend"] = reward_trend(read_metrics(cdir / "metrics.jsonl", log=log))
       out[cell.key] = cached
+      continue
+    if not run_missing:
       continue
     t0 = time.perf_counter()
     sft_dir = workdir / "sft_cache" / f"{cell.task}_seed{cell.seed}"
@@ -106,6 +163,20 @@ def run_grid(configs: dict[str, TrainConfig], cells: Sequence[Cell], workdir: st
 _T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
          2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
          2.045, 2.042]
+
+
+def read_rows(path: str | pathlib.Path) -> list[dict[str, Any]]:
+  """The summary rows of a grid's ``results.json`` (as ``experiments/reproduce.py`` writes it).
+
+  Raises:
+    FileNotFoundError: no such file.
+    DataError: the file is not a grid's results (no ``rows`` list).
+  """
+  with open(path, encoding="utf-8") as f:
+    data = json.load(f)
+  if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+    raise DataError(f"{path}: not a grid's results.json (expected an object with a 'rows' list)")
+  return data["rows"]
 
 
 def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
@@ -134,6 +205,14 @@ def summarize(cells: Sequence[Cell], results: dict[str, dict[str, Any]],
     dm, dci = mean_ci95(delta)
     row = {"task": task, "metric": name, "base": base, "arm": arm, "mean": m, "ci95": ci,
            "delta_mean": dm, "delta_ci95": dci, "seeds": [c.seed for c in cs], "values": after}
+    # The validation split (chosen-on) and the training-reward trend, where the runs recorded them.
+    val = [results[c.key]["val_after"][name] - results[c.key]["val_before"][name] for c in cs
+           if name in results[c.key].get("val_after", {}) and name in results[c.key].get("val_before", {})]
+    if len(val) == len(cs):
+      row["val_delta_mean"], row["val_delta_ci95"] = mean_ci95(val)
+    trend = [results[c.key]["reward_trend"] for c in cs if "reward_trend" in results[c.key]]
+    if len(trend) == len(cs):
+      row["reward_rise"] = [t["last_mean"] - t["first_mean"] for t in trend]
     # Paired with the base arm of the same task, base method and seed (same warm start, same prompts).
     base_cells = {c.seed: c for c in groups.get((task, base, "base"), [])}
     pairs = [results[c.key]["eval_after"][name] - results[base_cells[c.seed].key]["eval_after"][name]
@@ -146,16 +225,25 @@ def summarize(cells: Sequence[Cell], results: dict[str, dict[str, Any]],
 
 def markdown(rows: Sequence[dict[str, Any]]) -> str:
   """The grid as a table; "arm − base" is the paired difference (same seed and warm start) with its
-  95% CI, and is marked "separates" when the interval excludes 0."""
-  lines = ["| task | metric | base | arm | after RL (mean ± 95% CI) | change vs warm start | arm − base (paired) "
-           "| seeds |", "|---|---|---|---|---|---|---|---|"]
+  95% CI, and is marked "separates" when the interval excludes 0. Rows that recorded a validation
+  split and a reward trend add their columns: the validation change (what arms are chosen on) and
+  each seed's training-reward rise (mean of the last 20 iterations minus the first 20)."""
+  extra = any("val_delta_mean" in r for r in rows)
+  head = ["task", "metric", "base", "arm", "after RL (mean ± 95% CI)", "change vs warm start",
+          "arm − base (paired)"] + (["validation change", "reward rise per seed"] if extra else []) + ["seeds"]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in rows:
     paired = ""
     if "vs_base_mean" in r:
       m, ci = r["vs_base_mean"], r["vs_base_ci95"]
       paired = f"{m:+.3f} ± {ci:.3f}" + (" (separates)" if not math.isnan(ci) and abs(m) > ci else "")
-    lines.append(f"| {r['task']} | {r['metric']} | {r['base']} | {r['arm']} | {r['mean']:.3f} ± {r['ci95']:.3f} | "
-                 f"{r['delta_mean']:+.3f} ± {r['delta_ci95']:.3f} | {paired} | {len(r['seeds'])} |")
+    cells = [r["task"], r["metric"], r["base"], r["arm"], f"{r['mean']:.3f} ± {r['ci95']:.3f}",
+             f"{r['delta_mean']:+.3f} ± {r['delta_ci95']:.3f}", paired]
+    if extra:
+      cells.append(f"{r['val_delta_mean']:+.3f} ± {r['val_delta_ci95']:.3f}" if "val_delta_mean" in r else "")
+      cells.append(" / ".join(f"{x:+.3f}" for x in r.get("reward_rise", [])))
+    cells.append(str(len(r["seeds"])))
+    lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines)
 
 
@@ -205,8 +293,10 @@ def standard_preset(cfg: TrainConfig) -> TrainConfig:
   rebuilds the trajectory or scores K strata."""
   return dataclasses.replace(
       cfg,
-      rl=dataclasses.replace(cfg.rl, steps=100, prompts_per_step=32, group_size=4, eval_every=0),
-      checkpoint=dataclasses.replace(cfg.checkpoint, every=50)).validate()
+      # With a validation split, evaluate it every 20 iterations (val_after, the last point, is what
+      # arms are chosen on; the curve tells a trend from the swings).
+      rl=dataclasses.replace(cfg.rl, steps=100, prompts_per_step=32, group_size=4,
+                             eval_every=20 if cfg.task.num_val_examples else 0)).validate()
 
 
 PRESETS: dict[str, Callable[[TrainConfig], TrainConfig]] = {

@@ -7,6 +7,8 @@
   python experiments/reproduce.py --workdir=runs/grid_std --preset=standard \
       --configs=configs/sudoku_tiny.py,configs/countdown_tiny.py              # arms can separate; hours
   python experiments/reproduce.py --workdir=runs/grid_full --preset=full  # the default configs, hours
+  python experiments/reproduce.py --workdir=runs/credit_study --preset=standard \
+      --study=configs/credit_study.py --num_val_examples=500             # named arms by config overrides
 
 Arms: base (uniform credit, the base method's own estimator), +DPS, +SML, +DACA (DPS + SML), +DTCA,
 +DelTA. Every arm of a (task, seed) starts from the same SFT warm start and gets the same rollouts and
@@ -37,17 +39,28 @@ _BASES = flags.DEFINE_list("bases", ["diffu_grpo", "wd1", "gdpo"],
                           "Base methods; 'name:arm/arm' runs only those arms on that base (e.g. rldf:base).")
 _ARMS = flags.DEFINE_list("arms", list(rp.ARMS), f"Arms: {list(rp.ARMS + rp.RELATED_ARMS)}.")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds.")
-flags.mark_flags_as_required(["workdir"])
+_STUDY = flags.DEFINE_string("study", None, "A file whose get_arms() names arms by config overrides "
+                             "(e.g. configs/credit_study.py); replaces --bases/--arms.")
+_VAL = flags.DEFINE_integer("num_val_examples", None, "Validation puzzles per task (task.num_val_examples); "
+                            "the table then reports the validation change arms are chosen on.")
+_FINISHED = flags.DEFINE_bool("finished_only", False, "Run nothing: summarise the cells that have finished.")
+_TABLE_FROM = flags.DEFINE_string("table_from", None, "Print the markdown table of a grid's results.json "
+                                  "(e.g. the committed docs/results/credit_study.json) and exit.")
+
+
+def _load_module(path: str, flag: str):
+  file = pathlib.Path(path)
+  if not file.is_file():
+    raise ConfigError(flag, path, "an existing Python file (configs/*.py)")
+  module_spec = importlib.util.spec_from_file_location(file.stem, file)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module
 
 
 def _load_config(spec: str):
   path, _, preset = spec.partition(":")
-  file = pathlib.Path(path)
-  if not file.is_file():
-    raise ConfigError("--configs", spec, "existing config files (configs/*.py[:preset])")
-  module_spec = importlib.util.spec_from_file_location(file.stem, file)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
+  module = _load_module(path, "--configs")
   return train_config_from_dict(module.get_config(preset) if preset else module.get_config())
 
 
@@ -63,6 +76,11 @@ def main(argv):
 
 
 def run():
+  if _TABLE_FROM.value:
+    print(rp.markdown(rp.read_rows(_TABLE_FROM.value)))
+    return
+  if not _WORKDIR.value:
+    raise ConfigError("--workdir", "", "an output directory")
   for name, flag in (("--configs", _CONFIGS), ("--bases", _BASES), ("--arms", _ARMS), ("--seeds", _SEEDS)):
     if not flag.value:
       raise ConfigError(name, "", "a non-empty comma-separated list")
@@ -71,26 +89,40 @@ def run():
   configs = {}
   for spec in _CONFIGS.value:
     cfg = _load_config(spec)
+    if _VAL.value is not None:
+      cfg = rp.with_overrides(cfg, [("task.num_val_examples", _VAL.value)])
     configs[cfg.task.name] = rp.PRESETS[_PRESET.value](cfg)
   seeds = [int(s) for s in _SEEDS.value]
   cells = []
-  for spec in _BASES.value:
+  if _STUDY.value:
+    arms = _load_module(_STUDY.value, "--study").get_arms()
+    if flags.FLAGS["arms"].present:  # a subset of the study's arms
+      unknown = [a for a in _ARMS.value if a not in arms]
+      if unknown:
+        raise ConfigError("--arms", ",".join(unknown), f"arms of {_STUDY.value}: {list(arms)}")
+      arms = {a: arms[a] for a in _ARMS.value}
+    for name, overrides in arms.items():
+      for c in configs.values():  # a bad override: a clear error before any work
+        rp.with_overrides(c, overrides)
+    cells = rp.study_grid(list(configs), seeds, arms)
+  for spec in ([] if _STUDY.value else _BASES.value):
     base, _, arms = spec.partition(":")
     arms = arms.split("/") if arms else _ARMS.value
     for arm in arms:
       rp.arm_methods(base, arm)  # unknown arm or base: a clear error before any work
     cells += rp.grid(list(configs), [base], seeds, arms=arms)
   work = pathlib.Path(_WORKDIR.value)
-  results = rp.run_grid(configs, cells, work)
+  results = rp.run_grid(configs, cells, work, run_missing=not _FINISHED.value)
+  cells = [c for c in cells if c.key in results]
   rows = rp.summarize(cells, results)
   table = rp.markdown(rows)
   atomic_write_text(work / "grid.md", table + "\n")
   rp.plot(rows, work / "grid.png")
   atomic_write_json(work / "results.json",
       {"preset": _PRESET.value, "rows": rows,
-       "cells": {c.key: {"eval_before": results[c.key]["eval_before"],
-                         "eval_after": results[c.key]["eval_after"],
-                         "timings": results[c.key].get("timings", {})} for c in cells}})
+       "cells": {c.key: {k: results[c.key][k] for k in ("eval_before", "eval_after", "val_before", "val_after",
+                                                         "reward_trend", "grad_agreement", "timings")
+                         if k in results[c.key]} for c in cells}})
   print(table)
 
 

@@ -70,3 +70,67 @@ def test_summarize_uses_each_tasks_primary_metric():
   rows = {r["task"]: r for r in rp.summarize(cells, results)}
   assert rows["sudoku4x4"]["metric"] == "strict_solved" and rows["countdown"]["metric"] == "accuracy"
   assert rows["countdown"]["mean"] == pytest.approx(0.15) and rows["sudoku4x4"]["delta_mean"] == pytest.approx(0.1)
+
+
+def test_study_arms_apply_their_overrides_and_nothing_else():
+  from configs import credit_study
+
+  cfg = rp.standard_preset(rp.with_overrides(train_config_from_dict(sudoku_tiny.get_config()),
+                                             [("task.num_val_examples", 40)]))
+  assert (cfg.rl.steps, cfg.rl.prompts_per_step, cfg.rl.group_size, cfg.rl.eval_every) == (100, 32, 4, 20)
+  cells = rp.study_grid(["sudoku4x4"], [1], credit_study.get_arms())
+  assert len({c.key for c in cells}) == len(cells) and all(c.key.isascii() and " " not in c.key for c in cells)
+  by_arm = {c.arm: rp.cell_config(cfg, c) for c in cells}
+  base, pv = by_arm["base"], by_arm["position_value + traj4"]
+  assert (base.rl.credit, base.rl.likelihood, base.seed) == ("uniform", "mean_field", 1)
+  assert (pv.rl.credit, pv.rl.likelihood, pv.likelihood.trajectory_groups) == ("position_value", "trajectory", 4)
+  assert pv.model == cfg.model and pv.sft == cfg.sft and pv.rl.steps == 100
+  assert by_arm["dps + traj4 + drop_agreed"].credit.drop_agreed is True
+  assert rp.Cell("t", "diffu_grpo", "+DPS", 0).key == "t/diffu_grpo/plus_DPS/seed0"  # grid folders unchanged
+
+
+@pytest.mark.parametrize("path,value,match", [("rl.creditt", "uniform", "fields of rl"),
+                                              ("rll.credit", "uniform", "sections"),
+                                              ("rl.credit", "dpss", "rl.credit='dpss'")])
+def test_with_overrides_names_a_bad_field(path, value, match):
+  from daca_jax.errors import ConfigError
+
+  with pytest.raises(ConfigError, match=match):
+    rp.with_overrides(train_config_from_dict(sudoku_tiny.get_config("smoke")), [(path, value)])
+
+
+def test_summary_reports_validation_change_and_reward_trend():
+  cells = rp.study_grid(["t"], [0, 1], {"base": [("rl.credit", "uniform")], "pv": [("rl.credit", "position_value")]})
+  results = {}
+  for c in cells:
+    up = 0.1 if c.arm == "pv" else 0.0
+    results[c.key] = {"eval_before": {"m": 0.3}, "eval_after": {"m": 0.3 + up},
+                      "val_before": {"m": 0.2}, "val_after": {"m": 0.2 + up + 0.01 * c.seed},
+                      "reward_trend": {"first_mean": 0.5, "last_mean": 0.5 + up + c.seed / 100}}
+  rows = {r["arm"]: r for r in rp.summarize(cells, results, metric="m")}
+  assert rows["pv"]["val_delta_mean"] == pytest.approx(0.105)
+  assert rows["pv"]["reward_rise"] == pytest.approx([0.1, 0.11])
+  assert rows["pv"]["vs_base_mean"] == pytest.approx(0.1)
+  md = rp.markdown(list(rows.values()))
+  assert "validation change" in md and "+0.100 / +0.110" in md
+
+
+def test_reward_trend_windows(tmp_path):
+  import json
+
+  from daca_jax.metrics import reward_trend
+
+  recs = [{"step": i + 1, "reward_mean": float(i)} for i in range(50)]
+  t = reward_trend(recs)
+  assert (t["first_mean"], t["last_mean"], t["window"], t["iterations"]) == (9.5, 39.5, 20, 50)
+  assert reward_trend(recs[:6])["first_mean"] == reward_trend(recs[:6])["last_mean"] == 2.5
+  assert reward_trend([{"step": 1, "kl": 0.1}]) == {}
+  # A cached cell written before the field existed gets it from its metrics.jsonl.
+  cell = rp.Cell("sudoku4x4", "diffu_grpo", "base", 0)
+  cdir = tmp_path / "cells" / cell.key
+  cdir.mkdir(parents=True)
+  (cdir / "results.json").write_text(json.dumps({"eval_before": {"strict_solved": 0.1},
+                                                 "eval_after": {"strict_solved": 0.2}}))
+  (cdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+  out = rp.run_grid({}, [cell], tmp_path, log=lambda *_: None)
+  assert out[cell.key]["reward_trend"]["last_mean"] == 39.5
