@@ -19,6 +19,7 @@ import importlib.util
 import numbers
 import os
 import pathlib
+import time
 from typing import Any, Mapping
 
 import numpy as np
@@ -115,8 +116,10 @@ class Dashboard:
     if self.cfg.tensorboard:
       from tensorboardX import SummaryWriter
 
+      # The suffix keeps a session's file apart from one opened in the same second (the name has
+      # seconds); TensorBoard reads a folder's files in name order.
       tb = SummaryWriter(str(self.workdir / "tb" / phase), purge_step=resume_after + 1 if resume_after else None,
-                         flush_secs=30)
+                         flush_secs=30, filename_suffix=f".{time.time_ns()}")
     sink = PhaseSink(phase, tb, self._wandb)
     self._sinks.append(sink)
     return sink
