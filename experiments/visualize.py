@@ -29,6 +29,7 @@ _RANDOM = flags.DEFINE_bool("random_init", False, "Draw a randomly initialised m
 _NUM = flags.DEFINE_integer("num_prompts", 2, "Evaluation prompts to draw (one rollout group each).")
 _CREDITS = flags.DEFINE_list("credits", [], "Credit weights to draw (default: dps and the run's own credit).")
 _SEED = flags.DEFINE_integer("seed", 0, "Rollout PRNG seed.")
+_DPI = flags.DEFINE_integer("dpi", 110, "Resolution of the PNG.")
 _OUT = flags.DEFINE_string("output_dir", None, "Where trajectories.png / trajectories.html go.")
 flags.mark_flags_as_required(["output_dir"])
 
@@ -42,7 +43,7 @@ def main(argv):
     paths = visualize_checkpoint(workdir=_WORKDIR.value, phase=_PHASE.value,
                                  random_init=_CONFIG.value if _RANDOM.value else None,
                                  num_prompts=_NUM.value, credits=_CREDITS.value, seed=_SEED.value,
-                                 output_dir=_OUT.value)
+                                 output_dir=_OUT.value, dpi=_DPI.value)
     for p in paths:
       print(f"wrote {p}")
 

@@ -23,7 +23,7 @@ def default_credits(run_credit: str) -> list[str]:
 
 def visualize_checkpoint(*, workdir: str = "", phase: str = "latest", random_init: Any = None,
                          num_prompts: int = 2, credits: Sequence[str] = (), seed: int = 0,
-                         output_dir: str | pathlib.Path) -> list[pathlib.Path]:
+                         output_dir: str | pathlib.Path, dpi: int = 110) -> list[pathlib.Path]:
   """Draws one rollout group per evaluation prompt of a run's checkpoint (or a random model).
 
   Args:
@@ -34,6 +34,7 @@ def visualize_checkpoint(*, workdir: str = "", phase: str = "latest", random_ini
     credits: credit assigners whose weights get a panel (default :func:`default_credits`).
     seed: the rollout's PRNG seed.
     output_dir: receives ``trajectories.png`` and ``trajectories.html``.
+    dpi: the PNG's resolution.
   Returns:
     The written paths.
   Raises:
@@ -45,6 +46,8 @@ def visualize_checkpoint(*, workdir: str = "", phase: str = "latest", random_ini
 
   if isinstance(num_prompts, bool) or not isinstance(num_prompts, int) or num_prompts < 1:
     raise ConfigError("--num_prompts", num_prompts, "a positive integer")
+  if isinstance(dpi, bool) or not isinstance(dpi, int) or not 30 <= dpi <= 600:
+    raise ConfigError("--dpi", dpi, "an integer in [30, 600]")
   check_credits(credits)
   cfg_in = train_config_from_dict(random_init) if random_init is not None else None
   model = load_model(workdir=workdir, phase=phase, random_init=cfg_in)
@@ -58,12 +61,13 @@ def visualize_checkpoint(*, workdir: str = "", phase: str = "latest", random_ini
   views = rollout_views(learner, model.params, task, examples[:num_prompts], jax.random.PRNGKey(seed),
                         credit_learners_=per_credit)
   ident = model.identity
-  where = f"{ident.get('path', ident['kind'])} {ident.get('phase', '')}/{ident.get('step', '')}".strip(" /")
+  where = (f"{pathlib.Path(ident['path']).name} {ident['phase']}/{ident['step']}" if ident["kind"] == "workdir"
+           else ident["kind"])
   title = (f"{cfg.task.name}: {cfg.rl.objective} + credit={cfg.rl.credit} — {where} — "
            f"{cfg.rollout.steps} steps, temperature {cfg.rollout.temperature:g}")
   out = pathlib.Path(output_dir)
   out.mkdir(parents=True, exist_ok=True)
   png, page = out / "trajectories.png", out / "trajectories.html"
-  render_png(views, png, title=title)
+  render_png(views, png, title=title, dpi=dpi)
   render_html(views, page, title=title)
   return [png, page]
