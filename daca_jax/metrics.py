@@ -214,7 +214,7 @@ def plot_curves(
     points: Mapping[str, Sequence[tuple[float, float]]] | None = None,
     xlabel: str = "RL iteration",
     ylabel: str = "metric value",
-) -> None:
+) -> Any:
   """Plots each metric in ``keys`` against ``"step"`` on one axis and saves a PNG.
 
   Uses matplotlib's Agg canvas directly (no pyplot, no global backend change). Records without
@@ -230,6 +230,8 @@ def plot_curves(
     points: label -> ``(step, value)`` pairs drawn as large markers on the same step axis (e.g.
       the test-set evaluation before RL at step 0 and after RL at the last step).
     xlabel / ylabel: axis labels.
+  Returns:
+    The matplotlib Figure (already saved).
   """
   from matplotlib.backends.backend_agg import FigureCanvasAgg
   from matplotlib.figure import Figure
@@ -269,6 +271,7 @@ def plot_curves(
   png_path = os.fspath(png_path)
   os.makedirs(os.path.dirname(os.path.abspath(png_path)), exist_ok=True)
   fig.savefig(png_path, format="png", bbox_inches="tight")
+  return fig
 
 
 def _is_numeric_cell(value: Any) -> bool:

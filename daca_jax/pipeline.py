@@ -334,9 +334,12 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
         m.update({f"val/{k}": v for k, v in eval_fn(state["params"]).items()})
       writer.write(done, m)
       every = cfg.log.trajectory_every
-      if sink is not None and every and (done % every == 0 or done == rl.steps):
-        sink.image("trajectory", done, _trajectory_image(cfg, task, traj, rewards, credit.weights,
-                                                         batch_examples[0].prompt, done))
+      if every and (done % every == 0 or done == rl.steps) and (cfg.log.tensorboard or cfg.log.wandb):
+        # on every process: gathering a multi-host batch is a collective; process 0 alone draws it
+        host = parallel.to_host({"traj": traj.replace(commit_hidden=None), "weights": credit.weights})
+        if sink is not None:
+          sink.image("trajectory", done, _trajectory_image(cfg, task, host["traj"], rewards, host["weights"],
+                                                           batch_examples[0].prompt, done))
       bar.set_postfix(reward=f"{m['reward_mean']:.3f}", kl=f"{m['kl']:.4f}")
       if done % cfg.checkpoint.every == 0 or done == rl.steps:
         ckpt.save(done, state, metadata={"phase": "rl", "step": done})
