@@ -187,7 +187,7 @@ def test_reward_curve_has_labelled_axes_a_legend_outside_the_data_and_eval_point
 def test_phase_progress_announces_the_first_step_and_times_it():
   events = []
   pp = metrics_lib.PhaseProgress(range(3), desc="SFT", log=events.append, first="compiling the SFT step",
-                                 disable=True)
+                                 disable=False)
   for i in pp:
     events.append(f"body {i}")
     pp.set_postfix(loss="1.0")
