@@ -27,9 +27,11 @@ setup(
         "math-verify>=0.7",  # math500 grading (equivalence of LaTeX answers)
         "jsonschema>=4.18",  # json_schema grading (with its referencing / jsonschema-specifications)
         "google-re2>=1.1",  # linear-time regexes for untrusted schema patterns (json_schema grading)
+        "tensorboardX>=2.6",  # TensorBoard event files of the training dashboards (daca_jax/dashboards.py)
     ],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6"],
+        "test": ["pytest>=8", "hypothesis>=6", "tensorboard>=2.15"],  # tensorboard: reads the event files back
+        "wandb": ["wandb>=0.16"],  # optional W&B dashboards (--config.log.wandb=<project>)
         "hf": ["torch==2.13.0", "transformers>=5.0", "tokenizers>=0.20", "safetensors>=0.4"],
     },
 )

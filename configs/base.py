@@ -134,6 +134,12 @@ def get_config() -> ml_collections.ConfigDict:
   c.checkpoint.sft_every = 200  # SFT checkpoint interval (steps); always at the end.
   c.checkpoint.max_to_keep = 2  # Checkpoints kept per phase.
 
+  c.log = ml_collections.ConfigDict()
+  c.log.tensorboard = True  # TensorBoard event files in WORKDIR/tb (tensorboard --logdir WORKDIR).
+  c.log.wandb = ""  # Weights & Biases project ("" = off; needs `pip install wandb`).
+  c.log.trajectory_every = 50  # Trajectory image on the dashboards every N RL iterations and at the end (0: off).
+  c.log.plumbing_check = False  # Say that this run is a plumbing check (smoke presets) with near-zero metrics.
+
   return c
 
 
@@ -157,4 +163,5 @@ def apply_smoke(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.eval.batch_size = 32
   c.checkpoint.every = 2
   c.checkpoint.sft_every = 10
+  c.log.plumbing_check = True
   return c

@@ -137,6 +137,8 @@ class EvalModel:
       workdir's own task); other tasks get ``data_dir`` and ``prompt_style`` only.
     data_dir: benchmark folder given to the tasks ("" = the default data dir).
     max_seq_len: the model's context length (prompt + completion), 0 if unlimited.
+    train_config: the training run's config (workdir and random-init models; None for HF
+      checkpoints), e.g. for :mod:`daca_jax.viz` to rebuild the run's learner.
   """
 
   logits_fn: Callable[..., Any]
@@ -148,6 +150,7 @@ class EvalModel:
   task_options: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
   data_dir: str = ""
   max_seq_len: int = 0
+  train_config: TrainConfig | None = None
   _rollouts: dict[Any, Callable[..., Any]] = dataclasses.field(default_factory=dict, repr=False)
 
   def rollout_fn(self, cfg: RolloutConfig, mask_id: int, eos_id: int) -> Callable[..., Any]:
@@ -219,7 +222,7 @@ def model_from_workdir(workdir: str | os.PathLike, phase: str = "latest",
   return EvalModel(make_logits_fn(graphdef), abstract, cfg.model,
                    {"kind": "workdir", "path": str(wd), "phase": name, "step": steps[-1]},
                    tokenizer=tokenizer, task_options={cfg.task.name: task_kwargs(cfg)},
-                   data_dir=cfg.data.data_dir)
+                   data_dir=cfg.data.data_dir, train_config=cfg)
 
 
 def _strip_value(tree: Any) -> Any:
@@ -240,7 +243,7 @@ def model_from_random_init(cfg: TrainConfig, tokenizer: Any = None) -> EvalModel
   return EvalModel(make_logits_fn(graphdef), params, cfg.model,
                    {"kind": "random_init", "seed": cfg.seed, "model": dataclasses.asdict(cfg.model)},
                    tokenizer=tokenizer, task_options={cfg.task.name: task_kwargs(cfg)},
-                   data_dir=cfg.data.data_dir)
+                   data_dir=cfg.data.data_dir, train_config=cfg)
 
 
 def model_from_hf(path: str | os.PathLike, *, dtype: str = "bfloat16", param_dtype: str = "bfloat16",

@@ -122,13 +122,18 @@ class MetricsWriter:
   Args:
     path: the JSONL file; parent directories are created.
     log: where :meth:`truncate_after` reports malformed lines it drops.
+    mirror: called as ``mirror(step, record)`` after each written line, with the record as
+      :func:`read_metrics` would return it (e.g. :class:`daca_jax.dashboards.PhaseSink`, which writes
+      the same scalars to TensorBoard / W&B).
 
   Usable as a context manager (closes the file on exit).
   """
 
-  def __init__(self, path: str | os.PathLike, log: Callable[[str], None] = print):
+  def __init__(self, path: str | os.PathLike, log: Callable[[str], None] = print,
+               mirror: Callable[[int, dict[str, Any]], None] | None = None):
     self.path = os.fspath(path)
     self._log = log
+    self._mirror = mirror
     parent = os.path.dirname(os.path.abspath(self.path))
     os.makedirs(parent, exist_ok=True)
     self._drop_partial_last_line()
@@ -168,6 +173,8 @@ class MetricsWriter:
         record[str(name)] = _to_json(value, str(name))
     self._file.write(json.dumps(record, allow_nan=False) + "\n")
     self._file.flush()
+    if self._mirror is not None:
+      self._mirror(step, _from_json(record))
 
   def truncate_after(self, step: int) -> None:
     """Removes every record with ``"step" > step`` (and a half-written last line).
@@ -204,50 +211,67 @@ def plot_curves(
     keys: Sequence[str],
     png_path: str | os.PathLike,
     title: str = "",
-) -> None:
+    points: Mapping[str, Sequence[tuple[float, float]]] | None = None,
+    xlabel: str = "RL iteration",
+    ylabel: str = "metric value",
+) -> Any:
   """Plots each metric in ``keys`` against ``"step"`` on one axis and saves a PNG.
 
   Uses matplotlib's Agg canvas directly (no pyplot, no global backend change). Records without
   a key, or with a non-numeric value for it, are skipped for that key; keys with no numeric
-  value at all get no line. With nothing to plot, the PNG shows "no data".
+  value at all get no line. With nothing to plot, the PNG shows "no data". The legend sits to the
+  right of the axes, outside the data.
 
   Args:
     records: dicts with a ``"step"`` field, e.g. from :func:`read_metrics`.
     keys: metric names to plot.
     png_path: output file; parent directories are created.
     title: axes title.
+    points: label -> ``(step, value)`` pairs drawn as large markers on the same step axis (e.g.
+      the test-set evaluation before RL at step 0 and after RL at the last step).
+    xlabel / ylabel: axis labels.
+  Returns:
+    The matplotlib Figure (already saved).
   """
   from matplotlib.backends.backend_agg import FigureCanvasAgg
   from matplotlib.figure import Figure
 
-  fig = Figure(figsize=(7, 4.5), dpi=100)
+  fig = Figure(figsize=(8, 4.5), dpi=100)
   FigureCanvasAgg(fig)
   ax = fig.add_subplot(1, 1, 1)
   plotted = 0
   for key in keys:
-    points = sorted(
+    xy = sorted(
         (r["step"], float(r[key]))
         for r in records
         if _is_number(r.get("step")) and _is_number(r.get(key))
     )
-    if not points:
+    if not xy:
       continue
-    xs, ys = zip(*points)
+    xs, ys = zip(*xy)
     ax.plot(xs, ys, marker="." if len(xs) < 50 else None, label=key)
     plotted += 1
+  for label, pts in (points or {}).items():
+    pts = sorted((float(x), float(y)) for x, y in pts if _is_number(x) and _is_number(y))
+    if pts:
+      xs, ys = zip(*pts)
+      ax.plot(xs, ys, linestyle=":", marker="D", markersize=7, label=label)
+      plotted += 1
   if plotted:
-    ax.set_xlabel("step")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.grid(True, alpha=0.3)
-    ax.legend(loc="best")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8)
   else:
     ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes, fontsize=16)
     ax.set_xticks([])
     ax.set_yticks([])
   if title:
-    ax.set_title(title)
+    ax.set_title(title, fontsize=10)
   png_path = os.fspath(png_path)
   os.makedirs(os.path.dirname(os.path.abspath(png_path)), exist_ok=True)
   fig.savefig(png_path, format="png", bbox_inches="tight")
+  return fig
 
 
 def _is_numeric_cell(value: Any) -> bool:
@@ -305,6 +329,7 @@ def progress(
     total: int | None = None,
     desc: str = "",
     disable: bool | None = None,
+    initial: int = 0,
 ):
   """Returns a ``tqdm`` progress bar (on stderr) over ``iterable`` or for ``total`` updates.
 
@@ -313,6 +338,7 @@ def progress(
     total: number of items (defaults to ``len(iterable)`` when available).
     desc: label shown left of the bar.
     disable: passed to tqdm; ``None`` disables the bar when stderr is not a terminal.
+    initial: steps already done when the bar starts (not counted in its rate).
   """
   import sys
 
@@ -320,7 +346,8 @@ def progress(
 
   # Redirected to a file, a bar redrawn 10 times a second floods the log: redraw every 30 s there.
   interval = 0.1 if sys.stderr.isatty() else 30.0
-  return tqdm(iterable, total=total, desc=desc, disable=disable, dynamic_ncols=True, mininterval=interval)
+  return tqdm(iterable, total=total, desc=desc, disable=disable, dynamic_ncols=True, mininterval=interval,
+              initial=initial)
 
 
 def reward_trend(records: Sequence[dict[str, Any]], window: int = 20) -> dict[str, float]:
@@ -336,3 +363,52 @@ def reward_trend(records: Sequence[dict[str, Any]], window: int = 20) -> dict[st
   n = min(window, len(reward))
   return {"first_mean": float(np.mean(reward[:n])), "last_mean": float(np.mean(reward[-n:])), "window": n,
           "iterations": len(reward)}
+
+
+class PhaseProgress:
+  """A progress bar that never looks stuck: it says what happens before the first step (compilation,
+  typically), reports how long that step took, and only then starts the bar, so its rate and ETA are
+  those of the compiled steps from the first finished one on.
+
+  Iterate over it like over ``iterable``; ``set_postfix`` is passed to the bar once it exists.
+
+  Args:
+    iterable: the steps (a sized iterable, or give ``total``).
+    total: number of steps.
+    desc: the phase's label ("SFT", "RL diffu_grpo", "eval (before RL)").
+    log: where the two status lines go (printed even when the bar is disabled, e.g. in a log file).
+    first: what the first step does, e.g. "compiling the SFT step".
+    disable: as :func:`progress`.
+  """
+
+  def __init__(self, iterable: Iterable[Any], total: int | None = None, desc: str = "", *,
+               log: Callable[[str], None] = print, first: str = "compiling", disable: bool | None = None):
+    self._iterable, self.desc, self._log, self._first, self._disable = iterable, desc, log, first, disable
+    self.total = len(iterable) if total is None and hasattr(iterable, "__len__") else total
+    self._bar: Any = None
+    self.first_step_s: float | None = None
+
+  def __iter__(self):
+    import time
+
+    it = iter(self._iterable)
+    try:
+      item = next(it)
+    except StopIteration:
+      return
+    self._log(f"{self.desc}: {self._first}…")
+    t0 = time.perf_counter()
+    yield item
+    self.first_step_s = time.perf_counter() - t0
+    self._log(f"{self.desc}: first step done in {self.first_step_s:.1f} s (compilation included)")
+    self._bar = progress(total=self.total, desc=self.desc, disable=self._disable, initial=1)
+    try:
+      for item in it:
+        yield item
+        self._bar.update(1)
+    finally:
+      self._bar.close()
+
+  def set_postfix(self, **kwargs: Any) -> None:
+    if self._bar is not None:
+      self._bar.set_postfix(**kwargs)

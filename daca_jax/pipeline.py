@@ -27,8 +27,9 @@ from daca_jax.diffusion.rollout import make_rollout_fn
 from daca_jax.diffusion.sft import sft_loss
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.evaluation import evaluate
-from daca_jax.metrics import MetricsWriter, format_table, plot_curves, progress, read_metrics, reward_trend
-from daca_jax.models import init_model, lora, make_logits_fn
+from daca_jax.dashboards import Dashboard, PhaseSink, check_log_config
+from daca_jax.metrics import MetricsWriter, PhaseProgress, format_table, plot_curves, read_metrics, reward_trend
+from daca_jax.models import count_params, init_model, lora, make_logits_fn
 from daca_jax.preflight import check_batches_fit
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.rl.optim import make_optimizer
@@ -36,8 +37,11 @@ from daca_jax.tasks.base import TASKS, Example, Task, _import_builtin_tasks, mak
 from daca_jax.types import TrainConfig
 
 # Config fields that may change between a run and its resumption (they do not change what is trained).
-_RESUMABLE_CHANGES = ("rl.steps", "rl.eval_every", "eval.", "checkpoint.", "task.num_eval_examples")
+_RESUMABLE_CHANGES = ("rl.steps", "rl.eval_every", "eval.", "checkpoint.", "task.num_eval_examples", "log.")
 _SFT_STREAM, _RL_STREAM, _EVAL_STREAM, _LORA_STREAM = 1, 2, 3, 4
+PLUMBING_NOTE = ("This is a plumbing check (log.plumbing_check, the smoke presets): a tiny model trained for a "
+                 "few steps to show that every stage runs end to end. Its metrics are expected to be near "
+                 "zero; that is not a failure. Drop ':smoke' from --config for a real run.")
 
 
 def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -67,8 +71,12 @@ class _NoWriter:
     del step, metrics
 
 
-def _metrics_writer(path: pathlib.Path, log: Callable[[str], None]) -> Any:
-  return MetricsWriter(path, log=log) if parallel.is_primary() else _NoWriter()
+def _metrics_writer(path: pathlib.Path, log: Callable[[str], None], mirror: PhaseSink | None = None) -> Any:
+  return MetricsWriter(path, log=log, mirror=mirror) if parallel.is_primary() else _NoWriter()
+
+
+def _sink(dashboard: Dashboard | None, phase: str, start: int) -> PhaseSink | None:
+  return dashboard.sink(phase, resume_after=start) if dashboard is not None else None
 
 
 def _has_saved_state(workdir: pathlib.Path) -> bool:
@@ -177,12 +185,13 @@ def _open_phase(directory: pathlib.Path, state: dict[str, Any], max_to_keep: int
 
 def run_sft(cfg: TrainConfig, task: Task, examples: list[Example], logits_fn: Callable[..., Any],
             params: Any, sft_dir: pathlib.Path, *, show_progress: bool = True,
-            log: Callable[[str], None] = print, mesh: Any = None) -> Any:
+            log: Callable[[str], None] = print, mesh: Any = None, dashboard: Dashboard | None = None) -> Any:
   """SFT warm start with the masked-diffusion SFT loss; cached and resumable in ``sft_dir``
   (its loss log goes to ``<sft_dir>_metrics.jsonl`` beside it).
 
   In a multi-process run (``mesh`` given) each process feeds its slice of every batch and the state
-  is global (the jitted step is partitioned over the mesh by its inputs' shardings)."""
+  is global (the jitted step is partitioned over the mesh by its inputs' shardings). ``dashboard``
+  receives the same scalars (TensorBoard run ``sft``)."""
   sft = cfg.sft
   if sft.steps == 0:
     return params, False
@@ -213,9 +222,11 @@ def run_sft(cfg: TrainConfig, task: Task, examples: list[Example], logits_fn: Ca
   base_key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _SFT_STREAM)
   log_every = max(1, min(25, sft.steps // 20))
   flag = parallel.to_global(guards.clear_flag(), mesh)  # sticky NaN/inf flag, read where metrics are
-  with _metrics_writer(sft_dir.with_name(sft_dir.name + "_metrics.jsonl"), log) as writer:
+  sink = _sink(dashboard, "sft", start)
+  with _metrics_writer(sft_dir.with_name(sft_dir.name + "_metrics.jsonl"), log, sink) as writer:
     writer.truncate_after(start)
-    bar = progress(range(start, sft.steps), total=sft.steps - start, desc="SFT", disable=not show_progress)
+    bar = PhaseProgress(range(start, sft.steps), desc="SFT", log=log, disable=not show_progress,
+                        first=f"compiling the SFT step ({sft.steps - start} steps to run)")
     for step in bar:
       idx = np.random.default_rng([cfg.seed, _SFT_STREAM, step]).integers(0, len(tokens), sft.batch_size)
       batch = parallel.rows_to_devices(tokens[idx], mesh, "sft.batch_size")
@@ -228,8 +239,7 @@ def run_sft(cfg: TrainConfig, task: Task, examples: list[Example], logits_fn: Ca
         m = {k: float(v) for k, v in aux.items()}
         m["lr"] = float(schedule(done))
         writer.write(done, m)
-        if hasattr(bar, "set_postfix"):
-          bar.set_postfix(loss=f"{m['loss']:.3f}", acc=f"{m['token_acc']:.3f}")
+        bar.set_postfix(loss=f"{m['loss']:.3f}", acc=f"{m['token_acc']:.3f}")
       if done % cfg.checkpoint.sft_every == 0 or done == sft.steps:
         ckpt.save(done, state, metadata={"phase": "sft", "step": done})
   ckpt.close()
@@ -238,8 +248,10 @@ def run_sft(cfg: TrainConfig, task: Task, examples: list[Example], logits_fn: Ca
 
 def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOLearner, params: Any,
            ref_params: Any, workdir: pathlib.Path, *, eval_fn: Callable[[Any], dict] | None = None,
-           show_progress: bool = True, log: Callable[[str], None] = print, mesh: Any = None) -> Any:
-  """GRPO iterations with checkpoints in ``workdir/rl`` and one ``metrics.jsonl`` line per iteration.
+           show_progress: bool = True, log: Callable[[str], None] = print, mesh: Any = None,
+           dashboard: Dashboard | None = None) -> Any:
+  """GRPO iterations with checkpoints in ``workdir/rl`` and one ``metrics.jsonl`` line per iteration
+  (mirrored to ``dashboard``'s run ``rl``, with a trajectory image every ``log.trajectory_every``).
 
   In a multi-process run (``mesh`` given) every process draws the same prompts for a step, rolls
   out and grades its own share of them (whole groups), and the rewards form one global batch."""
@@ -267,10 +279,11 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
   g = rl.group_size
   multi = mesh is not None and parallel.is_multiprocess()
   share = parallel.process_slice(rl.prompts_per_step) if multi else slice(None)
-  with _metrics_writer(workdir / "metrics.jsonl", log) as writer:
+  sink = _sink(dashboard, "rl", start)
+  with _metrics_writer(workdir / "metrics.jsonl", log, sink) as writer:
     writer.truncate_after(start)
-    bar = progress(range(start, rl.steps), total=rl.steps - start, desc=f"RL {rl.objective}",
-                   disable=not show_progress)
+    bar = PhaseProgress(range(start, rl.steps), desc=f"RL {rl.objective}", log=log, disable=not show_progress,
+                        first=f"compiling the rollout and the update ({rl.steps - start} iterations to run)")
     for step in bar:
       rng = np.random.default_rng([cfg.seed, _RL_STREAM, step])
       idx = rng.choice(len(examples), rl.prompts_per_step, replace=False)
@@ -320,12 +333,29 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
       if eval_fn is not None and rl.eval_every and (done % rl.eval_every == 0 or done == rl.steps):
         m.update({f"val/{k}": v for k, v in eval_fn(state["params"]).items()})
       writer.write(done, m)
-      if hasattr(bar, "set_postfix"):
-        bar.set_postfix(reward=f"{m['reward_mean']:.3f}", kl=f"{m['kl']:.4f}")
+      every = cfg.log.trajectory_every
+      if every and (done % every == 0 or done == rl.steps) and (cfg.log.tensorboard or cfg.log.wandb):
+        # on every process: gathering a multi-host batch is a collective; process 0 alone draws it
+        host = parallel.to_host({"traj": traj.replace(commit_hidden=None), "weights": credit.weights})
+        if sink is not None:
+          sink.image("trajectory", done, _trajectory_image(cfg, task, host["traj"], rewards, host["weights"],
+                                                           batch_examples[0].prompt, done))
+      bar.set_postfix(reward=f"{m['reward_mean']:.3f}", kl=f"{m['kl']:.4f}")
       if done % cfg.checkpoint.every == 0 or done == rl.steps:
         ckpt.save(done, state, metadata={"phase": "rl", "step": done})
   ckpt.close()
   return state["params"], True
+
+
+def _trajectory_image(cfg: TrainConfig, task: Task, traj: Any, rewards: np.ndarray, weights: Any, prompt: str,
+                      step: int) -> np.ndarray:
+  """The first rollout group of an RL iteration as an image (:mod:`daca_jax.viz`): the very
+  trajectory, rewards and credit weights the update used."""
+  from daca_jax.viz import figure_rgb, group_view, progress_of
+
+  view = group_view(traj, rewards, task.tokenizer, range(cfg.rl.group_size), prompt=prompt,
+                    weights={cfg.rl.credit: weights}, progress=progress_of(traj, cfg))
+  return figure_rgb([view], title=f"RL iteration {step}: {cfg.rl.objective} + credit={cfg.rl.credit}")
 
 
 def _cached_eval(path: pathlib.Path, fingerprint: dict[str, Any], run: Callable[[], tuple[dict, list[str]]],
@@ -383,7 +413,9 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
                       f"defines no token rewards (tasks that do: {with_tokens})")
   if CREDIT.get(cfg.rl.credit).needs_categories:
     TAGGERS.get(cfg.credit.tagger)(task.tokenizer)  # e.g. 'pos' without spaCy fails before any work
-  timings: dict[str, float] = {}
+  check_log_config(cfg.log)  # e.g. W&B asked for but not installed: before any work
+  if cfg.log.plumbing_check:
+    log(PLUMBING_NOTE)
   eval_examples, source = task.eval_examples()
   if cfg.task.num_eval_examples:
     eval_examples = eval_examples[:cfg.task.num_eval_examples]
@@ -394,6 +426,9 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     log(f"Evaluation set: {source}; using {len(eval_examples)} examples")
   # The validation split is drawn with the training pool (distinct items, none from the evaluation
   # set) and held out of SFT and RL; the pool's first num_train_examples do not depend on its size.
+  t_prep = time.perf_counter()
+  log(f"Preparing {cfg.sft.num_train_examples + cfg.task.num_val_examples} training/validation examples "
+      "and the model…")
   pool = task.train_examples(cfg.sft.num_train_examples + cfg.task.num_val_examples, cfg.seed)
   train_examples = pool[:cfg.sft.num_train_examples]
   val_examples = pool[cfg.sft.num_train_examples:]
@@ -406,14 +441,31 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     params = parallel.to_global(params, mesh, parallel.fsdp_shardings(params, mesh)
                                 if cfg.parallel.strategy == "fsdp" else None)
   logits_fn = make_logits_fn(graphdef, logprob_chunk=cfg.model.logprob_chunk)
-  tok = task.tokenizer
+  log(f"Prepared {len(pool)} examples and a {count_params(params):,}-parameter model in "
+      f"{time.perf_counter() - t_prep:.1f} s.")
   workdir.mkdir(parents=True, exist_ok=True)  # only now: a config refused above leaves no workdir
   check_workdir_config(workdir, cfg)  # after everything that can reject the config up front
+  dashboard = Dashboard(workdir, cfg.log, cfg.to_dict()) if parallel.is_primary() else None
+  try:
+    return _run_phases(cfg, task, workdir, pathlib.Path(sft_dir) if sft_dir is not None else workdir / "sft",
+                       train_examples, val_examples, eval_examples, source, graphdef, params, logits_fn,
+                       mesh=mesh, show_progress=show_progress, log=log, dashboard=dashboard)
+  finally:
+    if dashboard is not None:
+      dashboard.close()
+
+
+def _run_phases(cfg: TrainConfig, task: Task, workdir: pathlib.Path, sft_dir: pathlib.Path,
+                train_examples: list[Example], val_examples: list[Example], eval_examples: list[Example],
+                source: str, graphdef: Any, params: Any, logits_fn: Callable[..., Any], *, mesh: Any,
+                show_progress: bool, log: Callable[[str], None], dashboard: Dashboard | None) -> dict[str, Any]:
+  """The phases of :func:`run_main_job` once its inputs are checked: SFT → eval → RL → eval."""
+  tok = task.tokenizer
+  timings: dict[str, float] = {}
 
   t0 = time.perf_counter()
-  sft_dir = pathlib.Path(sft_dir) if sft_dir is not None else workdir / "sft"
   params, did_work = run_sft(cfg, task, train_examples, logits_fn, params, sft_dir,
-                             show_progress=show_progress, log=log, mesh=mesh)
+                             show_progress=show_progress, log=log, mesh=mesh, dashboard=dashboard)
   if did_work:
     timings["sft_s"] = time.perf_counter() - t0
 
@@ -440,10 +492,14 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     eval_rollout = lambda prm, prompts, key: local_rollout(
         prm, parallel.rows_to_devices(prompts, mesh, "eval.batch_size"), parallel.to_global(key, mesh))
 
+  compiled = []  # the first evaluation of this process compiles the sampler: say so
+
   def run_eval(prm: Any, desc: str, examples: list[Example] = eval_examples):
+    announce = None if compiled else log
+    compiled.append(True)
     return evaluate(task, eval_rollout, prm, examples, cfg.eval.batch_size, eval_key,
                     show_progress=show_progress, desc=desc,
-                    multiple_of=jax.device_count() if mesh is not None else 1)
+                    multiple_of=jax.device_count() if mesh is not None else 1, log=announce)
 
   def run_val(prm: Any) -> dict[str, float]:
     return run_eval(prm, "validation", val_examples)[0]
@@ -468,7 +524,7 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   t0 = time.perf_counter()
   params, did_work = run_rl(cfg, task, train_examples, learner, params, ref_params, workdir,
                             eval_fn=run_val, show_progress=show_progress,
-                            log=log, mesh=mesh)
+                            log=log, mesh=mesh, dashboard=dashboard)
   if did_work:
     timings["rl_s"] = time.perf_counter() - t0
 
@@ -505,12 +561,24 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   if not parallel.is_primary():
     return results
   io_utils.atomic_write_json(results_path, results)
-  plot_curves(records, ["reward_mean", "accuracy", f"val/{task.primary_metric}"], workdir / "reward_curve.png",
+  eval_sink = _sink(dashboard, "eval", 0)
+  if eval_sink is not None:  # the test set before RL at step 0 and after it at the last step
+    eval_sink(0, eval_before)
+    eval_sink(cfg.rl.steps, eval_after)
+    eval_sink.close()
+  metric = task.primary_metric
+  plot_curves(records, ["reward_mean", "accuracy", f"val/{metric}"], workdir / "reward_curve.png",
               title=f"{cfg.task.name}: {cfg.rl.objective} + credit={cfg.rl.credit}, "
-                    f"likelihood={cfg.rl.likelihood}")
+                    f"likelihood={cfg.rl.likelihood}",
+              points={f"test {metric} (before / after RL)": [(0, eval_before[metric]),
+                                                              (cfg.rl.steps, eval_after[metric])]})
   keys = [k for k in eval_before if k != "num_examples"]
   rows = [[k, eval_before[k], eval_after[k], eval_after[k] - eval_before[k]] for k in keys]
   rows.append(["num_examples", eval_before["num_examples"], eval_after["num_examples"], ""])
   log("\n" + format_table(rows, ["metric", "before RL", "after RL", "change"]))
+  if cfg.log.plumbing_check:
+    log("(plumbing check: near-zero metrics and changes are expected here; see the note at the start)")
   log(f"Results written to {workdir / 'results.json'}")
+  if cfg.log.tensorboard:
+    log(f"Dashboards: tensorboard --logdir {workdir}")
   return results

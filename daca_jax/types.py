@@ -659,6 +659,33 @@ class ParallelConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class LogConfig:
+  """Dashboards and console output (:mod:`daca_jax.dashboards`); none of it changes what is trained.
+
+  Attributes:
+    tensorboard: write TensorBoard event files under ``<workdir>/tb/{sft,rl,eval}`` (the scalars of the
+      metrics JSONL files, same names).
+    wandb: a Weights & Biases project to log to ("" = off); needs the ``wandb`` package.
+    trajectory_every: add a denoising-trajectory image (:mod:`daca_jax.viz`, the first rollout group of
+      the iteration) to the dashboards every N RL iterations and at the last one (0 = never).
+    plumbing_check: the run is a plumbing check (the smoke presets): its output says so, and that its
+      metrics are expected to be near zero.
+  """
+
+  tensorboard: bool = True
+  wandb: str = ""
+  trajectory_every: int = 50
+  plumbing_check: bool = False
+
+  def validate(self, prefix: str = "log") -> "LogConfig":
+    _check_fields(prefix, self)
+    _non_negative(prefix, self, "trajectory_every")
+    if self.wandb and not self.wandb.replace("-", "").replace("_", "").replace(".", "").isalnum():
+      raise ConfigError(f"{prefix}.wandb", self.wandb, "a W&B project name (letters, digits, '-', '_', '.')")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainConfig:
   """The whole main job (``experiments/train.py``)."""
 
@@ -674,6 +701,7 @@ class TrainConfig:
   eval: EvalConfig = EvalConfig()
   checkpoint: CheckpointConfig = CheckpointConfig()
   parallel: ParallelConfig = ParallelConfig()
+  log: LogConfig = LogConfig()
 
   def validate(self) -> "TrainConfig":
     if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed <= INT_MAX:

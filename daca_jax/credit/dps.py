@@ -69,7 +69,7 @@ def zscore_weights(raw: jax.Array, valid: jax.Array, alpha: float, w_min: float,
   return jnp.where(w_mean > 0, w / jnp.maximum(w_mean, 1e-8), valid)
 
 
-def _signal(traj: Trajectory, cfg: CreditConfig) -> jax.Array:
+def certainty_signal(traj: Trajectory, cfg: CreditConfig) -> jax.Array:
   """[S, B, L] certainty per step: top-1 confidence, or minus the entropy (0 where committed)."""
   if cfg.signal == "neg_entropy":
     if traj.step_entropy is None:
@@ -83,7 +83,7 @@ def _signal(traj: Trajectory, cfg: CreditConfig) -> jax.Array:
 
 def dps_raw_scores(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig) -> jax.Array:
   """Raw DPS score ``d_i`` of every completion token: float32 [B, L]."""
-  conf = _signal(traj, cfg)
+  conf = certainty_signal(traj, cfg)
   delta = step_progress(conf, traj.commit_step, rollout_cfg, cfg.scope)  # [S, B]
   c = jnp.clip(traj.commit_step, 0, conf.shape[0] - 1)  # [B, L]
   d = jnp.take_along_axis(delta.T, c, axis=1)

@@ -31,7 +31,7 @@ import jax
 import jax.numpy as jnp
 
 from daca_jax.credit.base import CreditInputs, CreditOutput, register_credit
-from daca_jax.credit.dps import _signal, dps_raw_scores, signal_records, step_progress, zscore_weights
+from daca_jax.credit.dps import certainty_signal, dps_raw_scores, signal_records, step_progress, zscore_weights
 from daca_jax.diffusion.rollout import Trajectory
 from daca_jax.types import CreditConfig, RolloutConfig
 
@@ -116,7 +116,7 @@ def dtca_credit(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig,
   num_cat = state["entropy_sum"].shape[0]
   d = dps_raw_scores(traj, cfg, rollout_cfg)  # [B, L]
   r = category_mean(d, cats, valid, num_cat)
-  delta = step_progress(_signal(traj, cfg), traj.commit_step, rollout_cfg, cfg.scope)  # [S, B]
+  delta = step_progress(certainty_signal(traj, cfg), traj.commit_step, rollout_cfg, cfg.scope)  # [S, B]
   keep = (top_state_mask(delta, traj.commit_step, cfg.dtca_top_frac) & (valid > 0)).astype(jnp.float32)
   w = zscore_weights(r, keep, cfg.alpha, cfg.w_min, cfg.w_max)
   metrics = {"dtca_kept_frac": jnp.sum(keep) / jnp.maximum(jnp.sum(valid), 1.0)}

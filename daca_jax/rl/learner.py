@@ -17,6 +17,7 @@ import optax
 
 from daca_jax import parallel
 from daca_jax.credit import CREDIT, TAGGERS, CreditInputs, CreditOutput, group_agreement_mask
+from daca_jax.credit.base import RECORDS
 from daca_jax.diffusion.rollout import Trajectory, make_rollout_fn
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD, StateTargets
@@ -39,6 +40,10 @@ class GRPOLearner:
       records each token's hidden state at its commit step.
     optimizer_wrapper: wraps the configured optimizer (e.g. :func:`daca_jax.models.lora.lora_optimizer`,
       which freezes the base and keeps optimizer state for the adapters only).
+    extra_records: trajectory records to keep beyond what the configured credit needs (``"step_conf"``,
+      ``"step_entropy"``, ``"commit_hidden"``), e.g. for :mod:`daca_jax.viz`, which draws other
+      assigners' weights from the same rollout. Recording changes neither the sampled tokens nor the
+      number of model calls.
 
   Raises:
     ConfigError: the configured credit assigner needs a tokenizer or hidden states that were not
@@ -48,7 +53,7 @@ class GRPOLearner:
   def __init__(self, logits_fn: Callable[..., jax.Array], cfg: TrainConfig, *, mask_id: int, eos_id: int,
                tokenizer: Any = None, hidden_logits_fn: Callable[..., Any] | None = None,
                optimizer_wrapper: Callable[[optax.GradientTransformation], optax.GradientTransformation]
-               | None = None):
+               | None = None, extra_records: frozenset[str] | set[str] | tuple[str, ...] = ()):
     if cfg.likelihood.trajectory_steps == 0:  # trajectory / rldf rebuild the rollout's own steps
       cfg = dataclasses.replace(cfg, likelihood=dataclasses.replace(cfg.likelihood,
                                                                     trajectory_steps=cfg.rollout.steps))
@@ -70,12 +75,15 @@ class GRPOLearner:
                                                    if cfg.rl.grad_agreement else 0)
     if optimizer_wrapper is not None:
       self.optimizer = optimizer_wrapper(self.optimizer)
-    records = self.credit.records(cfg.credit)
+    records = frozenset(self.credit.records(cfg.credit)) | frozenset(extra_records)
+    unknown = sorted(records - set(RECORDS))
+    if unknown:
+      raise ValueError(f"extra_records {unknown} are not trajectory records (allowed: {list(RECORDS)})")
     rollout_logits_fn = logits_fn
     if "commit_hidden" in records:
       if hidden_logits_fn is None:
         raise ConfigError("rl.credit", cfg.rl.credit, "an assigner whose inputs this learner has: "
-                          f"{cfg.rl.credit!r} needs hidden states (pass hidden_logits_fn)")
+                          f"{cfg.rl.credit!r} (or extra_records) needs hidden states (pass hidden_logits_fn)")
       rollout_logits_fn = hidden_logits_fn
     self.tagger = None
     if self.credit.needs_categories:
