@@ -74,10 +74,13 @@ _RENDER = flags.DEFINE_string("render", "", "Print the README table of a --sweep
 
 # The README's table: (num_devices, method, lora_rank, extra spec fields). 8 devices serve the
 # 8-GPU nodes and v5e-8; 4 devices are a v5p-8 slice (4 chips).
-SWEEP = [(n, m, r, {}) for n in (8, 4) for m in ("daca", "d1") for r in (0, 128)]
+SWEEP = ([(n, m, r, {}) for n in (8, 4) for m in ("daca", "d1") for r in (0, 128)]
+         # candidates: SML keeping one stratum's activations at a time; two 8-GPU nodes / a v5p-32
+         + [(n, "daca", r, {"strata_batch": 1}) for n in (8, 4) for r in (0, 128)]
+         + [(16, m, r, {}) for m in ("daca", "d1") for r in (0, 128)])
 # Which compiled device count each table column reads.
 TABLE_DEVICES = (("8x H100-80GB", "h100", 8), ("8x H200-141GB", "h200", 8), ("v5p-8 (4 chips)", "v5p", 4),
-                 ("v5e-8", "v5e", 8))
+                 ("v5e-8", "v5e", 8), ("16x H100 (2 nodes)", "h100", 16), ("v5p-32 (16 chips)", "v5p", 16))
 
 
 def _spec_from_flags(**overrides) -> plan_spec.PlanSpec:
@@ -149,12 +152,23 @@ def render(path: str, mfu: float, usable: float) -> str:
   return "\n".join(lines)
 
 
+def _sweep_key(n, method, rank, extra):
+  return json.dumps([n, method, rank, sorted(extra.items())])
+
+
 def sweep(out: str) -> None:
-  records = []
+  """Compiles every SWEEP setting not yet in ``out`` (one process each) and appends it there."""
+  path = pathlib.Path(out)
+  records = json.loads(path.read_text())["records"] if path.exists() else []
+  done = {_sweep_key(r["spec"]["num_devices"], r["spec"]["method"], r["spec"]["lora_rank"],
+                     {k: r["spec"][k] for k in ("strata_batch",) if r["spec"][k]}) for r in records}
   for n, method, rank, extra in SWEEP:
+    if _sweep_key(n, method, rank, extra) in done:
+      continue
     args = [sys.executable, __file__, f"--num_devices={n}", f"--method={method}", f"--lora_rank={rank}",
             f"--json={out}.part"] + [f"--{k}={v}" for k, v in extra.items()]
-    args += [f"--{k}={_F[k].value}" for k in ("model", "prompts_per_step", "group_size", "remat", "strata_batch")]
+    args += [f"--{k}={_F[k].value}" for k in ("model", "prompts_per_step", "group_size", "remat")
+             if k not in extra]
     t0 = time.perf_counter()
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
     records.append(json.loads(pathlib.Path(out + ".part").read_text()))

@@ -19,6 +19,9 @@ cd "$(dirname "$0")/../.."
 out_dir="${OUT:-/tmp}"
 mkdir -p "${out_dir}"
 device="${GPU_CHECK_DEVICE:-h200}"
+# The plan compiles the iteration's programs once from shapes; with the persistent cache the real run
+# reuses those executables instead of compiling them again.
+export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-/tmp/daca_jax_xla_cache}"
 if [[ "${GPU_CHECK_SIZE:-8b}" == "tiny" ]]; then
   bench=(--model=llada_8b --shrink --batch=2 --prompt_len=8 --gen_length=16 --block_length=8 --steps=4)
   iteration=(--model=tiny --layers=1 --prompt_len=4 --gen_length=8 --block_length=8 --steps=2 --group_size=2)
