@@ -61,21 +61,33 @@ def compile_and_time(fn: Callable[..., Any], *args: Any, repeats: int = 5) -> di
   return out
 
 
-def best_of_interleaved(fns: dict[str, Callable[[], Any]], repeats: int = 5) -> dict[str, float]:
-  """Best wall time (s) of each already-compiled zero-argument callable, the runs taken round-robin.
+def interleaved_runs(fns: dict[str, Callable[[], Any]], repeats: int = 5) -> dict[str, list[float]]:
+  """Wall times (s) of each already-compiled zero-argument callable over ``repeats`` rounds, every
+  round running each candidate once (after one warm-up call each).
 
   On a shared machine the load drifts; alternating the candidates exposes them to the same drift, so
-  the ratio of their best times is fairer than timing one after the other.
+  the ratio of two candidates within a round is fairer than timing one after the other.
   """
-  best = {name: float("inf") for name in fns}
+  runs: dict[str, list[float]] = {name: [] for name in fns}
   for name, fn in fns.items():  # warm-up
     jax.block_until_ready(fn())
   for _ in range(repeats):
     for name, fn in fns.items():
       t0 = time.perf_counter()
       jax.block_until_ready(fn())
-      best[name] = min(best[name], time.perf_counter() - t0)
-  return best
+      runs[name].append(time.perf_counter() - t0)
+  return runs
+
+
+def best_of_interleaved(fns: dict[str, Callable[[], Any]], repeats: int = 5) -> dict[str, float]:
+  """Best wall time (s) of each callable over :func:`interleaved_runs`."""
+  return {name: min(times) for name, times in interleaved_runs(fns, repeats).items()}
+
+
+def ratio_stats(num: list[float], den: list[float]) -> dict[str, float]:
+  """Median, min and max of the per-round ratios ``num[i] / den[i]`` of two interleaved candidates."""
+  ratios = sorted(a / b for a, b in zip(num, den))
+  return {"median": float(np.median(ratios)), "min": ratios[0], "max": ratios[-1], "rounds": len(ratios)}
 
 
 def compiled_temp_bytes(fn: Callable[..., Any], *args: Any) -> int:

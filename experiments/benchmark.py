@@ -131,6 +131,13 @@ class Bench:
     return flops_per_s / self.peak if self.peak else "n/a"
 
 
+def _put_ratio(res, name, stats):
+  """A ratio of interleaved runs: the median of the per-round ratios under ``name``, with its range
+  and round count beside it (one run on a loaded machine says little; the spread shows how little)."""
+  res[name] = stats["median"]
+  res[f"{name}_min"], res[f"{name}_max"], res[f"{name}_rounds"] = stats["min"], stats["max"], stats["rounds"]
+
+
 def section_rollout(bench, res):
   rc = bench.cfg.rollout
   t = bm.compile_and_time(bench.rollout_fn(rc), bench.params, bench.prompts, bench.key, repeats=bench.r)
@@ -150,8 +157,10 @@ def section_rollout(bench, res):
   with_dps = jax.jit(lambda prm, x, k: dps(recorded(prm, x, k), bench.cfg.credit, rc))
   args = (bench.params, bench.prompts, bench.key)
   t_dps = bm.compile_and_time(with_dps, *args, repeats=1)
-  best = bm.best_of_interleaved({"plain": lambda: t["compiled"](*args),
-                                 "dps": lambda: t_dps["compiled"](*args)}, bench.r)
+  times = bm.interleaved_runs({"plain": lambda: t["compiled"](*args),
+                              "dps": lambda: t_dps["compiled"](*args)}, bench.r)
+  best = {name: min(v) for name, v in times.items()}
+  _put_ratio(res, "rollout_with_dps_vs_plain_ratio", bm.ratio_stats(times["dps"], times["plain"]))
   res["rollout_plain_interleaved_s"] = best["plain"]
   res["rollout_with_dps_s"] = best["dps"]
   res["dps_overhead_pct"] = 100.0 * (best["dps"] / best["plain"] - 1.0)  # runs interleaved
@@ -283,12 +292,13 @@ def section_likelihood(bench, res):
     res[f"{label}_update_compile_s"] = upd["compile_s"]
     res[f"{label}_update_compiled_peak_mb"] = upd["memory"]["peak_bytes"] / 2**20
     runs[f"{label}_update"] = upd["run"]
-  best = bm.best_of_interleaved(runs, bench.r)  # interleaved: the ratios see the same machine load
-  for name, s in best.items():
-    res[f"{name}_s"] = s
+  times = bm.interleaved_runs(runs, bench.r)  # interleaved: the ratios see the same machine load
+  for name, t in times.items():
+    res[f"{name}_s"] = min(t)
+  _put_ratio(res, "sml_k4_vs_mean_field_update_ratio", bm.ratio_stats(times["stratified_update"],
+                                                                      times["mean_field_update"]))
   mf = res["mean_field_update_s"]
   res["sml_k4_vs_mean_field_logprob_ratio"] = res["stratified_logprob_s"] / res["mean_field_logprob_s"]
-  res["sml_k4_vs_mean_field_update_ratio"] = res["stratified_update_s"] / mf
   res["sml_k4_strata_batch1_vs_mean_field_update_ratio"] = res["stratified_strata_batch1_update_s"] / mf
   res[f"mean_field_{k}x_batch_vs_mean_field_update_ratio"] = res[f"mean_field_{k}x_batch_update_s"] / mf
   res[f"sml_k4_vs_mean_field_{k}x_batch_update_ratio"] = (res["stratified_update_s"]
@@ -365,16 +375,17 @@ def section_torch(bench, res):
   model = bm.torch_llama_from_params(bench.params, bench.cfg.model)
   prompts = np.asarray(bench.prompts)
   jax_fn = bench.rollout_fn(rc)
-  best = bm.best_of_interleaved(  # interleaved: both see the same machine load
+  runs = bm.interleaved_runs(  # interleaved: both see the same machine load
       {"jax": lambda: jax_fn(bench.params, bench.prompts, bench.key),
        "torch": lambda: bm.torch_llada_generate(model, prompts, rc, mask_id=bench.mask_id)},
-      max(2, bench.r // 2))
+      max(3, bench.r))
+  best = {name: min(t) for name, t in runs.items()}
+  _put_ratio(res, "jax_vs_torch_eager_tokens_per_s_ratio", bm.ratio_stats(runs["torch"], runs["jax"]))
   tokens = bench.b * rc.gen_length
   res["torch_section_jax_rollout_s"] = best["jax"]
   res["torch_eager_rollout_s"] = best["torch"]
   res["torch_eager_tokens_per_s"] = tokens / best["torch"]
   res["torch_threads"] = torch.get_num_threads()
-  res["jax_vs_torch_eager_tokens_per_s_ratio"] = best["torch"] / best["jax"]
   # Same weights, same loop: greedy decoding must agree token for token (a sanity check of the port).
   greedy = dataclasses.replace(rc, temperature=0.0)
   jax_tokens = np.asarray(bench.rollout_fn(greedy)(bench.params, bench.prompts, bench.key).tokens)

@@ -79,3 +79,13 @@ def test_llada_8b_code_path_at_cpu_size(tmp_path):
   assert res["fast_dual_model_calls"] == 4 and "fast_prefix_model_calls" not in res
   assert res["fast_dual_reference"] == "plain" and 0 <= res["fast_dual_token_agreement_vs_reference"] <= 1
   assert "rollout MFU:" in proc.stdout
+
+
+def test_ratio_stats_are_per_round_median_and_range():
+  # Per-round ratios 2, 4, 1 (rounds pair up: num[i] / den[i]), not best / best (1 / 1 = 1).
+  stats = bm.ratio_stats([2.0, 4.0, 1.0], [1.0, 1.0, 1.0])
+  assert stats == {"median": 2.0, "min": 1.0, "max": 4.0, "rounds": 3}
+  calls = []
+  runs = bm.interleaved_runs({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=3)
+  assert calls == ["a", "b"] + ["a", "b"] * 3  # warm-up, then alternating rounds
+  assert [len(v) for v in runs.values()] == [3, 3]

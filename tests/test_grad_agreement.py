@@ -52,3 +52,36 @@ def test_optimizer_with_and_without_the_monitor_takes_the_same_steps():
   assert read_grad_agreement(s1) is None
   assert float(read_grad_agreement(s2)) == pytest.approx(1.0)
   assert float(read_grad_agreement(optax.multi_transform({"a": watched}, {"w": "a"}).init(params))) == 0.0
+
+
+_FSDP_SCRIPT = r"""
+import jax, jax.numpy as jnp, optax
+from daca_jax import parallel
+from daca_jax.rl.optim import make_optimizer
+from daca_jax.types import ParallelConfig
+mesh = parallel.make_mesh(ParallelConfig(strategy="fsdp", fsdp=4))
+# A stacked layer weight sharded on its last dimension, as fsdp_spec shards [layers, D, F].
+params = {"w": jax.ShapeDtypeStruct((2, 8, 64), jnp.bfloat16)}
+opt, _ = make_optimizer(1e-3, 0, 0.0, 1.0, agreement_every=1)
+state = jax.eval_shape(opt.init, params)
+sh = (parallel.fsdp_shardings(params, mesh), parallel.fsdp_shardings(state, mesh))
+step = jax.jit(lambda g, s, p: opt.update(g, s, p), in_shardings=(sh[0], sh[1], sh[0]))
+with jax.set_mesh(mesh):
+  hlo = step.lower(params, state, params).compile().as_text()
+print("ALL_GATHERS", hlo.count("all-gather("))
+"""
+
+
+def test_fsdp_optimizer_update_gathers_nothing():
+  # Elementwise AdamW, global-norm clipping and the agreement cosine need only scalar all-reduces on
+  # FSDP-sharded state; a flatten (jnp.vdot) of the sharded gradient made XLA all-gather it whole.
+  import os
+  import pathlib
+  import subprocess
+  import sys
+
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+  r = subprocess.run([sys.executable, "-c", _FSDP_SCRIPT], capture_output=True, text=True, env=env, timeout=300,
+                     cwd=pathlib.Path(__file__).resolve().parents[1])
+  assert r.returncode == 0, r.stderr[-2000:]
+  assert "ALL_GATHERS 0" in r.stdout, r.stdout

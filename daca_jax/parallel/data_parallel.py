@@ -31,7 +31,7 @@ from jax.sharding import Mesh, PartitionSpec as P
 
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood.base import LikelihoodFn
-from daca_jax.parallel.mesh import BATCH_AXES, check_batch_size, replicated
+from daca_jax.parallel.mesh import BATCH_AXES, abstract_placed, check_batch_size, replicated
 
 
 def per_sequence_keys(estimator: LikelihoodFn, row_offset: jax.Array | int = 0) -> LikelihoodFn:
@@ -117,7 +117,8 @@ def make_pmap_update(update_fn: Callable[..., Any], mesh: Mesh) -> Callable[...,
     mesh: from :func:`daca_jax.parallel.make_mesh`; the batch is split over its ``data x fsdp``
       devices, parameters and optimizer state are replicated.
   Returns:
-    A function with the same signature; all outputs are replicated over the mesh.
+    A function with the same signature; all outputs are replicated over the mesh. Its
+    ``lower(*args)`` lowers the same jitted step for abstract arguments (memory planning).
   Raises:
     ConfigError: the batch does not split evenly over ``data x fsdp``.
   """
@@ -132,4 +133,11 @@ def make_pmap_update(update_fn: Callable[..., Any], mesh: Mesh) -> Callable[...,
     with jax.set_mesh(mesh):
       return step(*args)
 
+  def lower(*args):
+    """``jax.jit(...).lower`` of the step for these (possibly abstract, ``ShapeDtypeStruct``) args."""
+    check_batch_size(args[4].shape[0], mesh)
+    with jax.set_mesh(mesh):
+      return step.lower(*abstract_placed(args, replicated(mesh)))
+
+  call.lower = lower
   return call

@@ -57,24 +57,41 @@ def make_fsdp_update(update_fn: Callable[..., Any], mesh: Mesh) -> Callable[...,
   Returns:
     A function with the same signature and results; inputs are placed on the mesh (a no-op when
     they are already there), outputs stay sharded (params / opt_state FSDP, metrics replicated).
+    Its ``lower(*args)`` lowers the same jitted step for abstract arguments (memory planning).
   Raises:
     ConfigError: the batch does not split evenly over ``data x fsdp``.
   """
   jitted = {}
 
-  def call(params, opt_state, ref_params, traj, rewards, weights, key):
-    batch = rewards.shape[0]
-    check_batch_size(batch, mesh)
-    args = (params, opt_state, ref_params, traj, rewards, weights, key)
-    shardings = (fsdp_shardings(params, mesh), fsdp_shardings(opt_state, mesh),
-                 fsdp_shardings(ref_params, mesh), batch_shardings(traj, mesh, batch),
-                 batch_shardings(rewards, mesh, batch), batch_shardings(weights, mesh, batch),
-                 replicated(mesh))
+  def compiled_for(args):
+    check_batch_size(args[4].shape[0], mesh)
+    shardings = update_shardings(args, mesh)
     sig = jax.tree.structure(args)
     if sig not in jitted:
       jitted[sig] = jax.jit(update_fn, in_shardings=shardings,
                             out_shardings=(shardings[0], shardings[1], replicated(mesh)))
-    with jax.set_mesh(mesh):
-      return jitted[sig](*jax.device_put(args, shardings))
+    return jitted[sig], shardings
 
+  def call(params, opt_state, ref_params, traj, rewards, weights, key):
+    step, shardings = compiled_for((params, opt_state, ref_params, traj, rewards, weights, key))
+    with jax.set_mesh(mesh):
+      return step(*jax.device_put((params, opt_state, ref_params, traj, rewards, weights, key), shardings))
+
+  def lower(*args):
+    """``jax.jit(...).lower`` of the step for these (possibly abstract, ``ShapeDtypeStruct``) args."""
+    step, _ = compiled_for(args)
+    with jax.set_mesh(mesh):
+      return step.lower(*args)
+
+  call.lower = lower
   return call
+
+
+def update_shardings(args: tuple[Any, ...], mesh: Mesh) -> tuple[Any, ...]:
+  """Shardings of the update's ``(params, opt_state, ref_params, traj, rewards, weights, key)``:
+  parameter-like trees FSDP-sharded, batch trees split over the batch axes, the key replicated."""
+  params, opt_state, ref_params, traj, rewards, weights, _ = args
+  batch = rewards.shape[0]
+  return (fsdp_shardings(params, mesh), fsdp_shardings(opt_state, mesh), fsdp_shardings(ref_params, mesh),
+          batch_shardings(traj, mesh, batch), batch_shardings(rewards, mesh, batch),
+          batch_shardings(weights, mesh, batch), replicated(mesh))

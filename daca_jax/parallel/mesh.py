@@ -83,3 +83,12 @@ def batch_shardings(tree: Any, mesh: Mesh, batch: int) -> Any:
     return NamedSharding(mesh, P(*spec))
 
   return jax.tree.map(one, tree)
+
+
+def abstract_placed(tree: Any, shardings: Any) -> Any:
+  """``jax.ShapeDtypeStruct`` leaves of ``tree`` (arrays or abstract values) carrying ``shardings``
+  (a tree like ``tree``, or one sharding for every leaf): what ``jit(...).lower`` takes to compile
+  a sharded program without allocating anything."""
+  if isinstance(shardings, jax.sharding.Sharding):
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=shardings), tree)
+  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)

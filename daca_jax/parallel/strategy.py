@@ -13,7 +13,7 @@ from jax.sharding import Mesh
 from daca_jax.likelihood.base import LikelihoodFn
 from daca_jax.parallel.data_parallel import make_pmap_update, shard_rows
 from daca_jax.parallel.fsdp import fsdp_shardings, make_fsdp_update
-from daca_jax.parallel.mesh import batch_shardings, check_batch_size, make_mesh, replicated
+from daca_jax.parallel.mesh import abstract_placed, batch_shardings, check_batch_size, make_mesh, replicated
 from daca_jax.types import ParallelConfig
 
 
@@ -55,6 +55,9 @@ def shard_rollout(rollout_fn: Callable[..., Any], cfg: ParallelConfig,
   ``('data', 'fsdp')``, parameters replicated (``pmap``) or FSDP-sharded (``fsdp``). Samples equal
   the one-device rollout's (``jax_threefry_partitionable`` makes the Gumbel noise layout-free).
 
+  The returned function's ``lower(params, prompts, key)`` lowers the sampler for abstract arguments
+  (``ShapeDtypeStruct``s) placed the same way, nothing allocated (memory planning).
+
   Raises:
     ConfigError: B is not a multiple of ``data x fsdp``.
   """
@@ -62,12 +65,22 @@ def shard_rollout(rollout_fn: Callable[..., Any], cfg: ParallelConfig,
     return rollout_fn
   mesh = make_mesh(cfg) if mesh is None else mesh
 
-  def call(params, prompts, key):
+  def shardings(params, prompts):
     check_batch_size(prompts.shape[0], mesh)
     p_sh = fsdp_shardings(params, mesh) if cfg.strategy == "fsdp" else replicated(mesh)
-    params, prompts, key = jax.device_put(
-        (params, prompts, key), (p_sh, batch_shardings(prompts, mesh, prompts.shape[0]), replicated(mesh)))
+    return p_sh, batch_shardings(prompts, mesh, prompts.shape[0]), replicated(mesh)
+
+  def call(params, prompts, key):
+    params, prompts, key = jax.device_put((params, prompts, key), shardings(params, prompts))
     with jax.set_mesh(mesh):
       return rollout_fn(params, prompts, key)
 
+  def lower(params, prompts, key):
+    """``lower`` of the jitted sampler for abstract arguments placed as ``call`` places them."""
+    p_sh, pr_sh, k_sh = shardings(params, prompts)
+    args = (abstract_placed(params, p_sh), abstract_placed(prompts, pr_sh), abstract_placed(key, k_sh))
+    with jax.set_mesh(mesh):
+      return rollout_fn.lower(*args)
+
+  call.lower = lower
   return call

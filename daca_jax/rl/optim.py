@@ -26,7 +26,11 @@ class GradAgreementState(NamedTuple):
 
 
 def _tree_dot(a: Any, b: Any) -> jax.Array:
-  return sum((jnp.vdot(x.astype(jnp.float32), y.astype(jnp.float32)).real
+  # An elementwise product and a full reduction, not ``jnp.vdot``: vdot flattens its operands, and
+  # flattening an array sharded on a non-leading dimension (FSDP's layout of the stacked layer
+  # weights) makes the compiler all-gather it whole, in float32, on every device (~3 copies of the
+  # model per device in the compiled 8B update; experiments/plan.py).
+  return sum((jnp.sum(x.astype(jnp.float32) * y.astype(jnp.float32))
               for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b))), jnp.zeros((), jnp.float32))
 
 

@@ -1,0 +1,116 @@
+"""experiments/plan.py's library (daca_jax/planning): the plan's memory equals the compiled program's,
+the analytic parameter count equals the model's, and bad input fails before any compile."""
+import dataclasses
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from daca_jax import benchmarking as bm
+from daca_jax.errors import ConfigError
+from daca_jax.models import count_params, init_model, lora
+from daca_jax.planning import analytic, plan, spec as plan_spec
+from daca_jax.planning.compiled import EOS_ID
+from daca_jax.rl.learner import GRPOLearner
+from daca_jax.types import tiny_config
+from daca_jax.models.llada import make_logits_fn
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# One device (strategy none), one layer, a short rollout: the whole plan compiles in seconds.
+TINY = plan_spec.PlanSpec(model="tiny", layers=1, device="v5e", num_devices=1, method="d1", strategy="none",
+                          prompts_per_step=2, group_size=2, prompt_len=4, gen_length=8, block_length=8, steps=2)
+
+
+@pytest.mark.parametrize("cfg", [
+    tiny_config(), tiny_config(n_kv_heads=2, tie_embeddings=True), tiny_config(qkv_bias=True, n_layers=3),
+    dataclasses.replace(plan_spec.MODELS["tiny"](), mlp_dim=96)])
+def test_analytic_param_count_equals_the_model(cfg):
+  _, params = init_model(cfg, 0)
+  assert analytic.param_count(cfg) == count_params(params)
+  for rank in (1, 8):
+    c = dataclasses.replace(cfg, lora_rank=rank)
+    assert analytic.lora_count(c, rank) == lora.trainable_count(lora.init_lora(c, jax.random.PRNGKey(0)))
+
+
+def test_plan_memory_equals_the_compiled_programs_of_real_arrays():
+  # The plan compiles from shapes only; the same learner's programs compiled for real, initialised
+  # arrays must have exactly the same buffer sizes, and the iteration peak follows from them.
+  record = plan.run_plan(TINY)
+  cfg = plan_spec.train_config(TINY)
+  graphdef, params = init_model(cfg.model, 0)
+  learner = GRPOLearner(make_logits_fn(graphdef), cfg, mask_id=cfg.model.mask_token_id, eos_id=EOS_ID)
+  prompts = jnp.zeros((TINY.batch, TINY.prompt_len), jnp.int32)
+  key = jax.random.PRNGKey(0)
+  rollout_mem = bm.compiled_memory(learner.rollout, params, prompts, key)
+  assert rollout_mem == record["rollout"]["memory"]
+  traj = learner.rollout(params, prompts, key)
+  rewards = jnp.zeros((TINY.batch,), jnp.float32)
+  opt_state = learner.init_opt_state(params)
+  update_mem = bm.compiled_memory(learner.update, params, opt_state, params, traj, rewards,
+                                  jnp.ones_like(traj.completion_mask), key)
+  assert update_mem == record["update"]["memory"]
+  opt_bytes = sum(x.nbytes for x in jax.tree.leaves(opt_state))
+  param_bytes = sum(x.nbytes for x in jax.tree.leaves(params))
+  assert record["state_bytes"] == {"params": param_bytes, "optimizer": opt_bytes, "reference": param_bytes,
+                                   "shared_base": 0.0}
+  assert record["iteration_peak_bytes"] == max(rollout_mem["peak_bytes"] + opt_bytes + param_bytes,
+                                               update_mem["peak_bytes"])
+  # The analytic count of the state is exact here (nothing is sharded), but for the optimizer's
+  # scalar counters and metrics (a few int32 / float32 scalars), which it leaves out.
+  assert record["analytic"]["params"] == param_bytes
+  assert 0 <= opt_bytes - record["analytic"]["optimizer"] <= 64
+  fits = plan.assess(record, plan.DEVICES["v5e"], mfu=0.5, usable_fraction=0.9)
+  assert fits["fits"] and fits["iteration_s"] == pytest.approx(
+      (record["flops_per_device"]["rollout"] + record["flops_per_device"]["update"]) / (197e12 * 0.5))
+  tight = dataclasses.replace(plan.DEVICES["v5e"], hbm_bytes=record["iteration_peak_bytes"] / 0.9 * 0.99)
+  assert not plan.assess(record, tight, mfu=0.5, usable_fraction=0.9)["fits"]
+
+
+@pytest.mark.parametrize("change, field, value, allowed", [
+    (dict(device="h800"), "device", "h800", "one of ['a100', 'h100', 'h200', 'v5e', 'v5p']"),
+    (dict(num_devices=3, strategy="fsdp", prompts_per_step=2, group_size=2), "prompts_per_step * group_size",
+     "4", "a multiple of num_devices=3"),
+    (dict(method="grpo"), "method", "grpo", "one of ['d1', 'daca']"),
+    (dict(model="llama"), "model", "llama", "one of"),
+    (dict(lora_rank=-1), "lora_rank", "-1", "an integer >= 0"),
+    (dict(remat="some"), "model.remat", "some", "one of"),
+])
+def test_bad_input_names_the_field_before_any_compile(change, field, value, allowed, monkeypatch):
+  from daca_jax.planning import compiled
+
+  monkeypatch.setattr(compiled, "build", lambda *_: pytest.fail("compiled before checking the input"))
+  with pytest.raises(ConfigError) as e:
+    plan.run_plan(dataclasses.replace(TINY, **change), change.get("num_devices", 1))
+  msg = str(e.value)
+  assert field in msg and value in msg and allowed in msg
+
+
+def test_device_count_must_match_the_simulated_devices():
+  with pytest.raises(ConfigError, match="num_devices.*the 8 devices this process has"):
+    plan_spec.check_spec(dataclasses.replace(TINY, num_devices=4, strategy="fsdp"), 8)
+
+
+def test_cli_bad_device_is_one_line_and_exit_2():
+  r = subprocess.run([sys.executable, str(ROOT / "experiments/plan.py"), "--device=tpu9", "--num_devices=1",
+                      "--strategy=none"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+  assert r.returncode == 2
+  assert "error: device" in r.stderr and "'tpu9'" in r.stderr and "'v5p'" in r.stderr
+  assert "Traceback" not in r.stderr
+
+
+@pytest.mark.slow
+def test_gpu_check_script_runs_its_whole_iteration_at_tiny_size_on_cpu(tmp_path):
+  import json
+  import os
+
+  r = subprocess.run(["bash", "experiments/scripts/gpu_check.sh"], cwd=ROOT, capture_output=True, text=True,
+                     env=dict(os.environ, GPU_CHECK_SIZE="tiny", OUT=str(tmp_path)), timeout=900)
+  assert r.returncode == 0, r.stderr[-2000:]
+  it = json.loads((tmp_path / "iteration_check.json").read_text())
+  assert set(it["measured"]) >= {"rollout_s", "likelihood_s", "update_s"}
+  assert it["predicted"]["fits"] and it["plan"]["rollout"]["memory"]["peak_bytes"] > 0
+  assert "measured MFU" in r.stdout and "predicted" in r.stdout
+  assert (tmp_path / "gpu_check.json").exists()
