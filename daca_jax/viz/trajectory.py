@@ -119,7 +119,7 @@ def check_credits(credits: Sequence[str], field: str = "--credits") -> None:
   Raises:
     ConfigError: naming ``field``, the name and the allowed ones.
   """
-  allowed = sorted(n for n in CREDIT.names() if not CREDIT.get(n).needs_token_rewards)
+  allowed = sorted(n for n in CREDIT.names() if not CREDIT.get(n).token_level)  # weights, not token advantages
   for name in credits:
     if name not in allowed:
       raise ConfigError(field, name, f"one of the sequence-level credits {allowed}")
