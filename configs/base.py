@@ -164,4 +164,5 @@ def apply_smoke(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.checkpoint.every = 2
   c.checkpoint.sft_every = 10
   c.log.plumbing_check = True
+  c.log.trajectory_every = 0  # drawing an image costs seconds of a < 1 min budget (tests draw theirs)
   return c
