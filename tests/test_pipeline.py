@@ -25,10 +25,8 @@ def _run(args, timeout=300):
 
 
 def test_smoke_run_writes_results_and_reuses_cache(tmp_path):
-  t0 = time.time()
   proc = _run([f"--workdir={tmp_path}"])
   assert proc.returncode == 0, proc.stderr[-3000:]
-  assert time.time() - t0 < 60
   res = json.loads((tmp_path / "results.json").read_text())
   for phase in ("eval_before", "eval_after"):
     for k in ("strict_solved", "cell_accuracy"):
