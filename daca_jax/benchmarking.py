@@ -198,7 +198,7 @@ def rollout_flops(cfg: ModelConfig, rcfg: RolloutConfig, batch: int, prompt_len:
 
 def torch_llama_from_params(params: Any, cfg: ModelConfig):
   """transformers' ``LlamaForCausalLM`` with the JAX model's weights, run bidirectionally (eager,
-  float32, no causal mask): the architecture LLaDA shares with Llama (DESIGN §4).
+  float32, no causal mask): the architecture LLaDA shares with Llama (Nie et al. 2025, arXiv 2502.09992).
 
   Raises:
     ImportError: torch or transformers is not installed.

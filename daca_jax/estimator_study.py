@@ -4,7 +4,7 @@ On a tiny model trained briefly (so its conditionals are far from uniform) and s
 (L ≤ 7), the exact any-order log-likelihood ``log p(o)`` and its parameter gradient are computed by
 enumeration (:func:`daca_jax.likelihood.any_order_logprob`). Each estimator's sequence estimate is the
 sum of its per-token values; over R mask draws we report bias, std and RMSE against the exact value and
-the cosine between the gradient of its mean and the exact gradient (DESIGN §13).
+the cosine between the gradient of its mean and the exact gradient.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """d1's evaluation protocol for any registered task and any checkpoint, resumable, with reports.
 
-Protocol (d1, Zhao et al. 2025, ``eval/eval.py``; DESIGN.md §5): greedy decoding (temperature 0),
+Protocol (d1, Zhao et al. 2025, ``eval/eval.py``): greedy decoding (temperature 0),
 low-confidence remasking, generation lengths 128 / 256 / 512, semi-autoregressive blocks of 32 tokens,
 ``steps = gen_length / 2`` (two tokens committed per step). Every piece is a field of
 :class:`EvalProtocol`, so tiny models can use short lengths.

@@ -1,5 +1,5 @@
 """The reproduction grid: base methods × {base, +DPS, +SML, +DACA} × seeds, with the same number of
-rollouts and updates in every arm (DESIGN §8: the four ablation arms of DACA-GRPO on a base method).
+rollouts and updates in every arm (the four ablation arms of DACA-GRPO on a base method, arXiv 2605.16342).
 
 Every cell is one main job (:func:`daca_jax.pipeline.run_main_job`) in its own folder; cells of the same
 task and seed share one cached SFT warm start, so every arm of a seed starts from the same model. A

@@ -110,7 +110,7 @@ def _one_of(prefix: str, obj: Any, name: str, allowed: tuple[str, ...]) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
-  """Transformer hyper-parameters (LLaDA architecture, DESIGN §4).
+  """Transformer hyper-parameters (LLaDA architecture, Nie et al. 2025).
 
   Attributes:
     vocab_size: V, number of token ids (mask id included).
@@ -237,7 +237,7 @@ def llada_8b_config(**overrides: Any) -> ModelConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RolloutConfig:
-  """Rollout sampler (DESIGN §5; LLaDA's semi-autoregressive low-confidence remasking).
+  """Rollout sampler (LLaDA's semi-autoregressive low-confidence remasking).
 
   Attributes:
     gen_length: L, completion tokens generated per prompt.
@@ -297,7 +297,7 @@ class RolloutConfig:
 
 @dataclasses.dataclass(frozen=True)
 class CreditConfig:
-  """Options of the credit assigners (DESIGN §6). The assigner itself is chosen by ``rl.credit``.
+  """Options of the credit assigners. The assigner itself is chosen by ``rl.credit``.
 
   Attributes:
     alpha: DPS z-score gain: ``w = clip(1 + alpha * z, w_min, w_max)``.
@@ -370,7 +370,7 @@ class CreditConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LikelihoodConfig:
-  """Options of the likelihood estimators (DESIGN §7). The estimator is chosen by ``rl.likelihood``.
+  """Options of the likelihood estimators. The estimator is chosen by ``rl.likelihood``.
 
   Attributes:
     num_strata: K, strata of the stratified (SML) estimator; 1 <= K <= gen_length.
@@ -431,7 +431,7 @@ class LikelihoodConfig:
 
 @dataclasses.dataclass(frozen=True)
 class RLConfig:
-  """GRPO learner (DESIGN §8–9).
+  """GRPO learner.
 
   Attributes:
     objective: base method ("diffu_grpo", ...).
@@ -502,7 +502,7 @@ class RLConfig:
 
 @dataclasses.dataclass(frozen=True)
 class SFTConfig:
-  """Supervised warm start with LLaDA's masked-diffusion SFT loss (DESIGN §5).
+  """Supervised warm start with LLaDA's masked-diffusion SFT loss (Nie et al. 2025).
 
   Attributes:
     steps: optimizer steps (0 skips SFT).
@@ -622,7 +622,7 @@ class CheckpointConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ParallelConfig:
-  """Device mesh and update strategy (DESIGN §10; :mod:`daca_jax.parallel`).
+  """Device mesh and update strategy (:mod:`daca_jax.parallel`).
 
   The mesh has axes ``('data', 'fsdp', 'tensor')``; its shape must multiply to the device count.
 

@@ -1,4 +1,4 @@
-"""Estimator study (DESIGN §13): bias, std, RMSE and gradient cosine of the likelihood estimators against
+"""Estimator study: bias, std, RMSE and gradient cosine of the likelihood estimators against
 the exact any-order log-likelihood, on a briefly trained tiny model with completions of length 6.
 
   python experiments/estimator_study.py --workdir=runs/estimators [--draws=32] [--train_steps=300]

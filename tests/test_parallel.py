@@ -1,4 +1,4 @@
-"""Mesh, shardings and the pmap / fsdp updates (DESIGN §10).
+"""Mesh, shardings and the pmap / fsdp updates.
 
 The equivalence test runs this file as a child process with 8 simulated CPU devices
 (``XLA_FLAGS=--xla_force_host_platform_device_count=8`` must be set before JAX starts, so it cannot

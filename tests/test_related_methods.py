@@ -1,4 +1,4 @@
-"""DTCA, DelTA and RLDF (DESIGN §6-8, issue 6): each against a plain-numpy / plain-Python reference
+"""DTCA, DelTA and RLDF: each against a plain-numpy / plain-Python reference
 written from the method's definition, on hand-built trajectories and batches."""
 import math
 import re

@@ -1,4 +1,4 @@
-"""Credit-assigner interface and registry (DESIGN §6).
+"""Credit-assigner interface and registry.
 
 A credit assigner maps a rollout's :class:`~daca_jax.diffusion.Trajectory` to token weights
 ``w [B, L] float32`` (stop-gradient, 0 outside ``completion_mask``) that multiply the advantage of

@@ -1,5 +1,5 @@
 """DelTA: Discriminative Token Credit Assignment (Zhang, Wu & Lin 2026, arXiv 2605.21467), ported
-from autoregressive RLVR to masked diffusion (DESIGN §6).
+from autoregressive RLVR to masked diffusion.
 
 DelTA reads a policy-gradient update as a linear discriminator over token-gradient vectors and
 reweights tokens so that the positive- and negative-advantage centroids become more contrastive.

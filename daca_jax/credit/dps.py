@@ -1,4 +1,4 @@
-"""Denoising Progress Scores (DPS), the temporal credit of DACA-GRPO (DESIGN §6; arXiv 2605.16342).
+"""Denoising Progress Scores (DPS), the temporal credit of DACA-GRPO (arXiv 2605.16342).
 
 Read off the rollout's own per-step predictions, no extra forward pass. For step s, with
 ``conf^(s)_j`` the top-1 probability at completion position j when the model saw x_s and

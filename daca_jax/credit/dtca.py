@@ -1,4 +1,4 @@
-"""DTCA: Denoising Token Credit Assignment (DESIGN §6), sharing DPS's step-progress machinery.
+"""DTCA: Denoising Token Credit Assignment, sharing DPS's step-progress machinery.
 
 From the rollout's own records (no extra forward pass):
 

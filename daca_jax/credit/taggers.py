@@ -1,7 +1,7 @@
 """Token taggers for DTCA: map completion tokens to categories (registry ``TAGGERS``).
 
 DTCA averages its per-token contributions within token categories and calibrates each category's
-credit by the change of its predictive entropy (DESIGN §6). A tagger runs on the host, once per
+credit by the change of its predictive entropy. A tagger runs on the host, once per
 rollout batch, on token ids; it never sees the model.
 
 * ``rule`` (default): a fixed per-id table built from each id's decoded text —

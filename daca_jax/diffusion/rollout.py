@@ -61,7 +61,7 @@ SAMPLE_CHUNK_BYTES = 256 * 2**20
 
 @flax.struct.dataclass
 class Trajectory:
-  """What a rollout returns (DESIGN §3).
+  """What a rollout returns.
 
   Attributes:
     tokens: int32 [B, P+L] final sequences (prompt then completion).
@@ -72,7 +72,7 @@ class Trajectory:
       model saw x_s (0 where already committed), or None when not recorded.
     step_entropy: float32 [S, B, L] predictive entropy (nats) in the same layout, or None.
     commit_hidden: [B, L, D] final hidden state of each completion position at its commit step (the
-      features DelTA reads, DESIGN §6), or None when not recorded.
+      features DelTA reads), or None when not recorded.
     prompt_len: P (static).
     num_model_calls: forward passes of the static schedule (static; = S, the upper bound).
     model_calls: int32 [] forward passes actually run: S for plain decoding, fewer when threshold
@@ -325,7 +325,7 @@ def backfill_skipped(records: jax.Array, executed: jax.Array) -> jax.Array:
   """Replaces the [S, B, L] record of each skipped step by the next executed step's (zeros if none).
 
   Nothing is committed between a skipped step and the next executed one, so that is the record the
-  model would have produced at the skipped step (DESIGN §3's layout stays exact for DPS / DTCA)."""
+  model would have produced at the skipped step (the trajectory's layout stays exact for DPS / DTCA)."""
 
   def fill(nxt, row_ex):
     row, ex = row_ex

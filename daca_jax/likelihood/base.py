@@ -1,4 +1,4 @@
-"""Likelihood-estimator interface and registry (DESIGN §7).
+"""Likelihood-estimator interface and registry.
 
 An estimator returns per-token log-probabilities ``logp [B, L] float32`` of a rollout's completion
 tokens under ``params``. It takes a PRNG key that fixes its masks: the learner passes the **same key**

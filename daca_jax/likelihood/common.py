@@ -64,7 +64,7 @@ def chunked_token_logprobs(head_fn: Callable[[jax.Array], jax.Array], hidden: ja
   Equal to ``token_logprobs(head_fn(hidden), targets)``, but the float32 logits exist for one chunk
   of positions at a time: a ``lax.map`` over chunks whose body (output projection, logsumexp and the
   target gather) is rematerialised, so the backward pass also keeps only ``hidden``, never
-  ``[B, T, V]`` (DESIGN.md §7, memory; V = 126k for LLaDA).
+  ``[B, T, V]`` (V = 126k for LLaDA).
 
   Args:
     head_fn: ``hidden [B, C, D] -> logits [B, C, V]`` (e.g. a closure over

@@ -1,4 +1,4 @@
-"""RLDF state likelihood (Reinforcement Learning from Denoising Feedback; TraceRL family, DESIGN §7).
+"""RLDF state likelihood (Reinforcement Learning from Denoising Feedback; TraceRL family).
 
 Instead of scoring the finished completion under a synthetic mask, RLDF rebuilds k of the rollout's
 own intermediate states and scores, in each, every still-masked position against the final tokens:

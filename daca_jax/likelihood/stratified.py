@@ -1,4 +1,4 @@
-"""Stratified Masking Likelihood (SML), the likelihood of DACA-GRPO (DESIGN §7; arXiv 2605.16342).
+"""Stratified Masking Likelihood (SML), the likelihood of DACA-GRPO (arXiv 2605.16342).
 
 The L completion positions are split into K strata (a fresh random permutation per sequence and per
 key, by default). Pass k masks stratum k and keeps every other completion token visible, so each token

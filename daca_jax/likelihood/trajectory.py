@@ -1,4 +1,4 @@
-"""Trajectory likelihood (TraceRL / RLDF family, DESIGN §7): score each token in the rollout state it
+"""Trajectory likelihood (TraceRL / RLDF family): score each token in the rollout state it
 was actually generated from.
 
 The rollout state before step s is rebuilt from the final tokens and the commit steps:

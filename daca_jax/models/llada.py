@@ -240,7 +240,7 @@ def make_logits_fn(graphdef: nnx.GraphDef, return_hidden: bool = False, logprob_
     graphdef: from :func:`init_model`.
     return_hidden: when True the function returns ``(logits [B, T, V] float32, hidden [B, T, D])``,
       ``hidden`` being the final-norm hidden states that feed the output projection (DelTA's token
-      features, DESIGN.md §6); otherwise only ``logits``.
+      features); otherwise only ``logits``.
     logprob_chunk: > 0 makes the likelihood estimators gather target log-probs ``logprob_chunk``
       positions at a time (:func:`daca_jax.likelihood.common.score_targets`); the logits the
       function returns are unchanged.

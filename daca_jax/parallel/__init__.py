@@ -1,4 +1,4 @@
-"""Device meshes and parallel updates (DESIGN §10).
+"""Device meshes and parallel updates.
 
 ``make_mesh`` builds the ``('data', 'fsdp', 'tensor')`` mesh; ``compile_update`` turns the learner's
 one-device update into a ``pmap`` (replicated parameters, per-device gradients averaged) or ``fsdp``

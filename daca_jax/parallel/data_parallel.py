@@ -1,4 +1,4 @@
-"""Data-parallel ("pmap") update: parameters replicated, each device scores its own rows (DESIGN §10).
+"""Data-parallel ("pmap") update: parameters replicated, each device scores its own rows.
 
 Written with ``jax.shard_map`` (what ``jax.pmap`` is built on in current JAX) over the mesh axes
 ``('data', 'fsdp')``, one jitted step. The costly part of an update, the likelihood passes and their

@@ -1,4 +1,4 @@
-"""Multi-host setup (DESIGN §10): one process per host, each loading its own slice of the prompts.
+"""Multi-host setup: one process per host, each loading its own slice of the prompts.
 
 On a Cloud TPU pod slice, ``jax.distributed.initialize()`` finds the coordinator, the process count
 and this process's id itself (as it does under SLURM / Open MPI / Kubernetes). Elsewhere (e.g. plain
@@ -88,7 +88,7 @@ def is_primary() -> bool:
 
 def rows_to_devices(rows: np.ndarray, mesh: Mesh | None, field: str) -> Any:
   """One global batch from the rows every process computed identically (e.g. the prompts of a step,
-  chosen by the seed): each process contributes its :func:`process_slice`, as DESIGN §10 asks.
+  chosen by the seed): each process contributes its :func:`process_slice`.
 
   In a single process (or without a mesh) ``rows`` is returned unchanged, so single-host runs keep
   their exact code path.

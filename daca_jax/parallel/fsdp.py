@@ -1,4 +1,4 @@
-"""FSDP update: ``jax.jit`` with ``NamedSharding`` (DESIGN §10).
+"""FSDP update: ``jax.jit`` with ``NamedSharding``.
 
 Parameters, the reference parameters and the optimizer state are sharded over the 'fsdp' axis, each
 array on its largest dimension divisible by the axis size (replicated when none is); the batch is

@@ -1,4 +1,4 @@
-"""The device mesh (DESIGN §10): axes ``('data', 'fsdp', 'tensor')`` and the shardings built on it."""
+"""The device mesh: axes ``('data', 'fsdp', 'tensor')`` and the shardings built on it."""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,4 @@
-"""Chooses the update strategy from ``cfg.parallel`` (DESIGN §10): what the learner calls.
+"""Chooses the update strategy from ``cfg.parallel``: what the learner calls.
 
 ``none``: plain ``jax.jit`` on the default device. ``pmap``: :mod:`daca_jax.parallel.data_parallel`.
 ``fsdp``: :mod:`daca_jax.parallel.fsdp`. All three take and return the same values.

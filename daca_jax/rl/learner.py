@@ -1,4 +1,4 @@
-"""GRPO learner for masked diffusion LMs (DESIGN §9), generic over objective, credit and likelihood.
+"""GRPO learner for masked diffusion LMs, generic over objective, credit and likelihood.
 
 One iteration: rollout (jit) → rewards on the host → group advantages → credit weights (once per
 rollout) → μ inner iterations, each with a new likelihood key whose masks are shared by θ, θ_old and

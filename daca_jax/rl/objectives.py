@@ -1,4 +1,4 @@
-"""Policy-gradient objectives of the base methods (DESIGN §8), composable with any credit and likelihood.
+"""Policy-gradient objectives of the base methods, composable with any credit and likelihood.
 
 Every objective has the signature ``fn(logp [B, L], batch: PolicyBatch, cfg: RLConfig) -> (loss, aux)``
 where ``logp`` are the current policy's per-token log-probs (differentiable) and ``batch`` carries the

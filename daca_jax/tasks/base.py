@@ -1,7 +1,7 @@
 """The task interface used by the trainer, and the task registry.
 
 A task bundles prompt formatting, a tokenizer, reward functions, evaluation metrics and a data
-source (DESIGN.md §11). Tasks are selected by name through :data:`TASKS` (config field
+source. Tasks are selected by name through :data:`TASKS` (config field
 ``task.name``) and built with :func:`make_task`.
 
 Token layout shared by every task (see :meth:`Task.encode_prompts` / :meth:`Task.encode_targets`):
