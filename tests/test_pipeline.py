@@ -9,6 +9,7 @@ import time
 
 import jax
 import numpy as np
+import pytest
 
 from configs import sudoku_tiny
 from daca_jax.checkpoint import Checkpointer
@@ -51,6 +52,7 @@ def test_smoke_run_writes_results_and_reuses_cache(tmp_path):
   assert res3["eval_before"]["num_examples"] == res3["eval_after"]["num_examples"] == 16
 
 
+@pytest.mark.slow  # the flags' parsing is in test_config; the methods run in-process below
 def test_d1_baseline_by_flags(tmp_path):
   proc = _run([f"--workdir={tmp_path}", "--config.rl.credit=uniform", "--config.rl.likelihood=mean_field"])
   assert proc.returncode == 0, proc.stderr[-3000:]

@@ -309,7 +309,7 @@ def _tiny_run_flags():
 
 
 @pytest.mark.parametrize("flags,metric", [
-    (["--config.rl.credit=dtca"], "dtca_kept_frac"),
+    pytest.param(["--config.rl.credit=dtca"], "dtca_kept_frac", marks=pytest.mark.slow),  # unit-tested above
     pytest.param(["--config.rl.credit=delta", "--config.model.lora_rank=4", "--config.model.logprob_chunk=8"],
                  "delta_margin_mean", marks=pytest.mark.slow),  # unit-tested above; end to end: --runslow
     pytest.param(["--config.rl.objective=rldf", "--config.rl.likelihood=rldf", "--config.rl.credit=uniform",
