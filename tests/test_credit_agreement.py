@@ -102,6 +102,9 @@ def test_position_value_credit_in_the_learner_update():
   want = position_value_advantages(traj.completion, traj.completion_mask, group_advantages(rewards, 4), 4)
   np.testing.assert_allclose(np.asarray(out.token_advantages), np.asarray(want), rtol=1e-6)
   assert np.abs(np.asarray(want)).sum() > 0
+  comp, cm = np.asarray(traj.completion).reshape(2, 4, -1), np.asarray(traj.completion_mask).reshape(2, 4, -1)
+  agreed = np.broadcast_to((comp == comp[:, :1]).all(axis=1, keepdims=True), comp.shape)
+  np.testing.assert_allclose(float(out.metrics["agreed_fraction"]), (agreed * cm).sum() / cm.sum(), rtol=1e-6)
   new, _, m = learner.update(params, learner.init_opt_state(params), params, traj, rewards,
                              (out.weights, out.token_advantages), jax.random.PRNGKey(1))
   assert np.isfinite(float(m["loss"])) and any(

@@ -27,6 +27,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from daca_jax.credit.agreement import group_agreement_mask
 from daca_jax.credit.base import CreditInputs, CreditOutput, register_credit
 from daca_jax.diffusion.rollout import Trajectory
 from daca_jax.types import CreditConfig, RolloutConfig
@@ -67,8 +68,6 @@ def position_value_credit(traj: Trajectory, cfg: CreditConfig, rollout_cfg: Roll
   del cfg, rollout_cfg
   mask = traj.completion_mask.astype(jnp.float32)
   adv = position_value_advantages(traj.completion, mask, inputs.advantages, inputs.group_size)
-  b, length = traj.completion.shape
-  c = traj.completion.reshape(-1, inputs.group_size, length)
-  agreed = jnp.all(c == c[:, :1], axis=1, keepdims=True)
-  shared = jnp.sum(jnp.broadcast_to(agreed, c.shape).reshape(b, length) * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+  keep = group_agreement_mask(traj.completion, mask, inputs.group_size)
+  shared = 1.0 - jnp.sum(keep) / jnp.maximum(jnp.sum(mask), 1.0)
   return CreditOutput(weights=mask, token_advantages=adv, metrics={"agreed_fraction": shared})
