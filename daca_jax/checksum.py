@@ -12,7 +12,10 @@ over all words of all leaves:
 
 Positions run over the leaves in tree order (leaf index and element index), so the checksum depends
 on the values, their order and their dtypes' bit layout, not on how arrays are sharded. One jitted
-pass over the tree; the result is read on the host as 16 hex digits.
+pass over the tree; the result is read on the host as 16 hex digits. Small trees whose arrays this
+process holds whole (a tiny model's checkpoint) take the same arithmetic in numpy on the host instead:
+tracing and compiling the device program for each new tree structure costs ~0.3-1 s, hashing them
+microseconds.
 """
 from __future__ import annotations
 
@@ -64,6 +67,52 @@ def _lanes(tree: Any) -> jax.Array:
   return total
 
 
+# Trees up to this size whose leaves are all fully addressable are hashed on the host.
+_HOST_MAX_BYTES = 32 * 2**20
+
+
+def _host_words(x: jax.Array) -> np.ndarray | None:
+  """``_words(x)`` computed with numpy, or None where the device path must do it."""
+  if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+    x = jax.random.key_data(x)
+  a = np.asarray(x)
+  if a.dtype == np.bool_:
+    a = a.astype(np.uint8)
+  if np.issubdtype(a.dtype, np.complexfloating):
+    a = np.stack([a.real, a.imag], -1)
+  size = a.dtype.itemsize
+  if size not in (1, 2, 4):  # 64-bit words: left to XLA's bitcast, whose word order is the reference
+    return None
+  return np.ascontiguousarray(a).view({1: np.uint8, 2: np.uint16, 4: np.uint32}[size]).astype(np.uint32).reshape(-1)
+
+
+def _np_fmix32(h: np.ndarray) -> np.ndarray:
+  h = h ^ (h >> np.uint32(16))
+  h = h * np.uint32(0x85EBCA6B)
+  h = h ^ (h >> np.uint32(13))
+  h = h * np.uint32(0xC2B2AE35)
+  return h ^ (h >> np.uint32(16))
+
+
+def _host_lanes(tree: Any) -> np.ndarray | None:
+  """``_lanes(tree)`` in numpy (uint32 arithmetic wraps modulo 2^32 as XLA's does), or None."""
+  leaves = [jnp.asarray(x) for x in jax.tree.leaves(tree)]  # jax's dtype canonicalisation, as _words
+  if (sum(x.size * x.dtype.itemsize for x in leaves) > _HOST_MAX_BYTES
+      or not all(x.is_fully_addressable for x in leaves)):
+    return None
+  total = np.zeros(2, np.uint32)
+  with np.errstate(over="ignore"):
+    for leaf_index, leaf in enumerate(leaves):
+      w = _host_words(leaf)
+      if w is None:
+        return None
+      pos = np.arange(w.shape[0], dtype=np.uint32) + np.uint32((leaf_index * _GOLDEN) & 0xFFFFFFFF)
+      lane1 = np.sum(w * (_np_fmix32(pos) | np.uint32(1)), dtype=np.uint32)
+      lane2 = np.sum(_np_fmix32(w ^ _np_fmix32(pos ^ np.uint32(0x5BD1E995))), dtype=np.uint32)
+      total = total + np.array([lane1, lane2], np.uint32)
+  return total
+
+
 def tree_checksum(tree: Any) -> str:
   """16 hex digits identifying the values of ``tree`` (module docstring).
 
@@ -75,5 +124,7 @@ def tree_checksum(tree: Any) -> str:
   Raises:
     TypeError: a leaf whose dtype has no 1/2/4/8-byte bit layout.
   """
-  lanes = np.asarray(jax.device_get(_lanes(tree)), np.uint32)
+  lanes = _host_lanes(tree)
+  if lanes is None:
+    lanes = np.asarray(jax.device_get(_lanes(tree)), np.uint32)
   return f"{int(lanes[0]):08x}{int(lanes[1]):08x}"

@@ -83,6 +83,29 @@ class PhaseSink:
       self._tb = None
 
 
+def _summary_writer_class() -> type:
+  """``tensorboardX.SummaryWriter``, imported without PyTorch.
+
+  tensorboardX's writer module tries ``import torch`` at import time only to accept torch tensors as
+  values (we log Python floats); with torch installed (the ``[hf]`` extra) that costs ~5 s per
+  process. Where torch is not loaded yet it is hidden for the duration of this one import (an entry
+  of ``None`` in ``sys.modules`` makes ``import torch`` raise ImportError), and a later
+  ``import torch`` works as usual.
+  """
+  import sys
+
+  if "tensorboardX.writer" in sys.modules or "torch" in sys.modules:
+    from tensorboardX import SummaryWriter
+    return SummaryWriter
+  sys.modules["torch"] = None  # type: ignore[assignment]
+  try:
+    from tensorboardX import SummaryWriter
+  finally:
+    if sys.modules.get("torch", 0) is None:
+      del sys.modules["torch"]
+  return SummaryWriter
+
+
 class Dashboard:
   """The run's dashboards: TensorBoard event files under ``<workdir>/tb/<phase>`` and a W&B run.
 
@@ -114,8 +137,7 @@ class Dashboard:
       raise ValueError(f"phase {phase!r} is not one of {PHASES}")
     tb = None
     if self.cfg.tensorboard:
-      from tensorboardX import SummaryWriter
-
+      SummaryWriter = _summary_writer_class()
       # The suffix keeps a session's file apart from one opened in the same second (the name has
       # seconds); TensorBoard reads a folder's files in name order.
       tb = SummaryWriter(str(self.workdir / "tb" / phase), purge_step=resume_after + 1 if resume_after else None,

@@ -175,3 +175,18 @@ def test_wandb_is_refused_before_any_work_when_missing_and_used_when_present(tmp
     sink.image("trajectory", 5, np.zeros((4, 4, 3), np.uint8))
   assert logged == [("init", "my-project"), {"sft/loss": 0.5, "sft/step": 5},
                     {"sft/trajectory": ("image", (4, 4, 3)), "sft/step": 5}]
+
+
+def test_tensorboard_writer_is_imported_without_torch_and_torch_still_imports_after():
+  # tensorboardX's writer tries `import torch` at import time (~5 s per process with the [hf] extra);
+  # the dashboard hides torch for that one import only.
+  code = ("import importlib.util, sys, tempfile\n"
+          "from daca_jax.dashboards import _summary_writer_class\n"
+          "W = _summary_writer_class()\n"
+          "assert 'torch' not in sys.modules, 'torch was imported (or its None entry left behind)'\n"
+          "w = W(tempfile.mkdtemp()); w.add_scalar('rl/loss', 0.5, 1); w.close()\n"
+          "if importlib.util.find_spec('torch') is not None:\n"
+          "  import torch; assert torch.zeros(2).sum().item() == 0.0\n"
+          "print('ok')\n")
+  proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]

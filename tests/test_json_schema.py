@@ -23,6 +23,12 @@ BENCH = local.default_data_dir() / js.BENCH_DIR
 needs_bench = pytest.mark.skipif(not BENCH.is_dir(), reason=f"JSONSchemaBench files not found at {BENCH}")
 
 
+@pytest.fixture(scope="module")
+def bench():
+  """(schemas, report) of the whole bench: compiling all 3650 files takes ~15 s, so once per module."""
+  return js.load_jsonschemabench(BENCH)
+
+
 def _fresh_is_valid(schema, instance):
   with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -136,8 +142,8 @@ def test_generator_returns_or_raises_unsupported_on_anything(schema, seed):
 
 
 @needs_bench
-def test_jsonschemabench_compile_count():
-  schemas, report = js.load_jsonschemabench(BENCH)
+def test_jsonschemabench_compile_count(bench):
+  schemas, report = bench
   files = {f"{s}/{p.name}" for s in js.BENCH_SUBSETS for p in (BENCH / s).glob("*.json")}
   skipped = {k for v in report.skipped.values() for k, _ in v}
   print(f"\nJSONSchemaBench: {report.summary()}")
@@ -157,8 +163,8 @@ def test_jsonschemabench_compile_count():
 
 
 @needs_bench
-def test_generated_instances_validate_and_broken_ones_do_not():
-  schemas, _ = js.load_jsonschemabench(BENCH)
+def test_generated_instances_validate_and_broken_ones_do_not(bench):
+  schemas, _ = bench
   sample = schemas[::7]
   covered = broken_checked = 0
   for s in sample:
@@ -248,10 +254,10 @@ def test_chat_prompt_style_and_bad_options():
 
 @pytest.mark.slow
 @needs_bench
-def test_generator_on_every_jsonschemabench_schema():
+def test_generator_on_every_jsonschemabench_schema(bench):
   """Both folders, all schemas that compile: every generated instance validates (checked here by
-  a fresh jsonschema validator), every failure is Unsupported (issue 13 item 8)."""
-  schemas, _ = js.load_jsonschemabench(BENCH)
+  a fresh jsonschema validator), every failure is Unsupported."""
+  schemas, _ = bench
   covered = unsupported = 0
   for s in schemas:
     for rng in (None, np.random.default_rng(0)):

@@ -95,6 +95,30 @@ def test_checksum_changes_with_any_single_value():
   assert tree_checksum(swapped) != base
 
 
+def test_host_checksum_equals_the_device_program_on_every_dtype(monkeypatch):
+  from daca_jax import checksum
+  rng = np.random.default_rng(0)
+  tree = {"f32": jnp.asarray(rng.normal(size=(5, 7)), jnp.float32),
+          "bf16": jnp.asarray(rng.normal(size=(9,)), jnp.bfloat16),
+          "f16": jnp.asarray(rng.normal(size=(3,)), jnp.float16),
+          "i8": jnp.asarray(rng.integers(-128, 127, size=(11,)), jnp.int8),
+          "u16": jnp.asarray(rng.integers(0, 2**16, size=(4, 2)), jnp.uint16),
+          "i32": jnp.asarray(rng.integers(-2**31, 2**31, size=(6,)), jnp.int32),
+          "bool": jnp.asarray(rng.random(13) < 0.5),
+          "c64": jnp.asarray(rng.normal(size=3) + 1j * rng.normal(size=3), jnp.complex64),
+          "typed_key": jax.random.key(3), "raw_key": jax.random.PRNGKey(4),
+          "np_f64": rng.normal(size=(4,)),  # canonicalised to float32 as jnp.asarray does
+          "scalars": (3, 2.5, True), "empty": jnp.zeros((0, 3))}
+  host = checksum._host_lanes(tree)
+  assert host is not None
+  np.testing.assert_array_equal(host, np.asarray(checksum._lanes(tree)))
+  assert checksum.tree_checksum(tree) == f"{int(host[0]):08x}{int(host[1]):08x}"
+  # Large trees go to the device program, with the same result.
+  monkeypatch.setattr(checksum, "_HOST_MAX_BYTES", 0)
+  assert checksum._host_lanes(tree) is None
+  assert checksum.tree_checksum(tree) == f"{int(host[0]):08x}{int(host[1]):08x}"
+
+
 @pytest.mark.parametrize("where", [0.2, 0.35, 0.5, 0.65, 0.8, 0.95])
 def test_flipped_checkpoint_byte_is_never_restored_silently(tmp_path, where):
   state = _state()
