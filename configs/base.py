@@ -64,7 +64,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.likelihood = ml_collections.ConfigDict()
   c.likelihood.num_strata = 4  # K strata of SML (ignored by mean_field).
   c.likelihood.partition = "random"  # random | strided | contiguous | commit_order.
-  c.likelihood.p_mask_prompt = 0.15  # Prompt-token masking probability (d1).
+  c.likelihood.p_mask_prompt = 0.0  # Prompt-token masking probability (d1 reproductions: 0.15).
   c.likelihood.strata_batch = 0  # 0: vmap all strata; n: n at a time, rematerialised (memory of n passes).
   c.likelihood.coupled_t_min = 0.2  # coupled: masking rate t ~ U[t_min, t_max] (DiffuCoder).
   c.likelihood.coupled_t_max = 0.8  # coupled: upper end of t.

@@ -376,7 +376,9 @@ class LikelihoodConfig:
     num_strata: K, strata of the stratified (SML) estimator; 1 <= K <= gen_length.
     partition: how SML splits completion positions into strata: "random", "strided",
       "contiguous" or "commit_order".
-    p_mask_prompt: probability of masking each prompt token (d1 uses 0.15).
+    p_mask_prompt: probability of masking each prompt token in the likelihood passes. 0 by default
+      (the prompt is scored as given); d1 (Zhao et al. 2025) masks 15% of prompt tokens, so its
+      reproductions set 0.15 explicitly.
     strata_batch: 0 vectorises all K strata at once (``jax.vmap``); 0 < n < K evaluates n strata at a
       time (``lax.map``, rematerialised): the update keeps the activations of n passes instead of K,
       at the price of one more forward pass per stratum in the backward pass.
@@ -398,7 +400,7 @@ class LikelihoodConfig:
 
   num_strata: int = 4
   partition: str = "random"
-  p_mask_prompt: float = 0.15
+  p_mask_prompt: float = 0.0
   strata_batch: int = 0
   coupled_t_min: float = 0.2
   coupled_t_max: float = 0.8

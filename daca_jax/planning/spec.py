@@ -139,7 +139,9 @@ def train_config(spec: PlanSpec) -> TrainConfig:
       model=model_config(spec),
       rollout=RolloutConfig(gen_length=spec.gen_length, block_length=spec.block_length, steps=spec.steps),
       credit=CreditConfig(),
-      likelihood=LikelihoodConfig(num_strata=spec.num_strata, strata_batch=spec.strata_batch),
+      # d1's setting (GSM8K at LLaDA-8B) masks 15% of the prompt in the likelihood passes.
+      likelihood=LikelihoodConfig(num_strata=spec.num_strata, strata_batch=spec.strata_batch,
+                                  p_mask_prompt=0.15),
       rl=RLConfig(objective=objective, credit=credit, likelihood=likelihood,
                   prompts_per_step=spec.prompts_per_step, group_size=spec.group_size, beta=spec.beta,
                   num_iterations=spec.num_iterations, grad_agreement=spec.grad_agreement),
