@@ -17,6 +17,10 @@ def get_arms() -> dict[str, list[tuple[str, object]]]:
   return {
       "base": [("rl.credit", "uniform"), ("rl.likelihood", "mean_field")],
       "DACA (dps + SML)": [("rl.credit", "dps"), ("rl.likelihood", "stratified")],
+      # SML's strata by commit order (DACA's own option): the estimator closest to the sampler's
+      # trajectory gradient among SML's partitions (experiments/alignment_study.py).
+      "DACA (dps + SML commit_order)": [("rl.credit", "dps"), ("rl.likelihood", "stratified"),
+                                        ("likelihood.partition", "commit_order")],
       "uniform + traj4": [("rl.credit", "uniform")] + _TRAJ4,
       "uniform + traj4 + drop_agreed": [("rl.credit", "uniform"), ("credit.drop_agreed", True)] + _TRAJ4,
       "dps + traj4": [("rl.credit", "dps")] + _TRAJ4,

@@ -1,0 +1,168 @@
+"""How closely each likelihood estimator's GRPO update follows the sampler's own policy gradient, on a
+real task (where the completions cannot be enumerated).
+
+The toy study (:mod:`daca_jax.gradient_study`) has the exact gradient; on 4x4 Sudoku it does not exist
+in closed form. What does is the REINFORCE direction of the sampler's own trajectory: the rollout
+commits each token in a known state (the canvas at its commit step), and the trajectory likelihood
+with one pass per denoising step scores every token in exactly that state, so
+``Σ_b A_b ∇ log π(token | its commit state)`` is the policy gradient of the proposals the sampler
+made (the remasking choice, a deterministic function of the proposals' confidences under
+low-confidence remasking, is what it leaves out). Every estimator is differentiated on the *same*
+rollout batches with the same advantages and credit, so the comparison is paired, and the reference
+is averaged over ``num_batches`` batches.
+
+For each arm it reports, at the warm start (θ = θ_old = θ_ref, so the KL term has zero gradient):
+
+* ``cos_to_reference``: cosine between the arm's mean update over all batches and the reference's
+  mean update — the direction the arm would follow with unlimited rollouts;
+* ``paired_cos``: mean over batches of the cosine between the arm's and the reference's update on
+  the same batch;
+* ``agreement``: cosine between the arm's mean updates over the first and second halves of the
+  batches (signal-to-noise: 0 is noise);
+* ``norm_ratio``: the arm's mean update norm over the reference's.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from daca_jax.errors import ConfigError
+from daca_jax.rl import GRPOLearner
+from daca_jax.tasks.base import Example, Task
+from daca_jax.types import TrainConfig
+
+# Arms: name -> overrides of (section, field) -> value on the run's config; the reference is the
+# trajectory likelihood with one pass per denoising step (trajectory_groups = 0).
+DEFAULT_ARMS: dict[str, dict[str, Any]] = {
+    "reference (trajectory, 1 pass per step)": {"rl.likelihood": "trajectory", "likelihood.trajectory_groups": 0},
+    "mean_field (d1)": {"rl.likelihood": "mean_field"},
+    "SML K=4 (DACA)": {"rl.likelihood": "stratified", "likelihood.num_strata": 4},
+    "SML K=4, commit_order strata": {"rl.likelihood": "stratified", "likelihood.num_strata": 4,
+                                     "likelihood.partition": "commit_order"},
+    "trajectory, 4 groups (traj4)": {"rl.likelihood": "trajectory", "likelihood.trajectory_groups": 4},
+}
+
+
+def arm_config(cfg: TrainConfig, overrides: Mapping[str, Any]) -> TrainConfig:
+  """``cfg`` with dotted ``section.field`` overrides, validated.
+
+  Raises:
+    ConfigError: an override names no field of the config.
+  """
+  sections: dict[str, dict[str, Any]] = {}
+  for dotted, value in overrides.items():
+    section, _, field = dotted.partition(".")
+    if not hasattr(cfg, section) or not dataclasses.is_dataclass(getattr(cfg, section)) \
+        or not hasattr(getattr(cfg, section), field):
+      raise ConfigError(dotted, value, "a 'section.field' of the TrainConfig")
+    sections.setdefault(section, {})[field] = value
+  return dataclasses.replace(cfg, **{s: dataclasses.replace(getattr(cfg, s), **f)
+                                     for s, f in sections.items()}).validate()
+
+
+def _flat(tree: Any) -> np.ndarray:
+  return np.concatenate([np.asarray(x, np.float64).ravel() for x in jax.tree.leaves(tree)])
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> float:
+  na, nb = np.linalg.norm(a), np.linalg.norm(b)
+  return float(a @ b / (na * nb)) if na > 0 and nb > 0 else 0.0
+
+
+def run_alignment(cfg: TrainConfig, logits_fn: Callable[..., Any], params: Any, task: Task,
+                  examples: Sequence[Example], *, arms: Mapping[str, Mapping[str, Any]] = DEFAULT_ARMS,
+                  num_batches: int = 16, seed: int = 0,
+                  log: Callable[[str], None] = print) -> dict[str, Any]:
+  """Updates of every arm on the same ``num_batches`` rollout batches of ``cfg.rl`` size.
+
+  Args:
+    cfg: the run's config (its rollout, credit and objective; ``rl.prompts_per_step`` ×
+      ``rl.group_size`` rollouts per batch). The first arm is the reference.
+    logits_fn, params: the policy (e.g. the SFT warm start); also θ_old and θ_ref.
+    task, examples: prompts and the reward.
+    arms: name -> ``{"section.field": value}`` overrides of ``cfg``; the first is the reference.
+    num_batches: independent rollout batches (>= 2).
+  Returns:
+    {"arms": {name: {cos_to_reference, paired_cos, agreement, norm_ratio}}, "batch_rollouts",
+    "num_batches", "reward_mean"}.
+  Raises:
+    ConfigError: ``num_batches`` < 2, no arms, or an override that names no config field.
+  """
+  if num_batches < 2:
+    raise ConfigError("num_batches", num_batches, "an int >= 2 (the agreement compares two halves)")
+  if not arms:
+    raise ConfigError("arms", arms, "at least one arm (the first is the reference)")
+  rl = cfg.rl
+  learners = {name: GRPOLearner(logits_fn, arm_config(cfg, ov), mask_id=cfg.model.mask_token_id,
+                                eos_id=task.tokenizer.eos_id) for name, ov in arms.items()}
+  grads = {name: jax.jit(lrn.objective_grad) for name, lrn in learners.items()}
+  names = list(arms)
+  roller = learners[names[0]]
+  prompts_all = task.encode_prompts(list(examples))
+  key = jax.random.PRNGKey(seed)
+  half = num_batches // 2
+  sums = {n: [0.0, 0.0] for n in names}  # first / second half sums of the updates
+  paired = {n: [] for n in names}
+  rewards_seen = []
+  for i in range(num_batches):
+    rng = np.random.default_rng([seed, i])
+    idx = rng.choice(len(examples), rl.prompts_per_step, replace=False)
+    prompts = np.repeat(prompts_all[idx], rl.group_size, axis=0)
+    batch_examples = [examples[j] for j in idx for _ in range(rl.group_size)]
+    k_roll, k_lik = jax.random.split(jax.random.fold_in(key, i))
+    traj = roller.rollout(params, prompts, k_roll)
+    completions = task.decode_completions(np.asarray(traj.completion))
+    rewards = np.asarray(task.reward(completions, batch_examples), np.float32)
+    rewards_seen.append(float(rewards.mean()))
+    credit = roller.assign_credit(traj, jnp.asarray(rewards), roller.init_credit_state())
+    weights = credit.weights if credit.token_advantages is None else (credit.weights, credit.token_advantages)
+    ref_dir = None
+    for n in names:
+      g, _ = grads[n](params, params, traj, jnp.asarray(rewards), weights, k_lik)
+      d = -_flat(g)
+      sums[n][0 if i < half else 1] = sums[n][0 if i < half else 1] + d
+      if ref_dir is None:
+        ref_dir = d
+      paired[n].append(_cos(d, ref_dir))
+    log(f"batch {i + 1}/{num_batches}: reward {rewards.mean():.3f}")
+  ref_mean = sums[names[0]][0] + sums[names[0]][1]
+  out = {}
+  for n in names:
+    mean = sums[n][0] + sums[n][1]
+    out[n] = {"cos_to_reference": _cos(mean, ref_mean), "paired_cos": float(np.mean(paired[n])),
+              "agreement": _cos(sums[n][0], sums[n][1]),
+              "norm_ratio": float(np.linalg.norm(mean) / max(np.linalg.norm(ref_mean), 1e-30))}
+  return {"arms": out, "batch_rollouts": rl.prompts_per_step * rl.group_size, "num_batches": num_batches,
+          "reward_mean": float(np.mean(rewards_seen))}
+
+
+def markdown(result: Mapping[str, Any]) -> str:
+  """The result as a markdown table (one row per arm)."""
+  rows = ["| estimator | cos(mean update, reference) | paired cos per batch | agreement of halves | norm / reference |",
+          "|---|---|---|---|---|"]
+  for n, r in result["arms"].items():
+    rows.append(f"| {n} | {r['cos_to_reference']:+.3f} | {r['paired_cos']:+.3f} | {r['agreement']:+.3f} | "
+                f"{r['norm_ratio']:.2f} |")
+  return "\n".join(rows)
+
+
+def sft_warm_start(cfg: TrainConfig, sft_dir: Any, log: Callable[[str], None] = print
+                   ) -> tuple[Task, list[Example], Callable[..., Any], Any]:
+  """The main job's task, training prompts and SFT warm start (trained in, or reused from, ``sft_dir``
+  — e.g. a reproduce grid's ``sft_cache/<task>_seed<seed>``, so the study sees the RL runs' start)."""
+  import pathlib
+
+  from daca_jax.models import init_model, make_logits_fn
+  from daca_jax.pipeline import build_task, run_sft
+
+  task = build_task(cfg)
+  pool = task.train_examples(cfg.sft.num_train_examples + cfg.task.num_val_examples, cfg.seed)
+  train = pool[:cfg.sft.num_train_examples]
+  graphdef, params = init_model(cfg.model, cfg.seed)
+  logits_fn = make_logits_fn(graphdef, logprob_chunk=cfg.model.logprob_chunk)
+  params, _ = run_sft(cfg, task, train, logits_fn, params, pathlib.Path(sft_dir), show_progress=False, log=log)
+  return task, train, logits_fn, params
