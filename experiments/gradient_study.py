@@ -4,8 +4,11 @@ sampler's expected reward, on a toy whose completions can be enumerated (daca_ja
   python experiments/gradient_study.py --workdir=runs/gradient_study [--num_batches=32]
 
 Writes ``gradient_study.json`` (every number), ``gradient_study.md`` (tables) and
-``gradient_study.png`` (batch agreement and cosine to the true gradient vs rollouts).
+``gradient_study.png`` (batch agreement and cosine to the true gradient vs rollouts);
+``--table_from=gradient_study.json [--study=regularised]`` prints the tables of a results file (the
+README's come from ``docs/results/gradient_study.json``).
 """
+import json
 import pathlib
 
 from absl import app, flags, logging
@@ -23,12 +26,28 @@ _PROMPTS = flags.DEFINE_integer("num_prompts", 8, "Prompts of the toy (the batch
 _TRAIN_STEPS = flags.DEFINE_integer("train_steps", 100, "SFT steps of the toy model (a partial solver).")
 _BETA = flags.DEFINE_float("beta", 0.04, "KL coefficient of the regularised comparison.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed.")
-flags.mark_flags_as_required(["workdir"])
+_TABLE_FROM = flags.DEFINE_string("table_from", None, "Print the tables of this gradient_study.json and exit.")
+_STUDY = flags.DEFINE_string("study", "", "With --table_from: only this study (low_confidence, random, "
+                             "regularised).")
+
+
+def _tables(out, only: str = "") -> str:
+  n = out["studies"]["low_confidence"]["batch_rollouts"]
+  md = [gs.report_header(out)]
+  for name, res in out["studies"].items():
+    if not only or name == only:
+      md += [f"\n### {name}\n", gs.markdown_table(res, at_rollouts=4 * n)]
+  return "\n".join(md)
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
+  if _TABLE_FROM.value:
+    print(_tables(json.loads(pathlib.Path(_TABLE_FROM.value).read_text()), _STUDY.value))
+    return
+  if not _WORKDIR.value:
+    raise app.UsageError("--workdir is required (or --table_from)")
   work = pathlib.Path(_WORKDIR.value)
   work.mkdir(parents=True, exist_ok=True)
   tok = ByteTokenizer()
@@ -51,13 +70,10 @@ def main(argv):
                                                num_batches=_BATCHES.value, seed=_SEED.value,
                                                beta=_BETA.value, ref_params=params, log=print)
   atomic_write_json(work / "gradient_study.json", out)
-  n = out["studies"]["low_confidence"]["batch_rollouts"]
-  md = [gs.report_header(out)]
-  for name, res in out["studies"].items():
-    md += [f"\n### {name}\n", gs.markdown_table(res, at_rollouts=4 * n)]
-  atomic_write_text(work / "gradient_study.md", "\n".join(md) + "\n")
+  md = _tables(out)
+  atomic_write_text(work / "gradient_study.md", md + "\n")
   gs.plot(out["studies"]["low_confidence"], work / "gradient_study.png")
-  print("\n".join(md))
+  print(md)
 
 
 if __name__ == "__main__":
