@@ -140,13 +140,16 @@ def run_alignment(cfg: TrainConfig, logits_fn: Callable[..., Any], params: Any, 
           "reward_mean": float(np.mean(rewards_seen))}
 
 
-def markdown(result: Mapping[str, Any]) -> str:
-  """The result as a markdown table (one row per arm)."""
+def markdown(results: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> str:
+  """One result, or several (e.g. one per seed, same arms), as a markdown table: one row per arm,
+  each cell the results' values separated by " / "."""
+  results = [results] if isinstance(results, Mapping) else list(results)
   rows = ["| estimator | cos(mean update, reference) | paired cos per batch | agreement of halves | norm / reference |",
           "|---|---|---|---|---|"]
-  for n, r in result["arms"].items():
-    rows.append(f"| {n} | {r['cos_to_reference']:+.3f} | {r['paired_cos']:+.3f} | {r['agreement']:+.3f} | "
-                f"{r['norm_ratio']:.2f} |")
+  fmt = {"cos_to_reference": "{:+.3f}", "paired_cos": "{:+.3f}", "agreement": "{:+.3f}", "norm_ratio": "{:.2f}"}
+  for n in results[0]["arms"]:
+    cells = [" / ".join(f.format(r["arms"][n][k]) for r in results) for k, f in fmt.items()]
+    rows.append(f"| {n} | " + " | ".join(cells) + " |")
   return "\n".join(rows)
 
 

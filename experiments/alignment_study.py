@@ -4,8 +4,8 @@ policy gradient, on the same rollout batches from the SFT warm start (daca_jax.a
   python experiments/alignment_study.py --config=configs/sudoku_tiny.py --workdir=runs/alignment \
       [--sft_dir=runs/credit_study/sft_cache/sudoku4x4_seed0] [--num_batches=16] [--preset=standard]
 
-Writes ``alignment.json`` and ``alignment.md``; ``--table_from=alignment.json`` prints the table of
-a results file (the README's comes from ``docs/results/alignment_sudoku.json``).
+Writes ``alignment.json`` and ``alignment.md``; ``--table_from=a.json,b.json`` prints the table of
+results files, one value per file in each cell (the README's: ``docs/results/alignment_sudoku_seed*.json``).
 """
 import pathlib as _pathlib
 import sys as _sys
@@ -29,12 +29,15 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
 _SFT_DIR = flags.DEFINE_string("sft_dir", None, "SFT warm start to reuse or train (default WORKDIR/sft).")
 _BATCHES = flags.DEFINE_integer("num_batches", 16, "Independent rollout batches.")
 _PRESET = flags.DEFINE_enum("preset", "standard", sorted(PRESETS), "Batch size of the reproduce preset.")
-_TABLE_FROM = flags.DEFINE_string("table_from", None, "Print the table of this alignment.json and exit.")
+_TABLE_FROM = flags.DEFINE_list("table_from", None, "Print the table of these alignment.json files and exit.")
 
 
-def _table(res) -> str:
-  return (f"{res['num_batches']} batches of {res['batch_rollouts']} rollouts from the SFT warm start "
-          f"(mean reward {res['reward_mean']:.3f}); reference: the first row.\n\n" + al.markdown(res))
+def _table(results) -> str:
+  results = results if isinstance(results, list) else [results]
+  r = results[0]
+  rewards = " / ".join(f"{x['reward_mean']:.3f}" for x in results)
+  return (f"{r['num_batches']} batches of {r['batch_rollouts']} rollouts from the SFT warm start "
+          f"(mean reward {rewards}); reference: the first row.\n\n" + al.markdown(results))
 
 
 def main(argv):
@@ -42,7 +45,7 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   with reported_errors():
     if _TABLE_FROM.value:
-      print(_table(json.loads(pathlib.Path(_TABLE_FROM.value).read_text())))
+      print(_table([json.loads(pathlib.Path(f).read_text()) for f in _TABLE_FROM.value]))
       return
     if not (_CONFIG.value and _WORKDIR.value):
       raise ConfigError("--config/--workdir", None, "both given (or --table_from)")
