@@ -26,7 +26,8 @@ class PolicyBatch:
     advantages: float32 [B] sequence advantages.
     weights: float32 [B, L] credit weights (0 outside the completion mask).
     mask: float32 [B, L] completion mask (1 up to and including the first EOS).
-    rewards: float32 [B] raw rewards (objectives that build their own advantages use them), or None.
+    rewards: float32 [B] raw rewards, or None (no built-in objective reads them: the advantages,
+      REINFORCE++'s included, come from :mod:`daca_jax.rl.advantages`).
     commit_now: float32 [B, L'] for estimators that score rebuilt rollout states (``rldf``): 1 where
       the target position was committed at that state; None otherwise.
     token_advantages: float32 [B, L] per-token advantages that replace ``advantages[:, None] *
