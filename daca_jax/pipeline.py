@@ -33,7 +33,7 @@ from daca_jax.models import count_params, init_model, lora, make_logits_fn
 from daca_jax.preflight import check_batches_fit
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.rl.optim import make_optimizer
-from daca_jax.tasks.base import TASKS, Example, Task, _import_builtin_tasks, make_task
+from daca_jax.tasks.base import TASKS, Example, Task, make_task
 from daca_jax.types import TrainConfig
 
 # Config fields that may change between a run and its resumption (they do not change what is trained).
@@ -120,7 +120,6 @@ def task_kwargs(cfg: TrainConfig) -> dict[str, Any]:
   Raises:
     ConfigError: an entry of ``task.options`` that the task's constructor does not take.
   """
-  _import_builtin_tasks()
   cls = TASKS.get(cfg.task.name)
   params = inspect.signature(cls.__init__).parameters
   takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())

@@ -22,6 +22,7 @@ class Registry(Generic[T]):
     self.kind = kind
     self.field = field
     self._entries: dict[str, T] = {}
+    self._aliases: dict[str, str] = {}
 
   def register(self, name: str) -> Callable[[T], T]:
     """Decorator that registers ``obj`` under ``name``; raises ValueError on a duplicate name."""
@@ -33,6 +34,21 @@ class Registry(Generic[T]):
       return obj
 
     return deco
+
+  def alias(self, name: str, target: str) -> None:
+    """Registers ``name`` as another name of the entry ``target`` (the same object).
+
+    Raises:
+      ValueError: ``name`` is already registered, or ``target`` is not.
+    """
+    if target not in self._entries:
+      raise ValueError(f"{self.kind} {target!r} is not registered (alias {name!r})")
+    self.register(name)(self._entries[target])
+    self._aliases[name] = target
+
+  def aliases(self) -> dict[str, str]:
+    """``{alias: target}`` of the names registered with :meth:`alias`."""
+    return dict(self._aliases)
 
   def get(self, name: str) -> T:
     """Returns the entry for ``name``.

@@ -17,11 +17,13 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from daca_jax import configure
+from daca_jax.configure import train_config_from_dict
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.io_utils import read_json_cache
 from daca_jax.metrics import read_metrics, reward_trend
 from daca_jax.pipeline import run_main_job
-from daca_jax.types import TrainConfig, train_config_from_dict
+from daca_jax.types import TrainConfig
 
 # The base method's own likelihood estimator: d1 and wd1 use the mean-field estimate, GDPO the ELBO,
 # RLDF its rebuilt rollout states.
@@ -93,11 +95,11 @@ def with_overrides(cfg: TrainConfig, overrides: Sequence[tuple[str, Any]]) -> Tr
 
 def cell_config(cfg: TrainConfig, cell: Cell) -> TrainConfig:
   if cell.overrides:
-    return dataclasses.replace(with_overrides(cfg, cell.overrides), seed=cell.seed).validate()
+    return configure.validate(dataclasses.replace(with_overrides(cfg, cell.overrides), seed=cell.seed))
   credit, likelihood = arm_methods(cell.base, cell.arm)
   rl = dataclasses.replace(cfg.rl, objective=cell.base, credit=credit, likelihood=likelihood,
                            **BASE_RL_OVERRIDES.get(cell.base, {}))
-  return dataclasses.replace(cfg, seed=cell.seed, rl=rl).validate()
+  return configure.validate(dataclasses.replace(cfg, seed=cell.seed, rl=rl))
 
 
 def grid(tasks: Sequence[str], bases: Sequence[str], seeds: Sequence[int],
@@ -120,9 +122,8 @@ def study_grid(tasks: Sequence[str], seeds: Sequence[int],
 
 def primary_metric(task: str) -> str:
   """The metric a task's rows report (``Task.primary_metric``: strict_solved for sudoku4x4)."""
-  from daca_jax.tasks.base import TASKS, _import_builtin_tasks
+  from daca_jax.tasks.base import TASKS
 
-  _import_builtin_tasks()
   return TASKS.get(task).primary_metric
 
 

@@ -1,8 +1,12 @@
 """Typed, validated config sections.
 
 ``experiments/`` converts an ``ml_collections.ConfigDict`` into these frozen dataclasses once
-(:func:`train_config_from_dict`); the library only ever sees the dataclasses. Every check raises
-:class:`daca_jax.errors.ConfigError` naming the field (``section.name``), the value and what is allowed.
+(:func:`daca_jax.configure.train_config_from_dict`); the library only ever sees the dataclasses. Every
+check raises :class:`daca_jax.errors.ConfigError` naming the field (``section.name``), the value and
+what is allowed. The ``validate`` methods check values, types and cross-field constraints; the names
+that registries resolve (``rl.credit``, ``task.name``, ...) are checked by
+:func:`daca_jax.configure.validate`, which sits above the packages owning those registries (they all
+import this module).
 """
 from __future__ import annotations
 
@@ -289,9 +293,6 @@ class RolloutConfig:
                         f"at most one step per token: <= gen_length={self.gen_length}")
     _non_negative(prefix, self, "temperature", "threshold")
     _one_of(prefix, self, "kv_cache", ("none", "prefix", "dual"))
-    from daca_jax.diffusion.remasking import REMASKING
-
-    REMASKING.get(self.remasking)  # raises ConfigError listing the valid names
     return self
 
 
@@ -349,9 +350,6 @@ class CreditConfig:
       raise ConfigError(f"{prefix}.w_min", self.w_min, "w_min <= 1 <= w_max so that mean 1 is reachable")
     _one_of(prefix, self, "scope", ("all", "block"))
     _one_of(prefix, self, "signal", ("confidence", "neg_entropy"))
-    from daca_jax.credit.taggers import TAGGERS
-
-    TAGGERS.get(self.tagger)
     if not 0.0 < self.dtca_top_frac <= 1.0:
       raise ConfigError(f"{prefix}.dtca_top_frac", self.dtca_top_frac, "a fraction in (0, 1]")
     _non_negative(prefix, self, "dtca_entropy_window")
@@ -445,7 +443,13 @@ class RLConfig:
     num_iterations: μ, policy updates per rollout batch (new likelihood mask each).
     clip_eps: ε of the ratio clip.
     beta: β of the k3 KL penalty to the reference policy (0 disables the reference pass).
-    normalize_adv_std: divide group advantages by the group std (d1 does not).
+    normalize_adv_std: divide group advantages by the group std (d1 does not); the same as
+      ``advantage="group_std"``.
+    advantage: sequence-advantage estimator (registry ``ADVANTAGES``, :mod:`daca_jax.rl.advantages`):
+      "group_mean" (d1: r − group mean), "group_std" (GRPO: also / group std), "batch_whiten"
+      (whitened over the whole batch), "reinforce_pp" (REINFORCE++: KL-shaped reward, whitened over
+      the batch); "" picks the objective's own (``reinforce_pp`` for that objective, else
+      ``group_mean``, or ``group_std`` with ``normalize_adv_std``).
     learning_rate: peak AdamW learning rate.
     warmup_steps: linear warmup (optimizer updates).
     weight_decay: AdamW weight decay.
@@ -470,6 +474,7 @@ class RLConfig:
   clip_eps: float = 0.5
   beta: float = 0.04
   normalize_adv_std: bool = False
+  advantage: str = ""
   learning_rate: float = 1e-4
   warmup_steps: int = 5
   weight_decay: float = 0.0
@@ -481,13 +486,11 @@ class RLConfig:
 
   def validate(self, prefix: str = "rl") -> "RLConfig":
     _check_fields(prefix, self)
-    from daca_jax.credit import CREDIT
-    from daca_jax.likelihood import LIKELIHOOD
-    from daca_jax.rl.objectives import OBJECTIVES
-
-    OBJECTIVES.get(self.objective)
-    CREDIT.get(self.credit)
-    LIKELIHOOD.get(self.likelihood)
+    if self.advantage:
+      if self.normalize_adv_std and self.advantage != "group_std":
+        raise ConfigError(f"{prefix}.normalize_adv_std", self.normalize_adv_std,
+                          f"False with {prefix}.advantage={self.advantage!r} (normalize_adv_std=True "
+                          f"means {prefix}.advantage='group_std')")
     _positive(prefix, self, "prompts_per_step", "group_size", "num_iterations")
     _non_negative(prefix, self, "steps", "clip_eps", "beta", "learning_rate", "warmup_steps",
                   "weight_decay", "max_grad_norm", "adam_eps", "eval_every")
@@ -561,9 +564,6 @@ class TaskConfig:
 
   def validate(self, prefix: str = "task") -> "TaskConfig":
     _check_fields(prefix, self)
-    from daca_jax.tasks import TASKS
-
-    TASKS.get(self.name)
     _check_values(f"{prefix}.options", self.options)
     _positive(prefix, self, "num_blanks", "eval_size")
     _non_negative(prefix, self, "num_eval_examples", "num_val_examples")
@@ -737,49 +737,3 @@ class TrainConfig:
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
-
-
-
-
-
-def _build(cls: type, values: Mapping[str, Any], prefix: str) -> Any:
-  names = {f.name: f for f in dataclasses.fields(cls)}
-  unknown = sorted(set(values) - set(names))
-  if unknown:
-    raise ConfigError(f"{prefix}.{unknown[0]}", values[unknown[0]], f"a field of {prefix}: {sorted(names)}")
-  kwargs = {}
-  for k, v in values.items():
-    default = getattr(cls(), k)
-    if isinstance(default, Mapping):
-      if hasattr(v, "to_dict"):
-        v = v.to_dict()
-      if not isinstance(v, Mapping):
-        raise ConfigError(f"{prefix}.{k}", v, "a mapping of names to values")
-      v = dict(v)
-    if isinstance(default, float) and isinstance(v, int) and not isinstance(v, bool):
-      try:
-        v = float(v)
-      except OverflowError:
-        raise ConfigError(f"{prefix}.{k}", v, "a finite number") from None
-    kwargs[k] = v
-  return cls(**kwargs)
-
-
-def train_config_from_dict(d: Mapping[str, Any]) -> TrainConfig:
-  """Builds and validates a :class:`TrainConfig` from a (nested) mapping or ConfigDict.
-
-  Raises:
-    ConfigError: an unknown section or field, or a value that is not allowed.
-  """
-  if hasattr(d, "to_dict"):
-    d = d.to_dict()
-  sections = {"seed": d.get("seed", 0)}
-  classes = {f.name: type(getattr(TrainConfig(), f.name)) for f in dataclasses.fields(TrainConfig)
-             if f.name != "seed"}
-  for key, value in d.items():
-    if key == "seed":
-      continue
-    if key not in classes:
-      raise ConfigError(key, "<section>", f"one of the sections {sorted(classes)} or 'seed'")
-    sections[key] = _build(classes[key], value, key)
-  return TrainConfig(**sections).validate()

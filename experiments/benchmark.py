@@ -53,7 +53,7 @@ from daca_jax.io_utils import atomic_write_json
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.metrics import format_table
 from daca_jax.models import count_params, init_model, llada_8b_config, make_logits_fn
-from daca_jax.types import train_config_from_dict
+from daca_jax.configure import train_config_from_dict
 
 SECTIONS = ("rollout", "fast", "likelihood", "memory", "peak8b", "scaling", "torch", "costs", "accuracy")
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/sudoku_tiny.py", "Config file.")

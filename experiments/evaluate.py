@@ -24,7 +24,7 @@ from ml_collections import config_flags
 from daca_jax.cli_errors import reported_errors
 from daca_jax.errors import ConfigError
 from daca_jax.eval_harness import D1_BLOCK_LENGTH, D1_GEN_LENGTHS, EvalProtocol, load_model, run_evaluation
-from daca_jax.types import train_config_from_dict
+from daca_jax.configure import train_config_from_dict
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file for --random_init (configs/*.py[:preset]).")
 _WORKDIR = flags.DEFINE_string("workdir", "", "Workdir of experiments/train.py to evaluate.")

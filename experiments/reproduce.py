@@ -28,7 +28,7 @@ from daca_jax import reproduce as rp
 from daca_jax.cli_errors import reported_errors
 from daca_jax.errors import ConfigError
 from daca_jax.io_utils import atomic_write_json, atomic_write_text
-from daca_jax.types import train_config_from_dict
+from daca_jax.configure import train_config_from_dict
 
 _CONFIGS = flags.DEFINE_list("configs", ["configs/sudoku_tiny.py"],
                              "Config files (path[:preset]), one per task.")

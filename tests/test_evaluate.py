@@ -17,7 +17,8 @@ from daca_jax.errors import ConfigError, DataError
 from daca_jax.evaluation import generate
 from daca_jax.tasks.base import make_task
 from daca_jax.tasks.tokenizer import ByteTokenizer
-from daca_jax.types import ModelConfig, TaskConfig, TrainConfig, train_config_from_dict
+from daca_jax.configure import train_config_from_dict
+from daca_jax.types import ModelConfig, TaskConfig, TrainConfig
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TINY = ModelConfig(d_model=32, n_layers=2, n_heads=2, mlp_dim=64)

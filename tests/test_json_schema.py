@@ -345,7 +345,7 @@ def test_graders_never_raise(fuzz_setup, value, text, seed):  # 200 draws x 50 =
 def test_smoke_main_job(tmp_path):
   from configs.json_schema_tiny import get_config  # noqa: PLC0415
   from daca_jax.pipeline import run_main_job
-  from daca_jax.types import train_config_from_dict
+  from daca_jax.configure import train_config_from_dict
 
   cfg = get_config("smoke")
   cfg.rl.steps = 2

@@ -7,7 +7,7 @@ import pytest
 from configs import sudoku_tiny
 from daca_jax import method_costs as mc
 from daca_jax.benchmarking import forward_flops
-from daca_jax.types import train_config_from_dict
+from daca_jax.configure import train_config_from_dict
 
 
 @pytest.mark.parametrize("all_methods", [False, pytest.param(True, marks=pytest.mark.slow)])  # all: 25 s

@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from daca_jax.rl import OBJECTIVES, PolicyBatch, group_advantages, zero_std_group_fraction
+from daca_jax.rl import ADVANTAGES, OBJECTIVES, PolicyBatch, group_advantages, zero_std_group_fraction
 from daca_jax.types import RLConfig
 
 B, L = 6, 5
@@ -149,6 +149,9 @@ def test_objective_loss_and_grad_vs_numpy(name, ref, eps, beta):
   cfg = RLConfig(clip_eps=eps, beta=beta, group_size=G)
   with jax.enable_x64(True):
     pb = PolicyBatch(**{k: jnp.asarray(v) for k, v in b.items()})
+    if name == "reinforce_pp":  # REINFORCE++'s advantages come from its estimator (rl.advantage)
+      kl_seq = jnp.sum(pb.mask * (pb.logp_old - pb.logp_ref), -1)
+      pb = pb.replace(advantages=ADVANTAGES.get("reinforce_pp")(pb.rewards, G, kl_seq, beta))
     fn = lambda lp: OBJECTIVES.get(name)(lp, pb, cfg)[0]
     loss = float(fn(jnp.asarray(logp)))
     grad = np.asarray(jax.grad(fn)(jnp.asarray(logp)))
@@ -170,8 +173,6 @@ def test_wd1_pushes_up_the_best_and_down_the_worst():
   assert (g[0] < 0).all() and (g[2] > 0).all()  # descent raises logp of the best, lowers the worst
 
 
-def test_reinforce_pp_requires_rewards():
-  logp, b = _batch(6)
-  pb = PolicyBatch(**{k: jnp.asarray(v, jnp.float32) for k, v in b.items()})
-  with pytest.raises(ValueError, match="rewards"):
-    OBJECTIVES.get("reinforce_pp")(jnp.asarray(logp, jnp.float32), pb, RLConfig())
+def test_reinforce_pp_advantages_require_the_kl():
+  with pytest.raises(ValueError, match="kl_seq"):
+    ADVANTAGES.get("reinforce_pp")(jnp.ones(6), G)

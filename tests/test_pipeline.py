@@ -15,7 +15,7 @@ from configs import sudoku_tiny
 from daca_jax.checkpoint import Checkpointer
 from daca_jax.metrics import read_metrics
 from daca_jax.pipeline import run_main_job
-from daca_jax.types import train_config_from_dict
+from daca_jax.configure import train_config_from_dict
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CMD = [sys.executable, "experiments/train.py", "--config=configs/sudoku_tiny.py:smoke", "--progress=false"]

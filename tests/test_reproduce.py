@@ -6,7 +6,7 @@ import pytest
 
 from configs import sudoku_tiny
 from daca_jax import reproduce as rp
-from daca_jax.types import train_config_from_dict
+from daca_jax.configure import train_config_from_dict
 
 
 def test_arms_map_to_credit_and_likelihood():

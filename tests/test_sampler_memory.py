@@ -52,7 +52,7 @@ MODEL = tiny_config(vocab_size=V, d_model=16, n_layers=2, n_heads=2, mlp_dim=32,
     RolloutConfig(gen_length=24, block_length=24, steps=24, temperature=1.0, threshold=0.2),
 ], ids=lambda c: f"L{c.gen_length}b{c.block_length}")
 def test_chunked_hidden_path_equals_full_logits_path(rc, budget, monkeypatch):
-  monkeypatch.setattr(importlib.import_module("daca_jax.diffusion.rollout"), "SAMPLE_CHUNK_BYTES", budget)
+  monkeypatch.setattr(importlib.import_module("daca_jax.diffusion.decode"), "SAMPLE_CHUNK_BYTES", budget)
   gd, params = init_model(MODEL, 1)
   split_fn = make_logits_fn(gd, return_hidden=True)  # projected chunk by chunk from hidden states
   full_fn = lambda p, x: split_fn(p, x)  # no model split attached: the sampler reads full logits
@@ -84,7 +84,7 @@ def test_compiled_rollout_never_holds_full_canvas_logits(records, monkeypatch):
   big = tiny_config(vocab_size=32768, d_model=16, n_layers=1, n_heads=2, mlp_dim=32, mask_token_id=32767)
   gd, params = init_model(big, 0)
   b, length = 4, 64
-  monkeypatch.setattr(importlib.import_module("daca_jax.diffusion.rollout"), "SAMPLE_CHUNK_BYTES",
+  monkeypatch.setattr(importlib.import_module("daca_jax.diffusion.decode"), "SAMPLE_CHUNK_BYTES",
                       4 * b * big.vocab_size * 4)
   rc = RolloutConfig(gen_length=length, block_length=32, steps=4, temperature=1.0)
   fn = jax.jit(lambda p, x, k: rollout(make_logits_fn(gd), p, x, k, rc, mask_id=32767, eos_id=1,
@@ -97,7 +97,7 @@ def test_compiled_rollout_never_holds_full_canvas_logits(records, monkeypatch):
 
 def test_tokens_for_a_key_do_not_depend_on_the_chunking(monkeypatch):
   """The same key draws the same tokens whatever the chunk size (each chunk's noise is its slice)."""
-  rollout_module = importlib.import_module("daca_jax.diffusion.rollout")
+  rollout_module = importlib.import_module("daca_jax.diffusion.decode")  # chunk_size reads it there
   gd, params = init_model(MODEL, 3)
   fn = make_logits_fn(gd)
   rc = RolloutConfig(gen_length=32, block_length=32, steps=8, temperature=1.0)

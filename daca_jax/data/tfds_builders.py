@@ -16,7 +16,7 @@ and :mod:`daca_jax.data.pipeline` (grain).
 Where the files come from (constructor arg ``download``):
 
 * ``"auto"`` (default): the local copy if all of the split's files exist under ``source_dir`` (default
-  :func:`daca_jax.data.local.default_data_dir`, the layout of ``../shared/data``), else a download of
+  :func:`daca_jax.data.local_data.default_data_dir`, the layout of ``../shared/data``), else a download of
   the official files through the TFDS download manager;
 * ``"never"``: the local copy only (a missing file is a :class:`DataError`); tests use this;
 * ``"always"``: download.
@@ -40,7 +40,7 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 import tensorflow_datasets as tfds
 
-from daca_jax.data import local
+from daca_jax import local_data
 from daca_jax.errors import ConfigError, DataError
 
 DOWNLOAD_MODES = ("auto", "never", "always")
@@ -120,7 +120,7 @@ class _FileBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
   Args:
     source_dir: folder laid out like ``../shared/data``; ``None`` = ``download_config.manual_dir``
-      when given, else :func:`daca_jax.data.local.default_data_dir`.
+      when given, else :func:`daca_jax.data.local_data.default_data_dir`.
     download: ``"auto"``, ``"never"`` or ``"always"`` (see the module docstring).
     **kwargs: ``tfds.core.GeneratorBasedBuilder`` arguments (``data_dir``, ``file_format``, ...).
   """
@@ -150,7 +150,7 @@ class _FileBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
     manual = getattr(dl_manager, "_manual_dir", None)
     if manual is not None and pathlib.Path(manual).is_dir():
       return pathlib.Path(manual)
-    return local.default_data_dir()
+    return local_data.default_data_dir()
 
   def _local_paths(self, root: pathlib.Path) -> dict[str, pathlib.Path]:
     return {split: root / rel for split, rel in self.FILES.items()}
@@ -163,7 +163,7 @@ class _FileBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
       return self._fetch(dl_manager)
     if missing:
       raise DataError(f"{self.name}: local files not found: {missing} (download='never'; "
-                      f"set source_dir or ${local.DATA_DIR_ENV}, or allow downloads)")
+                      f"set source_dir or ${local_data.DATA_DIR_ENV}, or allow downloads)")
     return paths
 
   def _fetch(self, dl_manager: tfds.download.DownloadManager) -> dict[str, pathlib.Path]:

@@ -5,7 +5,8 @@ Behaviour matched: Fast-dLLM ``generate_with_prefix_cache`` / ``generate_with_du
 drive that step exactly as in plain decoding — and every layer's K/V are kept. The block's later steps
 run only a query window against the cache: "prefix" feeds the block and everything after it (cached
 K/V before the block), "dual" feeds only the block (cached K/V before and after it). The remasking step,
-the threshold option and the PRNG use are those of :func:`daca_jax.diffusion.rollout.rollout`.
+the threshold option and the PRNG use are those of :func:`daca_jax.diffusion.rollout.rollout`
+(:mod:`daca_jax.diffusion.decode`).
 
 Blocks are a Python loop (each block's query window has its own static shape; the number of blocks is
 small, e.g. 256/32 = 8), the steps within a block a ``lax.scan``. Records keep the [S, B, L] layout:
@@ -19,8 +20,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from daca_jax.diffusion.rollout import (ModelView, Trajectory, decode_step, finish_trajectory, init_state,
-                                        maybe_skip, record_keys, sampling_setup, tokens_per_step)
+from daca_jax.diffusion.decode import (ModelView, Trajectory, decode_step, finish_trajectory, init_state,
+                                      maybe_skip, record_keys, sampling_setup, tokens_per_step)
 from daca_jax.models.kv_cache import kv_fns_for
 from daca_jax.types import RolloutConfig
 

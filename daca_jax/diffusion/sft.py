@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 
 from daca_jax.diffusion.schedule import mask_completion, stratified_times
-from daca_jax.likelihood.common import token_logprobs
+from daca_jax.diffusion.logprob import token_logprobs
 
 
 def sft_loss(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,

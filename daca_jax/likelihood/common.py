@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-# Logit of an id outside the policy: finite, so a zero-weighted non-proposable target gives 0, not NaN.
-_EXCLUDED_LOGIT = -1e30
+from daca_jax.diffusion import proposals
+from daca_jax.diffusion.logprob import token_logprobs  # noqa: F401  (re-exported: the estimators' helper)
 
 
 def policy_ids(logits_fn: Any, params: Any, vocab_size: int | None, mask_id: int | None) -> np.ndarray | None:
@@ -30,31 +30,12 @@ def policy_ids(logits_fn: Any, params: Any, vocab_size: int | None, mask_id: int
   """
   if mask_id is None:
     return None
-  from daca_jax.diffusion import proposals  # here: daca_jax.diffusion imports this module
-
   model_cfg = logits_fn.model_config(params) if hasattr(logits_fn, "model_config") else None
   if vocab_size is None:
     if model_cfg is None:
       raise ValueError("a logits_fn with a model split (hidden_fn/head_fn) also needs model_config(params)")
     vocab_size = model_cfg.vocab_size
   return proposals.proposable_ids(vocab_size, mask_id, model_cfg.vocab_limit if model_cfg is not None else 0)
-
-
-def token_logprobs(logits: jax.Array, targets: jax.Array, ok: np.ndarray | None = None) -> jax.Array:
-  """log softmax(logits)[target] without materialising the full log-softmax.
-
-  Args:
-    logits: [..., V] float (computed in float32).
-    targets: int [...] target ids.
-    ok: optional bool [V]: normalise over these ids only (a target outside gets about -1e30).
-  Returns:
-    float32 [...].
-  """
-  logits = logits.astype(jnp.float32)
-  if ok is not None:
-    logits = jnp.where(jnp.asarray(ok), logits, _EXCLUDED_LOGIT)
-  picked = jnp.take_along_axis(logits, targets[..., None].astype(jnp.int32), axis=-1)[..., 0]
-  return picked - jax.nn.logsumexp(logits, axis=-1)
 
 
 def chunked_token_logprobs(head_fn: Callable[[jax.Array], jax.Array], hidden: jax.Array,

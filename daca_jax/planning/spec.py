@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from daca_jax import configure
 from daca_jax.errors import ConfigError
 from daca_jax.planning.devices import device_spec
 from daca_jax.types import (CreditConfig, LikelihoodConfig, ModelConfig, ParallelConfig, RLConfig,
@@ -119,7 +120,7 @@ def check_spec(spec: PlanSpec, available_devices: int | None = None) -> PlanSpec
   if spec.batch % spec.num_devices:
     raise ConfigError("prompts_per_step * group_size", spec.batch,
                       f"a multiple of num_devices={spec.num_devices} (every device takes B / n rows)")
-  train_config(spec).validate()
+  configure.validate(train_config(spec))
   return spec
 
 

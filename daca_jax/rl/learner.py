@@ -1,8 +1,10 @@
 """GRPO learner for masked diffusion LMs, generic over objective, credit and likelihood.
 
-One iteration: rollout (jit) → rewards on the host → group advantages → credit weights (once per
-rollout) → μ inner iterations, each with a new likelihood key whose masks are shared by θ, θ_old and
-θ_ref; θ_old is the policy that produced the rollout. All μ updates run in one jitted ``lax.scan``.
+One iteration: rollout (jit) → rewards on the host → credit weights (once per rollout) → sequence
+advantages (``rl.advantage``, once per rollout batch; REINFORCE++'s, which read the KL under each
+update's likelihood masks, once per inner update) → μ inner iterations, each with a new likelihood
+key whose masks are shared by θ, θ_old and θ_ref; θ_old is the policy that produced the rollout.
+All μ updates run in one jitted ``lax.scan``.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from daca_jax.credit.base import RECORDS
 from daca_jax.diffusion.rollout import Trajectory, make_rollout_fn
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD, StateTargets
-from daca_jax.rl.advantages import group_advantages, zero_std_group_fraction
+from daca_jax.rl.advantages import ADVANTAGES, advantage_name, zero_std_group_fraction
 from daca_jax.rl.objectives import OBJECTIVES, TOKEN_ADVANTAGE_OBJECTIVES, PolicyBatch
 from daca_jax.rl.optim import make_optimizer, read_grad_agreement
 from daca_jax.types import TrainConfig
@@ -64,6 +66,11 @@ class GRPOLearner:
     # under parallel.strategy="pmap" each device scores its own rows (daca_jax.parallel)
     self.likelihood = parallel.wrap_likelihood(LIKELIHOOD.get(cfg.rl.likelihood), cfg.parallel)
     self.objective = OBJECTIVES.get(cfg.rl.objective)
+    self.advantage = ADVANTAGES.get(advantage_name(cfg.rl.objective, cfg.rl.advantage, cfg.rl.normalize_adv_std))
+    # Credit assigners that read advantages (delta, position_value) run before any update pass, so an
+    # estimator that needs the update's KL hands them the group advantages instead.
+    self._credit_advantage = (ADVANTAGES.get(advantage_name("", "", cfg.rl.normalize_adv_std))
+                              if self.advantage.needs_kl else self.advantage)
     if self.credit.token_level and cfg.rl.objective not in TOKEN_ADVANTAGE_OBJECTIVES:
       raise ConfigError("rl.credit", cfg.rl.credit, "a sequence-level credit with rl.objective="
                         f"{cfg.rl.objective!r} (per-token advantages need one of "
@@ -113,7 +120,7 @@ class GRPOLearner:
 
   def _assign_credit(self, traj: Trajectory, rewards: jax.Array, categories: jax.Array | None,
                      state: Any, token_rewards: tuple[jax.Array, jax.Array] | None) -> CreditOutput:
-    adv = group_advantages(rewards, self.cfg.rl.group_size, self.cfg.rl.normalize_adv_std)
+    adv = self._credit_advantage(rewards, self.cfg.rl.group_size) if self.credit.needs_advantages else None
     tok, tok_mask = token_rewards if token_rewards is not None else (None, None)
     inputs = CreditInputs(advantages=adv, categories=categories, state=state, token_rewards=tok,
                           token_reward_mask=tok_mask, group_size=self.cfg.rl.group_size)
@@ -148,6 +155,13 @@ class GRPOLearner:
       token_rewards = tuple(jnp.asarray(x, jnp.float32) for x in token_rewards)
     return self._assign(traj, jnp.asarray(rewards, jnp.float32), categories, state, token_rewards)
 
+  def advantages(self, rewards: jax.Array) -> jax.Array | None:
+    """float32 [B] sequence advantages of the configured estimator (``rl.advantage``), or None when it
+    reads the KL of an update's likelihood pass (REINFORCE++: computed inside each update)."""
+    if self.advantage.needs_kl:
+      return None
+    return self.advantage(rewards, self.cfg.rl.group_size)
+
   def logprobs(self, params: Any, traj_tokens: jax.Array, prompt_len: int, key: jax.Array,
                commit_step: jax.Array | None = None, *, commit_conf: jax.Array | None = None,
                completion_mask: jax.Array | None = None) -> Any:
@@ -160,7 +174,8 @@ class GRPOLearner:
                            mask_id=self.mask_id, commit_step=commit_step, **extra)
 
   def objective_grad(self, params: Any, ref_params: Any, traj: Trajectory, rewards: jax.Array,
-                     weights: Any, key: jax.Array, old_params: Any = None) -> tuple[Any, dict[str, jax.Array]]:
+                     weights: Any, key: jax.Array, old_params: Any = None,
+                     advantages: jax.Array | None = None) -> tuple[Any, dict[str, jax.Array]]:
     """Gradient of the configured objective for one rollout batch under one likelihood key.
 
     This is the direction every update step takes (before the optimizer), exposed so that studies
@@ -173,6 +188,9 @@ class GRPOLearner:
       key: the likelihood key (its masks are shared by θ, θ_old and θ_ref).
       old_params: θ_old, the rollout policy; None means θ_old = θ (the first inner update, where
         logp_old is θ's own stop-gradient log-prob and needs no extra pass).
+      advantages: float32 [B] from :meth:`advantages` (computed once per rollout batch by the update);
+        None computes them here (and, for an estimator that reads the KL, always here: from this
+        pass's logp_old and logp_ref).
     Returns:
       (grads, aux): the gradient of the loss (a descent direction: the update moves along −grads)
       and the objective's metrics with ``loss``.
@@ -180,7 +198,7 @@ class GRPOLearner:
     rl = self.cfg.rl
     weights, token_adv = weights if isinstance(weights, tuple) else (weights, None)
     p = traj.prompt_len
-    adv = group_advantages(rewards, rl.group_size, rl.normalize_adv_std)
+    adv = self.advantages(rewards) if advantages is None else advantages
 
     def logp_fn(prm):
       """(logp, mask, weights, commit_now, token advantages); estimators that rebuild k rollout
@@ -199,10 +217,16 @@ class GRPOLearner:
     def loss_fn(prm):
       logp, mask, w, commit_now, tok_adv = logp_fn(prm)
       old = jax.lax.stop_gradient(logp) if logp_old is None else logp_old
-      batch = PolicyBatch(logp_old=old, logp_ref=old if logp_ref is None else logp_ref,
-                          advantages=adv, weights=w, mask=mask, rewards=rewards,
-                          commit_now=commit_now, token_advantages=tok_adv)
-      return self.objective(logp, batch, rl)
+      ref = old if logp_ref is None else logp_ref
+      seq_adv = adv
+      if seq_adv is None:  # REINFORCE++: the rollout policy's KL under this pass's masks
+        seq_adv = self.advantage(rewards, rl.group_size, jnp.sum(mask * (old - ref), -1), rl.beta)
+      batch = PolicyBatch(logp_old=old, logp_ref=ref, advantages=seq_adv, weights=w, mask=mask,
+                          rewards=rewards, commit_now=commit_now, token_advantages=tok_adv)
+      loss, aux = self.objective(logp, batch, rl)
+      if adv is None:
+        aux = dict(aux, adv_std=jnp.std(seq_adv))
+      return loss, aux
 
     (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
     return grads, dict(aux, loss=loss)
@@ -225,13 +249,14 @@ class GRPOLearner:
     """
     rl = self.cfg.rl
     old_params = params
+    adv = self.advantages(rewards)  # once for the μ updates (None: computed in each, from its KL)
 
     def inner(carry, j, first: bool = False):
       params, opt_state = carry
       # At the first inner iteration θ = θ_old, so logp_old is the policy's own (stop-gradient)
       # log-prob under the same masks: no separate θ_old pass is needed.
       grads, aux = self.objective_grad(params, ref_params, traj, rewards, weights, jax.random.fold_in(key, j),
-                                       old_params=None if first else old_params)
+                                       old_params=None if first else old_params, advantages=adv)
       updates, opt_state = self.optimizer.update(grads, opt_state, params)
       params = optax.apply_updates(params, updates)
       return (params, opt_state), dict(aux, grad_norm=optax.tree.norm(grads))
@@ -246,7 +271,8 @@ class GRPOLearner:
     grad_cos = read_grad_agreement(opt_state)
     if grad_cos is not None:  # this batch's gradient vs the previous batch's (0 at the first)
       metrics["grad_cos"] = grad_cos
-    metrics["adv_std"] = jnp.std(group_advantages(rewards, rl.group_size, rl.normalize_adv_std))
+    if adv is not None:
+      metrics["adv_std"] = jnp.std(adv)
     metrics["zero_std_groups"] = zero_std_group_fraction(rewards, rl.group_size)
     weights = weights[0] if isinstance(weights, tuple) else weights
     valid = traj.completion_mask

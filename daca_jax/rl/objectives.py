@@ -26,7 +26,8 @@ class PolicyBatch:
     advantages: float32 [B] sequence advantages.
     weights: float32 [B, L] credit weights (0 outside the completion mask).
     mask: float32 [B, L] completion mask (1 up to and including the first EOS).
-    rewards: float32 [B] raw rewards (objectives that build their own advantages use them), or None.
+    rewards: float32 [B] raw rewards, or None (no built-in objective reads them: the advantages,
+      REINFORCE++'s included, come from :mod:`daca_jax.rl.advantages`).
     commit_now: float32 [B, L'] for estimators that score rebuilt rollout states (``rldf``): 1 where
       the target position was committed at that state; None otherwise.
     token_advantages: float32 [B, L] per-token advantages that replace ``advantages[:, None] *
@@ -128,8 +129,21 @@ def wd1_loss(logp: jax.Array, batch: PolicyBatch,
   return loss, {"pg_loss": pg, "kl": kl, "clip_frac": jnp.zeros(()), "ratio_mean": jnp.ones(())}
 
 
-def _sequence_ratio_loss(logp: jax.Array, batch: PolicyBatch,
-                         cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
+@OBJECTIVES.register("gspo")
+def gspo_loss(logp: jax.Array, batch: PolicyBatch,
+              cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """GSPO (Zheng et al. 2025, "Group Sequence Policy Optimization"), sequence-level clipping.
+
+  ``s_b = exp(Σ_i m w (logp − logp_old) / Σ_i m)`` (the length-normalised sequence ratio; with credit
+  weights of mean 1 the weighted mean log-ratio), ``loss = mean_b −min(s_b A_b, clip(s_b, 1±ε) A_b)``
+  + β·k3-KL token mean. GSPO uses much smaller ε than token-level PPO (the paper: 3e-4 / 4e-4).
+  Also registered as ``"gdpo"`` (below).
+
+  Returns:
+    (scalar loss, aux with "kl", "pg_loss", "clip_frac", "ratio_mean").
+  Raises:
+    ValueError: ``batch.token_advantages`` is set (a sequence-level objective).
+  """
   _sequence_advantages_only(batch, cfg.objective)
   m = batch.mask
   n = jnp.maximum(jnp.sum(m, -1), 1.0)
@@ -146,54 +160,34 @@ def _sequence_ratio_loss(logp: jax.Array, batch: PolicyBatch,
   return loss, aux
 
 
-@OBJECTIVES.register("gspo")
-def gspo_loss(logp: jax.Array, batch: PolicyBatch,
-              cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """GSPO (Zheng et al. 2025, "Group Sequence Policy Optimization"), sequence-level clipping.
-
-  ``s_b = exp(Σ_i m w (logp − logp_old) / Σ_i m)`` (the length-normalised sequence ratio; with credit
-  weights of mean 1 the weighted mean log-ratio), ``loss = mean_b −min(s_b A_b, clip(s_b, 1±ε) A_b)``
-  + β·k3-KL token mean. GSPO uses much smaller ε than token-level PPO (the paper: 3e-4 / 4e-4).
-  """
-  return _sequence_ratio_loss(logp, batch, cfg)
-
-
-@OBJECTIVES.register("gdpo")
-def gdpo_loss(logp: jax.Array, batch: PolicyBatch,
-              cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """GDPO (Rojas et al. 2025, "Group Diffusion Policy Optimization"): sequence-level PPO clip on the
-  length-normalised ratio of sequence likelihoods.
-
-  The sequence log-likelihood is the sum of the estimator's per-token contributions (the ELBO's
-  ``(1/t)·1[masked]·log p`` terms with ``rl.likelihood=elbo``, or ``Σ w·logp`` under SML), so the
-  log-ratio is ``Σ_i m w (logp − logp_old) / L_b`` — the same clipped surrogate as GSPO, with GDPO's
-  advantages ``A = r − mean`` (``rl.normalize_adv_std=False``) and token-level ε.
-  """
-  return _sequence_ratio_loss(logp, batch, cfg)
+# GDPO (Rojas et al. 2025, "Improving Reasoning for Diffusion Language Models via Group Diffusion
+# Policy Optimization") optimises the same sequence-level clipped surrogate as GSPO: the ratio is that
+# of sequence likelihoods, length-normalised, with the likelihood the sum of the estimator's per-token
+# contributions (GDPO's ELBO with rl.likelihood=elbo, Σ w·logp under SML). What sets GDPO apart is
+# the likelihood estimator and its advantages A = r − mean (rl.advantage / rl.normalize_adv_std), and
+# token-level ε rather than GSPO's 3e-4, none of which lives in the objective, so "gdpo" is an alias
+# of "gspo" (OBJECTIVES.aliases()).
+OBJECTIVES.alias("gdpo", "gspo")
 
 
 @OBJECTIVES.register("reinforce_pp")
 def reinforce_pp_loss(logp: jax.Array, batch: PolicyBatch,
                       cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
-  """REINFORCE++ (Hu 2025): no critic, no group baseline; KL folded into the reward; advantages
-  normalised over the whole global batch; token-level PPO clip.
+  """REINFORCE++ (Hu 2025): no critic, no group baseline, token-level PPO clip.
 
-  ``r̃_b = r_b − β Σ_i m (logp_old − logp_ref)`` (per-token k1 KL of the rollout policy),
-  ``A_b = (r̃_b − mean_batch r̃) / (std_batch r̃ + 1e-8)``; per token
-  ``ℓ = −min(ρ wA, clip(ρ, 1±ε) wA)``, token mean over the batch.
+  Per token ``ℓ = −min(ρ wA, clip(ρ, 1±ε) wA)``, token mean over the batch; no KL term in the loss:
+  REINFORCE++ folds the KL into the reward, which its advantage estimator does
+  (:func:`daca_jax.rl.advantages.reinforce_pp_advantages`, ``rl.advantage="reinforce_pp"``, the
+  default for this objective), so ``batch.advantages`` arrive already KL-shaped and batch-normalised.
 
-  Raises:
-    ValueError: ``batch.rewards`` is None.
+  Returns:
+    (scalar loss, aux with "kl" (the k1 KL token mean of the rollout policy), "pg_loss",
+    "clip_frac", "ratio_mean").
   """
-  if batch.rewards is None:
-    raise ValueError("reinforce_pp needs PolicyBatch.rewards (raw rewards)")
   _sequence_advantages_only(batch, "reinforce_pp")
   m = batch.mask
-  kl_seq = jnp.sum(m * (batch.logp_old - batch.logp_ref), -1)
-  shaped = jax.lax.stop_gradient(batch.rewards - cfg.beta * kl_seq)
-  adv = (shaped - jnp.mean(shaped)) / (jnp.std(shaped) + 1e-8)
   ratio = jnp.exp(logp - batch.logp_old)
-  a = adv[:, None] * batch.weights
+  a = batch.advantages[:, None] * batch.weights
   unclipped = ratio * a
   clipped = jnp.clip(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps) * a
   pg = _token_mean(-jnp.minimum(unclipped, clipped), m)

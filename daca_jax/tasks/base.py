@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import importlib
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -22,11 +21,6 @@ from daca_jax.errors import ConfigError
 from daca_jax.registry import Registry
 from daca_jax.tasks.tokenizer import ByteTokenizer
 
-# Modules that register built-in tasks in TASKS when imported. A new task module adds its name here
-# so that `make_task` finds it without the caller importing it first.
-_BUILTIN_TASK_MODULES: tuple[str, ...] = (
-    "daca_jax.tasks.sudoku", "daca_jax.tasks.json_schema", "daca_jax.tasks.countdown",
-    "daca_jax.tasks.gsm8k", "daca_jax.tasks.math500", "daca_jax.tasks.code")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,11 +176,6 @@ class Task(abc.ABC):
 TASKS: Registry[type[Task]] = Registry("task", "task.name")
 
 
-def _import_builtin_tasks() -> None:
-  for module in _BUILTIN_TASK_MODULES:
-    importlib.import_module(module)
-
-
 def make_task(name: str, **kwargs: Any) -> Task:
   """Builds the task registered as ``name``.
 
@@ -200,5 +189,5 @@ def make_task(name: str, **kwargs: Any) -> Task:
   Raises:
     ConfigError: ``name`` is not registered (the message lists the valid names).
   """
-  _import_builtin_tasks()
+  # The built-in tasks are registered: importing this module ran daca_jax/tasks/__init__.py first.
   return TASKS.get(name)(**kwargs)

@@ -34,7 +34,7 @@ ssh_all() {  # runs "$1" on every worker of the slice
 # 1. Same code on every host (copy the working tree; a `git clone` of a pushed commit works too).
 gcloud compute tpus tpu-vm scp --recurse --zone="${ZONE}" --worker=all . "${TPU_NAME}:~/${REPO_DIR}"
 # 2. Install JAX for TPU and the package (idempotent).
-ssh_all "cd ~/${REPO_DIR} && pip install -q -U 'jax[tpu]' && pip install -q -e '.[tfds]'"
+ssh_all "cd ~/${REPO_DIR} && pip install -q -U 'jax[tpu]' && pip install -q -e '.[run]'"
 # 3. Launch. Quote extra overrides so that they reach the remote shell unchanged.
 extra="$(printf ' %q' "$@")"
 ssh_all "cd ~/${REPO_DIR} && python experiments/train.py --config=${CONFIG} --workdir=${WORKDIR} \

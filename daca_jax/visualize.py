@@ -1,4 +1,5 @@
-"""Trajectory pictures of a checkpoint: the logic of ``experiments/visualize.py``."""
+"""Trajectory pictures of a checkpoint: the logic of ``experiments/visualize.py`` (application layer:
+it loads checkpoints and builds tasks; the drawing lives in :mod:`daca_jax.viz`)."""
 from __future__ import annotations
 
 import pathlib
@@ -7,7 +8,7 @@ from typing import Any, Sequence
 import jax
 
 from daca_jax.errors import ConfigError
-from daca_jax.types import train_config_from_dict
+from daca_jax.configure import train_config_from_dict
 from daca_jax.viz.trajectory import check_credits, credit_learners, rollout_views
 from daca_jax.viz.trajectory_html import render_html
 from daca_jax.viz.trajectory_png import render_png

@@ -1,0 +1,20 @@
+"""daca_jax.configure: every name a registry resolves is checked, with the field in the error."""
+import dataclasses
+
+import pytest
+
+from daca_jax import configure
+from daca_jax.errors import ConfigError
+from daca_jax.types import TrainConfig
+
+
+@pytest.mark.parametrize("section,name,registry", configure.NAMED_FIELDS, ids=lambda x: getattr(x, "kind", x))
+def test_every_named_field_is_checked(section, name, registry):
+  assert registry.field == f"{section}.{name}"
+  cfg = TrainConfig()
+  bad = dataclasses.replace(cfg, **{section: dataclasses.replace(getattr(cfg, section), **{name: "no_such"})})
+  bad.validate()  # values and shapes are fine: only the name is wrong
+  with pytest.raises(ConfigError, match=rf"{section}\.{name}='no_such' is not allowed: expected one of "
+                                        rf"\[.*'{sorted(registry.names())[0]}'"):
+    configure.validate(bad)
+  assert configure.validate(cfg) is cfg

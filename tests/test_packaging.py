@@ -1,0 +1,80 @@
+"""setup.py: the core install covers every third-party package the core algorithms import, and each
+other import of daca_jax is declared by an extra that ``[test]`` (or ``[hf]`` / ``[wandb]``) pulls."""
+import ast
+import importlib.metadata
+import pathlib
+import re
+import runpy
+import sys
+
+import setuptools
+
+from tests.test_import_graph import import_graph
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CORE_PACKAGES = ("daca_jax.diffusion", "daca_jax.credit", "daca_jax.likelihood", "daca_jax.rl")
+# Imported inside a function for an optional backend that no extra installs (a user opts in).
+OPTIONAL = {"spacy": "credit.taggers.spacy_pos_fn, an optional POS backend (the default tagger is rule-based)"}
+
+
+def _setup_kwargs(monkeypatch) -> dict:
+  got = {}
+  monkeypatch.setattr(setuptools, "setup", lambda **kw: got.update(kw))
+  runpy.run_path(str(ROOT / "setup.py"))
+  return got
+
+
+def _dists(requirements) -> set[str]:
+  return {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower().replace("_", "-") for r in requirements}
+
+
+def _third_party(module: str) -> set[str]:
+  path = ROOT / (module.replace(".", "/") + ".py")
+  if not path.exists():
+    path = ROOT / module.replace(".", "/") / "__init__.py"
+  tops = set()
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.Import):
+      tops.update(a.name.split(".")[0] for a in node.names)
+    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+      tops.add(node.module.split(".")[0])
+  return {t for t in tops if t not in sys.stdlib_module_names and t != "daca_jax"}
+
+
+def _dist_names(top: str) -> set[str]:
+  return {d.lower().replace("_", "-") for d in importlib.metadata.packages_distributions().get(top, ())}
+
+
+def test_core_install_covers_the_core_imports(monkeypatch):
+  core = _dists(_setup_kwargs(monkeypatch)["install_requires"])
+  graph = import_graph()
+  seen, todo = set(), list(CORE_PACKAGES)
+  while todo:
+    m = todo.pop()
+    if m not in seen:
+      seen.add(m)
+      todo.extend(graph[m])
+  missing = {}
+  for module in seen:
+    for top in _third_party(module) - set(OPTIONAL):
+      if not _dist_names(top) & core:
+        missing[top] = module
+  assert not missing, f"imported by the core but not in install_requires: {missing}"
+  assert core <= {"jax", "flax", "optax", "numpy", "ml-collections"}, f"the core install is not light: {core}"
+
+
+def test_extras_cover_every_import(monkeypatch):
+  kw = _setup_kwargs(monkeypatch)
+  extras = kw["extras_require"]
+  test = _dists(kw["install_requires"]) | _dists(extras["test"])
+  declared = test | _dists(extras["hf"]) | _dists(extras["wandb"])
+  assert _dists(extras["all"]) >= set().union(*(_dists(extras[n]) for n in ("run", "data", "hf", "wandb")))
+  for name in ("tasks", "data", "ckpt", "viz", "run"):
+    assert _dists(extras[name]) <= test, f"[test] does not pull [{name}]"
+  missing = {}
+  for module in import_graph():
+    for top in _third_party(module) - set(OPTIONAL):
+      dists = _dist_names(top) or {top.lower().replace("_", "-")}  # not installed: the import name
+      if not dists & declared:
+        missing[top] = module
+  assert not missing, f"imported but declared by no extra: {missing}"
