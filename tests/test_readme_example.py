@@ -33,8 +33,10 @@ def test_readme_single_functions_example_runs_and_matches_the_learner():
   moved = jax.tree.map(lambda a, c: float(jnp.max(jnp.abs(a - c))), ns["params"], ns["old_params"])
   assert max(jax.tree.leaves(moved)) > 0  # the optax update changed θ
 
-  # The example's hand-assembled step is the learner's step.
-  from daca_jax.rl import GRPOLearner
+  # The example's hand-assembled step is the learner's step. A random model's rewards usually all tie
+  # (A = 0, and at θ = θ_ref the KL gradient is 0 too), so the comparison also runs the example's own
+  # grad_fn with rewards that do not tie.
+  from daca_jax.rl import GRPOLearner, group_advantages
   from daca_jax.types import RLConfig, TrainConfig
 
   rl = ns["rl_cfg"]
@@ -42,8 +44,15 @@ def test_readme_single_functions_example_runs_and_matches_the_learner():
                     rl=RLConfig(credit="dps", likelihood="stratified", group_size=ns["G"], prompts_per_step=2,
                                 clip_eps=rl.clip_eps, beta=rl.beta, grad_agreement=False)).validate()
   learner = GRPOLearner(ns["logits_fn"], cfg, mask_id=ns["MASK"], eos_id=ns["EOS"])
-  grads, aux = learner.objective_grad(ns["old_params"], ns["ref_params"], traj, rewards, w, ns["k_lik"])
+  theta = ns["old_params"]
+  grads, aux = learner.objective_grad(theta, ns["ref_params"], traj, rewards, w, ns["k_lik"])
   np.testing.assert_allclose(float(aux["loss"]), float(loss), rtol=1e-6, atol=1e-7)
   for got, want in zip(jax.tree.leaves(ns["grads"]), jax.tree.leaves(grads)):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-7)
-  assert max(float(jnp.max(jnp.abs(g))) for g in jax.tree.leaves(grads)) > 0  # a real gradient, not zeros
+  spread = jnp.linspace(0.0, 1.0, b)
+  (loss2, _), grads2 = ns["grad_fn"](theta, group_advantages(spread, ns["G"]))
+  want2, aux2 = learner.objective_grad(theta, ns["ref_params"], traj, spread, w, ns["k_lik"])
+  np.testing.assert_allclose(float(aux2["loss"]), float(loss2), rtol=1e-6, atol=1e-7)
+  for got, want in zip(jax.tree.leaves(grads2), jax.tree.leaves(want2)):
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-7)
+  assert max(float(jnp.max(jnp.abs(g))) for g in jax.tree.leaves(want2)) > 1e-6  # a real gradient
