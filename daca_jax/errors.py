@@ -37,3 +37,23 @@ class NonFiniteError(RuntimeError):
     self.phase, self.step, self.quantity = phase, step, quantity
     super().__init__(f"{phase} step {step}: the {quantity} is not finite (NaN or inf); stopped without "
                      f"saving it. {resume}")
+
+
+class ShapeError(ConfigError):
+  """An array argument has a shape (or rank, or dtype kind) that the function cannot use.
+
+  Raised at trace time, before any work, instead of letting the value broadcast into a silently wrong
+  result. The message names the argument, the shape found and the shape expected, e.g.
+  ``batch.advantages has shape (8, 1); expected (8,) ([B]: one advantage per sequence)``.
+
+  Attributes:
+    field: the argument (``batch.advantages``, ``logits_fn(params, tokens) output``).
+    value: the shape found (a tuple), or the value found for a scalar argument (``prompt_len``).
+    allowed: the shape expected, in words and numbers.
+  """
+
+  def __init__(self, field: str, found: Any, expected: str, what: str = "shape"):
+    self.field = field
+    self.value = found
+    self.allowed = expected
+    ValueError.__init__(self, f"{field} has {what} {found}; expected {expected}")

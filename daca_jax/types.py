@@ -19,6 +19,7 @@ from typing import Any, Mapping
 import jax.numpy as jnp
 import numpy as np
 
+from daca_jax.contracts import LogitsFn, ModelFns, PolicyBatch, Trajectory  # noqa: F401  (re-exported)
 from daca_jax.errors import ConfigError
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}

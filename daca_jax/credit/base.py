@@ -12,13 +12,15 @@ categories of a :class:`~daca_jax.credit.taggers.TokenTagger` and a state carrie
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 
-from daca_jax.diffusion.rollout import Trajectory
+from daca_jax.contracts import Trajectory, check_optional_shape, check_trajectory
+from daca_jax.errors import ShapeError
 from daca_jax.registry import Registry
 from daca_jax.types import CreditConfig, RolloutConfig
 
@@ -69,6 +71,31 @@ class CreditOutput:
 CreditFn = Callable[..., Any]
 
 
+def check_credit_inputs(traj: Trajectory, rollout_cfg: RolloutConfig,
+                        inputs: CreditInputs | None = None) -> tuple[int, int]:
+  """Checks an assigner's inputs at trace time: the trajectory against ``rollout_cfg``
+  (:func:`daca_jax.contracts.check_trajectory`: ``gen_length``, ``steps``) and every field of
+  ``inputs`` against the trajectory's ``[B, L]``.
+
+  Returns:
+    (B, L).
+  Raises:
+    ShapeError: naming the field, the shape found and the shape expected (e.g. a ``[B, 1]``
+      advantage, or ``step_conf`` of a rollout with other ``steps`` than ``rollout_cfg``).
+  """
+  b, length = check_trajectory(traj, rollout_cfg)
+  if inputs is None:
+    return b, length
+  check_optional_shape("inputs.advantages", inputs.advantages, (b,), "[B]: one advantage per sequence")
+  rows = "[B, L] like the trajectory's completion"
+  for attr in ("categories", "token_rewards", "token_reward_mask"):
+    check_optional_shape(f"inputs.{attr}", getattr(inputs, attr), (b, length), rows)
+  if inputs.group_size and b % inputs.group_size:
+    raise ShapeError("trajectory.tokens", tuple(traj.tokens.shape),
+                     f"B a multiple of inputs.group_size={inputs.group_size} (groups of G adjacent rows)")
+  return b, length
+
+
 def _no_records(cfg: CreditConfig) -> frozenset[str]:
   del cfg
   return frozenset()
@@ -104,8 +131,11 @@ class CreditAssigner:
 
     Raises:
       ValueError: a required input (advantages, categories, state) is missing.
+      ShapeError: the trajectory disagrees with ``rollout_cfg`` or an input has the wrong shape
+        (:func:`check_credit_inputs`).
     """
     inputs = CreditInputs() if inputs is None else inputs
+    check_credit_inputs(traj, rollout_cfg, inputs)
     if self.needs_advantages and inputs.advantages is None:
       raise ValueError("this credit assigner needs the sequence advantages (CreditInputs.advantages)")
     if self.needs_categories and inputs.categories is None:
@@ -137,13 +167,24 @@ def register_credit(name: str, records: Callable[[CreditConfig], frozenset[str]]
                     needs_categories: bool = False, needs_advantages: bool = False,
                     init_state: Callable[[CreditConfig, int], Any] | None = None,
                     needs_token_rewards: bool = False, token_level: bool = False):
-  """Decorator registering ``fn`` as credit assigner ``name`` (fields as in CreditAssigner)."""
+  """Decorator registering ``fn`` as credit assigner ``name`` (fields as in CreditAssigner).
+
+  Returns ``fn`` with its inputs checked (:func:`check_credit_inputs`), so that a direct call
+  (``dps_credit(traj, cfg, rollout_cfg)``) is checked as :meth:`CreditAssigner.assign` is.
+  """
 
   def deco(fn: CreditFn) -> CreditFn:
     CREDIT.register(name)(CreditAssigner(fn, records or _no_records, needs_categories,
                                          needs_advantages, init_state, needs_token_rewards,
                                          token_level or needs_token_rewards))
-    return fn
+
+    @functools.wraps(fn)
+    def checked(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig, *args: Any, **kwargs: Any):
+      inputs = args[0] if args else kwargs.get("inputs")
+      check_credit_inputs(traj, rollout_cfg, inputs)
+      return fn(traj, cfg, rollout_cfg, *args, **kwargs)
+
+    return checked
 
   return deco
 

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from daca_jax.credit.base import CreditInputs, CreditOutput, register_credit
-from daca_jax.diffusion.rollout import Trajectory
+from daca_jax.contracts import Trajectory, check_shape
 from daca_jax.types import CreditConfig, RolloutConfig
 
 _EPS = 1e-8
@@ -58,7 +58,14 @@ def delta_weights(hidden: jax.Array, prob: jax.Array, advantages: jax.Array, mas
     cfg: ``delta_lambda_min``, ``delta_lambda_max``, ``delta_gamma``.
   Returns:
     (weights float32 [B, L], margins float32 [B, L] after the refinement).
+  Raises:
+    ShapeError: ``hidden`` not ``[B, L, D]``, ``prob`` / ``mask`` not ``[B, L]`` or ``advantages``
+      not ``[B]`` (a ``[B, 1]`` advantage would broadcast to ``[B, B, L]``).
   """
+  b, length, _ = check_shape("hidden", hidden, ("B", "L", "D"), "[B, L, D] token features")
+  check_shape("prob", prob, (b, length), "[B, L] like hidden's rows")
+  check_shape("mask", mask, (b, length), "[B, L] like hidden's rows")
+  check_shape("advantages", advantages, (b,), "[B]: one advantage per sequence")
   v = (1.0 - prob)[..., None] * hidden.astype(jnp.float32)  # [B, L, D]
   a = advantages.astype(jnp.float32)[:, None]
   pos_w = jnp.maximum(a, 0.0) * mask

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from daca_jax.credit.base import CreditInputs, register_credit
-from daca_jax.diffusion.rollout import Trajectory
+from daca_jax.contracts import Trajectory, check_shape, check_trajectory
 from daca_jax.types import CreditConfig, RolloutConfig
 
 
@@ -33,8 +33,13 @@ def step_progress(step_conf: jax.Array, commit_step: jax.Array, rollout_cfg: Rol
     scope: "all" remaining masked positions, or only those of step s's "block".
   Returns:
     float32 [S, B]; Δ_{S-1} = 0 (nothing is left after the last step).
+  Raises:
+    ShapeError: ``step_conf`` not ``[rollout_cfg.steps, B, rollout_cfg.gen_length]`` or
+      ``commit_step`` not ``[B, L]``.
   """
-  steps, _, length = step_conf.shape
+  steps, b, length = check_shape("step_conf", step_conf, (rollout_cfg.steps, "B", rollout_cfg.gen_length),
+                                 "[S, B, L] with S = rollout_cfg.steps, L = rollout_cfg.gen_length")
+  check_shape("commit_step", commit_step, (b, length), "[B, L] like step_conf's rows")
   s_idx = jnp.arange(steps, dtype=jnp.int32)
   nxt = jnp.concatenate([step_conf[1:], jnp.zeros_like(step_conf[:1])], axis=0)
   remaining = commit_step[None, :, :] > s_idx[:, None, None]  # [S, B, L]: masked in x_{s+1}
@@ -58,7 +63,11 @@ def zscore_weights(raw: jax.Array, valid: jax.Array, alpha: float, w_min: float,
     valid: float32 [B, L] 1 for tokens that count.
   Returns:
     float32 [B, L], 0 where ``valid`` is 0. A sequence whose scores are all equal gets weight 1.
+  Raises:
+    ShapeError: ``raw`` not ``[B, L]`` or ``valid`` not of its shape.
   """
+  b, length = check_shape("raw", raw, ("B", "L"), "[B, L] raw scores")
+  check_shape("valid", valid, (b, length), "[B, L] like raw")
   n = jnp.maximum(jnp.sum(valid, -1, keepdims=True), 1.0)
   mean = jnp.sum(raw * valid, -1, keepdims=True) / n
   var = jnp.sum(jnp.square(raw - mean) * valid, -1, keepdims=True) / n
@@ -82,7 +91,12 @@ def certainty_signal(traj: Trajectory, cfg: CreditConfig) -> jax.Array:
 
 
 def dps_raw_scores(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig) -> jax.Array:
-  """Raw DPS score ``d_i`` of every completion token: float32 [B, L]."""
+  """Raw DPS score ``d_i`` of every completion token: float32 [B, L].
+
+  Raises:
+    ShapeError: the trajectory disagrees with ``rollout_cfg`` (:func:`daca_jax.contracts.check_trajectory`).
+  """
+  check_trajectory(traj, rollout_cfg)
   conf = certainty_signal(traj, cfg)
   delta = step_progress(conf, traj.commit_step, rollout_cfg, cfg.scope)  # [S, B]
   c = jnp.clip(traj.commit_step, 0, conf.shape[0] - 1)  # [B, L]

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 
 from daca_jax.credit.base import CreditInputs, CreditOutput, register_credit
 from daca_jax.credit.dps import certainty_signal, dps_raw_scores, signal_records, step_progress, zscore_weights
-from daca_jax.diffusion.rollout import Trajectory
+from daca_jax.contracts import Trajectory
 from daca_jax.types import CreditConfig, RolloutConfig
 
 

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 
 from daca_jax.credit.agreement import group_agreement_mask
 from daca_jax.credit.base import CreditInputs, CreditOutput, register_credit
-from daca_jax.diffusion.rollout import Trajectory
+from daca_jax.contracts import Trajectory, check_shape
 from daca_jax.types import CreditConfig, RolloutConfig
 
 
@@ -47,8 +47,11 @@ def position_value_advantages(completion: jax.Array, completion_mask: jax.Array,
     float32 [B, L], 0 where ``completion_mask`` is 0.
   Raises:
     ValueError: B is not a multiple of G, or G < 1.
+    ShapeError: ``completion_mask`` not ``[B, L]`` or ``advantages`` not ``[B]``.
   """
-  b, length = completion.shape
+  b, length = check_shape("completion", completion, ("B", "L"), "[B, L] completion tokens")
+  check_shape("completion_mask", completion_mask, (b, length), "[B, L] like completion")
+  check_shape("advantages", advantages, (b,), "[B]: one advantage per sequence")
   if group_size < 1 or b % group_size:
     raise ValueError(f"batch size {b} is not a multiple of rl.group_size={group_size} (>= 1)")
   n, g = b // group_size, group_size

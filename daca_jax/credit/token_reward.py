@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from daca_jax.credit.base import CreditInputs, CreditOutput, register_credit
-from daca_jax.diffusion.rollout import Trajectory
+from daca_jax.contracts import Trajectory, check_shape
 from daca_jax.types import CreditConfig, RolloutConfig
 
 
@@ -35,8 +35,10 @@ def token_group_advantages(token_rewards: jax.Array, mask: jax.Array, group_size
     ``mask`` is 0. Within a group the advantages at each position sum to 0.
   Raises:
     ValueError: B is not a multiple of G.
+    ShapeError: ``token_rewards`` not ``[B, L]`` or ``mask`` not of its shape.
   """
-  b, length = token_rewards.shape
+  b, length = check_shape("token_rewards", token_rewards, ("B", "L"), "[B, L] per-token rewards")
+  check_shape("mask", mask, (b, length), "[B, L] like token_rewards")
   if b % group_size:
     raise ValueError(f"batch size {b} is not a multiple of rl.group_size={group_size}")
   r = token_rewards.reshape(b // group_size, group_size, length)

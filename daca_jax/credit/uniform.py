@@ -4,7 +4,7 @@ from __future__ import annotations
 import jax
 
 from daca_jax.credit.base import CreditInputs, register_credit
-from daca_jax.diffusion.rollout import Trajectory
+from daca_jax.contracts import Trajectory
 from daca_jax.types import CreditConfig, RolloutConfig
 
 

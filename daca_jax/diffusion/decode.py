@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from daca_jax.contracts import (Trajectory, as_model_fns, call_hidden, call_logits,  # noqa: F401
+                                check_integer, check_shape)  # (Trajectory re-exported)
 from daca_jax.diffusion import proposals
 from daca_jax.diffusion.noise import gumbel_window
 from daca_jax.diffusion.remasking import REMASKING
@@ -22,51 +23,6 @@ from daca_jax.types import RolloutConfig
 # Budget of one chunk's float32 logits [B, chunk, V]: at LLaDA-8B width and B = 64 a position costs
 # 32 MiB, so chunks of 8 positions; a tiny model projects a whole block at once.
 SAMPLE_CHUNK_BYTES = 256 * 2**20
-
-
-@flax.struct.dataclass
-class Trajectory:
-  """What a rollout returns.
-
-  Attributes:
-    tokens: int32 [B, P+L] final sequences (prompt then completion).
-    completion_mask: float32 [B, L]: 1 up to and including the first EOS, 0 after (all 1 if no EOS).
-    commit_step: int32 [B, L] global step (0..S-1) at which each completion position was unmasked.
-    commit_conf: float32 [B, L] model probability of the committed token at its commit step.
-    step_conf: float32 [S, B, L] top-1 probability of every still-masked completion position when the
-      model saw x_s (0 where already committed), or None when not recorded.
-    step_entropy: float32 [S, B, L] predictive entropy (nats) in the same layout, or None.
-    commit_hidden: [B, L, D] final hidden state of each completion position at its commit step (the
-      features DelTA reads), or None when not recorded.
-    prompt_len: P (static).
-    num_model_calls: forward passes of the static schedule (static; = S, the upper bound).
-    model_calls: int32 [] forward passes actually run: S for plain decoding, fewer when threshold
-      decoding finished blocks early (with ``kv_cache`` each block's first call is a full pass, the
-      others run only the cached query window); None for trajectories not made by :func:`rollout`.
-    finished: bool []: no ``[MASK]`` left in the completion and every ``commit_step`` >= 0 (always
-      True by construction; :func:`daca_jax.diffusion.proposals.assert_finished` checks it on the
-      host where the caller reads the rollout anyway); None for trajectories not made by
-      :func:`rollout`.
-    mask_id: the ``[MASK]`` id the rollout used (static; -1 when unknown).
-  """
-
-  tokens: jax.Array
-  completion_mask: jax.Array
-  commit_step: jax.Array
-  commit_conf: jax.Array
-  step_conf: jax.Array | None = None
-  step_entropy: jax.Array | None = None
-  commit_hidden: jax.Array | None = None
-  prompt_len: int = flax.struct.field(pytree_node=False, default=0)
-  num_model_calls: int = flax.struct.field(pytree_node=False, default=0)
-  model_calls: jax.Array | None = None
-  finished: jax.Array | None = None
-  mask_id: int = flax.struct.field(pytree_node=False, default=-1)
-
-  @property
-  def completion(self) -> jax.Array:
-    """int32 [B, L] completion tokens."""
-    return self.tokens[:, self.prompt_len:]
 
 
 def tokens_per_step(cfg: RolloutConfig) -> np.ndarray:
@@ -331,14 +287,14 @@ def sampling_setup(logits_fn: Any, params: Any, vocab_size: int, cfg: RolloutCon
                    vocab_limit: int | None) -> np.ndarray:
   """Trace-time checks and the proposable ids (bool [V]) of a rollout.
 
-  ``vocab_limit`` None takes the model's (``logits_fn.model_config(params).vocab_limit``, from
+  ``vocab_limit`` None takes the model's (``ModelFns.config(params).vocab_limit``, from
   ``daca_jax.models.make_logits_fn``), else all of V. A model-backed ``logits_fn`` must use
   ``mask_id`` as its ``mask_token_id``.
 
   Raises:
     ConfigError: ``mask_id`` differs from the model's mask id, or the limit / mask id do not fit V.
   """
-  model_cfg = logits_fn.model_config(params) if hasattr(logits_fn, "model_config") else None
+  model_cfg = as_model_fns(logits_fn).model_config(params)
   if model_cfg is not None and model_cfg.mask_token_id != mask_id:
     raise ConfigError("mask_id", mask_id, f"the model's mask_token_id={model_cfg.mask_token_id}")
   if vocab_limit is None:
@@ -350,12 +306,18 @@ def sampling_setup(logits_fn: Any, params: Any, vocab_size: int, cfg: RolloutCon
 def full_pass_view(logits_fn: Any, params: Any, x: jax.Array, prompt_len: int,
                    record_commit_hidden: bool) -> ModelView:
   """The :class:`ModelView` of one full pass over ``x [B, P+L]``: the final hidden states of the
-  completion and the output head when ``logits_fn`` carries its model split (``hidden_fn`` /
-  ``head_fn``), else its logits (and ``(logits, hidden)`` when ``record_commit_hidden``)."""
-  hidden_fn = getattr(logits_fn, "hidden_fn", None)
-  if hidden_fn is not None:
-    h = hidden_fn(params, x)[:, prompt_len:]
-    return ModelView(h, lambda rows: logits_fn.head_fn(params, rows), h)
-  out = logits_fn(params, x)
-  logits, hidden = out if record_commit_hidden else (out, None)
+  completion and the output head when ``logits_fn`` is a :class:`~daca_jax.contracts.ModelFns` with
+  the model split (``hidden`` / ``head``), else its logits (and ``(logits, hidden)`` when
+  ``record_commit_hidden``).
+
+  Raises:
+    ShapeError: the logits (or hidden states) are not one row per position of ``x``, e.g. a
+      ``logits_fn`` returning the completion's ``[B, L, V]`` for a ``[B, P+L]`` input, which would
+      decode the wrong positions and leave ``[MASK]`` behind.
+  """
+  fns = as_model_fns(logits_fn)
+  if fns.has_split:
+    h = call_hidden(fns, params, x)[:, prompt_len:]
+    return ModelView(h, lambda rows: fns.head(params, rows), h)
+  logits, hidden = call_logits(fns, params, x, returns_hidden=record_commit_hidden)
   return ModelView(logits[:, prompt_len:], None, None if hidden is None else hidden[:, prompt_len:])

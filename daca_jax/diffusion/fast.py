@@ -20,6 +20,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from daca_jax.contracts import check_integer, check_shape
 from daca_jax.diffusion.decode import (ModelView, Trajectory, decode_step, finish_trajectory, init_state,
                                       maybe_skip, record_keys, sampling_setup, tokens_per_step)
 from daca_jax.models.kv_cache import kv_fns_for
@@ -38,6 +39,8 @@ def cached_rollout(logits_fn: Any, params: Any, prompts: jax.Array, key: jax.Arr
   no model graph.
   """
   kv = kv_fns if kv_fns is not None else kv_fns_for(logits_fn)
+  check_shape("prompts", prompts, ("B", "P"), "[B, P] prompt token ids")
+  check_integer("prompts", prompts)
   p = prompts.shape[1]
   length, bl, spb = cfg.gen_length, cfg.block_length, cfg.steps_per_block
   keys = record_keys(record_step_conf, record_step_entropy)
@@ -48,6 +51,8 @@ def cached_rollout(logits_fn: Any, params: Any, prompts: jax.Array, key: jax.Arr
   state = init_state(prompts, length, mask_id)
   head = lambda rows: kv.head(params, rows)
   _, hidden_like, _ = jax.eval_shape(lambda t: kv.prefill(params, t), state.x)
+  check_shape("kv_fns.prefill(params, tokens) hidden", hidden_like, (*state.x.shape, "D"),
+              f"[B, T, D]: one hidden state per position of tokens {state.x.shape}")
   vocab = jax.eval_shape(head, hidden_like).shape[-1]
   rec_opts["ok"] = sampling_setup(logits_fn, params, vocab, cfg, mask_id, vocab_limit)
   if record_commit_hidden:

@@ -9,6 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from daca_jax.contracts import check_shape, shape_of
+
 # Logit of an id outside the policy: finite, so a zero-weighted non-proposable target gives 0, not NaN.
 _EXCLUDED_LOGIT = -1e30
 
@@ -22,7 +24,11 @@ def token_logprobs(logits: jax.Array, targets: jax.Array, ok: np.ndarray | None 
     ok: optional bool [V]: normalise over these ids only (a target outside gets about -1e30).
   Returns:
     float32 [...].
+  Raises:
+    ShapeError: ``logits.shape[:-1]`` is not ``targets.shape`` (it would broadcast).
   """
+  check_shape("logits", logits, (*shape_of(targets), "V"), f"[..., V] with [...] = targets' shape "
+              f"{shape_of(targets)}: one logit row per target")
   logits = logits.astype(jnp.float32)
   if ok is not None:
     logits = jnp.where(jnp.asarray(ok), logits, _EXCLUDED_LOGIT)

@@ -28,8 +28,8 @@ time (:func:`chunk_size`: float32 ``[B, chunk, V]`` within ``SAMPLE_CHUNK_BYTES`
 never the whole canvas at once), and Gumbel noise is drawn only for the
 chunks of the current block, at exactly the values of the full ``[B, L, V]`` draw
 (:func:`daca_jax.diffusion.noise.gumbel_window`), so the tokens for a given key are unchanged. A
-``logits_fn`` without the model split (``hidden_fn`` / ``head_fn``) is read chunk by chunk from its
-full logits.
+``logits_fn`` without the model split (:class:`~daca_jax.contracts.ModelFns` ``hidden`` / ``head``) is
+read chunk by chunk from its full logits.
 
 Fast options (``RolloutConfig.threshold`` / ``kv_cache``, off by default; Fast-dLLM, Wu et al. 2025):
 threshold decoding also commits every in-block candidate whose probability exceeds the threshold and
@@ -47,6 +47,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from daca_jax.contracts import as_model_fns, check_integer, check_shape
 from daca_jax.diffusion.decode import (SAMPLE_CHUNK_BYTES, DecodeState, ModelView, Trajectory,  # noqa: F401
                                        backfill_skipped, block_open, chunk_size, completion_mask_from_eos,
                                        decode_step, finish_trajectory, full_pass_view, init_state, maybe_skip,
@@ -62,9 +63,10 @@ def rollout(logits_fn: Any, params: Any, prompts: jax.Array, key: jax.Array, cfg
   """Samples completions for ``prompts`` (jit this, or call :func:`make_rollout_fn`).
 
   Args:
-    logits_fn: pure ``(params, tokens[B, T] int32) -> logits[B, T, V]``; one made by
-      ``daca_jax.models.make_logits_fn`` is projected chunk by chunk through its ``hidden_fn`` /
-      ``head_fn`` and supplies the model's ``vocab_limit``.
+    logits_fn: pure ``(params, tokens[B, T] int32) -> logits[B, T, V]``, or a
+      :class:`~daca_jax.contracts.ModelFns`; one made by ``daca_jax.models.make_logits_fn`` is
+      projected chunk by chunk through its ``hidden`` / ``head`` split and supplies the model's
+      ``vocab_limit``.
     params: model parameters.
     prompts: int32 [B, P] prompt tokens (never masked, never changed).
     key: PRNG key.
@@ -83,8 +85,13 @@ def rollout(logits_fn: Any, params: Any, prompts: jax.Array, key: jax.Array, cfg
   Raises:
     ConfigError: a bad geometry, a mask id other than the model's, a bad ``vocab_limit``, or a K/V
       cache requested for a logits_fn without a model graph.
+    ShapeError: ``prompts`` not an integer ``[B, P]`` array, or the model's logits not one row per
+      position of its ``[B, P+L]`` input.
   """
   cfg.validate()  # trace time only: a bad geometry is a clear ConfigError, never a silent half-decode
+  check_shape("prompts", prompts, ("B", "P"), "[B, P] prompt token ids")
+  check_integer("prompts", prompts)
+  logits_fn = as_model_fns(logits_fn)
   if cfg.kv_cache != "none":
     return cached_rollout(logits_fn, params, prompts, key, cfg, mask_id=mask_id, eos_id=eos_id,
                           record_step_conf=record_step_conf, record_step_entropy=record_step_entropy,
@@ -121,8 +128,14 @@ def make_rollout_fn(logits_fn: Any, cfg: RolloutConfig, *, mask_id: int, eos_id:
                     record_step_conf: bool = False, record_step_entropy: bool = False,
                     record_commit_hidden: bool = False, kv_fns: Any = None,
                     vocab_limit: int | None = None):
-  """Returns ``jit(rollout)`` as ``fn(params, prompts[B, P], key) -> Trajectory``."""
+  """Returns ``jit(rollout)`` as ``fn(params, prompts[B, P], key) -> Trajectory``.
+
+  Raises:
+    ConfigError: a bad geometry, or ``logits_fn`` neither a callable nor a ModelFns (at once); the
+      checks of :func:`rollout` at the first call.
+  """
   cfg.validate()
+  logits_fn = as_model_fns(logits_fn)
   return jax.jit(functools.partial(rollout, logits_fn, cfg=cfg, mask_id=mask_id, eos_id=eos_id,
                                    record_step_conf=record_step_conf,
                                    record_step_entropy=record_step_entropy,

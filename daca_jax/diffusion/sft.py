@@ -12,6 +12,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from daca_jax.contracts import as_model_fns, call_logits, check_tokens
 from daca_jax.diffusion.schedule import mask_completion, stratified_times
 from daca_jax.diffusion.logprob import token_logprobs
 
@@ -29,13 +30,15 @@ def sft_loss(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, ke
     mask_id: the ``[MASK]`` id.
   Returns:
     (scalar float32 loss, {"masked_fraction", "token_acc"}).
+  Raises:
+    ShapeError: ``tokens`` not an integer ``[B, P+L]`` array, or logits not one row per position.
+    ConfigError: ``prompt_len`` not a static int in ``[0, P+L-1]``.
   """
+  b, _, gen_len = check_tokens(tokens, prompt_len)
   k_t, k_m = jax.random.split(key)
-  b, total = tokens.shape
-  gen_len = total - prompt_len
   t = stratified_times(k_t, b)
   noisy, masked = mask_completion(k_m, tokens, prompt_len, t, mask_id)
-  logits = logits_fn(params, noisy)[:, prompt_len:]
+  logits = call_logits(as_model_fns(logits_fn), params, noisy)[0][:, prompt_len:]
   target = tokens[:, prompt_len:]
   logp = token_logprobs(logits, target)  # [B, L]
   m = masked.astype(jnp.float32)

@@ -17,23 +17,25 @@ import numpy as np
 
 from daca_jax.diffusion import proposals
 from daca_jax.diffusion.logprob import token_logprobs  # noqa: F401  (re-exported: the estimators' helper)
+from daca_jax.contracts import as_model_fns, call_hidden, call_logits, check_shape, shape_of  # noqa: F401
 
 
 def policy_ids(logits_fn: Any, params: Any, vocab_size: int | None, mask_id: int | None) -> np.ndarray | None:
   """bool [V] ids of the sampler's policy (None = all ids, when ``mask_id`` is None): every id but
-  ``mask_id`` below the model's ``vocab_limit`` (``logits_fn.model_config(params)``, when the
+  ``mask_id`` below the model's ``vocab_limit`` (``ModelFns.config(params)``, when the
   ``logits_fn`` is model-backed; ``vocab_size`` None takes that config's V).
 
   Raises:
     ConfigError: ``mask_id`` or the model's ``vocab_limit`` outside the vocabulary.
-    ValueError: ``vocab_size`` None and no ``model_config`` on ``logits_fn``.
+    ValueError: ``vocab_size`` None and no ``config`` in the ``ModelFns``.
   """
   if mask_id is None:
     return None
-  model_cfg = logits_fn.model_config(params) if hasattr(logits_fn, "model_config") else None
+  model_cfg = as_model_fns(logits_fn).model_config(params)
   if vocab_size is None:
     if model_cfg is None:
-      raise ValueError("a logits_fn with a model split (hidden_fn/head_fn) also needs model_config(params)")
+      raise ValueError("a ModelFns scored through its hidden/head split also needs config (params -> "
+                       "ModelConfig) for the vocabulary")
     vocab_size = model_cfg.vocab_size
   return proposals.proposable_ids(vocab_size, mask_id, model_cfg.vocab_limit if model_cfg is not None else 0)
 
@@ -57,8 +59,11 @@ def chunked_token_logprobs(head_fn: Callable[[jax.Array], jax.Array], hidden: ja
     ok: optional bool [V] ids to normalise over (:func:`token_logprobs`).
   Returns:
     float32 [B, T].
+  Raises:
+    ShapeError: ``hidden`` is not ``[B, T, D]`` for ``targets [B, T]``.
   """
-  b, t = targets.shape
+  b, t = check_shape("targets", targets, ("B", "T"), "[B, T] target ids")
+  check_shape("hidden", hidden, (b, t, "D"), f"[B, T, D]: one hidden state per target of {(b, t)}")
   if chunk_size <= 0 or chunk_size >= t:
     return token_logprobs(head_fn(hidden), targets, ok)
   pad = -t % chunk_size
@@ -88,27 +93,31 @@ def make_target_logprob_fn(hidden_fn: Callable[..., jax.Array], head_fn: Callabl
   return fn
 
 
-def score_targets(logits_fn: Callable[..., Any], params: Any, tokens: jax.Array, targets: jax.Array,
+def score_targets(logits_fn: Any, params: Any, tokens: jax.Array, targets: jax.Array,
                   start: int, mask_id: int | None = None) -> jax.Array:
   """Log-probs float32 [B, T'] of ``targets`` at positions ``start .. start+T'-1`` of ``tokens``,
   under the sampler's policy when ``mask_id`` is given (:func:`policy_ids`), else over all ids.
 
   The estimators score through this function, or :func:`score_positions` when a pass needs only
   some positions. A plain ``LogitsFn`` is called once and its logits gathered
-  (:func:`token_logprobs`). When ``logits_fn`` carries its model split (``hidden_fn``, ``head_fn``
-  attributes, as :func:`daca_jax.models.make_logits_fn` attaches) and ``logprob_chunk > 0``, the
-  gather runs chunk by chunk (:func:`chunked_token_logprobs`) and float32 ``[B, T, V]`` logits never
-  exist at once.
+  (:func:`token_logprobs`). When ``logits_fn`` is a :class:`~daca_jax.contracts.ModelFns` with the
+  model split (``hidden``, ``head``, as :func:`daca_jax.models.make_logits_fn` builds) and
+  ``logprob_chunk > 0``, the gather runs chunk by chunk (:func:`chunked_token_logprobs`) and float32
+  ``[B, T, V]`` logits never exist at once.
+
+  Raises:
+    ShapeError: the model's logits (or hidden states) are not one row per position of ``tokens``.
   """
-  chunk = getattr(logits_fn, "logprob_chunk", 0)
-  if chunk and getattr(logits_fn, "hidden_fn", None) is not None:
-    ok = policy_ids(logits_fn, params, None, mask_id)  # the model split comes with its config
-    return make_target_logprob_fn(logits_fn.hidden_fn, logits_fn.head_fn, chunk, ok)(params, tokens, targets, start)
-  logits = logits_fn(params, tokens)[:, start:start + targets.shape[1]]
-  return token_logprobs(logits, targets, policy_ids(logits_fn, params, logits.shape[-1], mask_id))
+  fns = as_model_fns(logits_fn)
+  if fns.logprob_chunk and fns.has_split:
+    ok = policy_ids(fns, params, None, mask_id)  # the model split comes with its config
+    hidden = call_hidden(fns, params, tokens)[:, start:start + targets.shape[1]]
+    return chunked_token_logprobs(lambda h: fns.head(params, h), hidden, targets, fns.logprob_chunk, ok)
+  logits = call_logits(fns, params, tokens)[0][:, start:start + targets.shape[1]]
+  return token_logprobs(logits, targets, policy_ids(fns, params, logits.shape[-1], mask_id))
 
 
-def score_positions(logits_fn: Callable[..., Any], params: Any, tokens: jax.Array, targets: jax.Array,
+def score_positions(logits_fn: Any, params: Any, tokens: jax.Array, targets: jax.Array,
                     positions: jax.Array, mask_id: int | None = None) -> jax.Array:
   """Log-probs float32 [B, C] of ``targets`` [B, C] at the absolute ``positions`` int32 [B, C] of
   ``tokens`` [B, T], with the output projection and log-softmax run for those C positions only
@@ -116,21 +125,23 @@ def score_positions(logits_fn: Callable[..., Any], params: Any, tokens: jax.Arra
 
   An estimator that needs a few positions per pass (SML reads only its masked stratum: C ≈ L/K) saves
   the ``[B, L, V]`` head and log-softmax of the rest, K-fold in total (V = 126k for LLaDA). With the
-  model split attached to ``logits_fn`` (``hidden_fn``/``head_fn``, see
+  model split of a :class:`~daca_jax.contracts.ModelFns` (``hidden``/``head``, see
   :func:`daca_jax.models.make_logits_fn`) the hidden states are gathered before the projection
   (in chunks of ``logprob_chunk`` when > 0); a plain ``LogitsFn`` computes all logits, then gathers
   before the log-softmax. Equal to ``take_along_axis(token_logprobs(logits, tokens-shaped targets),
   positions)``.
+
+  Raises:
+    ShapeError: the model's logits (or hidden states) are not one row per position of ``tokens``.
   """
+  fns = as_model_fns(logits_fn)
   gather = jax.vmap(lambda rows, idx: rows[idx])  # [B, T, ...], [B, C] -> [B, C, ...]
-  hidden_fn = getattr(logits_fn, "hidden_fn", None)
-  if hidden_fn is not None:
-    hidden = gather(hidden_fn(params, tokens), positions)  # [B, C, D]
-    chunk = getattr(logits_fn, "logprob_chunk", 0)
-    return chunked_token_logprobs(lambda h: logits_fn.head_fn(params, h), hidden, targets, chunk,
-                                  policy_ids(logits_fn, params, None, mask_id))
-  logits = gather(logits_fn(params, tokens), positions)
-  return token_logprobs(logits, targets, policy_ids(logits_fn, params, logits.shape[-1], mask_id))
+  if fns.has_split:
+    hidden = gather(call_hidden(fns, params, tokens), positions)  # [B, C, D]
+    return chunked_token_logprobs(lambda h: fns.head(params, h), hidden, targets, fns.logprob_chunk,
+                                  policy_ids(fns, params, None, mask_id))
+  logits = gather(call_logits(fns, params, tokens)[0], positions)
+  return token_logprobs(logits, targets, policy_ids(fns, params, logits.shape[-1], mask_id))
 
 
 def mask_prompt(key: jax.Array, prompt: jax.Array, p_mask_prompt: float, mask_id: int) -> jax.Array:

@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from daca_jax.likelihood.base import LIKELIHOOD, split_key
+from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
 from daca_jax.types import LikelihoodConfig
 
@@ -27,7 +27,7 @@ def coupled_masks(key: jax.Array, batch: int, length: int, t_min: float,
   return t, jax.random.uniform(k_m, (batch, length)) < t[:, None]
 
 
-@LIKELIHOOD.register("coupled")
+@register_estimator("coupled")
 def coupled_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                      cfg: LikelihoodConfig, *, mask_id: int,
                      commit_step: jax.Array | None = None) -> jax.Array:

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from daca_jax.likelihood.base import LIKELIHOOD, split_key
+from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
 from daca_jax.types import LikelihoodConfig
 
@@ -24,7 +24,7 @@ def gauss_legendre_01(n: int) -> tuple[np.ndarray, np.ndarray]:
   return ((x + 1.0) / 2.0).astype(np.float32), (w / 2.0).astype(np.float32)
 
 
-@LIKELIHOOD.register("elbo")
+@register_estimator("elbo")
 def elbo_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                   cfg: LikelihoodConfig, *, mask_id: int,
                   commit_step: jax.Array | None = None) -> jax.Array:

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from daca_jax.contracts import as_model_fns, call_logits, check_tokens
 from daca_jax.likelihood.common import policy_ids, token_logprobs
 
 MAX_EXACT_LENGTH = 12
@@ -34,8 +35,11 @@ def any_order_logprob(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len
     subset_batch: evaluate this many revealed-sets per ``lax.map`` step (0: all at once).
   Raises:
     ValueError: L > 12 (2^L forward passes).
+    ShapeError / ConfigError: ``tokens`` or ``prompt_len`` (:func:`daca_jax.contracts.check_tokens`),
+      or logits not one row per position.
   """
-  length = tokens.shape[1] - prompt_len
+  _, _, length = check_tokens(tokens, prompt_len)
+  logits_fn = as_model_fns(logits_fn)
   if length > MAX_EXACT_LENGTH:
     raise ValueError(f"exact any-order likelihood needs L <= {MAX_EXACT_LENGTH}, got L={length}")
   n_sets = 1 << length
@@ -44,7 +48,7 @@ def any_order_logprob(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len
 
   def logp_given(vis: jax.Array) -> jax.Array:  # [L] bits -> [B, L] log p(o_i | q, o_S)
     x = jnp.concatenate([tokens[:, :prompt_len], jnp.where(vis[None, :] > 0, comp, mask_id)], axis=1)
-    logits = logits_fn(params, x)[:, prompt_len:]
+    logits = call_logits(logits_fn, params, x)[0][:, prompt_len:]
     return token_logprobs(logits, comp, policy_ids(logits_fn, params, logits.shape[-1], mask_id))
 
   vis = jnp.asarray(visible, jnp.int32)

@@ -25,7 +25,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from daca_jax.likelihood.base import LIKELIHOOD, split_key
+from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
 from daca_jax.types import LikelihoodConfig
 
@@ -85,7 +85,7 @@ def sample_states(key: jax.Array, surprisal: jax.Array, count: jax.Array, k: int
   return order[:, :k].astype(jnp.int32)
 
 
-@LIKELIHOOD.register("rldf")
+@register_estimator("rldf")
 def rldf_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                   cfg: LikelihoodConfig, *, mask_id: int, commit_step: jax.Array | None = None,
                   commit_conf: jax.Array | None = None,

@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from daca_jax.likelihood.base import LIKELIHOOD, split_key
+from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_positions
 from daca_jax.types import LikelihoodConfig
 
@@ -86,7 +86,7 @@ def stratum_positions(strata: jax.Array, num_strata: int) -> tuple[jax.Array, ja
   return positions.transpose(1, 0, 2), valid.transpose(1, 0, 2)
 
 
-@LIKELIHOOD.register("stratified")
+@register_estimator("stratified")
 def stratified_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int,
                         key: jax.Array, cfg: LikelihoodConfig, *, mask_id: int,
                         commit_step: jax.Array | None = None) -> jax.Array:

@@ -19,12 +19,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from daca_jax.likelihood.base import LIKELIHOOD, split_key
+from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
 from daca_jax.types import LikelihoodConfig
 
 
-@LIKELIHOOD.register("trajectory")
+@register_estimator("trajectory")
 def trajectory_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                         cfg: LikelihoodConfig, *, mask_id: int,
                         commit_step: jax.Array | None = None) -> jax.Array:

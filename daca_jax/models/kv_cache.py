@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from daca_jax.contracts import as_model_fns
 from daca_jax.errors import ConfigError
 from daca_jax.models.llada import shift_right
 
@@ -142,19 +143,17 @@ def make_kv_fns(graphdef: nnx.GraphDef, lora: bool = False) -> KVFns:
 
 
 def kv_fns_for(logits_fn: Any) -> KVFns:
-  """The :class:`KVFns` of a ``logits_fn`` made by ``daca_jax.models.make_logits_fn`` or
-  :func:`daca_jax.models.lora.make_lora_logits_fn` (adapters applied).
+  """The :class:`KVFns` of a model made by ``daca_jax.models.make_logits_fn`` or
+  :func:`daca_jax.models.lora.make_lora_logits_fn` (adapters applied), read from its
+  :class:`~daca_jax.contracts.ModelFns` ``graph`` (and ``lora``).
 
   Raises:
     ConfigError: ``logits_fn`` carries no model graph (a hand-written or wrapped function), so
       ``rollout.kv_cache`` cannot be used with it.
   """
-  lora_graphdef = getattr(logits_fn, "lora_graphdef", None)
-  if lora_graphdef is not None:
-    return make_kv_fns(lora_graphdef, lora=True)
-  graphdef = getattr(logits_fn, "graphdef", None)
-  if graphdef is None:
+  fns = as_model_fns(logits_fn)
+  if fns.graph is None:
     raise ConfigError("rollout.kv_cache", "prefix/dual",
                       "'none' for a logits_fn without a model graph; the cache needs one made by "
                       "daca_jax.models.make_logits_fn (or pass kv_fns=make_kv_fns(graphdef))")
-  return make_kv_fns(graphdef)
+  return make_kv_fns(fns.graph, lora=fns.lora)

@@ -22,11 +22,11 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from daca_jax.contracts import LogitsFn, ModelFns  # noqa: F401  (LogitsFn re-exported)
 from daca_jax.types import DTYPES as _DTYPES
 from daca_jax.types import ModelConfig, llada_8b_config, tiny_config  # noqa: F401  (re-exported)
 
 Params = Any  # an nnx.State (pytree) of parameters
-LogitsFn = Callable[..., jax.Array]
 # LoRA adapters: {target: {"a": [N, in, r], "b": [N, r, out]}}; one layer's slice inside a Block
 # (see models/lora.py).
 Adapters = Any
@@ -233,8 +233,9 @@ def init_model(cfg: ModelConfig, seed: int = 0) -> tuple[nnx.GraphDef, Params]:
   return graphdef, params
 
 
-def make_logits_fn(graphdef: nnx.GraphDef, return_hidden: bool = False, logprob_chunk: int = 0) -> LogitsFn:
-  """Returns the pure ``logits_fn(params, tokens[B, T] int32, positions=None)``.
+def make_logits_fn(graphdef: nnx.GraphDef, return_hidden: bool = False, logprob_chunk: int = 0) -> ModelFns:
+  """Returns the model as a :class:`~daca_jax.contracts.ModelFns`, callable as the pure
+  ``logits_fn(params, tokens[B, T] int32, positions=None)``.
 
   Args:
     graphdef: from :func:`init_model`.
@@ -245,22 +246,20 @@ def make_logits_fn(graphdef: nnx.GraphDef, return_hidden: bool = False, logprob_
       positions at a time (:func:`daca_jax.likelihood.common.score_targets`); the logits the
       function returns are unchanged.
 
-  The function carries the model split as attributes ``hidden_fn`` (:func:`make_hidden_fn`) and
-  ``head_fn`` (:func:`make_head_fn`), and ``logprob_chunk``: estimators that need only some positions
-  project just those (:func:`daca_jax.likelihood.common.score_positions`), and the sampler projects
-  only a chunk of positions at a time (:mod:`daca_jax.diffusion.rollout`). ``model_config(params)``
-  returns the graph's :class:`ModelConfig` (the sampler reads ``vocab_limit`` and ``mask_token_id``).
+  The value carries the model split (``hidden``: :func:`make_hidden_fn`, ``head``:
+  :func:`make_head_fn`) and ``logprob_chunk``: estimators that need only some positions project just
+  those (:func:`daca_jax.likelihood.common.score_positions`), and the sampler projects only a chunk
+  of positions at a time (:mod:`daca_jax.diffusion.rollout`). ``config(params)`` returns the graph's
+  :class:`ModelConfig` (the sampler reads ``vocab_limit`` and ``mask_token_id``); ``graph`` lets the
+  rollout's K/V cache (:mod:`daca_jax.models.kv_cache`) reuse the layers.
   """
 
   def logits_fn(params: Params, tokens: jax.Array, positions: jax.Array | None = None):
     return nnx.merge(graphdef, params)(tokens, positions, return_hidden=return_hidden)
 
-  logits_fn.graphdef = graphdef  # lets the rollout's K/V cache (models/kv_cache.py) reuse the layers
-  logits_fn.logprob_chunk = int(logprob_chunk)
-  logits_fn.hidden_fn = make_hidden_fn(graphdef)
-  logits_fn.head_fn = make_head_fn(graphdef)
-  logits_fn.model_config = lambda params: model_config(graphdef, params)
-  return logits_fn
+  return ModelFns(logits=logits_fn, hidden=make_hidden_fn(graphdef), head=make_head_fn(graphdef),
+                  logprob_chunk=int(logprob_chunk), config=lambda params: model_config(graphdef, params),
+                  graph=graphdef, returns_hidden=return_hidden)
 
 
 def model_config(graphdef: nnx.GraphDef, params: Params) -> ModelConfig:

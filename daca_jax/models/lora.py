@@ -21,8 +21,9 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from daca_jax.contracts import ModelFns
 from daca_jax.errors import ConfigError
-from daca_jax.models.llada import LORA_MODULES, Adapters, LogitsFn, Params, model_config
+from daca_jax.models.llada import LORA_MODULES, Adapters, Params, model_config
 from daca_jax.types import DTYPES, ModelConfig
 
 
@@ -65,13 +66,14 @@ def reference_params(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def make_lora_logits_fn(graphdef: nnx.GraphDef, return_hidden: bool = False,
-                        logprob_chunk: int = 0) -> LogitsFn:
+                        logprob_chunk: int = 0) -> ModelFns:
   """``logits_fn(params, tokens[B, T] int32, positions=None) -> logits [B, T, V] float32`` of a LoRA
   policy, ``params = {"base": nnx.State, "lora": adapters or None}``.
 
   The base parameters are frozen (``stop_gradient``): gradients reach the adapters only.
-  ``return_hidden`` and ``logprob_chunk`` as in :func:`daca_jax.models.make_logits_fn`; the attached
-  model split (``hidden_fn``, ``head_fn``) applies the adapters too.
+  Returned as a :class:`~daca_jax.contracts.ModelFns` (callable as that function); ``return_hidden``
+  and ``logprob_chunk`` as in :func:`daca_jax.models.make_logits_fn`. Its model split (``hidden``,
+  ``head``) and K/V cache (``lora=True``) apply the adapters too.
   """
 
   def base_model(params: dict[str, Any]) -> nnx.Module:
@@ -87,13 +89,11 @@ def make_lora_logits_fn(graphdef: nnx.GraphDef, return_hidden: bool = False,
   def head_fn(params: dict[str, Any], hidden: jax.Array) -> jax.Array:
     return base_model(params).output(hidden)
 
-  # ``lora_graphdef``, not ``graphdef``: the K/V-cache rollout must build its LoRA variant
-  # (daca_jax.models.kv_cache.kv_fns_for), never run the base without the adapters.
-  logits_fn.lora_graphdef = graphdef
-  logits_fn.logprob_chunk = int(logprob_chunk)
-  logits_fn.hidden_fn, logits_fn.head_fn = hidden_fn, head_fn
-  logits_fn.model_config = lambda params: model_config(graphdef, params["base"])
-  return logits_fn
+  # lora=True: the K/V-cache rollout must build its LoRA variant (daca_jax.models.kv_cache.kv_fns_for),
+  # never run the base without the adapters.
+  return ModelFns(logits=logits_fn, hidden=hidden_fn, head=head_fn, logprob_chunk=int(logprob_chunk),
+                  config=lambda params: model_config(graphdef, params["base"]), graph=graphdef, lora=True,
+                  returns_hidden=return_hidden)
 
 
 def lora_optimizer(inner: optax.GradientTransformation) -> optax.GradientTransformation:

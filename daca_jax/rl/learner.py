@@ -20,7 +20,8 @@ import optax
 from daca_jax import parallel
 from daca_jax.credit import CREDIT, TAGGERS, CreditInputs, CreditOutput, group_agreement_mask
 from daca_jax.credit.base import RECORDS
-from daca_jax.diffusion.rollout import Trajectory, make_rollout_fn
+from daca_jax.contracts import Trajectory, as_model_fns, check_optional_shape, check_shape, check_trajectory
+from daca_jax.diffusion.rollout import make_rollout_fn
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD, StateTargets
 from daca_jax.rl.advantages import ADVANTAGES, advantage_name, zero_std_group_fraction
@@ -33,7 +34,8 @@ class GRPOLearner:
   """Rollout, credit and update functions of one configured method.
 
   Args:
-    logits_fn: pure ``(params, tokens[B, T]) -> logits[B, T, V]``.
+    logits_fn: pure ``(params, tokens[B, T]) -> logits[B, T, V]``, or a
+      :class:`~daca_jax.contracts.ModelFns` (``daca_jax.models.make_logits_fn``).
     cfg: validated :class:`TrainConfig` (uses ``rollout``, ``credit``, ``likelihood``, ``rl``).
     mask_id: ``[MASK]`` id; eos_id: EOS id.
     tokenizer: the task's tokenizer; needed by credit assigners that tag tokens (``dtca``).
@@ -60,6 +62,8 @@ class GRPOLearner:
       cfg = dataclasses.replace(cfg, likelihood=dataclasses.replace(cfg.likelihood,
                                                                     trajectory_steps=cfg.rollout.steps))
     self.cfg = cfg
+    logits_fn = as_model_fns(logits_fn)
+    hidden_logits_fn = None if hidden_logits_fn is None else as_model_fns(hidden_logits_fn, "hidden_logits_fn")
     self.logits_fn = logits_fn
     self.mask_id = mask_id
     self.credit = CREDIT.get(cfg.rl.credit)
@@ -146,7 +150,14 @@ class GRPOLearner:
     Returns:
       :class:`CreditOutput`: weights float32 [B, L], next state, metrics (and token advantages
       for token-reward credit).
+    Raises:
+      ShapeError: ``traj`` disagrees with ``rollout`` config, ``rewards`` is not ``[B]`` or a token
+        reward array is not ``[B, L]``.
     """
+    b, length = self._check_rollout_batch(traj, rewards)
+    if token_rewards is not None:
+      for name, x in zip(("token_rewards[0] (rewards)", "token_rewards[1] (mask)"), token_rewards):
+        check_shape(name, x, (b, length), "[B, L] like the trajectory's completion")
     categories = None
     if self.tagger is not None:  # on the host: every row, placed like the completions
       categories = np.asarray(self.tagger.tag(parallel.to_host(traj.completion)), np.int32)
@@ -161,6 +172,17 @@ class GRPOLearner:
     if self.advantage.needs_kl:
       return None
     return self.advantage(rewards, self.cfg.rl.group_size)
+
+  def _check_rollout_batch(self, traj: Trajectory, rewards: Any, weights: Any = None) -> tuple[int, int]:
+    """Trace-time checks of one rollout batch: the trajectory against ``cfg.rollout``, rewards
+    ``[B]``, weights ``[B, L]`` (or a pair of them). Returns (B, L)."""
+    b, length = check_trajectory(traj, self.cfg.rollout, cfg_name="rollout")
+    check_shape("rewards", rewards, (b,), "[B]: one reward per sequence")
+    if weights is not None:
+      pair = weights if isinstance(weights, tuple) else (weights, None)
+      check_shape("weights", pair[0], (b, length), "[B, L] credit weights")
+      check_optional_shape("weights[1] (token advantages)", pair[1], (b, length), "[B, L]")
+    return b, length
 
   def logprobs(self, params: Any, traj_tokens: jax.Array, prompt_len: int, key: jax.Array,
                commit_step: jax.Array | None = None, *, commit_conf: jax.Array | None = None,
@@ -194,7 +216,11 @@ class GRPOLearner:
     Returns:
       (grads, aux): the gradient of the loss (a descent direction: the update moves along −grads)
       and the objective's metrics with ``loss``.
+    Raises:
+      ShapeError: ``traj`` disagrees with the ``rollout`` config, or ``rewards`` / ``weights`` have
+        the wrong shape (at trace time).
     """
+    self._check_rollout_batch(traj, rewards, weights)
     rl = self.cfg.rl
     weights, token_adv = weights if isinstance(weights, tuple) else (weights, None)
     p = traj.prompt_len

@@ -3,52 +3,46 @@
 Every objective has the signature ``fn(logp [B, L], batch: PolicyBatch, cfg: RLConfig) -> (loss, aux)``
 where ``logp`` are the current policy's per-token log-probs (differentiable) and ``batch`` carries the
 stop-gradient quantities of the rollout. Registry ``OBJECTIVES`` (config field ``rl.objective``).
+Every objective checks its inputs at trace time (:func:`daca_jax.contracts.check_policy_batch`): a
+field of the wrong shape is a :class:`daca_jax.errors.ShapeError`, never a silent broadcast.
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 
+from daca_jax.contracts import PolicyBatch, check_policy_batch
 from daca_jax.registry import Registry
 from daca_jax.types import RLConfig
-
-
-@flax.struct.dataclass
-class PolicyBatch:
-  """Stop-gradient inputs of an objective.
-
-  Attributes:
-    logp_old: float32 [B, L] log-probs under θ_old (the rollout policy), same masks as ``logp``.
-    logp_ref: float32 [B, L] log-probs under the frozen reference policy, same masks.
-    advantages: float32 [B] sequence advantages.
-    weights: float32 [B, L] credit weights (0 outside the completion mask).
-    mask: float32 [B, L] completion mask (1 up to and including the first EOS).
-    rewards: float32 [B] raw rewards, or None (no built-in objective reads them: the advantages,
-      REINFORCE++'s included, come from :mod:`daca_jax.rl.advantages`).
-    commit_now: float32 [B, L'] for estimators that score rebuilt rollout states (``rldf``): 1 where
-      the target position was committed at that state; None otherwise.
-    token_advantages: float32 [B, L] per-token advantages that replace ``advantages[:, None] *
-      weights`` (credit built on task-defined token rewards), or None. Only the objectives in
-      :data:`TOKEN_ADVANTAGE_OBJECTIVES` accept them.
-  """
-
-  logp_old: jax.Array
-  logp_ref: jax.Array
-  advantages: jax.Array
-  weights: jax.Array
-  mask: jax.Array
-  rewards: jax.Array | None = None
-  commit_now: jax.Array | None = None
-  token_advantages: jax.Array | None = None
 
 
 ObjectiveFn = Callable[[jax.Array, PolicyBatch, RLConfig], tuple[jax.Array, dict[str, jax.Array]]]
 OBJECTIVES: Registry[ObjectiveFn] = Registry("objective", "rl.objective")
 # Objectives whose loss is a sum of per-token terms, so a per-token advantage is meaningful.
 TOKEN_ADVANTAGE_OBJECTIVES = frozenset({"diffu_grpo", "rldf"})
+
+
+def register_objective(name: str, per_group: bool = False) -> Callable[[ObjectiveFn], ObjectiveFn]:
+  """Decorator registering ``fn`` as ``OBJECTIVES[name]`` with its inputs checked.
+
+  The registered (and returned) function runs :func:`~daca_jax.contracts.check_policy_batch` on
+  ``(logp, batch)`` first (with ``per_group``: B a multiple of ``cfg.group_size``), so a direct call
+  (``diffu_grpo_loss(logp, batch, cfg)``) is checked as the learner's is.
+  """
+
+  def deco(fn: ObjectiveFn) -> ObjectiveFn:
+    @functools.wraps(fn)
+    def checked(logp: jax.Array, batch: PolicyBatch, cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
+      check_policy_batch(logp, batch, name, cfg.group_size if per_group else 0)
+      return fn(logp, batch, cfg)
+
+    OBJECTIVES.register(name)(checked)
+    return checked
+
+  return deco
 
 
 def token_advantages(batch: PolicyBatch) -> jax.Array:
@@ -71,7 +65,7 @@ def k3_kl(logp: jax.Array, logp_ref: jax.Array) -> jax.Array:
   return jnp.exp(r) - r - 1.0
 
 
-@OBJECTIVES.register("diffu_grpo")
+@register_objective("diffu_grpo")
 def diffu_grpo_loss(logp: jax.Array, batch: PolicyBatch,
                     cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
   """diffu-GRPO (d1, Zhao et al. 2025, Eq. 3) with token credit.
@@ -106,7 +100,7 @@ def _token_mean(x: jax.Array, m: jax.Array) -> jax.Array:
   return jnp.sum(x * m) / jnp.maximum(jnp.sum(m), 1.0)
 
 
-@OBJECTIVES.register("wd1")
+@register_objective("wd1", per_group=True)
 def wd1_loss(logp: jax.Array, batch: PolicyBatch,
              cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
   """wd1 (Tang et al. 2025, "wd1: Weighted Policy Optimization for Reasoning in Diffusion LMs").
@@ -129,7 +123,7 @@ def wd1_loss(logp: jax.Array, batch: PolicyBatch,
   return loss, {"pg_loss": pg, "kl": kl, "clip_frac": jnp.zeros(()), "ratio_mean": jnp.ones(())}
 
 
-@OBJECTIVES.register("gspo")
+@register_objective("gspo")
 def gspo_loss(logp: jax.Array, batch: PolicyBatch,
               cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
   """GSPO (Zheng et al. 2025, "Group Sequence Policy Optimization"), sequence-level clipping.
@@ -170,7 +164,7 @@ def gspo_loss(logp: jax.Array, batch: PolicyBatch,
 OBJECTIVES.alias("gdpo", "gspo")
 
 
-@OBJECTIVES.register("reinforce_pp")
+@register_objective("reinforce_pp")
 def reinforce_pp_loss(logp: jax.Array, batch: PolicyBatch,
                       cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
   """REINFORCE++ (Hu 2025): no critic, no group baseline, token-level PPO clip.
@@ -197,7 +191,7 @@ def reinforce_pp_loss(logp: jax.Array, batch: PolicyBatch,
   return pg, aux
 
 
-@OBJECTIVES.register("rldf")
+@register_objective("rldf")
 def rldf_loss(logp: jax.Array, batch: PolicyBatch,
               cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
   """RLDF (Reinforcement Learning from Denoising Feedback) on rebuilt rollout states.

@@ -16,7 +16,7 @@ import numpy as np
 
 from daca_jax.credit import CREDIT
 from daca_jax.credit.dps import certainty_signal, signal_records, step_progress
-from daca_jax.diffusion.rollout import Trajectory
+from daca_jax.contracts import Trajectory, as_model_fns
 from daca_jax.errors import ConfigError
 from daca_jax.parallel import to_host
 from daca_jax.rl.learner import GRPOLearner
@@ -137,10 +137,11 @@ def credit_learners(logits_fn: Any, cfg: TrainConfig, tokenizer: Any, credits: S
   records = set(signal_records(cfg.credit))
   for name in credits:
     records |= CREDIT.get(name).records(cfg.credit)
-  if hidden_logits_fn is None and "commit_hidden" in records and hasattr(logits_fn, "graphdef"):
+  fns = as_model_fns(logits_fn)
+  if hidden_logits_fn is None and "commit_hidden" in records and fns.graph is not None and not fns.lora:
     from daca_jax.models import make_logits_fn
 
-    hidden_logits_fn = make_logits_fn(logits_fn.graphdef, return_hidden=True)
+    hidden_logits_fn = make_logits_fn(fns.graph, return_hidden=True)
   kwargs = dict(mask_id=tokenizer.mask_id, eos_id=tokenizer.eos_id, tokenizer=tokenizer,
                 hidden_logits_fn=hidden_logits_fn)
   main = GRPOLearner(logits_fn, cfg, extra_records=frozenset(records), **kwargs)
