@@ -60,8 +60,10 @@ def arm_config(cfg: TrainConfig, overrides: Mapping[str, Any]) -> TrainConfig:
         or not hasattr(getattr(cfg, section), field):
       raise ConfigError(dotted, value, "a 'section.field' of the TrainConfig")
     sections.setdefault(section, {})[field] = value
-  return dataclasses.replace(cfg, **{s: dataclasses.replace(getattr(cfg, s), **f)
-                                     for s, f in sections.items()}).validate()
+  from daca_jax import configure  # names (rl.likelihood, ...) are checked above the registries
+
+  return configure.validate(dataclasses.replace(cfg, **{s: dataclasses.replace(getattr(cfg, s), **f)
+                                                        for s, f in sections.items()}))
 
 
 def _flat(tree: Any) -> np.ndarray:
