@@ -1,6 +1,7 @@
 """setup.py: the core install covers every third-party package the core algorithms import, and each
 other import of daca_jax is declared by an extra that ``[test]`` (or ``[hf]`` / ``[wandb]``) pulls."""
 import ast
+import functools
 import importlib.metadata
 import pathlib
 import re
@@ -41,8 +42,13 @@ def _third_party(module: str) -> set[str]:
   return {t for t in tops if t not in sys.stdlib_module_names and t != "daca_jax"}
 
 
+@functools.lru_cache(maxsize=None)
+def _packages_distributions() -> dict[str, list[str]]:
+  return importlib.metadata.packages_distributions()  # scans every installed distribution: once
+
+
 def _dist_names(top: str) -> set[str]:
-  return {d.lower().replace("_", "-") for d in importlib.metadata.packages_distributions().get(top, ())}
+  return {d.lower().replace("_", "-") for d in _packages_distributions().get(top, ())}
 
 
 def test_core_install_covers_the_core_imports(monkeypatch):

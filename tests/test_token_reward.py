@@ -61,7 +61,8 @@ def test_token_reward_credit_and_loss():
                     prompt_len=1)
   tok_r = jnp.asarray([[1, 0, 1], [0, 0, 1], [1, 1, 0], [1, 0, 0]], jnp.float32)
   mask = jnp.asarray([[1, 1, 0], [1, 1, 0], [1, 1, 1], [1, 1, 1]], jnp.float32)
-  out = CREDIT.get("token_reward").assign(traj, CreditConfig(), RolloutConfig(), CreditInputs(
+  rollout = RolloutConfig(gen_length=length, block_length=length, steps=length)  # the trajectory's geometry
+  out = CREDIT.get("token_reward").assign(traj, CreditConfig(), rollout, CreditInputs(
       token_rewards=tok_r, token_reward_mask=mask, group_size=2))
   np.testing.assert_allclose(out.token_advantages, [[0.5, 0, 0], [-0.5, 0, 0], [0, 0.5, 0], [0, -0.5, 0]])
   np.testing.assert_allclose(out.weights, mask)
