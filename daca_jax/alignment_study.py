@@ -24,13 +24,17 @@ For each arm it reports, at the warm start (θ = θ_old = θ_ref, so the KL term
 from __future__ import annotations
 
 import dataclasses
+import pathlib
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from daca_jax import configure  # registry names (rl.likelihood, ...) are checked there
 from daca_jax.errors import ConfigError
+from daca_jax.models import init_model, make_logits_fn
+from daca_jax.pipeline import build_task, run_sft
 from daca_jax.rl import GRPOLearner
 from daca_jax.tasks.base import Example, Task
 from daca_jax.types import TrainConfig
@@ -60,8 +64,6 @@ def arm_config(cfg: TrainConfig, overrides: Mapping[str, Any]) -> TrainConfig:
         or not hasattr(getattr(cfg, section), field):
       raise ConfigError(dotted, value, "a 'section.field' of the TrainConfig")
     sections.setdefault(section, {})[field] = value
-  from daca_jax import configure  # names (rl.likelihood, ...) are checked above the registries
-
   return configure.validate(dataclasses.replace(cfg, **{s: dataclasses.replace(getattr(cfg, s), **f)
                                                         for s, f in sections.items()}))
 
@@ -159,11 +161,6 @@ def sft_warm_start(cfg: TrainConfig, sft_dir: Any, log: Callable[[str], None] = 
                    ) -> tuple[Task, list[Example], Callable[..., Any], Any]:
   """The main job's task, training prompts and SFT warm start (trained in, or reused from, ``sft_dir``
   — e.g. a reproduce grid's ``sft_cache/<task>_seed<seed>``, so the study sees the RL runs' start)."""
-  import pathlib
-
-  from daca_jax.models import init_model, make_logits_fn
-  from daca_jax.pipeline import build_task, run_sft
-
   task = build_task(cfg)
   pool = task.train_examples(cfg.sft.num_train_examples + cfg.task.num_val_examples, cfg.seed)
   train = pool[:cfg.sft.num_train_examples]
