@@ -70,6 +70,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.likelihood.coupled_t_max = 0.8  # coupled: upper end of t.
   c.likelihood.coupled_full_pass = True  # coupled: average with the fully-masked pass (DiffuCoder).
   c.likelihood.elbo_nodes = 2  # elbo: Gauss-Legendre nodes in t (GDPO: 2-3).
+  c.likelihood.elbo_terms = "per_target"  # elbo/coupled: ratio+KL per scored log-prob | summed (DiffuCoder).
   c.likelihood.trajectory_steps = 0  # trajectory: rollout steps to rebuild (0 = rollout.steps).
   c.likelihood.trajectory_groups = 0  # trajectory: passes over runs of consecutive steps (0 = one per step).
   c.likelihood.rldf_states = 4  # rldf: rollout states rebuilt per sequence (one pass each).

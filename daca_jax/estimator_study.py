@@ -125,9 +125,8 @@ def study(logits_fn: Callable, params: Any, tokens: jax.Array, prompt_len: int, 
     est = LIKELIHOOD.get(spec.name)
 
     def seq_estimates(p, spec=spec, est=est):  # [R, B]
-      extra = {"commit_step": commit_step} if spec.name == "trajectory" else {}
-      return jax.lax.map(lambda k: jnp.sum(est(logits_fn, p, tokens, prompt_len, k, spec.cfg,
-                                                  mask_id=mask_id, **extra), axis=-1), keys)
+      return jax.lax.map(lambda k: jnp.sum(est(logits_fn, p, tokens, prompt_len, k, spec.cfg, mask_id=mask_id,
+                                                  commit_step=commit_step).contributions(), axis=-1), keys)
 
     values, grad = jax.jit(lambda p: (seq_estimates(p), jax.grad(
         lambda q: jnp.sum(jnp.mean(seq_estimates(q), axis=0)))(p)))(params)

@@ -248,7 +248,8 @@ class Arm:
 
 
 def default_arms(length: int) -> list[Arm]:
-  """Every estimator (mean-field, SML K = 2 and K = L, coupled, ELBO, trajectory, RLDF with its own
+  """Every estimator (mean-field, SML K = 2 and K = L, coupled and ELBO — each also with
+  ``elbo_terms="summed"``, the reference implementations' reading —, trajectory, RLDF with its own
   objective) × every credit (uniform, DPS, DTCA, DelTA, position-value, the token-reward oracle).
   Position-value and token-reward credit give per-token advantages, which RLDF's objective accepts too."""
   lc = LikelihoodConfig(p_mask_prompt=0.0)
@@ -256,7 +257,9 @@ def default_arms(length: int) -> list[Arm]:
                 ("stratified", dataclasses.replace(lc, num_strata=2), "diffu_grpo", "SML K=2"),
                 ("stratified", dataclasses.replace(lc, num_strata=length), "diffu_grpo", f"SML K={length}"),
                 ("coupled", lc, "diffu_grpo", "coupled"),
+                ("coupled", dataclasses.replace(lc, elbo_terms="summed"), "diffu_grpo", "coupled (summed)"),
                 ("elbo", dataclasses.replace(lc, elbo_nodes=2), "diffu_grpo", "elbo"),
+                ("elbo", dataclasses.replace(lc, elbo_nodes=2, elbo_terms="summed"), "diffu_grpo", "elbo (summed)"),
                 ("trajectory", lc, "diffu_grpo", "trajectory"),
                 ("rldf", dataclasses.replace(lc, rldf_states=min(2, length)), "rldf", "rldf")]
   return [Arm(name, credit, cfg, obj, label) for name, cfg, obj, label in estimators

@@ -385,6 +385,11 @@ class LikelihoodConfig:
     coupled_t_max: upper end of that range (DiffuCoder: [0.2, 0.8]).
     coupled_full_pass: also run the fully-masked pass and average it in (DiffuCoder does).
     elbo_nodes: Gauss–Legendre nodes in t of the ELBO estimator (GDPO uses 2–3).
+    elbo_terms: how an objective reads the ELBO-type estimators (``elbo``, ``coupled``), whose token
+      terms ``Σ_j (1/t_j) log p_j`` are not log-probs: "per_target" takes the ratio, the clip and the
+      KL of each scored log-prob and multiplies its ELBO factor into the advantage (the same gradient
+      at θ = θ_old); "summed" uses each token's summed term as its log-prob, as DiffuCoder's
+      coupled-GRPO does (its ratio and k3 KL exponentiate ``1/t``-scaled log-ratios).
     trajectory_steps: denoising steps S of the rollouts the trajectory estimator rebuilds (one pass
       per step); 0 means ``rollout.steps``.
     trajectory_groups: G_s, passes of the trajectory estimator: the S steps are split into G_s runs
@@ -405,6 +410,7 @@ class LikelihoodConfig:
   coupled_t_max: float = 0.8
   coupled_full_pass: bool = True
   elbo_nodes: int = 2
+  elbo_terms: str = "per_target"
   trajectory_steps: int = 0
   trajectory_groups: int = 0
   rldf_states: int = 4
@@ -422,6 +428,7 @@ class LikelihoodConfig:
       raise ConfigError(f"{prefix}.coupled_t_min", self.coupled_t_min,
                         f"0 < coupled_t_min <= coupled_t_max={self.coupled_t_max} < 1")
     _positive(prefix, self, "elbo_nodes")
+    _one_of(prefix, self, "elbo_terms", ("per_target", "summed"))
     _non_negative(prefix, self, "trajectory_steps", "trajectory_groups")
     _positive(prefix, self, "rldf_states")
     if not self.rldf_temperature > 0:

@@ -1,7 +1,7 @@
 """Policy-gradient fidelity study: every estimator x credit against the exact gradient of the
 sampler's expected reward, on a toy whose completions can be enumerated (daca_jax.gradient_study).
 
-  python experiments/gradient_study.py --workdir=runs/gradient_study [--num_batches=32]
+  python experiments/gradient_study.py --workdir=runs/gradient_study [--num_batches=32] [--estimators=elbo,...]
 
 Writes ``gradient_study.json`` (every number), ``gradient_study.md`` (tables) and
 ``gradient_study.png`` (batch agreement and cosine to the true gradient vs rollouts);
@@ -27,6 +27,8 @@ _TRAIN_STEPS = flags.DEFINE_integer("train_steps", 100, "SFT steps of the toy mo
 _BETA = flags.DEFINE_float("beta", 0.04, "KL coefficient of the regularised comparison.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed.")
 _TABLE_FROM = flags.DEFINE_string("table_from", None, "Print the tables of this gradient_study.json and exit.")
+_ESTIMATORS = flags.DEFINE_list("estimators", [], "Only the arms of these estimator labels (e.g. "
+                                "'coupled,coupled (summed)'); empty: every arm.")
 _STUDY = flags.DEFINE_string("study", "", "With --table_from: only this study (low_confidence, random, "
                              "regularised).")
 
@@ -55,6 +57,11 @@ def main(argv):
   model = ModelConfig(vocab_size=260, d_model=32, n_layers=2, n_heads=2, mlp_dim=64)
   logits_fn, hidden_fn, params = gs.train_toy_model(model, task, tok, _TRAIN_STEPS.value, seed=_SEED.value)
   arms = gs.default_arms(task.length)
+  if _ESTIMATORS.value:
+    unknown = sorted(set(_ESTIMATORS.value) - {a.name for a in arms})
+    if unknown:
+      raise app.UsageError(f"--estimators: {unknown} are not arm labels ({sorted({a.name for a in arms})})")
+    arms = [a for a in arms if a.name in _ESTIMATORS.value]
   out = {"task": vars(task) | {"alphabet": task.alphabet}, "train_steps": _TRAIN_STEPS.value, "studies": {}}
   for remasking in ("low_confidence", "random"):
     print(f"== {remasking} remasking")

@@ -166,7 +166,7 @@ def test_every_estimator_refuses_a_prompt_len_outside_the_tokens(name, traj):
 def test_estimators_still_score_the_right_inputs(traj):
   """The checks pass good inputs through unchanged (same numbers as the direct scorer)."""
   logp = LIKELIHOOD.get("mean_field")(logits_fn, PARAMS, traj.tokens, P, jax.random.key(0),
-                                      LikelihoodConfig(p_mask_prompt=0.0), mask_id=MASK)
+                                      LikelihoodConfig(p_mask_prompt=0.0), mask_id=MASK).logp
   x = jnp.concatenate([traj.tokens[:, :P], jnp.full((B, L), MASK)], 1)
   np.testing.assert_allclose(np.asarray(logp), np.asarray(score_targets(logits_fn, PARAMS, x, traj.completion, P,
                                                                         MASK)), rtol=0, atol=0)
@@ -175,7 +175,7 @@ def test_estimators_still_score_the_right_inputs(traj):
 def test_an_off_by_one_prompt_len_without_row_inputs_is_caught_by_the_objective(traj):
   """mean_field needs no commit_step; its [B, L-1] output then meets the [B, L] mask in the loss."""
   logp = LIKELIHOOD.get("mean_field")(logits_fn, PARAMS, traj.tokens, P + 1, jax.random.key(0),
-                                      LikelihoodConfig(), mask_id=MASK)
+                                      LikelihoodConfig(), mask_id=MASK).logp
   assert logp.shape == (B, L - 1)
   batch = _batch(logp_old=logp, logp_ref=logp, weights=jnp.ones((B, L - 1)), mask=traj.completion_mask)
   with pytest.raises(ShapeError, match=r"batch\.mask has shape \(4, 8\); expected \(4, 7\)"):
@@ -343,9 +343,9 @@ def test_chunked_gathering_is_taken_for_llada_and_lora_and_through_the_learner(l
   assert chunked.logprob_chunk == 2 and chunked.lora == lora
   tok = jnp.asarray(np.random.default_rng(0).integers(0, V - 2, (2, P + L)), jnp.int32)
   cfg = LikelihoodConfig(p_mask_prompt=0.0)
-  got = LIKELIHOOD.get("mean_field")(chunked, params, tok, P, jax.random.key(0), cfg, mask_id=MASK)
+  got = LIKELIHOOD.get("mean_field")(chunked, params, tok, P, jax.random.key(0), cfg, mask_id=MASK).logp
   assert (2, 2, 16) in seen and all(s[1] == 2 for s in seen)  # only chunks of 2 positions projected
-  want = LIKELIHOOD.get("mean_field")(make(0), params, tok, P, jax.random.key(0), cfg, mask_id=MASK)
+  want = LIKELIHOOD.get("mean_field")(make(0), params, tok, P, jax.random.key(0), cfg, mask_id=MASK).logp
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
   from daca_jax.rl import GRPOLearner

@@ -35,7 +35,7 @@ def test_study_rows(tmp_path, only_checked):
   traj = by["trajectory (S=L, sampler's order)"]
   spec = specs[[sp.name for sp in specs].index("trajectory")]
   direct = LIKELIHOOD.get("trajectory")(jax_logits, params, tokens, P, jax.random.PRNGKey(0), spec.cfg,
-                                        mask_id=MASK, commit_step=commit_step)
+                                        mask_id=MASK, commit_step=commit_step).logp
   assert traj["std"] == 0.0 and traj["passes"] == L
   np.testing.assert_allclose(traj["bias"], float(jnp.mean(jnp.sum(direct, -1))) - exact, rtol=1e-5, atol=1e-5)
   es.plot(rows, str(tmp_path / "s.png"))

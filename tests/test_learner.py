@@ -34,7 +34,7 @@ def test_update_matches_hand_written_loop():
   lik = LIKELIHOOD.get("stratified")
   obj = OBJECTIVES.get("diffu_grpo")
   logp = lambda prm, k: lik(jax_logits, prm, traj.tokens, P, k, cfg.likelihood, mask_id=MASK,
-                            commit_step=traj.commit_step)
+                            commit_step=traj.commit_step).logp
   opt = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(0.05, weight_decay=0.0))
   state = opt.init(params)
   prm = params

@@ -35,16 +35,16 @@ def test_stratified_k1_equals_mean_field_exactly(setup, p_mask_prompt):
   params, tokens = setup
   key = jax.random.PRNGKey(11)
   mf = LIKELIHOOD.get("mean_field")(jax_logits, params, tokens, P, key,
-                                    LikelihoodConfig(p_mask_prompt=p_mask_prompt), mask_id=MASK)
+                                    LikelihoodConfig(p_mask_prompt=p_mask_prompt), mask_id=MASK).logp
   sml = LIKELIHOOD.get("stratified")(jax_logits, params, tokens, P, key,
-                                     LikelihoodConfig(num_strata=1, p_mask_prompt=p_mask_prompt), mask_id=MASK)
+                                     LikelihoodConfig(num_strata=1, p_mask_prompt=p_mask_prompt), mask_id=MASK).logp
   np.testing.assert_array_equal(np.asarray(mf), np.asarray(sml))
 
 
 def test_mean_field_matches_numpy(setup):
   params, tokens = setup
   got = LIKELIHOOD.get("mean_field")(jax_logits, params, tokens, P, jax.random.PRNGKey(0),
-                                     LikelihoodConfig(p_mask_prompt=0.0), mask_id=MASK)
+                                     LikelihoodConfig(p_mask_prompt=0.0), mask_id=MASK).logp
   x = np.asarray(tokens).copy()
   x[:, P:] = MASK
   np.testing.assert_allclose(got, _np_logp(params, x, np.asarray(tokens)[:, P:]), rtol=1e-5, atol=1e-5)
@@ -77,7 +77,7 @@ def test_each_token_scored_once_from_the_pass_that_masks_it(setup, k):
   params, tokens = setup
   key = jax.random.PRNGKey(5)
   cfg = LikelihoodConfig(num_strata=k, p_mask_prompt=0.0)
-  got = np.asarray(LIKELIHOOD.get("stratified")(jax_logits, params, tokens, P, key, cfg, mask_id=MASK))
+  got = np.asarray(LIKELIHOOD.get("stratified")(jax_logits, params, tokens, P, key, cfg, mask_id=MASK).logp)
   _, k_part = jax.random.split(key)
   strata = np.asarray(assign_strata(k_part, B, L, k))
   tok = np.asarray(tokens)
@@ -94,7 +94,7 @@ def test_k_equals_l_is_pseudo_likelihood(setup):
   params, tokens = setup
   cfg = LikelihoodConfig(num_strata=L, p_mask_prompt=0.0)
   got = np.asarray(LIKELIHOOD.get("stratified")(jax_logits, params, tokens, P, jax.random.PRNGKey(9), cfg,
-                                                mask_id=MASK))
+                                                mask_id=MASK).logp)
   tok = np.asarray(tokens)
   expect = np.zeros((B, L))
   for i in range(L):  # pseudo-likelihood: mask one position, everything else visible
@@ -108,8 +108,8 @@ def test_strata_batch_lax_map_equals_vmap(setup):
   params, tokens = setup
   key = jax.random.PRNGKey(4)
   f = LIKELIHOOD.get("stratified")
-  a = f(jax_logits, params, tokens, P, key, LikelihoodConfig(num_strata=4), mask_id=MASK)
-  b = f(jax_logits, params, tokens, P, key, LikelihoodConfig(num_strata=4, strata_batch=2), mask_id=MASK)
+  a = f(jax_logits, params, tokens, P, key, LikelihoodConfig(num_strata=4), mask_id=MASK).logp
+  b = f(jax_logits, params, tokens, P, key, LikelihoodConfig(num_strata=4, strata_batch=2), mask_id=MASK).logp
   np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
@@ -171,7 +171,7 @@ def test_strata_batch_bounds_update_memory_with_equal_gradients():
 
   def loss(sb):
     lc = LikelihoodConfig(num_strata=4, strata_batch=sb)
-    return lambda p: jnp.sum(f(make_logits_fn(gd), p, toks, 8, jax.random.PRNGKey(0), lc, mask_id=39))
+    return lambda p: jnp.sum(f(make_logits_fn(gd), p, toks, 8, jax.random.PRNGKey(0), lc, mask_id=39).logp)
 
   out, scratch = {}, {}
   for sb in (0, 1):
@@ -204,7 +204,9 @@ def test_coupled_matches_numpy(setup, full_pass):
   params, tokens = setup
   key = jax.random.PRNGKey(21)
   cfg = LikelihoodConfig(p_mask_prompt=0.0, coupled_full_pass=full_pass)
-  got = np.asarray(LIKELIHOOD.get("coupled")(jax_logits, params, tokens, P, key, cfg, mask_id=MASK))
+  scores = LIKELIHOOD.get("coupled")(jax_logits, params, tokens, P, key, cfg, mask_id=MASK)
+  assert scores.kind == "elbo" and scores.num_states == (3 if full_pass else 2)
+  got = np.asarray(scores.contributions())
   _, k_est = jax.random.split(key)
   t, first = (np.asarray(a) for a in coupled_masks(k_est, B, L, 0.2, 0.8))
   assert ((0.2 <= t) & (t <= 0.8)).all() and first.any() and (~first).any()
@@ -224,7 +226,9 @@ def test_elbo_matches_numpy(setup, nodes):
   params, tokens = setup
   key = jax.random.PRNGKey(8)
   cfg = LikelihoodConfig(p_mask_prompt=0.0, elbo_nodes=nodes)
-  got = np.asarray(LIKELIHOOD.get("elbo")(jax_logits, params, tokens, P, key, cfg, mask_id=MASK))
+  scores = LIKELIHOOD.get("elbo")(jax_logits, params, tokens, P, key, cfg, mask_id=MASK)
+  assert scores.kind == "elbo" and scores.num_states == nodes
+  got = np.asarray(scores.contributions())
   t, w = gauss_legendre_01(nodes)
   np.testing.assert_allclose(w.sum(), 1.0, rtol=1e-6)
   np.testing.assert_allclose((w * t ** 2).sum(), 1 / 3, rtol=1e-5)  # exact for polynomials of degree < 2n
@@ -281,7 +285,7 @@ def test_trajectory_equals_the_samplers_own_commit_probabilities(block_length, s
   traj = rollout(jax_logits, params, prompts, jax.random.PRNGKey(3), rcfg, mask_id=MASK, eos_id=11)
   cfg = LikelihoodConfig(p_mask_prompt=0.0, trajectory_steps=steps)
   got = LIKELIHOOD.get("trajectory")(jax_logits, params, traj.tokens, P, jax.random.PRNGKey(0), cfg,
-                                     mask_id=MASK, commit_step=traj.commit_step)
+                                     mask_id=MASK, commit_step=traj.commit_step).logp
   np.testing.assert_allclose(np.exp(np.asarray(got)), np.asarray(traj.commit_conf), rtol=1e-5, atol=1e-6)
   with pytest.raises(ValueError, match="commit_step"):
     LIKELIHOOD.get("trajectory")(jax_logits, params, traj.tokens, P, jax.random.PRNGKey(0), cfg, mask_id=MASK)
@@ -304,7 +308,7 @@ def test_grouped_trajectory_scores_each_token_at_the_start_of_its_run():
   est = lambda groups: np.asarray(LIKELIHOOD.get("trajectory")(
       jax_logits, params, traj.tokens, P, key, LikelihoodConfig(p_mask_prompt=0.0, trajectory_steps=steps,
                                                                trajectory_groups=groups),
-      mask_id=MASK, commit_step=traj.commit_step))
+      mask_id=MASK, commit_step=traj.commit_step).logp)
   for groups in (3, 5):
     expect = np.zeros((B, L))
     for b in range(B):
@@ -315,6 +319,6 @@ def test_grouped_trajectory_scores_each_token_at_the_start_of_its_run():
         expect[b, i] = _np_logp(params, x, tokens[b:b + 1, P:])[0, i]
     np.testing.assert_allclose(est(groups), expect, rtol=1e-5, atol=1e-5)
   mean_field = LIKELIHOOD.get("mean_field")(jax_logits, params, traj.tokens, P, key,
-                                            LikelihoodConfig(p_mask_prompt=0.0), mask_id=MASK)
+                                            LikelihoodConfig(p_mask_prompt=0.0), mask_id=MASK).logp
   np.testing.assert_allclose(est(1), mean_field, rtol=1e-6, atol=1e-6)
   np.testing.assert_allclose(np.exp(est(steps))[real], np.asarray(traj.commit_conf)[real], rtol=1e-5, atol=1e-6)

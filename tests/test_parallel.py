@@ -203,8 +203,8 @@ def test_per_sequence_keys_matches_a_loop_over_rows():
   key = jax.random.PRNGKey(5)
   call = lambda fn: jax.jit(lambda tok, k, cs: fn(_toy_logits_fn, params, tok, p, k, cfg, mask_id=v - 1,
                                                   commit_step=cs))
-  got = call(per_sequence_keys(est, 10))(tokens, key, commit)
-  one = call(est)
+  got = call(per_sequence_keys(est, 10))(tokens, key, commit).logp
+  one = lambda *a: call(est)(*a).logp
   want = np.stack([one(tokens[r:r + 1], jax.random.fold_in(key, 10 + r), commit[r:r + 1])[0]
                    for r in range(b)])
   np.testing.assert_allclose(np.asarray(got), want, rtol=1e-6, atol=1e-6)
@@ -213,7 +213,7 @@ def test_per_sequence_keys_matches_a_loop_over_rows():
 
 
 def test_pmap_estimator_forwards_keywords_and_tree_outputs():
-  """rldf takes commit_conf / completion_mask and returns a StateTargets tree: the pmap wrapper keeps
+  """rldf takes commit_conf / completion_mask and returns a TokenScores tree: the pmap wrapper keeps
   its signature (the learner reads it) and, on a 1-device mesh, equals per-sequence keys."""
   import inspect
 

@@ -271,7 +271,7 @@ def test_rldf_estimator_scores_rebuilt_states():
       sl = slice(j * length, (j + 1) * length)
       np.testing.assert_allclose(np.asarray(out.logp)[b, sl], lp[np.arange(length), tokens[b, p:]], rtol=1e-5,
                                  atol=1e-5)
-      np.testing.assert_array_equal(np.asarray(out.masked)[b, sl], commit_step[b] >= s)
+      np.testing.assert_array_equal(np.asarray(out.mask)[b, sl], commit_step[b] >= s)
       np.testing.assert_array_equal(np.asarray(out.committed_here)[b, sl], commit_step[b] == s)
 
 

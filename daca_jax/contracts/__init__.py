@@ -4,6 +4,9 @@
   library uses it (logits, hidden/head split, chunked log-prob gathering, the graph for K/V caches);
   :func:`as_model_fns` wraps a user's plain function at every entry point.
 * :mod:`~daca_jax.contracts.trajectory`: :class:`Trajectory`, what a rollout returns.
+* :mod:`~daca_jax.contracts.scores`: :class:`TokenScores`, what every likelihood estimator returns
+  (log-probs per scored context, with ELBO factors for the ELBO-type estimators), and
+  :func:`objective_inputs`, how an objective reads it.
 * :mod:`~daca_jax.contracts.batch`: :class:`PolicyBatch`, the stop-gradient inputs of an objective.
 * :mod:`~daca_jax.contracts.shapes`: the trace-time shape checks every public entry point runs; a bad
   shape is a :class:`daca_jax.errors.ShapeError` naming the argument, the shape found and the shape
@@ -15,6 +18,8 @@ module may import it.
 from daca_jax.contracts.batch import PolicyBatch, check_policy_batch
 from daca_jax.contracts.model import (HeadFn, HiddenFn, LogitsFn, ModelFns, as_model_fns, call_hidden,
                                       call_logits, check_logits)
+from daca_jax.contracts.scores import (ELBO_TERMS, SCORE_KINDS, TokenScores, check_token_scores, objective_inputs,
+                                       token_scores)
 from daca_jax.contracts.shapes import (check_completion_rows, check_integer, check_optional_shape, check_shape,
                                        check_static_int, check_tokens, shape_of)
 from daca_jax.contracts.trajectory import Trajectory, check_trajectory

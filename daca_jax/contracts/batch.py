@@ -16,8 +16,10 @@ class PolicyBatch:
     logp_old: float32 [B, L] log-probs under θ_old (the rollout policy), same masks as ``logp``.
     logp_ref: float32 [B, L] log-probs under the frozen reference policy, same masks.
     advantages: float32 [B] sequence advantages.
-    weights: float32 [B, L] credit weights (0 outside the completion mask).
-    mask: float32 [B, L] completion mask (1 up to and including the first EOS).
+    weights: float32 [B, L] credit weights (0 outside the completion mask); for the targets of an
+      ELBO-type estimator, times their ELBO factors (:func:`daca_jax.contracts.objective_inputs`).
+    mask: float32 [B, L] completion mask (1 up to and including the first EOS); for an estimator that
+      scores S contexts (L = S·L_completion), 1 on the targets inside it.
     rewards: float32 [B] raw rewards, or None (no built-in objective reads them: the advantages,
       REINFORCE++'s included, come from :mod:`daca_jax.rl.advantages`).
     commit_now: float32 [B, L'] for estimators that score rebuilt rollout states (``rldf``): 1 where

@@ -6,6 +6,7 @@ argument, the shape found and the shape expected.
 """
 from __future__ import annotations
 
+import dataclasses
 import numbers
 from typing import Any, Sequence
 
@@ -41,6 +42,8 @@ def check_shape(name: str, x: Any, expected: Sequence[Dim], meaning: str) -> tup
   Raises:
     ShapeError: a different rank or a different size where ``expected`` has an int.
   """
+  if dataclasses.is_dataclass(x):  # e.g. a TokenScores where its .logp array belongs
+    raise ShapeError(name, type(x).__name__, f"an array {format_shape(expected)} ({meaning})", what="type")
   found = shape_of(x)
   if len(found) != len(expected) or any(isinstance(e, int) and e != f for e, f in zip(expected, found)):
     raise ShapeError(name, found, f"{format_shape(expected)} ({meaning})")

@@ -1,12 +1,18 @@
 """Likelihood-estimator interface and registry.
 
-An estimator returns per-token log-probabilities ``logp [B, L] float32`` of a rollout's completion
-tokens under ``params``. It takes a PRNG key that fixes its masks: the learner passes the **same key**
-for θ, θ_old and θ_ref within an inner iteration and a new key per iteration.
+Every registered estimator has one signature,
+``fn(logits_fn, params, tokens[B, P+L], prompt_len, key, cfg, *, mask_id, commit_step=None,
+commit_conf=None, completion_mask=None) -> TokenScores``, and returns
+:class:`~daca_jax.contracts.TokenScores`: the log-probs of the completion tokens under ``params`` in
+the contexts the estimator scores them in (with ELBO factors for the ELBO-type estimators). It takes a
+PRNG key that fixes its masks: the learner passes the **same key** for θ, θ_old and θ_ref within an
+inner iteration and a new key per iteration.
 
-Signature: ``fn(logits_fn, params, tokens[B, P+L], prompt_len, key, cfg, *, mask_id, commit_step=None)``.
-Estimators are registered with :func:`register_estimator`, which checks these inputs at trace time
-(:func:`check_estimator_inputs`) and hands the estimator a :class:`~daca_jax.contracts.ModelFns`.
+An estimator is written with the keyword rows it reads (any of ``commit_step``, ``commit_conf``,
+``completion_mask``) and may return a ``[B, L]`` log-prob array; :func:`register_estimator` gives it
+the common signature (rows it does not read are accepted and ignored), checks the inputs at trace
+time (:func:`check_estimator_inputs`), hands it a :class:`~daca_jax.contracts.ModelFns` and wraps
+and checks its output (:func:`~daca_jax.contracts.check_token_scores`).
 """
 from __future__ import annotations
 
@@ -16,10 +22,11 @@ from typing import Any, Callable
 
 import jax
 
-from daca_jax.contracts import as_model_fns, check_completion_rows, check_tokens
+from daca_jax.contracts import (TokenScores, as_model_fns, check_completion_rows, check_shape, check_token_scores, check_tokens,
+                                token_scores)
 from daca_jax.registry import Registry
 
-LikelihoodFn = Callable[..., jax.Array]
+LikelihoodFn = Callable[..., TokenScores]
 LIKELIHOOD: Registry[LikelihoodFn] = Registry("likelihood estimator", "rl.likelihood")
 
 
@@ -58,27 +65,36 @@ def check_estimator_inputs(tokens: jax.Array, prompt_len: Any, **rows: Any) -> t
   return b, p, length
 
 
-def register_estimator(name: str) -> Callable[[LikelihoodFn], LikelihoodFn]:
-  """Decorator registering an estimator as ``LIKELIHOOD[name]``, with its inputs checked.
+def register_estimator(name: str) -> Callable[[Callable[..., Any]], LikelihoodFn]:
+  """Decorator registering an estimator as ``LIKELIHOOD[name]`` with the common signature.
 
-  The registered (and returned) function binds its arguments as the estimator's signature, runs
-  :func:`check_estimator_inputs` and calls the estimator with ``logits_fn`` as a
-  :class:`~daca_jax.contracts.ModelFns` (:func:`~daca_jax.contracts.as_model_fns`). Its
-  ``inspect.signature`` is the estimator's.
+  The registered (and returned) function takes every keyword row (``commit_step``, ``commit_conf``,
+  ``completion_mask``) and passes on those the estimator declares, runs
+  :func:`check_estimator_inputs`, calls the estimator with ``logits_fn`` as a
+  :class:`~daca_jax.contracts.ModelFns` (:func:`~daca_jax.contracts.as_model_fns`), and returns
+  :class:`~daca_jax.contracts.TokenScores` (a ``[B, L]`` array result wrapped by
+  :func:`~daca_jax.contracts.token_scores`), checked against the rollout's shape.
   """
 
-  def deco(fn: LikelihoodFn) -> LikelihoodFn:
-    sig = inspect.signature(fn)
+  def deco(fn: Callable[..., Any]) -> LikelihoodFn:
+    declared = frozenset(inspect.signature(fn).parameters)
 
     @functools.wraps(fn)
-    def checked(*args: Any, **kwargs: Any) -> Any:
-      bound = sig.bind(*args, **kwargs)
-      a = bound.arguments
-      check_estimator_inputs(a["tokens"], a["prompt_len"],
-                             **{k: a[k] for k in _ROW_INPUTS if k in a})
-      a["logits_fn"] = as_model_fns(a["logits_fn"])
-      return fn(*bound.args, **bound.kwargs)
+    def checked(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array, cfg: Any,
+                *, mask_id: int, commit_step: jax.Array | None = None, commit_conf: jax.Array | None = None,
+                completion_mask: jax.Array | None = None) -> TokenScores:
+      rows = {"commit_step": commit_step, "commit_conf": commit_conf, "completion_mask": completion_mask}
+      b, _, length = check_estimator_inputs(tokens, prompt_len, **rows)
+      out = fn(as_model_fns(logits_fn), params, tokens, prompt_len, key, cfg, mask_id=mask_id,
+               **{k: v for k, v in rows.items() if k in declared})
+      if not isinstance(out, TokenScores):
+        check_shape(f"likelihood {name!r} output", out, (b, length),
+                    "[B, L]: one log-prob per completion position, or a TokenScores")
+        out = token_scores(out)
+      check_token_scores(out, b, length, f"likelihood {name!r}")
+      return out
 
+    del checked.__wrapped__  # inspect.signature is the common one, not the estimator's
     LIKELIHOOD.register(name)(checked)
     return checked
 

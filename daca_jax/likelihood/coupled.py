@@ -5,7 +5,9 @@ and its complement Mᶜ give two passes, so every completion token is masked —
 one of them. The token's estimate is its log-prob in that pass weighted by the ELBO factor of the pass,
 ``1/t`` for M and ``1/(1−t)`` for Mᶜ; with ``coupled_full_pass`` it is averaged with the fully-masked
 (mean-field) log-prob: ``(logp_full + weighted) / 2`` — DiffuCoder's ``selective_log_softmax``.
-DiffuCoder draws one t per batch; here t is drawn per sequence.
+DiffuCoder draws one t per batch; here t is drawn per sequence. The estimator returns the passes'
+log-probs as targets with these factors (:class:`~daca_jax.contracts.TokenScores` of kind ``"elbo"``;
+``contributions()`` gives the per-token estimate above).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from daca_jax.contracts import TokenScores
 from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
 from daca_jax.types import LikelihoodConfig
@@ -29,10 +32,9 @@ def coupled_masks(key: jax.Array, batch: int, length: int, t_min: float,
 
 @register_estimator("coupled")
 def coupled_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
-                     cfg: LikelihoodConfig, *, mask_id: int,
-                     commit_step: jax.Array | None = None) -> jax.Array:
-  """Per-token coupled estimates (float32 [B, L]); 2 forward passes (3 with ``coupled_full_pass``)."""
-  del commit_step
+                     cfg: LikelihoodConfig, *, mask_id: int) -> TokenScores:
+  """Coupled-sampling targets (kind ``"elbo"``, S = 2 passes, 3 with ``coupled_full_pass``;
+  ``contributions()`` [B, L] are the per-token estimates); one forward pass per context."""
   k_prompt, k_est = split_key(key)
   b, total = tokens.shape
   length = total - prompt_len
@@ -44,7 +46,9 @@ def coupled_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len:
     masks.append(jnp.ones_like(in_first))
   xs = jnp.stack([jnp.concatenate([prompt, jnp.where(mk, mask_id, comp)], axis=1) for mk in masks])
   per_pass = jax.vmap(lambda x: score_targets(logits_fn, params, x, comp, prompt_len, mask_id))(xs)
-  weighted = jnp.where(in_first, per_pass[0] / t[:, None], per_pass[1] / (1.0 - t[:, None]))
-  if cfg.coupled_full_pass:
-    return 0.5 * (per_pass[2] + weighted)
-  return weighted
+  scale = [jnp.broadcast_to(1.0 / t[:, None], (b, length)), jnp.broadcast_to(1.0 / (1.0 - t[:, None]), (b, length))]
+  if cfg.coupled_full_pass:  # (full + weighted) / 2
+    scale = [0.5 * scale[0], 0.5 * scale[1], jnp.full((b, length), 0.5, jnp.float32)]
+  cat = lambda xs: jnp.concatenate(list(xs), axis=1)  # context-major [B, S·L]
+  return TokenScores(logp=cat(per_pass), mask=cat(m.astype(jnp.float32) for m in masks), weight=cat(scale),
+                     num_states=len(masks), kind="elbo")

@@ -4,6 +4,8 @@ The masked-diffusion evidence lower bound of the completion,
 ``ELBO(o) = E_t[(1/t) Σ_i 1[o_i masked in y_t] log p_θ(o_i | y_t)]``, estimated with t at the n
 Gauss–Legendre nodes of [0, 1] (weights w_n, Σ w_n = 1) and one mask draw per node. The per-token
 contribution is ``c_i = Σ_n w_n (1/t_n) 1[masked_n,i] log p_n,i``; ``Σ_i c_i`` is the sequence ELBO.
+The estimator returns the n passes' log-probs as targets with their factors ``w_n / t_n``
+(:class:`~daca_jax.contracts.TokenScores` of kind ``"elbo"``; ``contributions()`` gives ``c``).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from daca_jax.contracts import TokenScores
 from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
 from daca_jax.types import LikelihoodConfig
@@ -27,9 +30,9 @@ def gauss_legendre_01(n: int) -> tuple[np.ndarray, np.ndarray]:
 @register_estimator("elbo")
 def elbo_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                   cfg: LikelihoodConfig, *, mask_id: int,
-                  commit_step: jax.Array | None = None) -> jax.Array:
-  """Per-token ELBO contributions (float32 [B, L]; their row sum is the sequence ELBO); n passes."""
-  del commit_step
+                  ) -> TokenScores:
+  """ELBO targets of the n quadrature passes (kind ``"elbo"``, S = n; ``contributions()`` [B, L] are
+  the per-token ELBO terms, whose row sum is the sequence ELBO); n forward passes."""
   k_prompt, k_est = split_key(key)
   b, total = tokens.shape
   length = total - prompt_len
@@ -43,5 +46,7 @@ def elbo_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: in
     return score_targets(logits_fn, params, x, comp, prompt_len, mask_id)
 
   per_node = jax.vmap(one_node)(masked)  # [n, B, L]
-  scale = jnp.asarray(weights / nodes)[:, None, None]
-  return jnp.sum(scale * masked * per_node, axis=0)
+  scale = jnp.broadcast_to(jnp.asarray(weights / nodes)[:, None, None], per_node.shape)
+  flat = lambda x: jnp.transpose(x, (1, 0, 2)).reshape(b, len(nodes) * length)
+  return TokenScores(logp=flat(per_node), mask=flat(masked.astype(jnp.float32)), weight=flat(scale),
+                     num_states=len(nodes), kind="elbo")

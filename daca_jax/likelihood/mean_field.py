@@ -18,8 +18,7 @@ from daca_jax.types import LikelihoodConfig
 
 @register_estimator("mean_field")
 def mean_field_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int,
-                        key: jax.Array, cfg: LikelihoodConfig, *, mask_id: int,
-                        commit_step: jax.Array | None = None) -> jax.Array:
+                        key: jax.Array, cfg: LikelihoodConfig, *, mask_id: int) -> jax.Array:
   """Per-token mean-field log-probs.
 
   Args:
@@ -29,11 +28,9 @@ def mean_field_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
     key: PRNG key (prompt mask).
     cfg: estimator options (``p_mask_prompt``).
     mask_id: ``[MASK]`` id.
-    commit_step: unused.
   Returns:
-    float32 [B, L].
+    float32 [B, L] (the registered estimator returns it as :class:`~daca_jax.contracts.TokenScores`).
   """
-  del commit_step
   k_prompt, _ = split_key(key)
   prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], cfg.p_mask_prompt, mask_id)
   comp = tokens[:, prompt_len:]

@@ -15,40 +15,20 @@ own intermediate states and scores, in each, every still-masked position against
 
 Cost: k forward passes (vectorised with ``jax.vmap``, or ``lax.map`` in groups of
 ``strata_batch``). The output flattens (state, position) pairs so that every token-level objective
-applies unchanged: ``logp [B, k·L]`` with index ``j·L + i`` for state j and position i.
+applies unchanged (:class:`~daca_jax.contracts.TokenScores`): ``logp [B, k·L]`` with index ``j·L + i`` for
+state j and position i.
 """
 from __future__ import annotations
 
 from typing import Any
 
-import flax.struct
 import jax
 import jax.numpy as jnp
 
+from daca_jax.contracts import TokenScores
 from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
 from daca_jax.types import LikelihoodConfig
-
-
-@flax.struct.dataclass
-class StateTargets:
-  """Per-(state, position) log-probs of an estimator that rebuilds rollout states.
-
-  Attributes:
-    logp: float32 [B, k·L] ``log p_θ(o_i | x_{s_j})`` at index ``j·L + i``.
-    masked: float32 [B, k·L] 1 where position i is masked in state j (a target).
-    committed_here: float32 [B, k·L] 1 where position i was committed at step s_j.
-    states: int32 [B, k] the rebuilt steps s_j.
-  """
-
-  logp: jax.Array
-  masked: jax.Array
-  committed_here: jax.Array
-  states: jax.Array
-
-  @property
-  def num_states(self) -> int:
-    return self.states.shape[1]
 
 
 def step_surprisal(commit_step: jax.Array, commit_conf: jax.Array, valid: jax.Array,
@@ -89,7 +69,7 @@ def sample_states(key: jax.Array, surprisal: jax.Array, count: jax.Array, k: int
 def rldf_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                   cfg: LikelihoodConfig, *, mask_id: int, commit_step: jax.Array | None = None,
                   commit_conf: jax.Array | None = None,
-                  completion_mask: jax.Array | None = None) -> StateTargets:
+                  completion_mask: jax.Array | None = None) -> TokenScores:
   """Log-probs of the final tokens at k rebuilt rollout states.
 
   Args:
@@ -101,7 +81,9 @@ def rldf_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: in
     commit_step, commit_conf: int32 / float32 [B, L] from the Trajectory.
     completion_mask: float32 [B, L] (all ones if None).
   Returns:
-    :class:`StateTargets`.
+    :class:`~daca_jax.contracts.TokenScores` with S = k contexts: ``logp [B, k·L]``
+    ``log p_θ(o_i | x_{s_j})`` at ``j·L + i``, ``mask`` 1 where position i is masked in state j (a
+    target), ``committed_here`` 1 where it was committed at step s_j, ``states [B, k]`` the s_j.
   Raises:
     ValueError: a Trajectory field is missing, S unset, or k > S.
   """
@@ -132,4 +114,5 @@ def rldf_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: in
   masked = (commit_step[None] >= cols[:, :, None]).astype(jnp.float32)
   here = (commit_step[None] == cols[:, :, None]).astype(jnp.float32)
   flat = lambda x: jnp.transpose(x, (1, 0, 2)).reshape(b, k * length)
-  return StateTargets(logp=flat(per_state), masked=flat(masked), committed_here=flat(here), states=states)
+  return TokenScores(logp=flat(per_state), mask=flat(masked), committed_here=flat(here), states=states,
+                     num_states=k)

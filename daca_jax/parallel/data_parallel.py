@@ -37,8 +37,8 @@ from daca_jax.parallel.mesh import BATCH_AXES, abstract_placed, check_batch_size
 def per_sequence_keys(estimator: LikelihoodFn, row_offset: jax.Array | int = 0) -> LikelihoodFn:
   """The estimator evaluated sequence by sequence, row r drawing from ``fold_in(key, row_offset + r)``.
 
-  Same signature and outputs as ``estimator`` (``logp [B, L]``, or a tree whose leaves all lead with
-  B such as ``StateTargets``); rows are ``jax.vmap``-ed, so the model still sees one batched call per
+  Same signature and outputs as ``estimator`` (a :class:`~daca_jax.contracts.TokenScores`, whose
+  leaves all lead with B); rows are ``jax.vmap``-ed, so the model still sees one batched call per
   pass. Array keyword arguments (``commit_step``, ``commit_conf``, ...) are per-row. An estimator
   that couples rows (e.g. one masking rate drawn for the whole batch) becomes per-sequence.
   """

@@ -9,7 +9,6 @@ All μ updates run in one jitted ``lax.scan``.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from typing import Any, Callable
 
 import jax
@@ -20,10 +19,11 @@ import optax
 from daca_jax import parallel
 from daca_jax.credit import CREDIT, TAGGERS, CreditInputs, CreditOutput, group_agreement_mask
 from daca_jax.credit.base import RECORDS
-from daca_jax.contracts import Trajectory, as_model_fns, check_optional_shape, check_shape, check_trajectory
+from daca_jax.contracts import (TokenScores, Trajectory, as_model_fns, check_optional_shape, check_shape,
+                                check_trajectory, objective_inputs)
 from daca_jax.diffusion.rollout import make_rollout_fn
 from daca_jax.errors import ConfigError
-from daca_jax.likelihood import LIKELIHOOD, StateTargets
+from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.rl.advantages import ADVANTAGES, advantage_name, zero_std_group_fraction
 from daca_jax.rl.objectives import OBJECTIVES, TOKEN_ADVANTAGE_OBJECTIVES, PolicyBatch
 from daca_jax.rl.optim import make_optimizer, read_grad_agreement
@@ -106,7 +106,6 @@ class GRPOLearner:
                                    record_step_conf="step_conf" in records,
                                    record_step_entropy="step_entropy" in records,
                                    record_commit_hidden="commit_hidden" in records)
-    self._likelihood_kwargs = frozenset(inspect.signature(self.likelihood).parameters)
     self.credit_weights = jax.jit(lambda traj: self.credit(traj, cfg.credit, cfg.rollout))
     self._assign = jax.jit(self._assign_credit)
     self.rollout = parallel.shard_rollout(self.rollout, cfg.parallel)
@@ -186,14 +185,12 @@ class GRPOLearner:
 
   def logprobs(self, params: Any, traj_tokens: jax.Array, prompt_len: int, key: jax.Array,
                commit_step: jax.Array | None = None, *, commit_conf: jax.Array | None = None,
-               completion_mask: jax.Array | None = None) -> Any:
-    """Per-token log-probs [B, L] of the configured estimator under ``params`` and ``key``
-    (a :class:`~daca_jax.likelihood.rldf.StateTargets` for estimators that rebuild states)."""
-    extra = {name: value for name, value in (("commit_conf", commit_conf),
-                                             ("completion_mask", completion_mask))
-             if name in self._likelihood_kwargs}
+               completion_mask: jax.Array | None = None) -> TokenScores:
+    """The configured estimator's :class:`~daca_jax.contracts.TokenScores` under ``params`` and
+    ``key`` (every estimator takes the same rows and ignores those it does not read)."""
     return self.likelihood(self.logits_fn, params, traj_tokens, prompt_len, key, self.cfg.likelihood,
-                           mask_id=self.mask_id, commit_step=commit_step, **extra)
+                           mask_id=self.mask_id, commit_step=commit_step, commit_conf=commit_conf,
+                           completion_mask=completion_mask)
 
   def objective_grad(self, params: Any, ref_params: Any, traj: Trajectory, rewards: jax.Array,
                      weights: Any, key: jax.Array, old_params: Any = None,
@@ -227,15 +224,11 @@ class GRPOLearner:
     adv = self.advantages(rewards) if advantages is None else advantages
 
     def logp_fn(prm):
-      """(logp, mask, weights, commit_now, token advantages); estimators that rebuild k rollout
-      states score (state, position) pairs, so mask and weights are tiled over the states."""
+      """(logp, mask, weights, commit_now, token advantages) of the objective: the estimator's targets
+      (S contexts of L positions, mask and weights tiled; ELBO factors per ``likelihood.elbo_terms``)."""
       out = self.logprobs(prm, traj.tokens, p, key, traj.commit_step, commit_conf=traj.commit_conf,
                           completion_mask=traj.completion_mask)
-      if isinstance(out, StateTargets):
-        reps = (1, out.num_states)
-        return (out.logp, jnp.tile(traj.completion_mask, reps) * out.masked, jnp.tile(weights, reps),
-                out.committed_here, None if token_adv is None else jnp.tile(token_adv, reps))
-      return out, traj.completion_mask, weights, None, token_adv
+      return objective_inputs(out, traj.completion_mask, weights, token_adv, self.cfg.likelihood.elbo_terms)
 
     logp_old = None if old_params is None else jax.lax.stop_gradient(logp_fn(old_params)[0])
     logp_ref = jax.lax.stop_gradient(logp_fn(ref_params)[0]) if rl.beta > 0 else None
