@@ -15,15 +15,8 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
+from daca_jax.hardware import device_for_kind
 from daca_jax.types import ModelConfig, RolloutConfig
-
-# Dense bf16 peak FLOP/s per chip, from vendor data sheets (no sparsity). Matched by substring of
-# ``jax.Device.device_kind``, first hit wins.
-PEAK_BF16_FLOPS = (
-    ("H200", 989e12), ("H100", 989e12), ("GH200", 989e12), ("A100", 312e12), ("L40S", 362e12),
-    ("TPU v6", 918e12), ("TPU v5p", 459e12), ("TPU v5", 197e12), ("TPU v4", 275e12),
-)
-
 
 def time_fn(fn: Callable[..., Any], *args: Any, repeats: int = 5, warmup: int = 1) -> dict[str, float]:
   """Compile time and best/median run time (seconds) of ``fn(*args)``, blocking on the result.
@@ -144,15 +137,13 @@ def device_peak_bytes(device: jax.Device | None = None) -> int | None:
 
 
 def peak_flops(override_tflops: float = 0.0, device: jax.Device | None = None) -> float | None:
-  """Peak FLOP/s of one chip: ``override_tflops`` (TFLOP/s) when > 0, else the :data:`PEAK_BF16_FLOPS`
-  entry of the device kind; None when unknown (CPU), in which case MFU is reported as 'n/a'."""
+  """Peak FLOP/s of one chip: ``override_tflops`` (TFLOP/s) when > 0, else the dense bf16 peak of the
+  device kind (:func:`daca_jax.hardware.device_for_kind`, the plan's own table); None when
+  unknown (CPU, or a kind without an entry), in which case MFU is reported as 'n/a'."""
   if override_tflops > 0:
     return override_tflops * 1e12
-  kind = (device or jax.devices()[0]).device_kind
-  for name, flops in PEAK_BF16_FLOPS:
-    if name.lower() in kind.lower():
-      return flops
-  return None
+  spec = device_for_kind((device or jax.devices()[0]).device_kind)
+  return None if spec is None else spec.peak_bf16_flops
 
 
 def matmul_params(cfg: ModelConfig) -> int:

@@ -33,7 +33,7 @@ from daca_jax.planning.devices import device_spec
 
 _MODEL = flags.DEFINE_string("model", "llada_8b", "A key of daca_jax.planning.spec.MODELS.")
 _LAYERS = flags.DEFINE_integer("layers", 0, "Override the model's layer count (0: all).")
-_DEVICE = flags.DEFINE_string("device", "h200", "Device kind of the prediction (daca_jax/planning/devices.py).")
+_DEVICE = flags.DEFINE_string("device", "h200", "Device kind of the prediction (daca_jax/hardware.py).")
 _METHOD = flags.DEFINE_string("method", "daca", "A key of daca_jax.planning.spec.METHODS.")
 _LORA = flags.DEFINE_integer("lora_rank", 0, "0: full fine-tuning (LoRA when it does not fit).")
 _FALLBACK = flags.DEFINE_integer("fallback_lora_rank", 128, "LoRA rank used when full fine-tuning does not fit.")

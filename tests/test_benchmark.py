@@ -45,6 +45,21 @@ def test_peak_flops_table_and_override():
   assert bm.peak_flops(0.0, cpu) is None  # MFU is 'n/a' on CPU unless a peak is given
 
 
+@pytest.mark.parametrize("kind,peak", [("TPU v5", 459e12), ("TPU v5 lite", 197e12), ("TPU v6 lite", 918e12),
+                                       ("NVIDIA H100 80GB HBM3", 989e12), ("NVIDIA A100-SXM4-40GB", 312e12),
+                                       ("NVIDIA H100 PCIe", None), ("TPU v4 lite", None)])
+def test_peak_flops_reads_the_plan_device_table_by_exact_device_kind(kind, peak):
+  """JAX names a v5p "TPU v5" and a v5e "TPU v5 lite": a substring table gave the v5p the v5e's peak.
+  A kind without an entry (an H100 PCIe's peak is lower than the SXM's) has no MFU, not a wrong one."""
+  from daca_jax.hardware import device_for_kind
+
+  class FakeDevice:
+    device_kind = kind
+
+  assert bm.peak_flops(0.0, FakeDevice()) == peak
+  assert (device_for_kind(kind) is None) == (peak is None)
+
+
 @pytest.mark.slow  # the torch port is the benchmark's baseline, not the library
 def test_torch_eager_port_matches_jax():
   torch = pytest.importorskip("torch")

@@ -70,7 +70,7 @@ def test_plan_memory_equals_the_compiled_programs_of_real_arrays():
 
 
 @pytest.mark.parametrize("change, field, value, allowed", [
-    (dict(device="h800"), "device", "h800", "one of ['a100', 'h100', 'h200', 'v5e', 'v5p']"),
+    (dict(device="h800"), "device", "h800", "one of ['a100', 'gh200', 'h100', 'h200', 'v4', 'v5e', 'v5p', 'v6e']"),
     (dict(num_devices=3, strategy="fsdp", prompts_per_step=2, group_size=2), "prompts_per_step * group_size",
      "4", "a multiple of num_devices=3"),
     (dict(method="grpo"), "method", "grpo", "one of ['d1', 'daca']"),
