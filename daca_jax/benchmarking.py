@@ -83,6 +83,14 @@ def ratio_stats(num: list[float], den: list[float]) -> dict[str, float]:
   return {"median": float(np.median(ratios)), "min": ratios[0], "max": ratios[-1], "rounds": len(ratios)}
 
 
+def compiled_flops(compiled: Any) -> float:
+  """XLA's FLOP count of a compiled executable (``jax.jit(f).lower(...).compile()``); NaN if unknown."""
+  cost = compiled.cost_analysis()
+  if isinstance(cost, (list, tuple)):  # older jax returns one dict per computation
+    cost = cost[0] if cost else {}
+  return float((cost or {}).get("flops", float("nan")))
+
+
 def compiled_temp_bytes(fn: Callable[..., Any], *args: Any) -> int:
   """XLA's compiled temporary-buffer size (bytes) of ``jax.jit(fn)(*args)``: the peak scratch memory."""
   return compiled_memory(fn, *args)["temp_bytes"]
@@ -163,25 +171,31 @@ def forward_flops(cfg: ModelConfig, batch: int, q_len: int, kv_len: int | None =
 
 
 def rollout_flops(cfg: ModelConfig, rcfg: RolloutConfig, batch: int, prompt_len: int,
-                  model_calls: float) -> float:
+                  model_calls: float, *, records: bool = False) -> float:
   """Model FLOPs of one rollout that made ``model_calls`` forward passes.
 
   Plain / threshold decoding: every call is a full pass over ``P + L`` tokens whose output head
-  projects only the ``L`` completion positions (the sampler never projects the prompt). With a K/V
-  cache each block's first call is such a full pass and the others run the block's query window (the
-  block and everything after it for "prefix", the block for "dual") against ``P + L`` keys; with a
+  projects the current block's ``block_length`` positions, or all ``L`` completion positions when the
+  rollout keeps step records (``records``: DPS's step confidences, DTCA's entropies); the sampler
+  never projects the prompt. With a K/V cache each block's first call is such a full pass and the
+  others run the block's query window (the block and everything after it for "prefix", the block for
+  "dual") against ``P + L`` keys, the head again over the block or (with records) the window; with a
   threshold the cached calls are spread evenly over the blocks (an estimate: the count per block is
   not kept).
   """
   total = prompt_len + rcfg.gen_length
-  full = forward_flops(cfg, batch, total) - batch * prompt_len * 2.0 * cfg.d_model * cfg.vocab_size
+  nb, bl = rcfg.num_blocks, rcfg.block_length
+  head = batch * 2.0 * cfg.d_model * cfg.vocab_size  # one projected position
+  projected = rcfg.gen_length if records else bl
+  full = forward_flops(cfg, batch, total) - (total - projected) * head
   if rcfg.kv_cache == "none":
     return model_calls * full
-  nb, bl = rcfg.num_blocks, rcfg.block_length
   cached_calls = max(model_calls - nb, 0.0)
   windows = [(rcfg.gen_length - b * bl) if rcfg.kv_cache == "prefix" else bl for b in range(nb)]
   mean_window = float(np.mean(windows))
   per_cached = forward_flops(cfg, batch, 1, total) * mean_window  # linear in the query count
+  if not records:
+    per_cached -= (mean_window - bl) * head
   return nb * full + cached_calls * per_cached
 
 

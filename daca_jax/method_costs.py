@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from daca_jax import configure
+from daca_jax.benchmarking import compiled_flops
 from daca_jax.models import init_model, make_logits_fn
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.tasks.tokenizer import ByteTokenizer
@@ -57,10 +58,7 @@ DEFAULT_METHODS = (
 def _compile(jitted: Any, *args: Any) -> tuple[Any, float]:
   """(compiled executable, its FLOPs); calling the executable avoids a second compilation."""
   compiled = jitted.lower(*args).compile()
-  cost = compiled.cost_analysis()
-  if isinstance(cost, (list, tuple)):  # older jax returns one dict per computation
-    cost = cost[0] if cost else {}
-  return compiled, float((cost or {}).get("flops", float("nan")))
+  return compiled, compiled_flops(compiled)
 
 
 def _flops(jitted: Any, *args: Any) -> float:

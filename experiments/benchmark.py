@@ -7,6 +7,9 @@
 
 Sections (``--sections``, comma separated; ``all`` adds the slow ``accuracy`` one):
   rollout    rollout tokens/s, compile time, model FLOPs and MFU, peak memory, DPS overhead.
+  profile    where a rollout step's time goes: the sampler (no records, and with DPS's step
+             confidences) against the same number of bare model passes (transformer + output head
+             over the completion) in one compiled scan, interleaved; the non-model share.
   fast       threshold decoding and prefix / dual K/V cache: tokens/s, model calls, agreement with
              plain greedy decoding.
   likelihood SML (K=4) vs mean-field per-token likelihood time; update step time, compiled peak
@@ -55,9 +58,9 @@ from daca_jax.metrics import format_table
 from daca_jax.models import count_params, init_model, llada_8b_config, make_logits_fn
 from daca_jax.configure import train_config_from_dict
 
-SECTIONS = ("rollout", "fast", "likelihood", "memory", "peak8b", "scaling", "torch", "costs", "accuracy")
+SECTIONS = ("rollout", "profile", "fast", "likelihood", "memory", "peak8b", "scaling", "torch", "costs", "accuracy")
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/sudoku_tiny.py", "Config file.")
-_SECTIONS = flags.DEFINE_string("sections", "rollout,fast,likelihood,memory,scaling,torch,costs",
+_SECTIONS = flags.DEFINE_string("sections", "rollout,profile,fast,likelihood,memory,scaling,torch,costs",
                                 f"Comma-separated sections of {list(SECTIONS)}, or 'all'.")
 _MODEL = flags.DEFINE_enum("model", "config", ["config", "llada_8b"],
                            "'config': the config's model and task prompts; 'llada_8b': LLaDA-8B "
@@ -164,6 +167,43 @@ def section_rollout(bench, res):
   res["rollout_plain_interleaved_s"] = best["plain"]
   res["rollout_with_dps_s"] = best["dps"]
   res["dps_overhead_pct"] = 100.0 * (best["dps"] / best["plain"] - 1.0)  # runs interleaved
+
+
+def section_profile(bench, res):
+  # The bare model work of a rollout: S full passes over [B, P+L] with the output head over the
+  # completion, in one compiled scan (the canvas changes every step so nothing is hoisted out of the
+  # loop; the logits' sum keeps the head from being simplified away). What the sampler spends beyond
+  # it (restricting and normalising the logits, the Gumbel noise, the top-k commit, the records) is
+  # not model work.
+  rc = bench.cfg.rollout
+  p, length, steps = bench.p, rc.gen_length, rc.steps
+  canvas = jnp.concatenate([bench.prompts, jnp.full((bench.b, length), bench.mask_id, jnp.int32)], axis=1)
+
+  def model_only(prm, x):
+    def step(carry, s):
+      x, acc = carry
+      x = x.at[:, p + s % length].set(s % 7)
+      logits = bench.logits_fn(prm, x)[:, p:]
+      return (x, acc + jnp.sum(logits.astype(jnp.float32))), None
+    (_, acc), _ = jax.lax.scan(step, (x, jnp.zeros((), jnp.float32)), jnp.arange(steps, dtype=jnp.int32))
+    return acc
+
+  fns = {"model_only": (jax.jit(model_only), (bench.params, canvas)),
+         "sampler": (bench.rollout_fn(rc), (bench.params, bench.prompts, bench.key)),
+         "sampler_dps_records": (bench.rollout_fn(rc, record_step_conf=True),
+                                 (bench.params, bench.prompts, bench.key))}
+  compiled, rows = {}, []
+  for name, (fn, args) in fns.items():
+    compiled[name] = functools.partial(jax.jit(fn).lower(*args).compile(), *args)
+  times = bm.interleaved_runs(compiled, max(3, bench.r))
+  res["profile_model_only_s"] = float(np.median(times["model_only"]))
+  for name in ("sampler", "sampler_dps_records"):
+    _put_ratio(res, f"profile_{name}_vs_model_only_ratio", bm.ratio_stats(times[name], times["model_only"]))
+    res[f"profile_{name}_s"] = float(np.median(times[name]))
+    res[f"profile_{name}_non_model_pct"] = 100.0 * (1.0 - 1.0 / res[f"profile_{name}_vs_model_only_ratio"])
+    rows.append([name, res[f"profile_{name}_s"], res["profile_model_only_s"],
+                 res[f"profile_{name}_vs_model_only_ratio"], res[f"profile_{name}_non_model_pct"]])
+  print(format_table(rows, ["rollout", "median s", "model-only s", "ratio (median)", "non-model %"]))
 
 
 def _fast_variants(rc, threshold, block_length):

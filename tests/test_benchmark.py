@@ -32,11 +32,17 @@ def test_forward_and_cached_rollout_flops():
   # prefix cache, 2 blocks of 4 after an 8-token prompt, 2 steps per block: per block one full pass
   # (its head projects the 8 completion positions only) and one pass over the block and what follows
   # it (8, then 4 queries) against all 16 keys.
+  # With step records the head projects every completion position (the query window when cached);
+  # without, only the block's 4.
   rc = RolloutConfig(gen_length=8, block_length=4, steps=4, kv_cache="prefix")
-  full = bm.forward_flops(CFG, b, 16) - b * 8 * 2 * CFG.d_model * CFG.vocab_size
+  head = b * 2 * CFG.d_model * CFG.vocab_size
+  full = bm.forward_flops(CFG, b, 16) - 8 * head
   cached = bm.forward_flops(CFG, b, 8, 16) + bm.forward_flops(CFG, b, 4, 16)
-  assert bm.rollout_flops(CFG, rc, b, 8, 4) == pytest.approx(2 * full + cached)
-  assert bm.rollout_flops(CFG, RolloutConfig(gen_length=8, block_length=4, steps=4), b, 8, 4) == 4 * full
+  assert bm.rollout_flops(CFG, rc, b, 8, 4, records=True) == pytest.approx(2 * full + cached)
+  assert bm.rollout_flops(CFG, rc, b, 8, 4) == pytest.approx(2 * (full - 4 * head) + cached - 4 * head)
+  plain = RolloutConfig(gen_length=8, block_length=4, steps=4)
+  assert bm.rollout_flops(CFG, plain, b, 8, 4, records=True) == 4 * full
+  assert bm.rollout_flops(CFG, plain, b, 8, 4) == pytest.approx(4 * (full - 4 * head))
 
 
 def test_peak_flops_table_and_override():

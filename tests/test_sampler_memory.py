@@ -109,3 +109,34 @@ def test_tokens_for_a_key_do_not_depend_on_the_chunking(monkeypatch):
                                    eos_id=38).tokens))
   np.testing.assert_array_equal(outs[0], outs[1])
   np.testing.assert_array_equal(outs[0], outs[2])
+
+
+def test_without_records_only_the_block_is_projected_and_tokens_do_not_change(monkeypatch):
+  """Without step records the sampler projects only the current block's chunks through the output
+  head (L / block = 4 times fewer here; 8x at d1's L 256, block 32); with them it projects the whole
+  completion. The same key gives the same tokens either way, across 4 blocks and chunks of 2."""
+  import dataclasses as dc
+  rollout_module = importlib.import_module("daca_jax.diffusion.decode")
+  monkeypatch.setattr(rollout_module, "SAMPLE_CHUNK_BYTES", 2 * V * 4 * 2)  # 2 positions per chunk at B = 2
+  gd, params = init_model(MODEL, 4)
+  fns = make_logits_fn(gd)
+  calls = []
+
+  def head(p, rows):
+    jax.debug.callback(lambda: calls.append(rows.shape[1]))
+    return fns.head(p, rows)
+
+  spy = dc.replace(fns, head=head)
+  rc = RolloutConfig(gen_length=32, block_length=8, steps=8, temperature=1.0)
+  prompts = jnp.asarray(np.random.default_rng(1).integers(0, 30, (2, P)), jnp.int32)
+  projected, tokens = {}, {}
+  for records in (False, True):
+    calls.clear()
+    traj = rollout(spy, params, prompts, jax.random.PRNGKey(6), rc, mask_id=MASK, eos_id=38,
+                   record_step_conf=records, record_step_entropy=records)
+    jax.block_until_ready(traj.tokens)
+    jax.effects_barrier()
+    projected[records], tokens[records] = sum(calls), np.asarray(traj.tokens)
+  assert projected[False] == rc.steps * rc.block_length
+  assert projected[True] == rc.steps * rc.gen_length
+  np.testing.assert_array_equal(tokens[False], tokens[True])

@@ -62,7 +62,7 @@ def run_plan(spec: PlanSpec, available_devices: int | None = None) -> dict[str, 
                                  scored_per_pass=scored, remat=spec.remat,
                                  grad_agreement=spec.grad_agreement, records=records)
   seq = spec.prompt_len + spec.gen_length
-  rollout_flops = bm.rollout_flops(cfg, rcfg, spec.batch, spec.prompt_len, rcfg.steps)
+  rollout_flops = bm.rollout_flops(cfg, rcfg, spec.batch, spec.prompt_len, rcfg.steps, records=records)
   upd_flops = spec.num_iterations * analytic.update_flops(
       cfg, batch=spec.batch, seq=seq, passes=passes, scored=scored, lora=bool(spec.lora_rank),
       remat=spec.remat, reference=spec.beta > 0, old_policy_passes=0) + (spec.num_iterations - 1) * (
