@@ -127,7 +127,7 @@ def test_without_records_only_the_block_is_projected_and_tokens_do_not_change(mo
     return fns.head(p, rows)
 
   spy = dc.replace(fns, head=head)
-  rc = RolloutConfig(gen_length=32, block_length=8, steps=8, temperature=1.0)
+  rc = RolloutConfig(gen_length=16, block_length=4, steps=4, temperature=1.0)
   prompts = jnp.asarray(np.random.default_rng(1).integers(0, 30, (2, P)), jnp.int32)
   projected, tokens = {}, {}
   for records in (False, True):
