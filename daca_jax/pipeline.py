@@ -513,7 +513,9 @@ def _run_phases(cfg: TrainConfig, task: Task, workdir: pathlib.Path, sft_dir: pa
 
   val_before = None
   if val_examples and cfg.rl.eval_every:
-    val_before, _ = _cached_eval(workdir / "val_before.json", dict(fingerprint, split="validation",
+    val_source = (f"validation split: training-pool items {cfg.sft.num_train_examples}.."
+                  f"{cfg.sft.num_train_examples + len(val_examples) - 1} (seed {cfg.seed}), held out of SFT and RL")
+    val_before, _ = _cached_eval(workdir / "val_before.json", dict(fingerprint, split="validation", source=val_source,
                                                                    num_examples=len(val_examples)),
                                  lambda: run_eval(params, "validation (before RL)", val_examples),
                                  val_examples, log)

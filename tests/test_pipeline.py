@@ -201,3 +201,6 @@ def test_periodic_evaluation_uses_a_held_out_validation_split(tmp_path):
   assert not set(val) & train and not set(val) & {e.prompt for e in task.eval_examples()[0]}
   gens = [__import__("json").loads(l)["prompt"] for l in open(tmp_path / "val_before.generations.jsonl")]
   assert gens == val
+  # the validation file names its own source, not the evaluation set's
+  source = __import__("json").loads((tmp_path / "val_before.json").read_text())["fingerprint"]["source"]
+  assert source.startswith("validation split: training-pool items") and "test" not in source
