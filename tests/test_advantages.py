@@ -101,20 +101,25 @@ def _learner(advantage="", objective="diffu_grpo", mu=3):
 
 def test_learner_computes_the_advantages_once_per_batch():
   """One estimator call for μ = 3 updates and the metrics (the old learner called group_advantages
-  in every inner update's gradient and again for the metrics, and in the credit pass)."""
-  learner, params, traj, rewards = _learner()
+  in every inner update's gradient and again for the metrics, and in the credit pass). The counting
+  estimator is registered under its own name and configured as rl.advantage, as a user's would be."""
+  from daca_jax.rl.advantages import register_advantage
   calls = []
-  inner = learner.advantage
+  group_mean = ADVANTAGES.get("group_mean")
 
-  def counted(r, g, kl, beta):
+  @register_advantage("_test_counted")
+  def counted(r, g, kl=None, beta=0.0):
     calls.append(1)
-    return inner.fn(r, g, kl, beta)
+    return group_mean.fn(r, g, kl, beta)
 
-  learner.advantage = learner._credit_advantage = AdvantageEstimator(counted)
-  credit = learner.assign_credit(traj, rewards)  # dps reads no advantages
-  assert not calls
-  _, _, m = learner.update(params, learner.init_opt_state(params), params, traj, rewards, credit.weights,
-                           jax.random.PRNGKey(1))
+  try:
+    learner, params, traj, rewards = _learner("_test_counted")
+    credit = learner.assign_credit(traj, rewards)  # dps reads no advantages
+    assert not calls
+    _, _, m = learner.update(params, learner.init_opt_state(params), params, traj, rewards, credit.weights,
+                             jax.random.PRNGKey(1))
+  finally:
+    ADVANTAGES._entries.pop("_test_counted", None)
   assert len(calls) == 1
   want = np.asarray(rewards).reshape(-1, G)
   np.testing.assert_allclose(float(m["adv_std"]), np.std(want - want.mean(1, keepdims=True)), rtol=1e-5)

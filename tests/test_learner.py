@@ -53,3 +53,41 @@ def test_update_matches_hand_written_loop():
     np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
   np.testing.assert_allclose(float(metrics["loss"]), np.mean(losses), rtol=1e-4, atol=1e-6)
   assert np.asarray(weights).std() > 0  # DPS actually varied the weights here
+
+
+def test_pure_update_factory_is_the_learners_update_in_a_users_own_loop():
+  """make_update builds the step from a config and an optimizer alone (no learner): two μ = 2 updates
+  with it equal GRPOLearner.update's, and a wrong-shaped reward is named at trace time."""
+  import pytest
+
+  from daca_jax.errors import ShapeError
+  from daca_jax.rl import make_optimizer, make_update
+
+  rollout = RolloutConfig(gen_length=8, block_length=4, steps=4, temperature=1.0)
+  cfg = TrainConfig(rollout=rollout, credit=CreditConfig(), likelihood=LikelihoodConfig(num_strata=2),
+                    rl=RLConfig(credit="uniform", likelihood="stratified", num_iterations=2, group_size=4,
+                                beta=0.05, learning_rate=0.05, warmup_steps=0, grad_agreement=False))
+  params = jax.tree.map(jnp.asarray, make_params(P + 8, V, seed=1, scale=1.0))
+  learner = GRPOLearner(jax_logits, cfg, mask_id=MASK, eos_id=EOS)
+  prompts = jnp.asarray(np.random.default_rng(2).integers(0, 9, (8, P)), jnp.int32)
+  traj = learner.rollout(params, prompts, jax.random.PRNGKey(1))
+  rewards = jnp.asarray(np.random.default_rng(3).uniform(size=8), jnp.float32)
+  weights = traj.completion_mask
+  optimizer, _ = make_optimizer(cfg.rl.learning_rate, cfg.rl.warmup_steps, cfg.rl.weight_decay,
+                                cfg.rl.max_grad_norm, eps=cfg.rl.adam_eps)
+  update = jax.jit(make_update(jax_logits, cfg, optimizer, mask_id=MASK))
+  mine, theirs = (params, optimizer.init(params)), (params, learner.init_opt_state(params))
+  for t in range(2):
+    key = jax.random.PRNGKey(10 + t)
+    *mine, m_mine = update(*mine, params, traj, rewards, weights, key)
+    *theirs, m_theirs = learner.update(*theirs, params, traj, rewards, weights, key)
+  for a, b in zip(jax.tree.leaves(mine[0]), jax.tree.leaves(theirs[0])):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+  np.testing.assert_allclose(float(m_mine["loss"]), float(m_theirs["loss"]), rtol=1e-6)
+  assert _max_abs_change(params, mine[0]) > 1e-4
+  with pytest.raises(ShapeError, match=r"rewards has shape \(8, 1\); expected \(8,\)"):
+    update(*mine, params, traj, rewards[:, None], weights, jax.random.PRNGKey(0))
+
+
+def _max_abs_change(a, b):
+  return max(float(jnp.max(jnp.abs(x - y))) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))

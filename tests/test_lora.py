@@ -106,8 +106,8 @@ def test_grpo_learner_update_with_lora():
                    likelihood=LikelihoodConfig(num_strata=2),
                    rl=RLConfig(group_size=2, prompts_per_step=2, beta=0.04, learning_rate=1e-2,
                                warmup_steps=0))
-  learner = GRPOLearner(lora.make_lora_logits_fn(gd), tc, mask_id=39, eos_id=38)
-  learner.optimizer = lora.lora_optimizer(learner.optimizer)
+  learner = GRPOLearner(lora.make_lora_logits_fn(gd), tc, mask_id=39, eos_id=38,
+                        optimizer_wrapper=lora.lora_optimizer)
   params = lora.lora_params(base, ad)
   prompts = jnp.asarray(np.random.default_rng(1).integers(0, 30, (4, 3)), jnp.int32)
   traj = learner.rollout(params, prompts, jax.random.key(0))

@@ -98,9 +98,11 @@ def child() -> dict:
   # References on one device: the plain learner (fsdp must match it), and the same update with
   # per-sequence likelihood keys (the masks pmap draws, whatever the device count).
   refs = {"fsdp": _run(jax.jit(one._update), params, opt0, batch)}
-  seq = make(ParallelConfig())  # a new learner: jax.jit caches traces per bound method
-  seq.likelihood = per_sequence_keys(seq.likelihood)
-  refs["pmap"] = _run(jax.jit(seq._update), params, opt0, batch)
+  from daca_jax.likelihood import LIKELIHOOD
+  from daca_jax.rl import make_update
+  seq = make_update(logits_fn, one.cfg, one.optimizer, mask_id=cfg.model.mask_token_id,
+                    estimator=per_sequence_keys(LIKELIHOOD.get(cfg.rl.likelihood)))
+  refs["pmap"] = _run(jax.jit(seq), params, opt0, batch)
   out = {"params_moved": _max_diff(refs["fsdp"][1], params), "grad_norm": refs["fsdp"][0][0]["grad_norm"],
          "pmap": {}, "fsdp": {}}
   for shape in MESHES:

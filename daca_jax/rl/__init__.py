@@ -1,7 +1,8 @@
 """GRPO-style RL for masked diffusion LMs: advantages (registry ``ADVANTAGES``), objectives (``OBJECTIVES``),
-optimizer, learner."""
+optimizer, pure update-step factories (``make_update``), learner."""
 from daca_jax.rl.advantages import (ADVANTAGES, AdvantageEstimator, advantage_name, group_advantages,
                                     register_advantage, zero_std_group_fraction)
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.rl.objectives import OBJECTIVES, PolicyBatch, diffu_grpo_loss, k3_kl
 from daca_jax.rl.optim import make_optimizer
+from daca_jax.rl.update import make_objective_grad, make_scores_fn, make_update

@@ -4,11 +4,12 @@ One iteration: rollout (jit) → rewards on the host → credit weights (once pe
 advantages (``rl.advantage``, once per rollout batch; REINFORCE++'s, which read the KL under each
 update's likelihood masks, once per inner update) → μ inner iterations, each with a new likelihood
 key whose masks are shared by θ, θ_old and θ_ref; θ_old is the policy that produced the rollout.
-All μ updates run in one jitted ``lax.scan``.
+All μ updates run in one jitted ``lax.scan``. The update step and its gradient are pure functions
+(:func:`daca_jax.rl.update.make_update`, :func:`~daca_jax.rl.update.make_objective_grad`) that this
+class builds and holds beside the rollout and the credit assignment.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable
 
 import jax
@@ -19,14 +20,14 @@ import optax
 from daca_jax import parallel
 from daca_jax.credit import CREDIT, TAGGERS, CreditInputs, CreditOutput, group_agreement_mask
 from daca_jax.credit.base import RECORDS
-from daca_jax.contracts import (TokenScores, Trajectory, as_model_fns, check_optional_shape, check_shape,
-                                check_trajectory, objective_inputs)
+from daca_jax.contracts import TokenScores, Trajectory, as_model_fns, check_shape
 from daca_jax.diffusion.rollout import make_rollout_fn
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD
-from daca_jax.rl.advantages import ADVANTAGES, advantage_name, zero_std_group_fraction
-from daca_jax.rl.objectives import OBJECTIVES, TOKEN_ADVANTAGE_OBJECTIVES, PolicyBatch
-from daca_jax.rl.optim import make_optimizer, read_grad_agreement
+from daca_jax.rl.advantages import ADVANTAGES, advantage_name
+from daca_jax.rl.objectives import OBJECTIVES, TOKEN_ADVANTAGE_OBJECTIVES
+from daca_jax.rl.optim import make_optimizer
+from daca_jax.rl.update import check_rollout_batch, make_objective_grad, make_update, with_trajectory_steps
 from daca_jax.types import TrainConfig
 
 
@@ -49,6 +50,16 @@ class GRPOLearner:
       assigners' weights from the same rollout. Recording changes neither the sampled tokens nor the
       number of model calls.
 
+  Attributes:
+    rollout: ``(params, prompts[B, P], key) -> Trajectory`` (jitted, sharded per ``parallel``).
+    objective_grad: ``(params, ref_params, traj, rewards, weights, key, old_params=None,
+      advantages=None) -> (grads, aux)``, the direction of every update step
+      (:func:`daca_jax.rl.update.make_objective_grad`), exposed so that studies can compare it with
+      the true policy gradient (:mod:`daca_jax.gradient_study`).
+    update: ``(params, opt_state, ref_params, traj, rewards, weights, key) -> (params, opt_state,
+      metrics)``, the μ inner updates compiled for ``parallel.strategy``
+      (:func:`daca_jax.rl.update.make_update`).
+
   Raises:
     ConfigError: the configured credit assigner needs a tokenizer or hidden states that were not
       given.
@@ -58,9 +69,7 @@ class GRPOLearner:
                tokenizer: Any = None, hidden_logits_fn: Callable[..., Any] | None = None,
                optimizer_wrapper: Callable[[optax.GradientTransformation], optax.GradientTransformation]
                | None = None, extra_records: frozenset[str] | set[str] | tuple[str, ...] = ()):
-    if cfg.likelihood.trajectory_steps == 0:  # trajectory / rldf rebuild the rollout's own steps
-      cfg = dataclasses.replace(cfg, likelihood=dataclasses.replace(cfg.likelihood,
-                                                                    trajectory_steps=cfg.rollout.steps))
+    cfg = with_trajectory_steps(cfg)  # trajectory / rldf rebuild the rollout's own steps
     self.cfg = cfg
     logits_fn = as_model_fns(logits_fn)
     hidden_logits_fn = None if hidden_logits_fn is None else as_model_fns(hidden_logits_fn, "hidden_logits_fn")
@@ -109,6 +118,9 @@ class GRPOLearner:
     self.credit_weights = jax.jit(lambda traj: self.credit(traj, cfg.credit, cfg.rollout))
     self._assign = jax.jit(self._assign_credit)
     self.rollout = parallel.shard_rollout(self.rollout, cfg.parallel)
+    # The update step is a pure function (daca_jax.rl.update); the learner only holds it.
+    self.objective_grad = make_objective_grad(logits_fn, cfg, mask_id=mask_id)
+    self._update = make_update(logits_fn, cfg, self.optimizer, mask_id=mask_id)
     self.update = parallel.compile_update(self._update, cfg.parallel)
 
   def init_opt_state(self, params: Any) -> optax.OptState:
@@ -173,15 +185,7 @@ class GRPOLearner:
     return self.advantage(rewards, self.cfg.rl.group_size)
 
   def _check_rollout_batch(self, traj: Trajectory, rewards: Any, weights: Any = None) -> tuple[int, int]:
-    """Trace-time checks of one rollout batch: the trajectory against ``cfg.rollout``, rewards
-    ``[B]``, weights ``[B, L]`` (or a pair of them). Returns (B, L)."""
-    b, length = check_trajectory(traj, self.cfg.rollout, cfg_name="rollout")
-    check_shape("rewards", rewards, (b,), "[B]: one reward per sequence")
-    if weights is not None:
-      pair = weights if isinstance(weights, tuple) else (weights, None)
-      check_shape("weights", pair[0], (b, length), "[B, L] credit weights")
-      check_optional_shape("weights[1] (token advantages)", pair[1], (b, length), "[B, L]")
-    return b, length
+    return check_rollout_batch(self.cfg, traj, rewards, weights)
 
   def logprobs(self, params: Any, traj_tokens: jax.Array, prompt_len: int, key: jax.Array,
                commit_step: jax.Array | None = None, *, commit_conf: jax.Array | None = None,
@@ -191,109 +195,3 @@ class GRPOLearner:
     return self.likelihood(self.logits_fn, params, traj_tokens, prompt_len, key, self.cfg.likelihood,
                            mask_id=self.mask_id, commit_step=commit_step, commit_conf=commit_conf,
                            completion_mask=completion_mask)
-
-  def objective_grad(self, params: Any, ref_params: Any, traj: Trajectory, rewards: jax.Array,
-                     weights: Any, key: jax.Array, old_params: Any = None,
-                     advantages: jax.Array | None = None) -> tuple[Any, dict[str, jax.Array]]:
-    """Gradient of the configured objective for one rollout batch under one likelihood key.
-
-    This is the direction every update step takes (before the optimizer), exposed so that studies
-    can compare it with the true policy gradient (:mod:`daca_jax.gradient_study`).
-
-    Args:
-      params: θ at which the loss is differentiated.
-      ref_params: θ_ref of the KL term.
-      traj: the rollout; rewards: float32 [B]; weights: as in :meth:`_update`.
-      key: the likelihood key (its masks are shared by θ, θ_old and θ_ref).
-      old_params: θ_old, the rollout policy; None means θ_old = θ (the first inner update, where
-        logp_old is θ's own stop-gradient log-prob and needs no extra pass).
-      advantages: float32 [B] from :meth:`advantages` (computed once per rollout batch by the update);
-        None computes them here (and, for an estimator that reads the KL, always here: from this
-        pass's logp_old and logp_ref).
-    Returns:
-      (grads, aux): the gradient of the loss (a descent direction: the update moves along −grads)
-      and the objective's metrics with ``loss``.
-    Raises:
-      ShapeError: ``traj`` disagrees with the ``rollout`` config, or ``rewards`` / ``weights`` have
-        the wrong shape (at trace time).
-    """
-    self._check_rollout_batch(traj, rewards, weights)
-    rl = self.cfg.rl
-    weights, token_adv = weights if isinstance(weights, tuple) else (weights, None)
-    p = traj.prompt_len
-    adv = self.advantages(rewards) if advantages is None else advantages
-
-    def logp_fn(prm):
-      """(logp, mask, weights, commit_now, token advantages) of the objective: the estimator's targets
-      (S contexts of L positions, mask and weights tiled; ELBO factors per ``likelihood.elbo_terms``)."""
-      out = self.logprobs(prm, traj.tokens, p, key, traj.commit_step, commit_conf=traj.commit_conf,
-                          completion_mask=traj.completion_mask)
-      return objective_inputs(out, traj.completion_mask, weights, token_adv, self.cfg.likelihood.elbo_terms)
-
-    logp_old = None if old_params is None else jax.lax.stop_gradient(logp_fn(old_params)[0])
-    logp_ref = jax.lax.stop_gradient(logp_fn(ref_params)[0]) if rl.beta > 0 else None
-
-    def loss_fn(prm):
-      logp, mask, w, commit_now, tok_adv = logp_fn(prm)
-      old = jax.lax.stop_gradient(logp) if logp_old is None else logp_old
-      ref = old if logp_ref is None else logp_ref
-      seq_adv = adv
-      if seq_adv is None:  # REINFORCE++: the rollout policy's KL under this pass's masks
-        seq_adv = self.advantage(rewards, rl.group_size, jnp.sum(mask * (old - ref), -1), rl.beta)
-      batch = PolicyBatch(logp_old=old, logp_ref=ref, advantages=seq_adv, weights=w, mask=mask,
-                          rewards=rewards, commit_now=commit_now, token_advantages=tok_adv)
-      loss, aux = self.objective(logp, batch, rl)
-      if adv is None:
-        aux = dict(aux, adv_std=jnp.std(seq_adv))
-      return loss, aux
-
-    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-    return grads, dict(aux, loss=loss)
-
-  def _update(self, params: Any, opt_state: optax.OptState, ref_params: Any, traj: Trajectory,
-              rewards: jax.Array, weights: Any, key: jax.Array):
-    """μ policy updates on one rollout batch.
-
-    Args:
-      params: θ, which is also θ_old (the rollout policy) at entry.
-      opt_state: optimizer state.
-      ref_params: frozen reference policy θ_ref.
-      traj: the rollout (tokens [B, P+L], completion_mask [B, L], commit_step [B, L]).
-      rewards: float32 [B], groups of G adjacent.
-      weights: float32 [B, L] credit weights, or a pair (weights, token_advantages float32 [B, L])
-        from a token-reward credit (``(credit.weights, credit.token_advantages)``).
-      key: PRNG key; inner iteration j uses ``fold_in(key, j)``.
-    Returns:
-      (params, opt_state, metrics averaged over the μ iterations).
-    """
-    rl = self.cfg.rl
-    old_params = params
-    adv = self.advantages(rewards)  # once for the μ updates (None: computed in each, from its KL)
-
-    def inner(carry, j, first: bool = False):
-      params, opt_state = carry
-      # At the first inner iteration θ = θ_old, so logp_old is the policy's own (stop-gradient)
-      # log-prob under the same masks: no separate θ_old pass is needed.
-      grads, aux = self.objective_grad(params, ref_params, traj, rewards, weights, jax.random.fold_in(key, j),
-                                       old_params=None if first else old_params, advantages=adv)
-      updates, opt_state = self.optimizer.update(grads, opt_state, params)
-      params = optax.apply_updates(params, updates)
-      return (params, opt_state), dict(aux, grad_norm=optax.tree.norm(grads))
-
-    (params, opt_state), m0 = inner((params, opt_state), 0, first=True)
-    ms = jax.tree.map(lambda x: x[None], m0)
-    if rl.num_iterations > 1:
-      (params, opt_state), rest = jax.lax.scan(inner, (params, opt_state),
-                                               jnp.arange(1, rl.num_iterations, dtype=jnp.int32))
-      ms = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), ms, rest)
-    metrics = jax.tree.map(jnp.mean, ms)
-    grad_cos = read_grad_agreement(opt_state)
-    if grad_cos is not None:  # this batch's gradient vs the previous batch's (0 at the first)
-      metrics["grad_cos"] = grad_cos
-    if adv is not None:
-      metrics["adv_std"] = jnp.std(adv)
-    metrics["zero_std_groups"] = zero_std_group_fraction(rewards, rl.group_size)
-    weights = weights[0] if isinstance(weights, tuple) else weights
-    valid = traj.completion_mask
-    metrics["weight_std"] = jnp.sqrt(jnp.sum(jnp.square(weights - 1.0) * valid) / jnp.maximum(jnp.sum(valid), 1.0))
-    return params, opt_state, metrics

@@ -1,0 +1,198 @@
+"""Pure update-step factories: a configured method's gradient and its μ inner updates as functions.
+
+``make_objective_grad(logits_fn, cfg, mask_id=...)`` and ``make_update(logits_fn, cfg, optimizer,
+mask_id=...)`` return pure functions of arrays (jit-able, no state besides their arguments), in the
+style of purejaxrl / tunix: a user's own loop can call them without :class:`~daca_jax.rl.GRPOLearner`,
+which builds its ``objective_grad`` and ``update`` from them. The configured pieces are looked up in
+their registries once (``rl.likelihood`` → ``LIKELIHOOD``, ``rl.objective`` → ``OBJECTIVES``,
+``rl.advantage`` → ``ADVANTAGES``); an unknown name is a one-line :class:`~daca_jax.errors.ConfigError`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from daca_jax import parallel
+from daca_jax.contracts import (PolicyBatch, TokenScores, Trajectory, as_model_fns, check_optional_shape,
+                                check_shape, check_trajectory, objective_inputs)
+from daca_jax.likelihood import LIKELIHOOD
+from daca_jax.likelihood.base import LikelihoodFn
+from daca_jax.rl.advantages import ADVANTAGES, advantage_name, zero_std_group_fraction
+from daca_jax.rl.objectives import OBJECTIVES
+from daca_jax.rl.optim import read_grad_agreement
+from daca_jax.types import TrainConfig
+
+# (params, ref_params, traj, rewards, weights, key, old_params=None, advantages=None) -> (grads, aux)
+ObjectiveGradFn = Callable[..., tuple[Any, dict[str, jax.Array]]]
+# (params, opt_state, ref_params, traj, rewards, weights, key) -> (params, opt_state, metrics)
+UpdateFn = Callable[..., tuple[Any, optax.OptState, dict[str, jax.Array]]]
+
+
+def with_trajectory_steps(cfg: TrainConfig) -> TrainConfig:
+  """``cfg`` with ``likelihood.trajectory_steps`` = ``rollout.steps`` when unset (0): the trajectory and
+  RLDF estimators rebuild the rollout's own steps."""
+  if cfg.likelihood.trajectory_steps:
+    return cfg
+  return dataclasses.replace(cfg, likelihood=dataclasses.replace(cfg.likelihood,
+                                                                 trajectory_steps=cfg.rollout.steps))
+
+
+def check_rollout_batch(cfg: TrainConfig, traj: Trajectory, rewards: Any, weights: Any = None) -> tuple[int, int]:
+  """Trace-time checks of one rollout batch: the trajectory against ``cfg.rollout``, rewards ``[B]``,
+  weights ``[B, L]`` (or a pair (weights, token advantages)). Returns (B, L).
+
+  Raises:
+    ShapeError: naming the argument, the shape found and the shape expected.
+  """
+  b, length = check_trajectory(traj, cfg.rollout, cfg_name="rollout")
+  check_shape("rewards", rewards, (b,), "[B]: one reward per sequence")
+  if weights is not None:
+    pair = weights if isinstance(weights, tuple) else (weights, None)
+    check_shape("weights", pair[0], (b, length), "[B, L] credit weights")
+    check_optional_shape("weights[1] (token advantages)", pair[1], (b, length), "[B, L]")
+  return b, length
+
+
+def make_scores_fn(logits_fn: Any, cfg: TrainConfig, *, mask_id: int,
+                   estimator: LikelihoodFn | None = None) -> Callable[..., TokenScores]:
+  """``scores(params, traj, key) -> TokenScores`` of the configured estimator on a rollout (under
+  ``parallel.strategy="pmap"`` each device scores its own rows). ``estimator`` replaces the
+  registry's ``LIKELIHOOD[rl.likelihood]`` (same signature; e.g. one wrapped by
+  :func:`daca_jax.parallel.per_sequence_keys`)."""
+  cfg = with_trajectory_steps(cfg)
+  fns = as_model_fns(logits_fn)
+  if estimator is None:
+    estimator = parallel.wrap_likelihood(LIKELIHOOD.get(cfg.rl.likelihood), cfg.parallel)
+
+  def scores(params: Any, traj: Trajectory, key: jax.Array) -> TokenScores:
+    return estimator(fns, params, traj.tokens, traj.prompt_len, key, cfg.likelihood, mask_id=mask_id,
+                     commit_step=traj.commit_step, commit_conf=traj.commit_conf,
+                     completion_mask=traj.completion_mask)
+
+  return scores
+
+
+def make_objective_grad(logits_fn: Any, cfg: TrainConfig, *, mask_id: int,
+                        estimator: LikelihoodFn | None = None) -> ObjectiveGradFn:
+  """The gradient of the configured objective for one rollout batch under one likelihood key.
+
+  The returned ``grad(params, ref_params, traj, rewards, weights, key, old_params=None,
+  advantages=None) -> (grads, aux)`` is the direction every update step takes (before the optimizer):
+
+  * params: θ at which the loss is differentiated; ref_params: θ_ref of the KL term.
+  * traj: the rollout; rewards: float32 [B] (groups of G adjacent); weights: float32 [B, L] credit
+    weights, or a pair (weights, token advantages float32 [B, L]) from a token-reward credit.
+  * key: the likelihood key (its masks are shared by θ, θ_old and θ_ref).
+  * old_params: θ_old, the rollout policy; None means θ_old = θ (the first inner update, where
+    logp_old is θ's own stop-gradient log-prob and needs no extra pass).
+  * advantages: float32 [B] (computed once per rollout batch by :func:`make_update`); None computes
+    them here (and, for an estimator that reads the KL, always here: from this pass's logp_old and
+    logp_ref).
+
+  ``estimator`` replaces the registry's (:func:`make_scores_fn`). It returns the gradient of the loss
+  (a descent direction) and the objective's metrics with ``loss``; a trajectory that disagrees with ``cfg.rollout`` or rewards / weights of the wrong shape
+  raise :class:`~daca_jax.errors.ShapeError` at trace time.
+  """
+  cfg = with_trajectory_steps(cfg)
+  rl = cfg.rl
+  scores_fn = make_scores_fn(logits_fn, cfg, mask_id=mask_id, estimator=estimator)
+  objective = OBJECTIVES.get(rl.objective)
+  advantage = ADVANTAGES.get(advantage_name(rl.objective, rl.advantage, rl.normalize_adv_std))
+
+  def grad(params: Any, ref_params: Any, traj: Trajectory, rewards: jax.Array, weights: Any, key: jax.Array,
+           old_params: Any = None, advantages: jax.Array | None = None) -> tuple[Any, dict[str, jax.Array]]:
+    check_rollout_batch(cfg, traj, rewards, weights)
+    weights, token_adv = weights if isinstance(weights, tuple) else (weights, None)
+    adv = advantages
+    if adv is None and not advantage.needs_kl:
+      adv = advantage(rewards, rl.group_size)
+
+    def targets(prm):
+      """(logp, mask, weights, commit_now, token advantages) of the objective: the estimator's targets
+      (S contexts of L positions, mask and weights tiled; ELBO factors per ``likelihood.elbo_terms``)."""
+      return objective_inputs(scores_fn(prm, traj, key), traj.completion_mask, weights, token_adv,
+                              cfg.likelihood.elbo_terms)
+
+    logp_old = None if old_params is None else jax.lax.stop_gradient(targets(old_params)[0])
+    logp_ref = jax.lax.stop_gradient(targets(ref_params)[0]) if rl.beta > 0 else None
+
+    def loss_fn(prm):
+      logp, mask, w, commit_now, tok_adv = targets(prm)
+      old = jax.lax.stop_gradient(logp) if logp_old is None else logp_old
+      ref = old if logp_ref is None else logp_ref
+      seq_adv = adv
+      if seq_adv is None:  # REINFORCE++: the rollout policy's KL under this pass's masks
+        seq_adv = advantage(rewards, rl.group_size, jnp.sum(mask * (old - ref), -1), rl.beta)
+      batch = PolicyBatch(logp_old=old, logp_ref=ref, advantages=seq_adv, weights=w, mask=mask,
+                          rewards=rewards, commit_now=commit_now, token_advantages=tok_adv)
+      loss, aux = objective(logp, batch, rl)
+      if adv is None:
+        aux = dict(aux, adv_std=jnp.std(seq_adv))
+      return loss, aux
+
+    (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+    return grads, dict(aux, loss=loss)
+
+  return grad
+
+
+def make_update(logits_fn: Any, cfg: TrainConfig, optimizer: optax.GradientTransformation, *,
+                mask_id: int, estimator: LikelihoodFn | None = None) -> UpdateFn:
+  """μ = ``rl.num_iterations`` policy updates on one rollout batch, as one pure function.
+
+  The returned ``update(params, opt_state, ref_params, traj, rewards, weights, key) -> (params,
+  opt_state, metrics)`` takes θ (also θ_old, the rollout policy, at entry), the optimizer state, the
+  frozen θ_ref, the rollout, rewards float32 [B], weights as in :func:`make_objective_grad`, and a key
+  (inner iteration j uses ``fold_in(key, j)``); the advantages are computed once for the μ updates
+  (except REINFORCE++'s, which read each update's KL). Inner iterations 2..μ run in one ``lax.scan``.
+  The metrics are the objective's, averaged over the μ iterations, with ``grad_norm``,
+  ``zero_std_groups``, ``weight_std``, ``adv_std`` and (with ``rl.grad_agreement``) ``grad_cos``.
+  ``estimator`` replaces the registry's (:func:`make_scores_fn`).
+  """
+  cfg = with_trajectory_steps(cfg)
+  rl = cfg.rl
+  grad_fn = make_objective_grad(logits_fn, cfg, mask_id=mask_id, estimator=estimator)
+  advantage = ADVANTAGES.get(advantage_name(rl.objective, rl.advantage, rl.normalize_adv_std))
+
+  def update(params: Any, opt_state: optax.OptState, ref_params: Any, traj: Trajectory, rewards: jax.Array,
+             weights: Any, key: jax.Array) -> tuple[Any, optax.OptState, dict[str, jax.Array]]:
+    old_params = params
+    adv = None if advantage.needs_kl else advantage(rewards, rl.group_size)
+
+    def inner(carry, j, first: bool = False):
+      params, opt_state = carry
+      # At the first inner iteration θ = θ_old, so logp_old is the policy's own (stop-gradient)
+      # log-prob under the same masks: no separate θ_old pass is needed.
+      grads, aux = grad_fn(params, ref_params, traj, rewards, weights, jax.random.fold_in(key, j),
+                           old_params=None if first else old_params, advantages=adv)
+      updates, opt_state = optimizer.update(grads, opt_state, params)
+      params = optax.apply_updates(params, updates)
+      return (params, opt_state), dict(aux, grad_norm=optax.tree.norm(grads))
+
+    (params, opt_state), m0 = inner((params, opt_state), 0, first=True)
+    ms = jax.tree.map(lambda x: x[None], m0)
+    if rl.num_iterations > 1:
+      (params, opt_state), rest = jax.lax.scan(inner, (params, opt_state),
+                                               jnp.arange(1, rl.num_iterations, dtype=jnp.int32))
+      ms = jax.tree.map(lambda a, b: jnp.concatenate([a, b]), ms, rest)
+    metrics = jax.tree.map(jnp.mean, ms)
+    grad_cos = read_grad_agreement(opt_state)
+    if grad_cos is not None:  # this batch's gradient vs the previous batch's (0 at the first)
+      metrics["grad_cos"] = grad_cos
+    if adv is not None:
+      metrics["adv_std"] = jnp.std(adv)
+    metrics["zero_std_groups"] = zero_std_group_fraction(rewards, rl.group_size)
+    w = weights[0] if isinstance(weights, tuple) else weights
+    valid = traj.completion_mask
+    metrics["weight_std"] = jnp.sqrt(jnp.sum(jnp.square(w - 1.0) * valid) / jnp.maximum(jnp.sum(valid), 1.0))
+    return params, opt_state, metrics
+
+  return update
+
+
+__all__ = ["ObjectiveGradFn", "UpdateFn", "check_rollout_batch", "make_objective_grad", "make_scores_fn",
+           "make_update", "with_trajectory_steps"]
