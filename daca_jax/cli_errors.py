@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import sys
 from typing import Iterator
 
@@ -66,5 +67,9 @@ def reported_errors() -> Iterator[None]:
     code = exit_code(e)
     if code is None:
       raise
+    # The one line is the last word. A failed asynchronous checkpoint write (orbax / TensorStore) also
+    # leaves asyncio futures holding the same error; collected at interpreter shutdown, they log "Future
+    # exception was never retrieved" with a traceback after this line.
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL + 1)
     print(f"error: {one_line(e)}", file=sys.stderr, flush=True)
     sys.exit(code)
