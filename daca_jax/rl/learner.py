@@ -78,7 +78,6 @@ class GRPOLearner:
     self.credit = CREDIT.get(cfg.rl.credit)
     # under parallel.strategy="pmap" each device scores its own rows (daca_jax.parallel)
     self.likelihood = parallel.wrap_likelihood(LIKELIHOOD.get(cfg.rl.likelihood), cfg.parallel)
-    self.objective = OBJECTIVES.get(cfg.rl.objective)
     self.advantage = ADVANTAGES.get(advantage_name(cfg.rl.objective, cfg.rl.advantage, cfg.rl.normalize_adv_std))
     # Credit assigners that read advantages (delta, position_value) run before any update pass, so an
     # estimator that needs the update's KL hands them the group advantages instead.
