@@ -26,5 +26,7 @@ def get_arms() -> dict[str, list[tuple[str, object]]]:
       "dps + traj4": [("rl.credit", "dps")] + _TRAJ4,
       "dps + traj4 + drop_agreed": [("rl.credit", "dps"), ("credit.drop_agreed", True)] + _TRAJ4,
       "position_value + traj4": [("rl.credit", "position_value")] + _TRAJ4,
+      "dtca + traj4": [("rl.credit", "dtca")] + _TRAJ4,
+      "delta + traj4": [("rl.credit", "delta")] + _TRAJ4,
       "token_reward + traj4 (oracle)": [("rl.credit", "token_reward")] + _TRAJ4,
   }

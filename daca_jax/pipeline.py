@@ -471,14 +471,14 @@ def _run_phases(cfg: TrainConfig, task: Task, workdir: pathlib.Path, sft_dir: pa
   # RL policy: the full model, or (model.lora_rank > 0) the SFT model frozen plus LoRA adapters that
   # start at zero, with the reference = the same base with adapters off (no copy of the weights).
   hidden_logits_fn = make_logits_fn(graphdef, return_hidden=True)
-  ref_params, optimizer_wrapper = params, None
+  ref_params, optimizer_wrapper, param_split = params, None, None
   if cfg.model.lora_rank:
     adapters = lora.init_lora(cfg.model, jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _LORA_STREAM))
     params = parallel.to_global(lora.lora_params(params, adapters), mesh)
     ref_params = lora.reference_params(params)
     logits_fn = lora.make_lora_logits_fn(graphdef, logprob_chunk=cfg.model.logprob_chunk)
     hidden_logits_fn = lora.make_lora_logits_fn(graphdef, return_hidden=True)
-    optimizer_wrapper = lora.lora_optimizer
+    optimizer_wrapper, param_split = lora.lora_optimizer, lora.LORA_SPLIT
     log(f"LoRA: rank {cfg.model.lora_rank} on {','.join(cfg.model.lora_target_list)}: "
         f"{lora.trainable_count(adapters):,} trainable parameters")
 
@@ -521,7 +521,8 @@ def _run_phases(cfg: TrainConfig, task: Task, workdir: pathlib.Path, sft_dir: pa
                                  val_examples, log)
 
   learner = GRPOLearner(logits_fn, cfg, mask_id=tok.mask_id, eos_id=tok.eos_id, tokenizer=tok,
-                        hidden_logits_fn=hidden_logits_fn, optimizer_wrapper=optimizer_wrapper)
+                        hidden_logits_fn=hidden_logits_fn, optimizer_wrapper=optimizer_wrapper,
+                        param_split=param_split)
   t0 = time.perf_counter()
   params, did_work = run_rl(cfg, task, train_examples, learner, params, ref_params, workdir,
                             eval_fn=run_val, show_progress=show_progress,

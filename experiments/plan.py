@@ -73,14 +73,16 @@ _SWEEP = flags.DEFINE_bool("sweep", False, "Run the README's settings (SWEEP), o
 _RENDER = flags.DEFINE_string("render", "", "Print the README table of a --sweep JSON file and exit.")
 
 # The README's table: (num_devices, method, lora_rank, extra spec fields). 8 devices serve the
-# 8-GPU nodes and v5e-8; 4 devices are a v5p-8 slice (4 chips).
+# 8-GPU nodes and v5e-8; 4 devices are a v5p-8 slice (4 chips); 16 and 64 devices are 2 and 8 GPU
+# nodes or a v5p-32 / v5p-128 slice (B 64: one sequence per device at 64).
 SWEEP = ([(n, m, r, {}) for n in (8, 4) for m in ("daca", "d1") for r in (0, 128)]
          # candidates: SML keeping one stratum's activations at a time; two 8-GPU nodes / a v5p-32
          + [(n, "daca", r, {"strata_batch": 1}) for n in (8, 4) for r in (0, 128)]
-         + [(16, m, r, {}) for m in ("daca", "d1") for r in (0, 128)])
+         + [(n, m, r, {}) for n in (16, 64) for m in ("daca", "d1") for r in (0, 128)])
 # Which compiled device count each table column reads.
 TABLE_DEVICES = (("8x H100-80GB", "h100", 8), ("8x H200-141GB", "h200", 8), ("v5p-8 (4 chips)", "v5p", 4),
-                 ("v5e-8", "v5e", 8), ("16x H100 (2 nodes)", "h100", 16), ("v5p-32 (16 chips)", "v5p", 16))
+                 ("v5e-8", "v5e", 8), ("16x H100 (2 nodes)", "h100", 16), ("v5p-32 (16 chips)", "v5p", 16),
+                 ("64x H100 (8 nodes)", "h100", 64), ("v5p-128 (64 chips)", "v5p", 64))
 
 
 def _spec_from_flags(**overrides) -> plan_spec.PlanSpec:

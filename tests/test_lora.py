@@ -120,6 +120,49 @@ def test_grpo_learner_update_with_lora():
   assert any(float(jnp.abs(x).max()) > 0 for t in new["lora"] for x in [new["lora"][t]["b"]])
 
 
+@pytest.mark.parametrize("strategy", ["none", "pmap", "fsdp"])
+def test_lora_update_returns_adapters_only_and_keeps_the_callers_base(strategy):
+  # LORA_SPLIT: the compiled step outputs the adapters, not a copy of the base (one model copy per
+  # device less at every update), and the results are those of the step that returns everything.
+  from daca_jax.rl import GRPOLearner
+  from daca_jax.types import LikelihoodConfig, ParallelConfig, RLConfig, RolloutConfig, TrainConfig
+
+  cfg, gd, base, ad = _setup(b_scale=0.05)
+  tc = TrainConfig(model=cfg, rollout=RolloutConfig(gen_length=4, block_length=4, steps=2),
+                   likelihood=LikelihoodConfig(num_strata=2),
+                   rl=RLConfig(group_size=2, prompts_per_step=2, beta=0.04, learning_rate=1e-2,
+                               warmup_steps=0),
+                   parallel=ParallelConfig(strategy=strategy))
+  make = lambda **kw: GRPOLearner(lora.make_lora_logits_fn(gd), tc, mask_id=39, eos_id=38,
+                                  optimizer_wrapper=lora.lora_optimizer, **kw)
+  split, whole = make(param_split=lora.LORA_SPLIT), make()
+  params = lora.lora_params(base, ad)
+  prompts = jnp.asarray(np.random.default_rng(1).integers(0, 30, (4, 3)), jnp.int32)
+  traj = split.rollout(params, prompts, jax.random.key(0))
+  rewards = jnp.asarray([1.0, 0.0, 0.0, 1.0])
+  args = (lora.reference_params(params), traj, rewards, split.credit_weights(traj), jax.random.key(1))
+  outputs = {}
+  for name, learner in (("split", split), ("whole", whole)):
+    lowered = learner.update.lower(params, learner.init_opt_state(params), *args)
+    outputs[name] = lowered.compile().memory_analysis().output_size_in_bytes
+    new, _, metrics = learner.update(params, learner.init_opt_state(params), *args)
+    outputs[name, "params"], outputs[name, "metrics"] = new, metrics
+  base_bytes = sum(x.nbytes for x in jax.tree.leaves(base))
+  assert outputs["whole"] > base_bytes > outputs["split"], (outputs["whole"], base_bytes, outputs["split"])
+  new_split, new_whole = outputs["split", "params"], outputs["whole", "params"]
+  placed_base = jax.tree.leaves(new_split["base"])
+  if strategy == "none":  # the caller's own arrays, not copies
+    assert all(a is b for a, b in zip(placed_base, jax.tree.leaves(params["base"])))
+  for a, b in zip(placed_base + jax.tree.leaves(new_split["lora"]),
+                  jax.tree.leaves(new_whole["base"]) + jax.tree.leaves(new_whole["lora"])):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+  assert any(float(jnp.abs(a - b).max()) > 0 for a, b in zip(jax.tree.leaves(new_split["lora"]),
+                                                              jax.tree.leaves(params["lora"])))
+  for k in outputs["whole", "metrics"]:
+    np.testing.assert_allclose(float(outputs["split", "metrics"][k]), float(outputs["whole", "metrics"][k]),
+                               rtol=1e-5, atol=1e-7, err_msg=k)
+
+
 def test_bad_lora_config():
   with pytest.raises(ConfigError, match=r"model\.lora_rank=0"):
     lora.init_lora(dataclasses.replace(CFG, lora_rank=0), jax.random.key(0))

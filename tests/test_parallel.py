@@ -66,6 +66,7 @@ def _setup():
 def _run(update, params, opt_state, batch, steps: int = 3):
   """``steps`` updates on one rollout batch (new key each); (metrics per update, final params)."""
   traj, rewards, weights, ref = batch
+  opt_state = jax.tree.map(jnp.copy, opt_state)  # compiled updates donate the optimizer state
   metrics = []
   for t in range(steps):
     params, opt_state, m = update(params, opt_state, ref, traj, rewards, weights,

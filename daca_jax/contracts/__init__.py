@@ -8,6 +8,8 @@
   (log-probs per scored context, with ELBO factors for the ELBO-type estimators), and
   :func:`objective_inputs`, how an objective reads it.
 * :mod:`~daca_jax.contracts.batch`: :class:`PolicyBatch`, the stop-gradient inputs of an objective.
+* :mod:`~daca_jax.contracts.params`: :class:`ParamSplit`, the part of the parameters an update changes
+  (LoRA's adapters), so that a compiled step does not return a copy of the frozen rest.
 * :mod:`~daca_jax.contracts.shapes`: the trace-time shape checks every public entry point runs; a bad
   shape is a :class:`daca_jax.errors.ShapeError` naming the argument, the shape found and the shape
   expected.
@@ -18,6 +20,7 @@ module may import it.
 from daca_jax.contracts.batch import PolicyBatch, check_policy_batch
 from daca_jax.contracts.model import (HeadFn, HiddenFn, LogitsFn, ModelFns, as_model_fns, call_hidden,
                                       call_logits, check_logits)
+from daca_jax.contracts.params import ParamSplit
 from daca_jax.contracts.scores import (ELBO_TERMS, SCORE_KINDS, TokenScores, check_token_scores, objective_inputs,
                                        token_scores)
 from daca_jax.contracts.shapes import (check_completion_rows, check_integer, check_optional_shape, check_shape,

@@ -8,7 +8,8 @@ policy is exactly the base model. The base is wrapped in ``stop_gradient`` insid
 :func:`lora_optimizer` gives the base a stateless zero update, so optimizer state exists for the
 adapters only. The reference policy is the same base with the adapters off
 (:func:`reference_params`, ``lora=None``): no second copy of the weights, as d1 does with PEFT's
-``disable_adapter``.
+``disable_adapter``. :data:`LORA_SPLIT` tells the compiled update to return the adapters only (no copy
+of the base per step).
 
 Targets and sizes come from ``ModelConfig.lora_rank / lora_alpha / lora_targets``.
 """
@@ -21,7 +22,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from daca_jax.contracts import ModelFns
+from daca_jax.contracts import ModelFns, ParamSplit
 from daca_jax.errors import ConfigError
 from daca_jax.models.llada import LORA_MODULES, Adapters, Params, model_config
 from daca_jax.types import DTYPES, ModelConfig
@@ -58,6 +59,11 @@ def init_lora(cfg: ModelConfig, key: jax.Array) -> Adapters:
 def lora_params(base: Params, adapters: Adapters | None) -> dict[str, Any]:
   """The parameter pytree of a LoRA policy: ``{"base": base, "lora": adapters}``."""
   return {"base": base, "lora": adapters}
+
+
+# The update changes the adapters only: its compiled step returns them, not a copy of the base.
+LORA_SPLIT = ParamSplit(trainable=lambda params: params["lora"],
+                        replace=lambda params, adapters: {"base": params["base"], "lora": adapters})
 
 
 def reference_params(params: dict[str, Any]) -> dict[str, Any]:
@@ -130,5 +136,5 @@ def trainable_count(adapters: Adapters) -> int:
   return sum(int(x.size) for x in jax.tree.leaves(adapters))
 
 
-__all__ = ["adapter_shapes", "init_lora", "lora_params", "reference_params", "make_lora_logits_fn",
+__all__ = ["LORA_SPLIT", "adapter_shapes", "init_lora", "lora_params", "reference_params", "make_lora_logits_fn",
            "lora_optimizer", "merge_lora", "trainable_count"]

@@ -31,7 +31,9 @@ from jax.sharding import Mesh, PartitionSpec as P
 
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood.base import LikelihoodFn
-from daca_jax.parallel.mesh import BATCH_AXES, abstract_placed, check_batch_size, replicated
+from daca_jax.contracts import ParamSplit
+from daca_jax.parallel.mesh import (BATCH_AXES, abstract_placed, check_batch_size, replicated, returning_trainable,
+                                    with_frozen)
 
 
 def per_sequence_keys(estimator: LikelihoodFn, row_offset: jax.Array | int = 0) -> LikelihoodFn:
@@ -107,7 +109,8 @@ def shard_rows(estimator: LikelihoodFn, axes: tuple[str, ...] = BATCH_AXES) -> L
   return fn
 
 
-def make_pmap_update(update_fn: Callable[..., Any], mesh: Mesh) -> Callable[..., Any]:
+def make_pmap_update(update_fn: Callable[..., Any], mesh: Mesh,
+                     param_split: ParamSplit | None = None) -> Callable[..., Any]:
   """Compiles a data-parallel update: one jitted ``shard_map`` over the mesh.
 
   Args:
@@ -116,22 +119,26 @@ def make_pmap_update(update_fn: Callable[..., Any], mesh: Mesh) -> Callable[...,
       when ``parallel.strategy == "pmap"``); everything else in it is the one-device code.
     mesh: from :func:`daca_jax.parallel.make_mesh`; the batch is split over its ``data x fsdp``
       devices, parameters and optimizer state are replicated.
+    param_split: the trainable part of the parameters (LoRA's adapters): the compiled step returns
+      only that part, and the frozen rest is the caller's arrays (no per-step copy of the base).
   Returns:
-    A function with the same signature; all outputs are replicated over the mesh. Its
+    A function with the same signature; all outputs are replicated over the mesh. The optimizer
+    state placed on the mesh is donated (its buffers hold the new state). Its
     ``lower(*args)`` lowers the same jitted step for abstract arguments (memory planning).
   Raises:
     ConfigError: the batch does not split evenly over ``data x fsdp``.
   """
   # check_vma=False: per-device values with pmap semantics; the only cross-device terms are the
   # explicit all-gather and pmean above, and every output is identical on all devices.
-  body = jax.shard_map(update_fn, mesh=mesh, in_specs=P(), out_specs=P(), check_vma=False)
-  step = jax.jit(body)
+  body = jax.shard_map(returning_trainable(update_fn, param_split), mesh=mesh, in_specs=P(), out_specs=P(),
+                       check_vma=False)
+  step = jax.jit(body, donate_argnums=(1,))
 
   def call(params, opt_state, ref_params, traj, rewards, weights, key):
     check_batch_size(rewards.shape[0], mesh)
     args = jax.device_put((params, opt_state, ref_params, traj, rewards, weights, key), replicated(mesh))
     with jax.set_mesh(mesh):
-      return step(*args)
+      return with_frozen(args[0], step(*args), param_split)
 
   def lower(*args):
     """``jax.jit(...).lower`` of the step for these (possibly abstract, ``ShapeDtypeStruct``) args."""

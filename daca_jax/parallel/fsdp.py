@@ -14,7 +14,9 @@ from typing import Any, Callable
 import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from daca_jax.parallel.mesh import batch_shardings, check_batch_size, replicated
+from daca_jax.contracts import ParamSplit
+from daca_jax.parallel.mesh import (batch_shardings, check_batch_size, replicated, returning_trainable,
+                                    with_frozen)
 
 
 def fsdp_spec(shape: tuple[int, ...], fsdp_size: int) -> P:
@@ -47,35 +49,42 @@ def fsdp_shardings(tree: Any, mesh: Mesh) -> Any:
                       tree)
 
 
-def make_fsdp_update(update_fn: Callable[..., Any], mesh: Mesh) -> Callable[..., Any]:
+def make_fsdp_update(update_fn: Callable[..., Any], mesh: Mesh,
+                     param_split: ParamSplit | None = None) -> Callable[..., Any]:
   """Compiles ``update_fn(params, opt_state, ref_params, traj, rewards, weights, key)`` for FSDP.
 
   Args:
     update_fn: the learner's one-device update (``GRPOLearner._update``): returns
       ``(params, opt_state, metrics)``.
     mesh: from :func:`daca_jax.parallel.make_mesh`.
+    param_split: the trainable part of the parameters (LoRA's adapters): the compiled step returns
+      only that part, and the frozen rest is the caller's arrays (no per-step copy of the base).
   Returns:
     A function with the same signature and results; inputs are placed on the mesh (a no-op when
     they are already there), outputs stay sharded (params / opt_state FSDP, metrics replicated).
-    Its ``lower(*args)`` lowers the same jitted step for abstract arguments (memory planning).
+    The optimizer state passed in is donated (its buffers hold the new state). Its ``lower(*args)``
+    lowers the same jitted step for abstract arguments (memory planning).
   Raises:
     ConfigError: the batch does not split evenly over ``data x fsdp``.
   """
   jitted = {}
+  step_fn = returning_trainable(update_fn, param_split)
 
   def compiled_for(args):
     check_batch_size(args[4].shape[0], mesh)
     shardings = update_shardings(args, mesh)
     sig = jax.tree.structure(args)
     if sig not in jitted:
-      jitted[sig] = jax.jit(update_fn, in_shardings=shardings,
-                            out_shardings=(shardings[0], shardings[1], replicated(mesh)))
+      out_params = shardings[0] if param_split is None else param_split.trainable(shardings[0])
+      jitted[sig] = jax.jit(step_fn, in_shardings=shardings, donate_argnums=(1,),
+                            out_shardings=(out_params, shardings[1], replicated(mesh)))
     return jitted[sig], shardings
 
   def call(params, opt_state, ref_params, traj, rewards, weights, key):
     step, shardings = compiled_for((params, opt_state, ref_params, traj, rewards, weights, key))
+    placed = jax.device_put((params, opt_state, ref_params, traj, rewards, weights, key), shardings)
     with jax.set_mesh(mesh):
-      return step(*jax.device_put((params, opt_state, ref_params, traj, rewards, weights, key), shardings))
+      return with_frozen(placed[0], step(*placed), param_split)
 
   def lower(*args):
     """``jax.jit(...).lower`` of the step for these (possibly abstract, ``ShapeDtypeStruct``) args."""

@@ -7,6 +7,7 @@ from typing import Any, Sequence
 import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
+from daca_jax.contracts import ParamSplit
 from daca_jax.errors import ConfigError
 from daca_jax.types import ParallelConfig
 
@@ -92,3 +93,28 @@ def abstract_placed(tree: Any, shardings: Any) -> Any:
   if isinstance(shardings, jax.sharding.Sharding):
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=shardings), tree)
   return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings)
+
+
+def returning_trainable(update_fn: Any, split: ParamSplit | None) -> Any:
+  """``update_fn(params, ...) -> (params, opt_state, metrics)`` made to return only
+  ``split.trainable(params)`` in place of ``params`` (``update_fn`` itself when ``split`` is None).
+
+  Compiled, the step then has no output the size of the frozen parameters; :func:`with_frozen`
+  puts the caller's frozen arrays back around the new trainable part.
+  """
+  if split is None:
+    return update_fn
+
+  def update(params: Any, *rest: Any) -> Any:
+    new_params, opt_state, metrics = update_fn(params, *rest)
+    return split.trainable(new_params), opt_state, metrics
+
+  return update
+
+
+def with_frozen(params: Any, out: tuple[Any, Any, Any], split: ParamSplit | None) -> tuple[Any, Any, Any]:
+  """``(params, opt_state, metrics)`` from a step compiled with :func:`returning_trainable`."""
+  if split is None:
+    return out
+  trainable, opt_state, metrics = out
+  return split.replace(params, trainable), opt_state, metrics

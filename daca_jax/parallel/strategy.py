@@ -10,10 +10,12 @@ from typing import Any, Callable
 import jax
 from jax.sharding import Mesh
 
+from daca_jax.contracts import ParamSplit
 from daca_jax.likelihood.base import LikelihoodFn
 from daca_jax.parallel.data_parallel import make_pmap_update, shard_rows
 from daca_jax.parallel.fsdp import fsdp_shardings, make_fsdp_update
-from daca_jax.parallel.mesh import abstract_placed, batch_shardings, check_batch_size, make_mesh, replicated
+from daca_jax.parallel.mesh import (abstract_placed, batch_shardings, check_batch_size, make_mesh, replicated,
+                                    returning_trainable, with_frozen)
 from daca_jax.types import ParallelConfig
 
 
@@ -23,27 +25,41 @@ def wrap_likelihood(estimator: LikelihoodFn, cfg: ParallelConfig) -> LikelihoodF
 
 
 def compile_update(update_fn: Callable[..., Any], cfg: ParallelConfig,
-                   mesh: Mesh | None = None) -> Callable[..., Any]:
+                   mesh: Mesh | None = None, *, param_split: ParamSplit | None = None) -> Callable[..., Any]:
   """Compiles ``update_fn(params, opt_state, ref_params, traj, rewards, weights, key)``.
+
+  The optimizer state passed in is donated under every strategy: its buffers are reused for the new
+  state (one copy of Adam's moments less), so the caller must not read it after the call. Parameters
+  are not donated: callers pass the same arrays as params and ref_params.
 
   Args:
     update_fn: the one-device update (with its estimator from :func:`wrap_likelihood`).
     cfg: ``parallel`` config section.
     mesh: default ``make_mesh(cfg)`` over all devices (unused for ``none``).
+    param_split: the part of the parameters the update changes (:data:`daca_jax.models.lora.LORA_SPLIT`):
+      the compiled step returns only that part and the rest is the caller's arrays, so no copy of
+      the frozen base is made per step. Results are the same.
   Returns:
-    ``fn`` with the same signature and results ``(params, opt_state, metrics)``.
+    ``fn`` with the same signature and results ``(params, opt_state, metrics)``; ``fn.lower(*args)``
+    lowers the compiled step (memory planning).
   Raises:
     ConfigError: mesh shape vs device count, or (at call time) a batch that does not split evenly.
   """
   cfg.validate()
   if cfg.strategy == "none":
-    # The optimizer state is donated: its buffers are reused for the new state (one copy of Adam's
-    # moments less). Parameters are not: callers pass the same arrays as params and ref_params.
-    return jax.jit(update_fn, donate_argnums=(1,))
+    step = jax.jit(returning_trainable(update_fn, param_split), donate_argnums=(1,))
+    if param_split is None:
+      return step
+
+    def call(params, *rest):
+      return with_frozen(params, step(params, *rest), param_split)
+
+    call.lower = step.lower
+    return call
   mesh = make_mesh(cfg) if mesh is None else mesh
   if cfg.strategy == "pmap":
-    return make_pmap_update(update_fn, mesh)
-  return make_fsdp_update(update_fn, mesh)
+    return make_pmap_update(update_fn, mesh, param_split)
+  return make_fsdp_update(update_fn, mesh, param_split)
 
 
 def shard_rollout(rollout_fn: Callable[..., Any], cfg: ParallelConfig,

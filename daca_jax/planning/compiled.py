@@ -73,7 +73,7 @@ def build(spec: PlanSpec) -> Built:
     ref_params = lora.reference_params(params)
     logits_fn = lora.make_lora_logits_fn(graphdef, logprob_chunk=model.logprob_chunk)
     kw = dict(hidden_logits_fn=lora.make_lora_logits_fn(graphdef, return_hidden=True),
-              optimizer_wrapper=lora.lora_optimizer)
+              optimizer_wrapper=lora.lora_optimizer, param_split=lora.LORA_SPLIT)
   else:
     ref_params = params
     logits_fn = make_logits_fn(graphdef, logprob_chunk=model.logprob_chunk)

@@ -20,7 +20,7 @@ import optax
 from daca_jax import parallel
 from daca_jax.credit import CREDIT, TAGGERS, CreditInputs, CreditOutput, group_agreement_mask
 from daca_jax.credit.base import RECORDS
-from daca_jax.contracts import TokenScores, Trajectory, as_model_fns, check_shape
+from daca_jax.contracts import ParamSplit, TokenScores, Trajectory, as_model_fns, check_shape
 from daca_jax.diffusion.rollout import make_rollout_fn
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD
@@ -45,6 +45,9 @@ class GRPOLearner:
       records each token's hidden state at its commit step.
     optimizer_wrapper: wraps the configured optimizer (e.g. :func:`daca_jax.models.lora.lora_optimizer`,
       which freezes the base and keeps optimizer state for the adapters only).
+    param_split: the part of the parameters the optimizer changes (:data:`daca_jax.models.lora.LORA_SPLIT`
+      with LoRA): the compiled update returns that part only and keeps the caller's frozen arrays,
+      instead of a copy of the base at every step.
     extra_records: trajectory records to keep beyond what the configured credit needs (``"step_conf"``,
       ``"step_entropy"``, ``"commit_hidden"``), e.g. for :mod:`daca_jax.viz`, which draws other
       assigners' weights from the same rollout. Recording changes neither the sampled tokens nor the
@@ -68,7 +71,8 @@ class GRPOLearner:
   def __init__(self, logits_fn: Callable[..., jax.Array], cfg: TrainConfig, *, mask_id: int, eos_id: int,
                tokenizer: Any = None, hidden_logits_fn: Callable[..., Any] | None = None,
                optimizer_wrapper: Callable[[optax.GradientTransformation], optax.GradientTransformation]
-               | None = None, extra_records: frozenset[str] | set[str] | tuple[str, ...] = ()):
+               | None = None, param_split: ParamSplit | None = None,
+               extra_records: frozenset[str] | set[str] | tuple[str, ...] = ()):
     cfg = with_trajectory_steps(cfg)  # trajectory / rldf rebuild the rollout's own steps
     self.cfg = cfg
     logits_fn = as_model_fns(logits_fn)
@@ -120,7 +124,7 @@ class GRPOLearner:
     # The update step is a pure function (daca_jax.rl.update); the learner only holds it.
     self.objective_grad = make_objective_grad(logits_fn, cfg, mask_id=mask_id)
     self._update = make_update(logits_fn, cfg, self.optimizer, mask_id=mask_id)
-    self.update = parallel.compile_update(self._update, cfg.parallel)
+    self.update = parallel.compile_update(self._update, cfg.parallel, param_split=param_split)
 
   def init_opt_state(self, params: Any) -> optax.OptState:
     return self.optimizer.init(params)
