@@ -34,8 +34,8 @@ CKPT = ["orbax-checkpoint>=0.11"]
 VIZ = ["matplotlib>=3.8"]
 RUN = TASKS + CKPT + VIZ + [
     "absl-py>=2.0",  # experiments/ flags
-    "tqdm>=4.66",  # progress bars (daca_jax.metrics)
-    "tensorboardX>=2.6",  # TensorBoard event files of the training dashboards (daca_jax/dashboards.py)
+    "tqdm>=4.66",  # progress bars (daca_jax.run.metrics)
+    "tensorboardX>=2.6",  # TensorBoard event files of the training dashboards (daca_jax/run/dashboards.py)
 ]
 HF = ["torch==2.13.0", "transformers>=5.0", "tokenizers>=0.20", "safetensors>=0.4"]
 WANDB = ["wandb>=0.16"]  # optional W&B dashboards (--config.log.wandb=<project>)

@@ -24,7 +24,7 @@ class DataError(ValueError):
 
 
 class NonFiniteError(RuntimeError):
-  """Training produced a NaN/inf value; the run stopped before saving it (see :mod:`daca_jax.guards`).
+  """Training produced a NaN/inf value; the run stopped before saving it (see :mod:`daca_jax.run.guards`).
 
   Attributes:
     phase: "SFT" or "RL".

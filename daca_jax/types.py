@@ -144,7 +144,7 @@ class ModelConfig:
       (:func:`daca_jax.likelihood.common.chunked_token_logprobs`); 0 scores all positions at once.
     unroll_layers: compile the layer stack unrolled rather than as one ``lax.scan`` body: longer
       compiles, and XLA's cost analysis (which counts a loop body once) then sees every layer, as
-      :mod:`daca_jax.method_costs` needs.
+      :mod:`daca_jax.run.method_costs` needs.
     vocab_limit: ids the sampler may propose are ``[0, vocab_limit)`` without ``mask_token_id``
       (the tokenizer's own size when the embedding table is padded beyond it, as Dream's 152064 and
       LLaDA's 126464 are); 0 means ``vocab_size``.
@@ -670,7 +670,7 @@ class ParallelConfig:
 
 @dataclasses.dataclass(frozen=True)
 class LogConfig:
-  """Dashboards and console output (:mod:`daca_jax.dashboards`); none of it changes what is trained.
+  """Dashboards and console output (:mod:`daca_jax.run.dashboards`); none of it changes what is trained.
 
   Attributes:
     tensorboard: write TensorBoard event files under ``<workdir>/tb/{sft,rl,eval}`` (the scalars of the

@@ -1,5 +1,5 @@
 """Real-task estimator alignment: each likelihood's GRPO update against the sampler's own trajectory
-policy gradient, on the same rollout batches from the SFT warm start (daca_jax.alignment_study).
+policy gradient, on the same rollout batches from the SFT warm start (daca_jax.studies.alignment_study).
 
   python experiments/alignment_study.py --config=configs/sudoku_tiny.py --workdir=runs/alignment \
       [--sft_dir=runs/credit_study/sft_cache/sudoku4x4_seed0] [--num_batches=16] [--preset=standard]
@@ -17,11 +17,11 @@ import pathlib
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from daca_jax import alignment_study as al
-from daca_jax.cli_errors import reported_errors
+from daca_jax.studies import alignment_study as al
+from daca_jax.run.cli_errors import reported_errors
 from daca_jax.errors import ConfigError
 from daca_jax.io_utils import atomic_write_json, atomic_write_text
-from daca_jax.reproduce import PRESETS
+from daca_jax.run.reproduce import PRESETS
 from daca_jax.configure import train_config_from_dict
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:preset]).")

@@ -24,7 +24,7 @@ Sections (``--sections``, comma separated; ``all`` adds the slow ``accuracy`` on
   torch      the same rollout in eager PyTorch (transformers' Llama, bidirectional, same weights,
              LLaDA's loop); prints the JAX / PyTorch tokens/s ratio. Skipped if torch is missing.
   costs      every credit / likelihood method's cost from XLA's compiled FLOPs (rollout with its
-             records, likelihood passes, update vs d1) and wall seconds: daca_jax.method_costs.
+             records, likelihood passes, update vs d1) and wall seconds: daca_jax.run.method_costs.
   accuracy   Sudoku strict_solved of plain vs threshold vs cached decoding with an SFT'd tiny model
              (``--sft_dir`` to reuse a checkpoint folder, else a short SFT of ``--sft_steps``).
 
@@ -49,12 +49,12 @@ import numpy as np
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from daca_jax import benchmarking as bm
+from daca_jax.run import benchmarking as bm
 from daca_jax.credit import CREDIT
 from daca_jax.diffusion import make_rollout_fn
 from daca_jax.io_utils import atomic_write_json
 from daca_jax.likelihood import LIKELIHOOD
-from daca_jax.metrics import format_table
+from daca_jax.run.metrics import format_table
 from daca_jax.models import count_params, init_model, llada_8b_config, make_logits_fn
 from daca_jax.configure import train_config_from_dict
 
@@ -112,7 +112,7 @@ class Bench:
       self.prompts = jnp.asarray(rng.integers(0, 126000, (self.b, _PROMPT_LEN.value)), jnp.int32)
     else:
       model = cfg.model
-      from daca_jax.pipeline import build_task
+      from daca_jax.run.pipeline import build_task
 
       self.task = build_task(dataclasses.replace(cfg, rollout=rollout))
       self.mask_id, self.eos_id = self.task.tokenizer.mask_id, self.task.tokenizer.eos_id
@@ -434,7 +434,7 @@ def section_torch(bench, res):
 
 
 def section_costs(bench, res):
-  from daca_jax import method_costs
+  from daca_jax.run import method_costs
 
   rows = method_costs.measure(bench.cfg, batch_prompts=max(1, bench.b // bench.cfg.rl.group_size),
                               repeats=bench.r)
@@ -445,7 +445,7 @@ def section_costs(bench, res):
 
 
 def section_accuracy(bench, res):
-  from daca_jax.pipeline import run_sft
+  from daca_jax.run.pipeline import run_sft
 
   cfg, task = bench.cfg, bench.task
   with tempfile.TemporaryDirectory() as tmp:

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from absl import app, flags, logging
 
-from daca_jax import estimator_study as es
+from daca_jax.studies import estimator_study as es
 from daca_jax.diffusion import make_rollout_fn
 from daca_jax.io_utils import atomic_write_json, atomic_write_text
 from daca_jax.tasks.tokenizer import ByteTokenizer

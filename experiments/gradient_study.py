@@ -1,5 +1,5 @@
 """Policy-gradient fidelity study: every estimator x credit against the exact gradient of the
-sampler's expected reward, on a toy whose completions can be enumerated (daca_jax.gradient_study).
+sampler's expected reward, on a toy whose completions can be enumerated (daca_jax.studies.gradient_study).
 
   python experiments/gradient_study.py --workdir=runs/gradient_study [--num_batches=32] [--estimators=elbo,...]
 
@@ -13,7 +13,7 @@ import pathlib
 
 from absl import app, flags, logging
 
-from daca_jax import gradient_study as gs
+from daca_jax.studies import gradient_study as gs
 from daca_jax.io_utils import atomic_write_json, atomic_write_text
 from daca_jax.tasks.tokenizer import ByteTokenizer
 from daca_jax.types import ModelConfig

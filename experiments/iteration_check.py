@@ -22,10 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from daca_jax import benchmarking as bm
-from daca_jax.cli_errors import reported_errors
+from daca_jax.run import benchmarking as bm
+from daca_jax.run.cli_errors import reported_errors
 from daca_jax.io_utils import atomic_write_json
-from daca_jax.metrics import format_table
+from daca_jax.run.metrics import format_table
 from daca_jax.models import init_model, lora
 from daca_jax.planning import plan, spec as plan_spec
 from daca_jax.planning.compiled import build

@@ -47,10 +47,10 @@ import time
 
 from absl import app, flags
 
-from daca_jax.cli_errors import reported_errors
+from daca_jax.run.cli_errors import reported_errors
 from daca_jax.errors import ConfigError
 from daca_jax.io_utils import atomic_write_json
-from daca_jax.metrics import format_table
+from daca_jax.run.metrics import format_table
 from daca_jax.planning import spec as plan_spec
 from daca_jax.planning.devices import DEVICES, device_spec
 

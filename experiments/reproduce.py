@@ -24,8 +24,8 @@ import pathlib
 
 from absl import app, flags, logging
 
-from daca_jax import reproduce as rp
-from daca_jax.cli_errors import reported_errors
+from daca_jax.run import reproduce as rp
+from daca_jax.run.cli_errors import reported_errors
 from daca_jax.errors import ConfigError
 from daca_jax.io_utils import atomic_write_json, atomic_write_text
 from daca_jax.configure import train_config_from_dict

@@ -15,8 +15,8 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from daca_jax import parallel
-from daca_jax.cli_errors import reported_errors
-from daca_jax.pipeline import run_main_job
+from daca_jax.run.cli_errors import reported_errors
+from daca_jax.run.pipeline import run_main_job
 from daca_jax.configure import train_config_from_dict
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:preset]).")

@@ -18,9 +18,9 @@ _sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))  # config
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from daca_jax.cli_errors import reported_errors
+from daca_jax.run.cli_errors import reported_errors
 from daca_jax.errors import ConfigError
-from daca_jax.visualize import visualize_checkpoint
+from daca_jax.run.visualize import visualize_checkpoint
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file for --random_init (configs/*.py[:preset]).")
 _WORKDIR = flags.DEFINE_string("workdir", "", "Workdir of experiments/train.py to draw.")

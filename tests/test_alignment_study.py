@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 
-from daca_jax import alignment_study as al
+from daca_jax.studies import alignment_study as al
 from daca_jax.errors import ConfigError
 from daca_jax.models import init_model, make_logits_fn
-from daca_jax.pipeline import build_task
+from daca_jax.run.pipeline import build_task
 from tests.smoke_config import smoke
 
 

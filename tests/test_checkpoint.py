@@ -1,4 +1,4 @@
-"""Tests for daca_jax.checkpoint: exact round trips, retention, atomicity, errors."""
+"""Tests for daca_jax.run.checkpoint: exact round trips, retention, atomicity, errors."""
 from __future__ import annotations
 
 import json
@@ -11,7 +11,7 @@ import optax
 import pytest
 from flax import nnx
 
-from daca_jax import checkpoint as ckpt_lib
+from daca_jax.run import checkpoint as ckpt_lib
 
 
 def _train_state(seed: int = 0):

@@ -7,7 +7,7 @@ import pytest
 
 from configs import sudoku_tiny
 from daca_jax.errors import ConfigError
-from daca_jax.pipeline import build_task
+from daca_jax.run.pipeline import build_task
 from daca_jax.configure import train_config_from_dict
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

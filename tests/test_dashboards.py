@@ -10,11 +10,11 @@ import types
 import numpy as np
 import pytest
 
-from daca_jax.compare import compare, discover, group
-from daca_jax.dashboards import Dashboard
+from daca_jax.run.compare import compare, discover, group
+from daca_jax.run.dashboards import Dashboard
 from daca_jax.errors import ConfigError
-from daca_jax.metrics import read_metrics
-from daca_jax.pipeline import run_main_job
+from daca_jax.run.metrics import read_metrics
+from daca_jax.run.pipeline import run_main_job
 from daca_jax.types import LogConfig
 from tests.smoke_config import smoke
 
@@ -131,7 +131,7 @@ def test_seeds_form_bands_and_differences_are_paired_by_seed(tmp_path):
   groups = group(discover([tmp_path / "grid"]))
   assert list(groups) == ["sudoku4x4/diffu_grpo/base", "sudoku4x4/diffu_grpo/+DPS"]
   assert [r.seed for r in groups["sudoku4x4/diffu_grpo/base"]] == [0, 1]
-  from daca_jax.compare import band
+  from daca_jax.run.compare import band
   steps, mean, lo, hi = band(groups["sudoku4x4/diffu_grpo/base"], "reward_mean")
   np.testing.assert_allclose(mean, [0.2, 0.2, 0.2])
   np.testing.assert_allclose(lo, [0.1, 0.2, 0.1])
@@ -181,7 +181,7 @@ def test_tensorboard_writer_is_imported_without_torch_and_torch_still_imports_af
   # tensorboardX's writer tries `import torch` at import time (~5 s per process with the [hf] extra);
   # the dashboard hides torch for that one import only.
   code = ("import importlib.util, sys, tempfile\n"
-          "from daca_jax.dashboards import _summary_writer_class\n"
+          "from daca_jax.run.dashboards import _summary_writer_class\n"
           "W = _summary_writer_class()\n"
           "assert 'torch' not in sys.modules, 'torch was imported (or its None entry left behind)'\n"
           "w = W(tempfile.mkdtemp()); w.add_scalar('rl/loss', 0.5, 1); w.close()\n"

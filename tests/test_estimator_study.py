@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from daca_jax import estimator_study as es
+from daca_jax.studies import estimator_study as es
 from daca_jax.likelihood import LIKELIHOOD, any_order_logprob
 from tests.fixed_logit_model import jax_logits, make_params
 

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from daca_jax import gradient_study as gs
+from daca_jax.studies import gradient_study as gs
 from daca_jax.diffusion import make_rollout_fn
 from daca_jax.likelihood import any_order_logprob
 from daca_jax.models import init_model, make_logits_fn

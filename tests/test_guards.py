@@ -10,12 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from daca_jax import guards
-from daca_jax.checkpoint import Checkpointer
+from daca_jax.run import guards
+from daca_jax.run.checkpoint import Checkpointer
 from daca_jax.errors import NonFiniteError
-from daca_jax.metrics import read_metrics
+from daca_jax.run.metrics import read_metrics
 from daca_jax.models import init_model, make_logits_fn
-from daca_jax.pipeline import build_task, run_main_job, run_sft
+from daca_jax.run.pipeline import build_task, run_main_job, run_sft
 from daca_jax.rl import GRPOLearner
 from tests.smoke_config import smoke
 

@@ -344,7 +344,7 @@ def test_graders_never_raise(fuzz_setup, value, text, seed):  # 200 draws x 50 =
 @pytest.mark.slow  # json_schema end to end; the graders and generator are tested above, the main job on sudoku
 def test_smoke_main_job(tmp_path):
   from configs.json_schema_tiny import get_config  # noqa: PLC0415
-  from daca_jax.pipeline import run_main_job
+  from daca_jax.run.pipeline import run_main_job
   from daca_jax.configure import train_config_from_dict
 
   cfg = get_config("smoke")

@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 
 from configs import sudoku_tiny
-from daca_jax import method_costs as mc
-from daca_jax.benchmarking import forward_flops
+from daca_jax.run import method_costs as mc
+from daca_jax.run.benchmarking import forward_flops
 from daca_jax.configure import train_config_from_dict
 
 

@@ -1,4 +1,4 @@
-"""Tests for daca_jax.metrics: JSONL writer/reader, truncation on resume, plots, tables."""
+"""Tests for daca_jax.run.metrics: JSONL writer/reader, truncation on resume, plots, tables."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from daca_jax import metrics as metrics_lib
+from daca_jax.run import metrics as metrics_lib
 
 
 def test_write_converts_values_and_reads_back(tmp_path):

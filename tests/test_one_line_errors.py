@@ -10,8 +10,8 @@ import textwrap
 
 import pytest
 
-from daca_jax import checkpoint_noise, cli_errors
-from daca_jax.checkpoint import _os_error
+from daca_jax.run import checkpoint_noise, cli_errors
+from daca_jax.run.checkpoint import _os_error
 from daca_jax.data.local import read_sudoku_csv
 from daca_jax.errors import ConfigError, DataError, NonFiniteError
 
@@ -86,7 +86,7 @@ def test_unreadable_checkpoint_restore_prints_nothing_but_one_error(tmp_path):
   # "Event loop is closed" and "Exception ignored in: <coroutine ...>" tracebacks.
   script = textwrap.dedent(f"""
       import gc, glob, jax, optax
-      from daca_jax.checkpoint import Checkpointer, CorruptCheckpointError
+      from daca_jax.run.checkpoint import Checkpointer, CorruptCheckpointError
       params = {{f"w{{i}}": jax.random.normal(jax.random.key(i), (1, 32, 32)) for i in range(12)}}
       state = {{"params": params, "opt_state": optax.adam(1e-3).init(params)}}
       ck = Checkpointer({str(tmp_path)!r}, async_save=False)

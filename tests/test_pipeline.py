@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from configs import sudoku_tiny
-from daca_jax.checkpoint import Checkpointer
-from daca_jax.metrics import read_metrics
-from daca_jax.pipeline import run_main_job
+from daca_jax.run.checkpoint import Checkpointer
+from daca_jax.run.metrics import read_metrics
+from daca_jax.run.pipeline import run_main_job
 from daca_jax.configure import train_config_from_dict
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -178,7 +178,7 @@ def test_damaged_latest_checkpoint_falls_back_and_shorter_rerun_is_refused(tmp_p
 
 def test_periodic_evaluation_uses_a_held_out_validation_split(tmp_path):
   from daca_jax.errors import ConfigError
-  from daca_jax.pipeline import build_task
+  from daca_jax.run.pipeline import build_task
   c = sudoku_tiny.get_config("smoke")
   c.rl.eval_every = 2
   with __import__("pytest").raises(ConfigError, match=r"rl\.eval_every=2.*num_val_examples"):

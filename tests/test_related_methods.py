@@ -321,7 +321,7 @@ def test_method_runs_through_train_py_by_config(flags, metric, tmp_path):
   import subprocess
   import sys
 
-  from daca_jax.metrics import read_metrics
+  from daca_jax.run.metrics import read_metrics
 
   cmd = [sys.executable, "experiments/train.py", "--config=configs/sudoku_tiny.py:smoke", "--progress=false",
          f"--workdir={tmp_path}", *_tiny_run_flags(), *flags]

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from configs import sudoku_tiny
-from daca_jax import reproduce as rp
+from daca_jax.run import reproduce as rp
 from daca_jax.configure import train_config_from_dict
 
 
@@ -118,7 +118,7 @@ def test_summary_reports_validation_change_and_reward_trend():
 def test_reward_trend_windows(tmp_path):
   import json
 
-  from daca_jax.metrics import reward_trend
+  from daca_jax.run.metrics import reward_trend
 
   recs = [{"step": i + 1, "reward_mean": float(i)} for i in range(50)]
   t = reward_trend(recs)

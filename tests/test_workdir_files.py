@@ -12,11 +12,11 @@ import optax
 import pytest
 
 from daca_jax import io_utils
-from daca_jax.checkpoint import Checkpointer, CorruptCheckpointError
-from daca_jax.checksum import tree_checksum
+from daca_jax.run.checkpoint import Checkpointer, CorruptCheckpointError
+from daca_jax.run.checksum import tree_checksum
 from daca_jax.errors import DataError
-from daca_jax.metrics import MetricsWriter, read_metrics
-from daca_jax.pipeline import run_main_job
+from daca_jax.run.metrics import MetricsWriter, read_metrics
+from daca_jax.run.pipeline import run_main_job
 from tests.smoke_config import smoke
 
 
@@ -96,7 +96,7 @@ def test_checksum_changes_with_any_single_value():
 
 
 def test_host_checksum_equals_the_device_program_on_every_dtype(monkeypatch):
-  from daca_jax import checksum
+  from daca_jax.run import checksum
   rng = np.random.default_rng(0)
   tree = {"f32": jnp.asarray(rng.normal(size=(5, 7)), jnp.float32),
           "bf16": jnp.asarray(rng.normal(size=(9,)), jnp.bfloat16),

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from daca_jax import benchmarking as bm
+from daca_jax.run import benchmarking as bm
 from daca_jax import parallel
 from daca_jax.models import lora
 from daca_jax.models.llada import Transformer, make_logits_fn

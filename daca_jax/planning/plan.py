@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from daca_jax import benchmarking as bm
+from daca_jax.run import benchmarking as bm
 from daca_jax.planning import analytic
 from daca_jax.planning.compiled import build, compile_rollout, compile_update, per_device_bytes
 from daca_jax.planning.devices import DEVICES, DeviceSpec

@@ -58,7 +58,7 @@ class GRPOLearner:
     objective_grad: ``(params, ref_params, traj, rewards, weights, key, old_params=None,
       advantages=None) -> (grads, aux)``, the direction of every update step
       (:func:`daca_jax.rl.update.make_objective_grad`), exposed so that studies can compare it with
-      the true policy gradient (:mod:`daca_jax.gradient_study`).
+      the true policy gradient (:mod:`daca_jax.studies.gradient_study`).
     update: ``(params, opt_state, ref_params, traj, rewards, weights, key) -> (params, opt_state,
       metrics)``, the μ inner updates compiled for ``parallel.strategy``
       (:func:`daca_jax.rl.update.make_update`).

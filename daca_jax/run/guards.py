@@ -97,7 +97,7 @@ def check(phase: str, flag: Any, checkpointer: Any = None) -> None:
   Args:
     phase: "SFT" / "RL", for the message.
     flag: int32 [2] ``(step, code)`` from :func:`keep_finite` or :func:`step_flag`.
-    checkpointer: the phase's :class:`~daca_jax.checkpoint.Checkpointer`; on a stop it is closed
+    checkpointer: the phase's :class:`~daca_jax.run.checkpoint.Checkpointer`; on a stop it is closed
       (its in-flight saves finish: all of them hold finite states) and the message names its
       latest step, the one a rerun resumes from.
   Raises:

@@ -47,7 +47,7 @@ from daca_jax.diffusion.remasking import REMASKING
 from daca_jax.diffusion.rollout import make_rollout_fn
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.io_utils import atomic_write_json, atomic_write_text, read_json
-from daca_jax.metrics import progress
+from daca_jax.run.metrics import progress
 from daca_jax.models import make_logits_fn
 from daca_jax.models.llada import Transformer
 from daca_jax.tasks.base import TASKS, Example, Task, make_task
@@ -194,8 +194,8 @@ def model_from_workdir(workdir: str | os.PathLike, phase: str = "latest",
       ``--workdir``.
     ConfigError: an unknown ``phase`` (``--phase``).
   """
-  from daca_jax.checkpoint import load_pytree, verify_entry
-  from daca_jax.pipeline import task_kwargs
+  from daca_jax.run.checkpoint import load_pytree, verify_entry
+  from daca_jax.run.pipeline import task_kwargs
 
   wd = pathlib.Path(workdir).expanduser().resolve()
   if phase not in ("latest", "rl", "sft"):
@@ -239,7 +239,7 @@ def _strip_value(tree: Any) -> Any:
 def model_from_random_init(cfg: TrainConfig, tokenizer: Any = None) -> EvalModel:
   """A freshly initialised model of ``cfg.model`` (seed ``cfg.seed``), with ``cfg``'s task options."""
   from daca_jax.models import init_model
-  from daca_jax.pipeline import task_kwargs
+  from daca_jax.run.pipeline import task_kwargs
 
   graphdef, params = init_model(cfg.model, cfg.seed)
   return EvalModel(make_logits_fn(graphdef), params, cfg.model,

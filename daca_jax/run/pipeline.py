@@ -20,17 +20,19 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from daca_jax import guards, io_utils, parallel
-from daca_jax.checkpoint import Checkpointer
+from daca_jax import parallel
+from daca_jax import io_utils
+from daca_jax.run import guards
+from daca_jax.run.checkpoint import Checkpointer
 from daca_jax.credit import CREDIT, TAGGERS
 from daca_jax.diffusion.rollout import make_rollout_fn
 from daca_jax.diffusion.sft import sft_loss
 from daca_jax.errors import ConfigError, DataError
-from daca_jax.evaluation import evaluate
-from daca_jax.dashboards import Dashboard, PhaseSink, check_log_config
-from daca_jax.metrics import MetricsWriter, PhaseProgress, format_table, plot_curves, read_metrics, reward_trend
+from daca_jax.run.evaluation import evaluate
+from daca_jax.run.dashboards import Dashboard, PhaseSink, check_log_config
+from daca_jax.run.metrics import MetricsWriter, PhaseProgress, format_table, plot_curves, read_metrics, reward_trend
 from daca_jax.models import count_params, init_model, lora, make_logits_fn
-from daca_jax.preflight import check_batches_fit
+from daca_jax.run.preflight import check_batches_fit
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.rl.optim import make_optimizer
 from daca_jax.tasks.base import TASKS, Example, Task, make_task

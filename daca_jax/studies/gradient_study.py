@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from daca_jax.estimator_study import train_tiny_model
+from daca_jax.studies.estimator_study import train_tiny_model
 from daca_jax.models import init_model, make_logits_fn
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.tasks.tokenizer import ByteTokenizer

@@ -11,7 +11,7 @@ opens a directory it deletes leftovers of interrupted saves (orbax tmp directori
 directories without the commit file), so a half-written checkpoint is never listed or restored and
 never counts against ``max_to_keep``.
 
-Integrity: every save stores a checksum of the state's values (:func:`daca_jax.checksum.tree_checksum`,
+Integrity: every save stores a checksum of the state's values (:func:`daca_jax.run.checksum.tree_checksum`,
 computed on device; one per top-level entry of a dict state, e.g. ``params`` and ``opt_state``) in
 the metadata item, and :meth:`Checkpointer.restore` recomputes it on the restored state: a
 checkpoint whose bytes changed on disk (a flipped bit that the storage layer reads back without
@@ -44,8 +44,8 @@ from typing import Any, Iterator, Mapping
 import jax
 import orbax.checkpoint as ocp
 
-from daca_jax import checkpoint_noise
-from daca_jax.checksum import tree_checksum
+from daca_jax.run import checkpoint_noise
+from daca_jax.run.checksum import tree_checksum
 from daca_jax.errors import DataError
 from daca_jax.parallel.distributed import sync_processes
 

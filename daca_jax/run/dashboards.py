@@ -8,7 +8,7 @@ gets a few trajectory images (``log.trajectory_every``). Open them with ``tensor
 
 A resumed run continues its event files: the writer is opened with ``purge_step`` = the first step it
 redoes, so TensorBoard drops the points a killed run logged after its last checkpoint (as the JSONL
-log drops its lines, :meth:`daca_jax.metrics.MetricsWriter.truncate_after`).
+log drops its lines, :meth:`daca_jax.run.metrics.MetricsWriter.truncate_after`).
 
 W&B (``log.wandb=<project>``) is optional: asked for without the package installed, the run stops
 with a ConfigError before any work (:func:`check_log_config`).

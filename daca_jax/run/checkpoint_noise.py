@@ -13,11 +13,11 @@ are still in flight. What follows is noise that repeats the one real error many 
   tasks are reported by asyncio's logger ("Task exception was never retrieved", with a traceback)
   -- after the checkpointer's own error line.
 
-:func:`install` (idempotent, done by :mod:`daca_jax.checkpoint` on import) filters exactly these:
+:func:`install` (idempotent, done by :mod:`daca_jax.run.checkpoint` on import) filters exactly these:
 orbax records below WARNING are dropped and the others keep their first line only (no traceback);
 asyncio's reports about orbax/TensorStore tasks are dropped;
 the closed-loop callback errors and the collected orbax/TensorStore coroutines are ignored. The real
-error is raised by :class:`daca_jax.checkpoint.Checkpointer` as one clear exception; any other
+error is raised by :class:`daca_jax.run.checkpoint.Checkpointer` as one clear exception; any other
 unraisable exception or uncaught error is passed on to the previous hooks unchanged.
 """
 from __future__ import annotations

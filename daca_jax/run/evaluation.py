@@ -6,7 +6,7 @@ from typing import Any, Callable, Sequence
 import jax
 import numpy as np
 
-from daca_jax.metrics import PhaseProgress, progress
+from daca_jax.run.metrics import PhaseProgress, progress
 from daca_jax.parallel.distributed import to_host
 from daca_jax.tasks.base import Example, Task
 
@@ -22,7 +22,7 @@ def generate(rollout_fn: Callable[..., Any], params: Any, prompts: np.ndarray, b
     batch_size: b.
     key: PRNG key; batch i uses ``fold_in(key, i)``.
     log: if given, the first batch is announced there (it compiles the decoder) and its time
-      reported before the bar starts (:class:`daca_jax.metrics.PhaseProgress`).
+      reported before the bar starts (:class:`daca_jax.run.metrics.PhaseProgress`).
   Returns:
     int32 [N, L] completion tokens (on every process of a multi-process run).
   """

@@ -1,7 +1,7 @@
 """How closely each likelihood estimator's GRPO update follows the sampler's own policy gradient, on a
 real task (where the completions cannot be enumerated).
 
-The toy study (:mod:`daca_jax.gradient_study`) has the exact gradient; on 4x4 Sudoku it does not exist
+The toy study (:mod:`daca_jax.studies.gradient_study`) has the exact gradient; on 4x4 Sudoku it does not exist
 in closed form. What does is the REINFORCE direction of the sampler's own trajectory: the rollout
 commits each token in a known state (the canvas at its commit step), and the trajectory likelihood
 with one pass per denoising step scores every token in exactly that state, so
@@ -34,7 +34,7 @@ import numpy as np
 from daca_jax import configure  # registry names (rl.likelihood, ...) are checked there
 from daca_jax.errors import ConfigError
 from daca_jax.models import init_model, make_logits_fn
-from daca_jax.pipeline import build_task, run_sft
+from daca_jax.run.pipeline import build_task, run_sft
 from daca_jax.rl import GRPOLearner
 from daca_jax.tasks.base import Example, Task
 from daca_jax.types import TrainConfig

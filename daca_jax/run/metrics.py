@@ -123,7 +123,7 @@ class MetricsWriter:
     path: the JSONL file; parent directories are created.
     log: where :meth:`truncate_after` reports malformed lines it drops.
     mirror: called as ``mirror(step, record)`` after each written line, with the record as
-      :func:`read_metrics` would return it (e.g. :class:`daca_jax.dashboards.PhaseSink`, which writes
+      :func:`read_metrics` would return it (e.g. :class:`daca_jax.run.dashboards.PhaseSink`, which writes
       the same scalars to TensorBoard / W&B).
 
   Usable as a context manager (closes the file on exit).

@@ -1,7 +1,7 @@
 """The reproduction grid: base methods × {base, +DPS, +SML, +DACA} × seeds, with the same number of
 rollouts and updates in every arm (the four ablation arms of DACA-GRPO on a base method, arXiv 2605.16342).
 
-Every cell is one main job (:func:`daca_jax.pipeline.run_main_job`) in its own folder; cells of the same
+Every cell is one main job (:func:`daca_jax.run.pipeline.run_main_job`) in its own folder; cells of the same
 task and seed share one cached SFT warm start, so every arm of a seed starts from the same model. A
 finished cell (its ``results.json`` exists) is never rerun, so the grid is resumable.
 """
@@ -21,8 +21,8 @@ from daca_jax import configure
 from daca_jax.configure import train_config_from_dict
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.io_utils import read_json_cache
-from daca_jax.metrics import read_metrics, reward_trend
-from daca_jax.pipeline import run_main_job
+from daca_jax.run.metrics import read_metrics, reward_trend
+from daca_jax.run.pipeline import run_main_job
 from daca_jax.types import TrainConfig
 
 # The base method's own likelihood estimator: d1 and wd1 use the mean-field estimate, GDPO the ELBO,
