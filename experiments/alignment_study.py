@@ -6,6 +6,9 @@ policy gradient, on the same rollout batches from the SFT warm start (daca_jax.s
 
 Writes ``alignment.json`` and ``alignment.md``; ``--table_from=a.json,b.json`` prints the table of
 results files, one value per file in each cell (the README's: ``docs/results/alignment_sudoku_seed*.json``).
+
+``--measure=credit`` compares the credit assigners' per-token advantages with the task's own per-cell
+credit on the same batches instead (daca_jax.studies.credit_alignment): ``credit_alignment.json`` / ``.md``.
 """
 import pathlib as _pathlib
 import sys as _sys
@@ -18,6 +21,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from daca_jax.studies import alignment_study as al
+from daca_jax.studies import credit_alignment as ca
 from daca_jax.run.cli_errors import reported_errors
 from daca_jax.errors import ConfigError
 from daca_jax.io_utils import atomic_write_json, atomic_write_text
@@ -29,6 +33,8 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
 _SFT_DIR = flags.DEFINE_string("sft_dir", None, "SFT warm start to reuse or train (default WORKDIR/sft).")
 _BATCHES = flags.DEFINE_integer("num_batches", 16, "Independent rollout batches.")
 _PRESET = flags.DEFINE_enum("preset", "standard", sorted(PRESETS), "Batch size of the reproduce preset.")
+_MEASURE = flags.DEFINE_enum("measure", "gradients", ["gradients", "credit"],
+                             "gradients: estimators vs the trajectory gradient; credit: assigners vs per-cell credit.")
 _TABLE_FROM = flags.DEFINE_list("table_from", None, "Print the table of these alignment.json files and exit.")
 
 
@@ -36,6 +42,9 @@ def _table(results) -> str:
   results = results if isinstance(results, list) else [results]
   r = results[0]
   rewards = " / ".join(f"{x['reward_mean']:.3f}" for x in results)
+  if "oracle_cos" in next(iter(r["arms"].values())):
+    return (f"{r['num_batches']} batches of {r['batch_rollouts']} rollouts from the SFT warm start "
+            f"(mean reward {rewards}); oracle: the task's per-cell credit (token_reward).\n\n" + ca.markdown(results))
   return (f"{r['num_batches']} batches of {r['batch_rollouts']} rollouts from the SFT warm start "
           f"(mean reward {rewards}); reference: the first row.\n\n" + al.markdown(results))
 
@@ -53,10 +62,16 @@ def main(argv):
     work = pathlib.Path(_WORKDIR.value)
     work.mkdir(parents=True, exist_ok=True)
     task, train, logits_fn, params = al.sft_warm_start(cfg, _SFT_DIR.value or work / "sft")
-    res = al.run_alignment(cfg, logits_fn, params, task, train, num_batches=_BATCHES.value, seed=cfg.seed)
-    atomic_write_json(work / "alignment.json", res)
+    if _MEASURE.value == "credit":
+      res = ca.run_credit_alignment(cfg, logits_fn.graph, params, task, train, num_batches=_BATCHES.value,
+                                    seed=cfg.seed)
+      name = "credit_alignment"
+    else:
+      res = al.run_alignment(cfg, logits_fn, params, task, train, num_batches=_BATCHES.value, seed=cfg.seed)
+      name = "alignment"
+    atomic_write_json(work / f"{name}.json", res)
     md = _table(res)
-    atomic_write_text(work / "alignment.md", md + "\n")
+    atomic_write_text(work / f"{name}.md", md + "\n")
     print(md)
 
 

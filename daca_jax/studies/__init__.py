@@ -6,4 +6,6 @@
   gradient of the sampler's expected reward (cosine, batch agreement, KL-regularised bias).
 * :mod:`~daca_jax.studies.alignment_study`: on a real task, how closely each estimator's update
   follows the sampler's own trajectory policy gradient.
+* :mod:`~daca_jax.studies.credit_alignment`: how close each credit assigner's per-token advantages
+  come to a task's own per-token credit (Sudoku's per-cell correctness), on the same rollouts.
 """
