@@ -20,7 +20,7 @@ from fractions import Fraction
 import pytest
 
 from daca_jax.tasks import grader_worker, make_task
-from daca_jax.tasks import json_validation as jv
+from daca_jax.tasks.json_schema import validation as jv
 from daca_jax.tasks import reasoning_format as fmt
 from daca_jax.tasks import sudoku, text_scan
 from daca_jax.tasks.base import Example

@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 
 from daca_jax.data import local
 from daca_jax.errors import ConfigError
-from daca_jax.tasks import json_generator as gen
+from daca_jax.tasks.json_schema import generator as gen
 from daca_jax.tasks import json_schema as js
 from daca_jax.tasks.base import Example, make_task
 

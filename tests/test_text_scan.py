@@ -11,7 +11,7 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daca_jax.tasks import json_validation as jv
+from daca_jax.tasks.json_schema import validation as jv
 from daca_jax.tasks import reasoning_format as fmt
 from daca_jax.tasks import sudoku, text_scan
 from daca_jax.tasks.countdown import _left_of_equation

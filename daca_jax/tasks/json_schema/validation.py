@@ -1,7 +1,7 @@
 """Bounded JSON-Schema grading of untrusted completions: parsing, schema compilation, validation.
 
 Used by the ``json_schema`` task (:mod:`daca_jax.tasks.json_schema`), in-process for its own
-generated data and in a worker process (:mod:`daca_jax.tasks.json_schema_worker`) for completions.
+generated data and in a worker process (:mod:`daca_jax.tasks.json_schema.worker`) for completions.
 
 Parsing (:func:`parse_json`): the completion, stripped of surrounding whitespace (and of one enclosing
 Markdown code fence), must be a single JSON value accepted by ``json.loads``; ``NaN``/``Infinity``
@@ -55,7 +55,7 @@ import referencing.jsonschema
 from jsonschema import ValidationError
 from jsonschema_specifications import REGISTRY as _META_SCHEMAS
 
-from daca_jax.tasks import json_generator as gen
+from daca_jax.tasks.json_schema import generator as gen
 from daca_jax.tasks import text_scan
 
 MAX_JSON_DEPTH = 64  # parse_json bound on [ / { nesting (json.loads recurses)

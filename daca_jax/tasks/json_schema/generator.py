@@ -9,7 +9,7 @@
   ``$ref``, ``allOf``/``anyOf``/``oneOf``. Every failure, whatever the schema holds, is raised as
   :class:`Unsupported` (never a TypeError or the like). It never guarantees validity: the only way
   to an instance that is used (an SFT target, a gold answer) is
-  :meth:`daca_jax.tasks.json_validation.CompiledSchema.instance`, which validates it against its
+  :meth:`daca_jax.tasks.json_schema.validation.CompiledSchema.instance`, which validates it against its
   schema and raises :class:`Unsupported` when it does not.
 * :func:`break_instance` turns a valid instance into one that must fail: a missing required field, or
   a value of a type the schema does not allow at the top level.

@@ -1,6 +1,6 @@
 """JSON Schema task (``json_schema``): prompt = a JSON Schema, reward = the completion validates.
 
-Grading (never ``eval``; bounded work per completion; :mod:`daca_jax.tasks.json_validation`):
+Grading (never ``eval``; bounded work per completion; :mod:`daca_jax.tasks.json_schema.validation`):
 
 1. :func:`parse_json`: the completion, stripped of surrounding whitespace (and of one enclosing
    Markdown code fence), must be a single JSON value accepted by ``json.loads``; texts longer than
@@ -10,7 +10,7 @@ Grading (never ``eval``; bounded work per completion; :mod:`daca_jax.tasks.json_
    ``$schema`` (Draft 2020-12 when absent). ``format`` is an annotation only (jsonschema's default),
    as in the JSON Schema specification. Regexes run on RE2, ``uniqueItems`` in linear time, and every
    validation has a work budget (json_validation's docstring lists the bounds).
-3. Completions are graded in a worker process (:mod:`daca_jax.tasks.json_schema_worker`,
+3. Completions are graded in a worker process (:mod:`daca_jax.tasks.json_schema.worker`,
    :class:`~daca_jax.tasks.grader_worker.WorkerProcess`) with a CPU-time limit per completion
    (``grade_timeout_s``, default 0.6 s; a worker stuck in native code is killed and restarted), for
    whatever the bounds above miss. A completion that hits any bound scores 0 and is
@@ -25,7 +25,7 @@ its reason and counted (:class:`LoadReport`), never a crash.
 
 Sources (constructor arg ``source``, config ``task.options.source``):
 
-* ``"generated"``: small seeded object schemas (:mod:`daca_jax.tasks.json_generator`), SFT targets
+* ``"generated"``: small seeded object schemas (:mod:`daca_jax.tasks.json_schema.generator`), SFT targets
   are valid instances from the seeded instance generator; sized for tiny byte-level models.
 * ``"jsonschemabench"``: the schemas of guidance-ai/jsonschemabench (``data/<subset>/*.json``, one
   schema per file) under ``<data_dir>/jsonschemabench``; split into eval/train by a stable hash of
@@ -41,30 +41,27 @@ whose schema does not compile, e.g. with a backreference pattern; they score 0),
 """
 from __future__ import annotations
 
-import dataclasses
-import functools
 import hashlib
 import json
 import os
-import pathlib
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from daca_jax import local_data
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import grader_worker
-from daca_jax.tasks import json_generator as gen
-from daca_jax.tasks import json_validation
 from daca_jax.tasks import text_scan
 from daca_jax.tasks.base import TASKS, Example, Task
-from daca_jax.tasks.json_validation import (  # noqa: F401  (re-exported: the task's grading API)
+from daca_jax.tasks.json_schema import generator as gen
+from daca_jax.tasks.json_schema import validation as json_validation
+from daca_jax.tasks.json_schema.validation import (  # noqa: F401  (re-exported: the task's grading API)
     MAX_JSON_DEPTH, SKIP_REASONS, CompiledSchema, Grade, SchemaCompileError, compile_fast,
     compile_schema, parse_json)
+from daca_jax.tasks.json_schema.bench import (BENCH_DIR, BENCH_SUBSETS, BenchSchema, LoadReport,  # noqa: F401
+                                             compact, in_eval_split, load_jsonschemabench)
 from daca_jax.tasks.tokenizer import ByteTokenizer
 
-BENCH_DIR = "jsonschemabench"  # relative to the data dir (see ../shared/data/SOURCES.md)
-BENCH_SUBSETS = ("Github_easy", "Glaiveai2K")
 SOURCES = ("generated", "jsonschemabench")
 PROMPT_STYLES = ("plain", "chat")
 TARGET_STYLES = ("minimal", "random")
@@ -80,94 +77,6 @@ GENERATED_MAX_TARGET_CHARS = 31
 _CHAT_TEMPLATE = ("<|start_header_id|>user<|end_header_id|>\n\n{}<|eot_id|>"
                   "<|start_header_id|>assistant<|end_header_id|>\n\n")
 _INSTRUCTION = "Reply with only a JSON value that is valid under this JSON Schema:\n{}"
-
-
-
-def compact(value: Any) -> str:
-  """Compact JSON text (no spaces), the prompt/target encoding of this task."""
-  return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-@dataclasses.dataclass(frozen=True)
-class BenchSchema:
-  """One JSONSchemaBench schema that compiled: ``subset`` folder, file ``name``, the schema."""
-
-  subset: str
-  name: str
-  compiled: CompiledSchema
-
-  @property
-  def key(self) -> str:
-    return f"{self.subset}/{self.name}"
-
-
-@dataclasses.dataclass(frozen=True)
-class LoadReport:
-  """What :func:`load_jsonschemabench` found.
-
-  Attributes:
-    num_files: schema files read.
-    num_compiled: schemas that compiled (the length of the returned list).
-    skipped: ``{reason: [(subset/file, detail), ...]}`` for the files that did not.
-  """
-
-  num_files: int
-  num_compiled: int
-  skipped: Mapping[str, tuple[tuple[str, str], ...]]
-
-  def summary(self) -> str:
-    parts = ", ".join(f"{r}: {len(v)}" for r, v in sorted(self.skipped.items()))
-    return (f"{self.num_compiled} of {self.num_files} schemas compile"
-            + (f"; skipped {self.num_files - self.num_compiled} ({parts})" if parts else ""))
-
-
-@functools.lru_cache(maxsize=4)
-def _load_cached(root: str, subsets: tuple[str, ...]) -> tuple[tuple[BenchSchema, ...], LoadReport]:
-  out: list[BenchSchema] = []
-  skipped: dict[str, list[tuple[str, str]]] = {}
-  num_files = 0
-  for subset in subsets:
-    folder = pathlib.Path(root) / subset
-    if not folder.is_dir():
-      raise DataError(f"{folder}: JSONSchemaBench subset folder does not exist "
-                      f"(task.options.subsets={list(subsets)!r}; known: {list(BENCH_SUBSETS)})")
-    for path in sorted(folder.glob("*.json")):
-      num_files += 1
-      key = f"{subset}/{path.name}"
-      try:
-        try:
-          schema = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as e:
-          raise SchemaCompileError("not_json", str(e)[:200]) from None
-        out.append(BenchSchema(subset, path.name, compile_schema(schema)))
-      except SchemaCompileError as e:
-        skipped.setdefault(e.reason, []).append((key, e.detail))
-  report = LoadReport(num_files=num_files, num_compiled=len(out),
-                      skipped={k: tuple(v) for k, v in skipped.items()})
-  return tuple(out), report
-
-
-def load_jsonschemabench(root: str | os.PathLike[str],
-                         subsets: Sequence[str] = BENCH_SUBSETS) -> tuple[list[BenchSchema], LoadReport]:
-  """Reads and compiles every ``<root>/<subset>/*.json`` schema (sorted by file name).
-
-  Args:
-    root: the ``jsonschemabench`` folder (guidance-ai/jsonschemabench ``data/`` layout).
-    subsets: subset folder names.
-
-  Returns:
-    ``(schemas that compiled, report)``; cached per ``(root, subsets)``.
-
-  Raises:
-    DataError: a subset folder does not exist.
-  """
-  schemas, report = _load_cached(str(pathlib.Path(root).resolve()), tuple(subsets))
-  return list(schemas), report
-
-
-def _in_eval_split(key: str, eval_fraction: float) -> bool:
-  """Stable split: the first 8 hex digits of sha1(key) as a fraction of 2**32."""
-  return int(hashlib.sha1(key.encode()).hexdigest()[:8], 16) < eval_fraction * 2**32
 
 
 @TASKS.register("json_schema")
@@ -261,7 +170,7 @@ class JSONSchemaTask(Task):
     self.grade_timeout_s = float(grade_timeout_s)
     self.num_bound_hits = 0
     self._worker = grader_worker.WorkerProcess(
-        "daca_jax.tasks.json_schema_worker", (int(worker_memory_mb) << 20,),
+        "daca_jax.tasks.json_schema.worker", (int(worker_memory_mb) << 20,),
         cpu_limit_s=self.grade_timeout_s)
     self._sent: set[str] = set()  # schema keys the current worker process has compiled
     self._generated_texts: set[str] = set()  # schemas of this task's own generator (trusted)
@@ -334,7 +243,7 @@ class JSONSchemaTask(Task):
         if self.max_schema_chars and len(compact(s.compiled.schema)) > self.max_schema_chars:
           too_long += 1
           continue
-        if _in_eval_split(s.key, self.eval_fraction):
+        if in_eval_split(s.key, self.eval_fraction):
           ev.append(self._example(s.key, s.compiled, None))
           continue
         try:

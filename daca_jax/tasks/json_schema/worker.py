@@ -1,11 +1,11 @@
 """Grading worker of the ``json_schema`` task (not for direct use).
 
-  python -m daca_jax.tasks.json_schema_worker MEMORY_BYTES
+  python -m daca_jax.tasks.json_schema.worker MEMORY_BYTES
 
 One JSON request per stdin line, ``{"key", "text", "fast", ["schema"]}`` (``schema``: the schema's
 JSON text, sent the first time a worker process sees ``key``; ``fast``: a trusted generated schema,
 compiled without the meta-schema check), answered with ``[parsed, valid, validator_error,
-bound_hit]`` (:meth:`daca_jax.tasks.json_validation.CompiledSchema.grade`) or ``null`` when the request
+bound_hit]`` (:meth:`daca_jax.tasks.json_schema.validation.CompiledSchema.grade`) or ``null`` when the request
 could not be served. The parent (:class:`daca_jax.tasks.json_schema.JSONSchemaTask`) kills this
 process when one completion takes longer than its time limit.
 """
@@ -20,7 +20,7 @@ _MAX_CACHED_SCHEMAS = 4096
 
 def main() -> None:
   grader_worker.limit_memory(int(sys.argv[1]))
-  from daca_jax.tasks import json_validation  # pylint: disable=import-outside-toplevel
+  from daca_jax.tasks.json_schema import validation as json_validation  # pylint: disable=import-outside-toplevel
 
   cache: collections.OrderedDict = collections.OrderedDict()
 
