@@ -44,38 +44,46 @@ def get_config() -> ml_collections.ConfigDict:
   c.rollout.threshold = 0.0  # Fast-dLLM parallel decoding: commit every position above it (0: off).
   c.rollout.kv_cache = "none"  # Block-wise K/V cache: none | prefix | dual.
 
-  c.credit = ml_collections.ConfigDict()
-  c.credit.alpha = 0.5  # DPS: w = clip(1 + alpha * z, w_min, w_max).
-  c.credit.w_min = 0.5  # Lower clip of DPS weights.
-  c.credit.w_max = 2.0  # Upper clip of DPS weights.
-  c.credit.scope = "all"  # Step progress over all remaining masked positions | current "block".
-  c.credit.signal = "confidence"  # Certainty measure of step progress: confidence | neg_entropy.
-  c.credit.self_term = 0.0  # λ: add the token's own confidence rise to its raw score.
-  c.credit.tagger = "rule"  # DTCA token categories: rule (NUM/OP/PUNCT/WORD/SPECIAL) | pos.
-  c.credit.dtca_top_frac = 0.4  # DTCA μ: share of denoising states (steps) trained on.
-  c.credit.dtca_entropy_window = 10  # DTCA: updates forming the entropy baseline (0: no calibration).
-  c.credit.dtca_calib_min = 0.5  # DTCA: lower clip of the entropy calibration factor.
-  c.credit.dtca_calib_max = 2.0  # DTCA: upper clip of that factor.
-  c.credit.delta_lambda_min = 0.8  # DelTA λmin.
-  c.credit.delta_lambda_max = 1.2  # DelTA λmax.
-  c.credit.delta_gamma = 0.1  # DelTA γ: sigmoid temperature over cosine margins.
-  c.credit.drop_agreed = False  # Weight 0 on tokens all G rollouts of a group put at the same position.
+  c.credit = ml_collections.ConfigDict()  # One section per assigner (rl.credit picks which runs).
+  c.credit.dps = ml_collections.ConfigDict()
+  c.credit.dps.alpha = 0.5  # DPS (and DTCA, built on it): w = clip(1 + alpha * z, w_min, w_max).
+  c.credit.dps.w_min = 0.5  # Lower clip of DPS weights.
+  c.credit.dps.w_max = 2.0  # Upper clip of DPS weights.
+  c.credit.dps.scope = "all"  # Step progress over all remaining masked positions | current "block".
+  c.credit.dps.signal = "confidence"  # Certainty measure of step progress: confidence | neg_entropy.
+  c.credit.dps.self_term = 0.0  # λ: add the token's own confidence rise to its raw score.
+  c.credit.dtca = ml_collections.ConfigDict()
+  c.credit.dtca.tagger = "rule"  # DTCA token categories: rule (NUM/OP/PUNCT/WORD/SPECIAL) | pos.
+  c.credit.dtca.top_frac = 0.4  # DTCA μ: share of denoising states (steps) trained on.
+  c.credit.dtca.entropy_window = 10  # DTCA: updates forming the entropy baseline (0: no calibration).
+  c.credit.dtca.calib_min = 0.5  # DTCA: lower clip of the entropy calibration factor.
+  c.credit.dtca.calib_max = 2.0  # DTCA: upper clip of that factor.
+  c.credit.delta = ml_collections.ConfigDict()
+  c.credit.delta.lambda_min = 0.8  # DelTA λmin.
+  c.credit.delta.lambda_max = 1.2  # DelTA λmax.
+  c.credit.delta.gamma = 0.1  # DelTA γ: sigmoid temperature over cosine margins.
+  c.credit.drop_agreed = False  # Any assigner: weight 0 on tokens all G rollouts of a group put at the same position.
 
-  c.likelihood = ml_collections.ConfigDict()
-  c.likelihood.num_strata = 4  # K strata of SML (ignored by mean_field).
-  c.likelihood.partition = "random"  # random | strided | contiguous | commit_order.
+  c.likelihood = ml_collections.ConfigDict()  # Shared options, then one section per estimator.
   c.likelihood.p_mask_prompt = 0.0  # Prompt-token masking probability (d1 reproductions: 0.15).
-  c.likelihood.strata_batch = 0  # 0: vmap all strata; n: n at a time, rematerialised (memory of n passes).
-  c.likelihood.coupled_t_min = 0.2  # coupled: masking rate t ~ U[t_min, t_max] (DiffuCoder).
-  c.likelihood.coupled_t_max = 0.8  # coupled: upper end of t.
-  c.likelihood.coupled_full_pass = True  # coupled: average with the fully-masked pass (DiffuCoder).
-  c.likelihood.elbo_nodes = 2  # elbo: Gauss-Legendre nodes in t (GDPO: 2-3).
   c.likelihood.elbo_terms = "per_target"  # elbo/coupled: ratio+KL per scored log-prob | summed (DiffuCoder).
-  c.likelihood.trajectory_steps = 0  # trajectory: rollout steps to rebuild (0 = rollout.steps).
-  c.likelihood.trajectory_groups = 0  # trajectory: passes over runs of consecutive steps (0 = one per step).
-  c.likelihood.rldf_states = 4  # rldf: rollout states rebuilt per sequence (one pass each).
-  c.likelihood.rldf_sampling = "softmax"  # rldf: softmax of step surprisal | uniform | topk.
-  c.likelihood.rldf_temperature = 1.0  # rldf: T of the softmax state sampling.
+  c.likelihood.strata_batch = 0  # Multi-pass estimators: 0 vmaps all passes; n: n at a time, rematerialised.
+  c.likelihood.trajectory_steps = 0  # trajectory/rldf: rollout steps to rebuild (0 = rollout.steps).
+  c.likelihood.stratified = ml_collections.ConfigDict()
+  c.likelihood.stratified.num_strata = 4  # K strata of SML.
+  c.likelihood.stratified.partition = "random"  # random | strided | contiguous | commit_order.
+  c.likelihood.coupled = ml_collections.ConfigDict()
+  c.likelihood.coupled.t_min = 0.2  # coupled: masking rate t ~ U[t_min, t_max] (DiffuCoder).
+  c.likelihood.coupled.t_max = 0.8  # coupled: upper end of t.
+  c.likelihood.coupled.full_pass = True  # coupled: average with the fully-masked pass (DiffuCoder).
+  c.likelihood.elbo = ml_collections.ConfigDict()
+  c.likelihood.elbo.nodes = 2  # elbo: Gauss-Legendre nodes in t (GDPO: 2-3).
+  c.likelihood.trajectory = ml_collections.ConfigDict()
+  c.likelihood.trajectory.groups = 0  # trajectory: passes over runs of consecutive steps (0 = one per step).
+  c.likelihood.rldf = ml_collections.ConfigDict()
+  c.likelihood.rldf.states = 4  # rldf: rollout states rebuilt per sequence (one pass each).
+  c.likelihood.rldf.sampling = "softmax"  # rldf: softmax of step surprisal | uniform | topk.
+  c.likelihood.rldf.temperature = 1.0  # rldf: T of the softmax state sampling.
 
   c.rl = ml_collections.ConfigDict()
   c.rl.objective = "diffu_grpo"  # Base method: diffu_grpo | wd1 | gdpo | gspo | reinforce_pp | rldf.

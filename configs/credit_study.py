@@ -9,7 +9,7 @@ diffu-GRPO: uniform credit, mean-field likelihood) is what the paired difference
       [--arms=base,"position_value + traj4"]   # only these arms of the study
 """
 
-_TRAJ4 = [("rl.likelihood", "trajectory"), ("likelihood.trajectory_groups", 4)]
+_TRAJ4 = [("rl.likelihood", "trajectory"), ("likelihood.trajectory.groups", 4)]
 
 
 def get_arms() -> dict[str, list[tuple[str, object]]]:
@@ -20,7 +20,7 @@ def get_arms() -> dict[str, list[tuple[str, object]]]:
       # SML's strata by commit order (DACA's own option): the estimator closest to the sampler's
       # trajectory gradient among SML's partitions (experiments/alignment_study.py).
       "DACA (dps + SML commit_order)": [("rl.credit", "dps"), ("rl.likelihood", "stratified"),
-                                        ("likelihood.partition", "commit_order")],
+                                        ("likelihood.stratified.partition", "commit_order")],
       "uniform + traj4": [("rl.credit", "uniform")] + _TRAJ4,
       "uniform + traj4 + drop_agreed": [("rl.credit", "uniform"), ("credit.drop_agreed", True)] + _TRAJ4,
       "dps + traj4": [("rl.credit", "dps")] + _TRAJ4,

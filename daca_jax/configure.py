@@ -4,12 +4,13 @@ checked in full, including every name a registry resolves.
 :mod:`daca_jax.types` sits below the packages that own the registries (diffusion, credit,
 likelihood, rl, tasks all import it), so its ``validate`` methods check values and shapes only; the
 names (``rl.objective``, ``rl.credit``, ``rl.likelihood``, ``rl.advantage``, ``rollout.remasking``,
-``credit.tagger``, ``task.name``) are checked here, above those packages, before any work starts.
+``credit.dtca.tagger``, ``task.name``) are checked here, above those packages, before any work starts.
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+import json
+from typing import Any, Mapping, Sequence
 
 from daca_jax.credit import CREDIT, TAGGERS
 from daca_jax.diffusion.remasking import REMASKING
@@ -23,7 +24,7 @@ from daca_jax.types import TrainConfig
 
 # (section, field, registry): each named field of a TrainConfig and the registry that resolves it.
 NAMED_FIELDS: tuple[tuple[str, str, Registry[Any]], ...] = (
-    ("rollout", "remasking", REMASKING), ("credit", "tagger", TAGGERS), ("rl", "objective", OBJECTIVES),
+    ("rollout", "remasking", REMASKING), ("credit.dtca", "tagger", TAGGERS), ("rl", "objective", OBJECTIVES),
     ("rl", "credit", CREDIT), ("rl", "likelihood", LIKELIHOOD), ("rl", "advantage", ADVANTAGES),
     ("task", "name", TASKS))
 # Fields where "" means "the default of another field" rather than a name.
@@ -38,7 +39,10 @@ def check_names(cfg: TrainConfig) -> TrainConfig:
       registered names.
   """
   for section, name, registry in NAMED_FIELDS:
-    value = getattr(getattr(cfg, section), name)
+    owner = cfg
+    for part in section.split("."):
+      owner = getattr(owner, part)
+    value = getattr(owner, name)
     if value == "" and (section, name) in _EMPTY_ALLOWED:
       continue
     registry.get(value)  # its error names registry.field, which is f"{section}.{name}"
@@ -54,14 +58,58 @@ def validate(cfg: TrainConfig) -> TrainConfig:
   return check_names(cfg.validate())
 
 
+# Fields that moved into their method's own section: the error of an old name says where it is now.
+MOVED_FIELDS = {
+    **{f"credit.{k}": f"credit.dps.{k}" for k in ("alpha", "w_min", "w_max", "scope", "signal", "self_term")},
+    "credit.tagger": "credit.dtca.tagger",
+    **{f"credit.dtca_{k}": f"credit.dtca.{k}" for k in ("top_frac", "entropy_window", "calib_min", "calib_max")},
+    **{f"credit.delta_{k}": f"credit.delta.{k}" for k in ("lambda_min", "lambda_max", "gamma")},
+    **{f"likelihood.{k}": f"likelihood.stratified.{k}" for k in ("num_strata", "partition")},
+    **{f"likelihood.coupled_{k}": f"likelihood.coupled.{k}" for k in ("t_min", "t_max", "full_pass")},
+    "likelihood.elbo_nodes": "likelihood.elbo.nodes",
+    "likelihood.trajectory_groups": "likelihood.trajectory.groups",
+    **{f"likelihood.rldf_{k}": f"likelihood.rldf.{k}" for k in ("states", "sampling", "temperature")},
+}
+
+
+def upgrade_config_dict(d: Mapping[str, Any]) -> dict[str, Any]:
+  """A saved config (a run's ``config.json``) with fields written before they moved into their
+  method's section (:data:`MOVED_FIELDS`) put where they are now; everything else unchanged.
+
+  A user's own config is not upgraded (an old name there is a ConfigError saying where it moved);
+  this is for reading the records of runs made before the move.
+  """
+  out = json.loads(json.dumps(d))
+  for old, new in MOVED_FIELDS.items():
+    section, name = old.split(".")
+    if isinstance(out.get(section), dict) and name in out[section]:
+      value = out[section].pop(name)
+      node = out
+      *parents, leaf = new.split(".")
+      for part in parents:
+        node = node.setdefault(part, {})
+      node.setdefault(leaf, value)
+  return out
+
+
 def _build(cls: type, values: Mapping[str, Any], prefix: str) -> Any:
   names = {f.name: f for f in dataclasses.fields(cls)}
   unknown = sorted(set(values) - set(names))
   if unknown:
-    raise ConfigError(f"{prefix}.{unknown[0]}", values[unknown[0]], f"a field of {prefix}: {sorted(names)}")
+    name = f"{prefix}.{unknown[0]}"
+    moved = f" ({name} is now {MOVED_FIELDS[name]})" if name in MOVED_FIELDS else ""
+    raise ConfigError(name, values[unknown[0]], f"a field of {prefix}: {sorted(names)}{moved}")
   kwargs = {}
   for k, v in values.items():
     default = getattr(cls(), k)
+    if dataclasses.is_dataclass(default):  # a method's own sub-section, e.g. credit.dps
+      if hasattr(v, "to_dict"):
+        v = v.to_dict()
+      if not isinstance(v, Mapping):
+        fields = sorted(f.name for f in dataclasses.fields(default))
+        raise ConfigError(f"{prefix}.{k}", v, f"a section of fields {fields} (set them as {prefix}.{k}.<field>=...)")
+      kwargs[k] = _build(type(default), v, f"{prefix}.{k}")
+      continue
     if isinstance(default, Mapping):
       if hasattr(v, "to_dict"):
         v = v.to_dict()
@@ -96,3 +144,32 @@ def train_config_from_dict(d: Mapping[str, Any]) -> TrainConfig:
       raise ConfigError(key, "<section>", f"one of the sections {sorted(classes)} or 'seed'")
     sections[key] = _build(classes[key], value, key)
   return validate(TrainConfig(**sections))
+
+
+def with_overrides(cfg: TrainConfig, overrides: Sequence[tuple[str, Any]]) -> TrainConfig:
+  """``cfg`` with dotted fields replaced (``("likelihood.trajectory.groups", 4)``), validated.
+
+  Raises:
+    ConfigError: an unknown section or field, or a value that is not allowed.
+  """
+  d = cfg.to_dict()
+  for path, value in overrides:
+    *sections, field = path.split(".")
+    node = d
+    for name in sections:
+      if not isinstance(node.get(name), dict):
+        moved = f" ({path} is now {MOVED_FIELDS[path]})" if path in MOVED_FIELDS else ""
+        raise ConfigError(path, value, f"a field of a config section (sections: {sorted(d)}){moved}")
+      node = node[name]
+    if field not in node:
+      moved = f" ({path} is now {MOVED_FIELDS[path]})" if path in MOVED_FIELDS else ""
+      raise ConfigError(path, value, f"one of the fields of {'.'.join(sections) or 'the config'}: "
+                        f"{sorted(node)}{moved}")
+    if isinstance(node[field], dict):  # a whole section: the fields given replace those fields only
+      if not isinstance(value, Mapping):
+        raise ConfigError(path, value, f"a mapping of fields of the section {path} ({sorted(node[field])}), "
+                          f"or one field as {path}.<field>")
+      node[field] = {**node[field], **value}
+      continue
+    node[field] = value
+  return train_config_from_dict(d)

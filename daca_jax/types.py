@@ -76,6 +76,24 @@ def check_field_types(obj: Any, field_name: typing.Callable[[str], str]) -> None
       raise ConfigError(name, v, "a string")
 
 
+def _check_sections(prefix: str, obj: Any) -> None:
+  """:func:`_check_fields` of ``obj``'s own fields (sub-sections are not checked there), then each
+  sub-section's ``validate`` under ``<prefix>.<section>``.
+
+  Raises:
+    ConfigError: a sub-section that is not its dataclass, or the first field that is not allowed.
+  """
+  _check_fields(prefix, obj)
+  hints = typing.get_type_hints(type(obj))
+  for f in dataclasses.fields(obj):
+    kind = hints[f.name]
+    if dataclasses.is_dataclass(kind):
+      v = getattr(obj, f.name)
+      if not isinstance(v, kind):
+        raise ConfigError(f"{prefix}.{f.name}", v, f"a {kind.__name__} section ({prefix}.{f.name}.<field>=...)")
+      v.validate(f"{prefix}.{f.name}")
+
+
 def _check_values(name: str, value: Any) -> None:
   """The generic checks of :func:`_check_fields` for free-form values (``task.options``): floats
   finite, integers within int32, recursively through mappings and sequences."""
@@ -298,32 +316,20 @@ class RolloutConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class CreditConfig:
-  """Options of the credit assigners. The assigner itself is chosen by ``rl.credit``.
+class DPSConfig:
+  """Denoising Progress Scores (``rl.credit="dps"``, :mod:`daca_jax.credit.dps`); DTCA builds on them
+  and reads the same fields.
 
   Attributes:
-    alpha: DPS z-score gain: ``w = clip(1 + alpha * z, w_min, w_max)``.
-    w_min: lower clip of DPS weights.
-    w_max: upper clip of DPS weights.
+    alpha: z-score gain: ``w = clip(1 + alpha * z, w_min, w_max)``.
+    w_min: lower clip of the weights.
+    w_max: upper clip of the weights.
     scope: which still-masked positions measure step progress: "all" remaining or the current
       "block" only.
     signal: the certainty measure of step progress: "confidence" (top-1 probability) or
       "neg_entropy" (minus the predictive entropy).
     self_term: λ, weight of the token's own confidence rise from its block's first step to its
       commit step, added to the raw score.
-    tagger: DTCA's token tagger (registry ``TAGGERS``): "rule" = NUM / OP / PUNCT / WORD / SPECIAL.
-    dtca_top_frac: DTCA's μ: fraction of each rollout's denoising states (steps) kept for training,
-      ranked by their confidence gain; tokens committed at the other steps get weight 0.
-    dtca_entropy_window: DTCA entropy calibration: the first N updates form the baseline of each
-      category's mean predictive entropy (0 disables calibration).
-    dtca_calib_min: lower clip of the calibration factor (entropy now / baseline entropy).
-    dtca_calib_max: upper clip of that factor.
-    delta_lambda_min: DelTA's λmin, weight of the least side-specific token.
-    delta_lambda_max: DelTA's λmax, weight of the most side-specific token.
-    delta_gamma: DelTA's γ, temperature of the sigmoid over cosine margins.
-    drop_agreed: multiply every assigner's weights by the group-agreement mask: a token that all G
-      rollouts of its group committed identically at that position gets weight 0 (its advantages sum
-      to zero over the group; see :mod:`daca_jax.credit.agreement`).
   """
 
   alpha: float = 0.5
@@ -332,17 +338,8 @@ class CreditConfig:
   scope: str = "all"
   signal: str = "confidence"
   self_term: float = 0.0
-  tagger: str = "rule"
-  dtca_top_frac: float = 0.4
-  dtca_entropy_window: int = 10
-  dtca_calib_min: float = 0.5
-  dtca_calib_max: float = 2.0
-  delta_lambda_min: float = 0.8
-  delta_lambda_max: float = 1.2
-  delta_gamma: float = 0.1
-  drop_agreed: bool = False
 
-  def validate(self, prefix: str = "credit") -> "CreditConfig":
+  def validate(self, prefix: str = "credit.dps") -> "DPSConfig":
     _check_fields(prefix, self)
     _non_negative(prefix, self, "alpha", "w_min", "self_term")
     if not self.w_max >= self.w_min:
@@ -351,89 +348,235 @@ class CreditConfig:
       raise ConfigError(f"{prefix}.w_min", self.w_min, "w_min <= 1 <= w_max so that mean 1 is reachable")
     _one_of(prefix, self, "scope", ("all", "block"))
     _one_of(prefix, self, "signal", ("confidence", "neg_entropy"))
-    if not 0.0 < self.dtca_top_frac <= 1.0:
-      raise ConfigError(f"{prefix}.dtca_top_frac", self.dtca_top_frac, "a fraction in (0, 1]")
-    _non_negative(prefix, self, "dtca_entropy_window")
-    if not 0.0 < self.dtca_calib_min <= 1.0 <= self.dtca_calib_max:
-      raise ConfigError(f"{prefix}.dtca_calib_min", self.dtca_calib_min,
-                        f"0 < dtca_calib_min <= 1 <= dtca_calib_max={self.dtca_calib_max}")
-    if not 0.0 < self.delta_lambda_min <= 1.0 <= self.delta_lambda_max:
-      raise ConfigError(f"{prefix}.delta_lambda_min", self.delta_lambda_min,
-                        f"0 < delta_lambda_min <= 1 <= delta_lambda_max={self.delta_lambda_max}")
-    if not 0 < self.delta_gamma < float("inf"):
-      raise ConfigError(f"{prefix}.delta_gamma", self.delta_gamma, "a finite number > 0")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class DTCAConfig:
+  """DTCA (``rl.credit="dtca"``, :mod:`daca_jax.credit.dtca`). Its step progress and weights are
+  DPS's (``credit.dps.scope``, ``signal``, ``self_term``, ``alpha``, ``w_min``, ``w_max``).
+
+  Attributes:
+    tagger: the token tagger (registry ``TAGGERS``): "rule" = NUM / OP / PUNCT / WORD / SPECIAL.
+    top_frac: μ: fraction of each rollout's denoising states (steps) kept for training, ranked by
+      their confidence gain; tokens committed at the other steps get weight 0.
+    entropy_window: entropy calibration: the first N updates form the baseline of each category's
+      mean predictive entropy (0 disables calibration).
+    calib_min: lower clip of the calibration factor (entropy now / baseline entropy).
+    calib_max: upper clip of that factor.
+  """
+
+  tagger: str = "rule"
+  top_frac: float = 0.4
+  entropy_window: int = 10
+  calib_min: float = 0.5
+  calib_max: float = 2.0
+
+  def validate(self, prefix: str = "credit.dtca") -> "DTCAConfig":
+    _check_fields(prefix, self)
+    if not 0.0 < self.top_frac <= 1.0:
+      raise ConfigError(f"{prefix}.top_frac", self.top_frac, "a fraction in (0, 1]")
+    _non_negative(prefix, self, "entropy_window")
+    if not 0.0 < self.calib_min <= 1.0 <= self.calib_max:
+      raise ConfigError(f"{prefix}.calib_min", self.calib_min,
+                        f"0 < calib_min <= 1 <= calib_max={self.calib_max}")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class DeltaConfig:
+  """DelTA (``rl.credit="delta"``, :mod:`daca_jax.credit.delta`).
+
+  Attributes:
+    lambda_min: λmin, weight of the least side-specific token.
+    lambda_max: λmax, weight of the most side-specific token.
+    gamma: γ, temperature of the sigmoid over cosine margins.
+  """
+
+  lambda_min: float = 0.8
+  lambda_max: float = 1.2
+  gamma: float = 0.1
+
+  def validate(self, prefix: str = "credit.delta") -> "DeltaConfig":
+    _check_fields(prefix, self)
+    if not 0.0 < self.lambda_min <= 1.0 <= self.lambda_max:
+      raise ConfigError(f"{prefix}.lambda_min", self.lambda_min,
+                        f"0 < lambda_min <= 1 <= lambda_max={self.lambda_max}")
+    if not 0 < self.gamma < float("inf"):
+      raise ConfigError(f"{prefix}.gamma", self.gamma, "a finite number > 0")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class CreditConfig:
+  """Options of the credit assigners, one section per assigner. The assigner is chosen by ``rl.credit``.
+
+  Attributes:
+    dps: :class:`DPSConfig` (``credit.dps.*``).
+    dtca: :class:`DTCAConfig` (``credit.dtca.*``).
+    delta: :class:`DeltaConfig` (``credit.delta.*``).
+    drop_agreed: multiply every assigner's weights by the group-agreement mask: a token that all G
+      rollouts of its group committed identically at that position gets weight 0 (its advantages sum
+      to zero over the group; see :mod:`daca_jax.credit.agreement`).
+  """
+
+  dps: DPSConfig = DPSConfig()
+  dtca: DTCAConfig = DTCAConfig()
+  delta: DeltaConfig = DeltaConfig()
+  drop_agreed: bool = False
+
+  def validate(self, prefix: str = "credit") -> "CreditConfig":
+    _check_sections(prefix, self)
     if not isinstance(self.drop_agreed, bool):
       raise ConfigError(f"{prefix}.drop_agreed", self.drop_agreed, "True or False")
     return self
 
 
 @dataclasses.dataclass(frozen=True)
-class LikelihoodConfig:
-  """Options of the likelihood estimators. The estimator is chosen by ``rl.likelihood``.
+class StratifiedConfig:
+  """Stratified Masking Likelihood (``rl.likelihood="stratified"``, :mod:`daca_jax.likelihood.stratified`).
 
   Attributes:
-    num_strata: K, strata of the stratified (SML) estimator; 1 <= K <= gen_length.
-    partition: how SML splits completion positions into strata: "random", "strided",
-      "contiguous" or "commit_order".
+    num_strata: K strata; 1 <= K <= gen_length.
+    partition: how completion positions are split into strata: "random", "strided", "contiguous"
+      or "commit_order".
+  """
+
+  num_strata: int = 4
+  partition: str = "random"
+
+  def validate(self, prefix: str = "likelihood.stratified") -> "StratifiedConfig":
+    _check_fields(prefix, self)
+    _positive(prefix, self, "num_strata")
+    _one_of(prefix, self, "partition", ("random", "strided", "contiguous", "commit_order"))
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class CoupledConfig:
+  """DiffuCoder's coupled estimator (``rl.likelihood="coupled"``, :mod:`daca_jax.likelihood.coupled`).
+
+  Attributes:
+    t_min: lower end of the masking rate t ~ U[t_min, t_max].
+    t_max: upper end of that range (DiffuCoder: [0.2, 0.8]).
+    full_pass: also run the fully-masked pass and average it in (DiffuCoder does).
+  """
+
+  t_min: float = 0.2
+  t_max: float = 0.8
+  full_pass: bool = True
+
+  def validate(self, prefix: str = "likelihood.coupled") -> "CoupledConfig":
+    _check_fields(prefix, self)
+    if not 0.0 < self.t_min <= self.t_max < 1.0:
+      raise ConfigError(f"{prefix}.t_min", self.t_min, f"0 < t_min <= t_max={self.t_max} < 1")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class ELBOConfig:
+  """GDPO's ELBO estimator (``rl.likelihood="elbo"``, :mod:`daca_jax.likelihood.elbo`).
+
+  Attributes:
+    nodes: Gauss–Legendre nodes in t (GDPO uses 2–3).
+  """
+
+  nodes: int = 2
+
+  def validate(self, prefix: str = "likelihood.elbo") -> "ELBOConfig":
+    _check_fields(prefix, self)
+    _positive(prefix, self, "nodes")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class TrajectoryConfig:
+  """The sampler's own trajectory likelihood (``rl.likelihood="trajectory"``,
+  :mod:`daca_jax.likelihood.trajectory`).
+
+  Attributes:
+    groups: passes: the S = ``likelihood.trajectory_steps`` steps are split into this many runs of
+      consecutive steps and a token is
+      scored in the state at the start of its commit step's run (0 means S: every token in its own
+      commit state).
+  """
+
+  groups: int = 0
+
+  def validate(self, prefix: str = "likelihood.trajectory") -> "TrajectoryConfig":
+    _check_fields(prefix, self)
+    _non_negative(prefix, self, "groups")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class RLDFConfig:
+  """RLDF's state sampling (``rl.likelihood="rldf"``, :mod:`daca_jax.likelihood.rldf`).
+
+  Attributes:
+    states: k, rollout states rebuilt per sequence (one pass each).
+    sampling: how the k states are picked: "softmax" (probability ∝ softmax of each step's mean
+      surprisal / temperature, without replacement), "uniform", or "topk" (the k most surprising
+      steps).
+    temperature: T of the "softmax" state sampling.
+  """
+
+  states: int = 4
+  sampling: str = "softmax"
+  temperature: float = 1.0
+
+  def validate(self, prefix: str = "likelihood.rldf") -> "RLDFConfig":
+    _check_fields(prefix, self)
+    _positive(prefix, self, "states")
+    if not self.temperature > 0:
+      raise ConfigError(f"{prefix}.temperature", self.temperature, "a number > 0")
+    _one_of(prefix, self, "sampling", ("softmax", "uniform", "topk"))
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class LikelihoodConfig:
+  """Options of the likelihood estimators: what they share, then one section per estimator. The
+  estimator is chosen by ``rl.likelihood``.
+
+  Attributes:
     p_mask_prompt: probability of masking each prompt token in the likelihood passes. 0 by default
       (the prompt is scored as given); d1 (Zhao et al. 2025) masks 15% of prompt tokens, so its
       reproductions set 0.15 explicitly.
-    strata_batch: 0 vectorises all K strata at once (``jax.vmap``); 0 < n < K evaluates n strata at a
-      time (``lax.map``, rematerialised): the update keeps the activations of n passes instead of K,
-      at the price of one more forward pass per stratum in the backward pass.
-    coupled_t_min: lower end of the masking rate t ~ U[t_min, t_max] of the coupled estimator.
-    coupled_t_max: upper end of that range (DiffuCoder: [0.2, 0.8]).
-    coupled_full_pass: also run the fully-masked pass and average it in (DiffuCoder does).
-    elbo_nodes: Gauss–Legendre nodes in t of the ELBO estimator (GDPO uses 2–3).
     elbo_terms: how an objective reads the ELBO-type estimators (``elbo``, ``coupled``), whose token
       terms ``Σ_j (1/t_j) log p_j`` are not log-probs: "per_target" takes the ratio, the clip and the
       KL of each scored log-prob and multiplies its ELBO factor into the advantage (the same gradient
       at θ = θ_old); "summed" uses each token's summed term as its log-prob, as DiffuCoder's
       coupled-GRPO does (its ratio and k3 KL exponentiate ``1/t``-scaled log-ratios).
-    trajectory_steps: denoising steps S of the rollouts the trajectory estimator rebuilds (one pass
-      per step); 0 means ``rollout.steps``.
-    trajectory_groups: G_s, passes of the trajectory estimator: the S steps are split into G_s runs
-      of consecutive steps and a token is scored in the state at the start of its commit step's
-      run (0 means S: every token in its own commit state).
-    rldf_states: k, rollout states the rldf estimator rebuilds per sequence (one pass each).
-    rldf_sampling: how rldf picks its k states: "softmax" (probability ∝ softmax of each step's
-      mean surprisal / rldf_temperature, without replacement), "uniform", or "topk" (the k most
-      surprising steps).
-    rldf_temperature: T of the "softmax" state sampling.
+    strata_batch: passes kept at once by the multi-pass estimators (SML's strata, the trajectory
+      estimator's step groups, RLDF's states): 0 vectorises all passes (``jax.vmap``); 0 < n < passes
+      evaluates n at a time (``lax.map``, rematerialised): the update keeps the activations of n
+      passes instead of all, at the price of one more forward pass each in the backward pass.
+    trajectory_steps: denoising steps S of the rollouts the trajectory and rldf estimators rebuild;
+      0 means ``rollout.steps`` (the learner sets it).
+    stratified: :class:`StratifiedConfig` (``likelihood.stratified.*``, DACA's SML).
+    coupled: :class:`CoupledConfig`.
+    elbo: :class:`ELBOConfig`.
+    trajectory: :class:`TrajectoryConfig`.
+    rldf: :class:`RLDFConfig`.
   """
 
-  num_strata: int = 4
-  partition: str = "random"
   p_mask_prompt: float = 0.0
-  strata_batch: int = 0
-  coupled_t_min: float = 0.2
-  coupled_t_max: float = 0.8
-  coupled_full_pass: bool = True
-  elbo_nodes: int = 2
   elbo_terms: str = "per_target"
+  strata_batch: int = 0
   trajectory_steps: int = 0
-  trajectory_groups: int = 0
-  rldf_states: int = 4
-  rldf_sampling: str = "softmax"
-  rldf_temperature: float = 1.0
+  stratified: StratifiedConfig = StratifiedConfig()
+  coupled: CoupledConfig = CoupledConfig()
+  elbo: ELBOConfig = ELBOConfig()
+  trajectory: TrajectoryConfig = TrajectoryConfig()
+  rldf: RLDFConfig = RLDFConfig()
 
   def validate(self, prefix: str = "likelihood") -> "LikelihoodConfig":
-    _check_fields(prefix, self)
-    _positive(prefix, self, "num_strata")
-    _one_of(prefix, self, "partition", ("random", "strided", "contiguous", "commit_order"))
+    _check_sections(prefix, self)
     if not 0.0 <= self.p_mask_prompt < 1.0:
       raise ConfigError(f"{prefix}.p_mask_prompt", self.p_mask_prompt, "a probability in [0, 1)")
-    _non_negative(prefix, self, "strata_batch")
-    if not 0.0 < self.coupled_t_min <= self.coupled_t_max < 1.0:
-      raise ConfigError(f"{prefix}.coupled_t_min", self.coupled_t_min,
-                        f"0 < coupled_t_min <= coupled_t_max={self.coupled_t_max} < 1")
-    _positive(prefix, self, "elbo_nodes")
     _one_of(prefix, self, "elbo_terms", ("per_target", "summed"))
-    _non_negative(prefix, self, "trajectory_steps", "trajectory_groups")
-    _positive(prefix, self, "rldf_states")
-    if not self.rldf_temperature > 0:
-      raise ConfigError(f"{prefix}.rldf_temperature", self.rldf_temperature, "a number > 0")
-    _one_of(prefix, self, "rldf_sampling", ("softmax", "uniform", "topk"))
+    _non_negative(prefix, self, "strata_batch", "trajectory_steps")
     return self
 
 
@@ -719,20 +862,21 @@ class TrainConfig:
     for f in dataclasses.fields(self):
       if f.name != "seed":
         getattr(self, f.name).validate(f.name)
-    if self.likelihood.trajectory_steps not in (0, self.rollout.steps):
-      raise ConfigError("likelihood.trajectory_steps", self.likelihood.trajectory_steps,
+    lik = self.likelihood
+    if lik.trajectory_steps not in (0, self.rollout.steps):
+      raise ConfigError("likelihood.trajectory_steps", lik.trajectory_steps,
                         f"0 or rollout.steps={self.rollout.steps}")
-    if self.rl.likelihood == "stratified" and self.likelihood.num_strata > self.rollout.gen_length:
-      raise ConfigError("likelihood.num_strata", self.likelihood.num_strata,
+    if self.rl.likelihood == "stratified" and lik.stratified.num_strata > self.rollout.gen_length:
+      raise ConfigError("likelihood.stratified.num_strata", lik.stratified.num_strata,
                         f"<= rollout.gen_length={self.rollout.gen_length} (one token per stratum at most)")
     if self.rl.eval_every and not self.task.num_val_examples:
       raise ConfigError("rl.eval_every", self.rl.eval_every, "0 unless task.num_val_examples > 0 (periodic "
                         "evaluation runs on the validation split, never on the test set)")
-    if self.likelihood.trajectory_groups > self.rollout.steps:
-      raise ConfigError("likelihood.trajectory_groups", self.likelihood.trajectory_groups,
+    if lik.trajectory.groups > self.rollout.steps:
+      raise ConfigError("likelihood.trajectory.groups", lik.trajectory.groups,
                         f"<= rollout.steps={self.rollout.steps} (runs of at least one step)")
-    if self.rl.likelihood == "rldf" and self.likelihood.rldf_states > self.rollout.steps:
-      raise ConfigError("likelihood.rldf_states", self.likelihood.rldf_states,
+    if self.rl.likelihood == "rldf" and lik.rldf.states > self.rollout.steps:
+      raise ConfigError("likelihood.rldf.states", lik.rldf.states,
                         f"<= rollout.steps={self.rollout.steps} (distinct states to rebuild)")
     # Batches whose completion tokens alone overflow int32 indexing cannot be used; refused here
     # rather than after SFT, when the first RL batch is built.

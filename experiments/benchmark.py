@@ -270,7 +270,7 @@ def _learner(bench, likelihood, k, group_size=None, prompts_per_step=None, strat
   cfg = bench.cfg
   rl = dataclasses.replace(cfg.rl, likelihood=likelihood, group_size=group_size or cfg.rl.group_size,
                            prompts_per_step=prompts_per_step or cfg.rl.prompts_per_step)
-  lc = dataclasses.replace(cfg.likelihood, num_strata=k)
+  lc = dataclasses.replace(cfg.likelihood, stratified=dataclasses.replace(cfg.likelihood.stratified, num_strata=k))
   if strata_batch is not None:
     lc = dataclasses.replace(lc, strata_batch=strata_batch)
   c = dataclasses.replace(cfg, rl=rl, likelihood=lc)
@@ -355,7 +355,8 @@ def section_memory(bench, res):
   big_fn = make_logits_fn(gd_big)
   toks = jnp.zeros((8, 64), jnp.int32)
   sml = lambda sb: (lambda prm, t, kk: LIKELIHOOD.get("stratified")(
-      big_fn, prm, t, 32, kk, dataclasses.replace(cfg.likelihood, num_strata=4, strata_batch=sb),
+      big_fn, prm, t, 32, kk, dataclasses.replace(
+          cfg.likelihood, stratified=dataclasses.replace(cfg.likelihood.stratified, num_strata=4), strata_batch=sb),
       mask_id=big.mask_token_id))
   res["sml_v32k_full_logits_mb"] = 4 * 8 * 64 * 32768 * 4 / 2**20
   res["sml_v32k_vmap_temp_mb"] = bm.compiled_temp_bytes(sml(0), params_big, toks, bench.key) / 2**20
@@ -399,7 +400,7 @@ def section_scaling(bench, res):
     b = prompts_per_step * g
     prompts = jnp.repeat(bench.prompts[:prompts_per_step], g, axis=0)
     tr = bench.rollout_fn(rc)(bench.params, prompts, bench.key)
-    learner = _learner(bench, bench.cfg.rl.likelihood, bench.cfg.likelihood.num_strata, g, prompts_per_step)
+    learner = _learner(bench, bench.cfg.rl.likelihood, bench.cfg.likelihood.stratified.num_strata, g, prompts_per_step)
     res[f"scaling_G{g}_B{b}_update_s"] = _update_time(bench, learner, tr, r)["best_s"]
 
 

@@ -5,9 +5,13 @@ from daca_jax.types import TrainConfig
 
 
 def smoke(**fields) -> TrainConfig:
-  """``smoke(rl__steps=2, sft__learning_rate=1e-2)``: ``section__name=value`` overrides, validated."""
+  """``smoke(rl__steps=2, likelihood__stratified__num_strata=2)``: ``section[__subsection]__name=value``
+  overrides, validated."""
   c = sudoku_tiny.get_config("smoke")
   for dotted, v in fields.items():
-    section, name = dotted.split("__")
-    c[section][name] = v
+    *sections, name = dotted.split("__")
+    node = c
+    for section in sections:
+      node = node[section]
+    node[name] = v
   return train_config_from_dict(c)

@@ -9,7 +9,7 @@ from daca_jax import configure
 from daca_jax.errors import ConfigError
 from daca_jax.registry import Registry
 from daca_jax.rl import ADVANTAGES, OBJECTIVES, AdvantageEstimator, GRPOLearner, advantage_name
-from daca_jax.types import CreditConfig, LikelihoodConfig, RLConfig, RolloutConfig, TrainConfig
+from daca_jax.types import CreditConfig, LikelihoodConfig, RLConfig, RolloutConfig, StratifiedConfig, TrainConfig
 from tests.fixed_logit_model import jax_logits, make_params
 
 G = 4
@@ -89,7 +89,7 @@ V, MASK, EOS, P = 12, 10, 11, 3
 
 def _learner(advantage="", objective="diffu_grpo", mu=3):
   rollout = RolloutConfig(gen_length=8, block_length=4, steps=4, temperature=1.0)
-  cfg = TrainConfig(rollout=rollout, credit=CreditConfig(), likelihood=LikelihoodConfig(num_strata=2),
+  cfg = TrainConfig(rollout=rollout, credit=CreditConfig(), likelihood=LikelihoodConfig(stratified=StratifiedConfig(num_strata=2)),
                     rl=RLConfig(objective=objective, credit="dps", likelihood="stratified", num_iterations=mu,
                                 group_size=G, beta=0.1, learning_rate=0.05, warmup_steps=0, advantage=advantage))
   params = jax.tree.map(jnp.asarray, make_params(P + 8, V, seed=0, scale=1.0))

@@ -23,7 +23,7 @@ def setup():
 
 def test_an_estimator_equal_to_the_reference_aligns_exactly(setup):
   cfg, logits_fn, params, task, examples = setup
-  arms = {"reference": {"rl.likelihood": "trajectory", "likelihood.trajectory_groups": 0},
+  arms = {"reference": {"rl.likelihood": "trajectory", "likelihood.trajectory.groups": 0},
           "mean_field": {"rl.likelihood": "mean_field"}}
   res = al.run_alignment(cfg, logits_fn, params, task, examples, arms=arms, num_batches=2, seed=0,
                          log=lambda *a: None)
@@ -44,5 +44,5 @@ def test_bad_arguments_are_config_errors(setup):
     al.arm_config(cfg, {"likelihood.num_stratta": 4})
   with pytest.raises(ConfigError, match="rl.likelihood"):
     al.arm_config(cfg, {"rl.likelihood": "nope"})
-  assert al.arm_config(cfg, {"likelihood.num_strata": 2}).likelihood.num_strata == 2
+  assert al.arm_config(cfg, {"likelihood.stratified.num_strata": 2}).likelihood.stratified.num_strata == 2
   assert np.isclose(al._cos(np.ones(3), -np.ones(3)), -1.0)

@@ -23,8 +23,20 @@ from daca_jax.types import INT_MAX, RolloutConfig, TrainConfig
 from tests.smoke_config import smoke
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-_SECTIONS = {f.name: type(getattr(TrainConfig(), f.name)) for f in dataclasses.fields(TrainConfig)
-             if f.name != "seed"}
+
+
+def _sections(obj, prefix=""):
+  """Every section and method sub-section: {"credit": CreditConfig, "credit.dps": DPSConfig, ...}."""
+  out = {}
+  for f in dataclasses.fields(obj):
+    value = getattr(obj, f.name)
+    if dataclasses.is_dataclass(value):
+      out[prefix + f.name] = type(value)
+      out.update(_sections(value, prefix + f.name + "."))
+  return out
+
+
+_SECTIONS = _sections(TrainConfig())
 
 
 def _fields_of(kind):
@@ -41,11 +53,11 @@ INT_FIELDS = _fields_of(int) + ["seed"]
 
 def _smoke_dict(dotted, value):
   d = sudoku_tiny.get_config("smoke").to_dict()  # a plain dict: the ConfigDict would coerce types
-  if "." in dotted:
-    section, name = dotted.split(".")
-    d[section][name] = value
-  else:
-    d[dotted] = value
+  *sections, name = dotted.split(".")
+  node = d
+  for section in sections:
+    node = node[section]
+  node[name] = value
   return d
 
 
@@ -53,7 +65,7 @@ def test_the_fuzzing_covers_the_known_float_fields():
   # Guards against the introspection silently finding nothing (e.g. unresolved annotations).
   assert len(FLOAT_FIELDS) >= 30
   for name in ("rl.learning_rate", "rl.beta", "rl.clip_eps", "rollout.temperature", "model.norm_eps",
-               "model.rope_theta", "credit.delta_gamma", "likelihood.coupled_t_max", "eval.temperature"):
+               "model.rope_theta", "credit.delta.gamma", "likelihood.coupled.t_max", "eval.temperature"):
     assert name in FLOAT_FIELDS
   assert "rl.group_size" in INT_FIELDS and "sft.batch_size" in INT_FIELDS
 

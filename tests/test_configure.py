@@ -12,7 +12,12 @@ from daca_jax.types import TrainConfig
 def test_every_named_field_is_checked(section, name, registry):
   assert registry.field == f"{section}.{name}"
   cfg = TrainConfig()
-  bad = dataclasses.replace(cfg, **{section: dataclasses.replace(getattr(cfg, section), **{name: "no_such"})})
+
+  def replaced(obj, path):  # obj with path[-1] of the (sub-)section path set to "no_such"
+    head, *rest = path
+    return dataclasses.replace(obj, **{head: replaced(getattr(obj, head), rest) if rest else "no_such"})
+
+  bad = replaced(cfg, section.split(".") + [name])
   bad.validate()  # values and shapes are fine: only the name is wrong
   with pytest.raises(ConfigError, match=rf"{section}\.{name}='no_such' is not allowed: expected one of "
                                         rf"\[.*'{sorted(registry.names())[0]}'"):

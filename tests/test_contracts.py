@@ -20,7 +20,7 @@ from daca_jax.errors import ConfigError, ShapeError
 from daca_jax.likelihood import LIKELIHOOD, any_order_logprob, token_logprobs
 from daca_jax.likelihood.common import chunked_token_logprobs, score_positions, score_targets
 from daca_jax.rl.objectives import OBJECTIVES
-from daca_jax.types import CreditConfig, LikelihoodConfig, RLConfig, RolloutConfig
+from daca_jax.types import CreditConfig, LikelihoodConfig, RLConfig, RLDFConfig, RolloutConfig, StratifiedConfig
 from tests import fixed_logit_model
 
 V, MASK, EOS = 12, 11, 10
@@ -130,7 +130,7 @@ ESTIMATORS = ["mean_field", "stratified", "coupled", "elbo", "trajectory", "rldf
 
 
 def _estimate(name, fn, traj, prompt_len=None, **kw):
-  cfg = LikelihoodConfig(num_strata=2, trajectory_steps=ROLLOUT.steps, rldf_states=2)
+  cfg = LikelihoodConfig(stratified=StratifiedConfig(num_strata=2), trajectory_steps=ROLLOUT.steps, rldf=RLDFConfig(states=2))
   extra = dict(commit_step=traj.commit_step)
   if name == "rldf":
     extra.update(commit_conf=traj.commit_conf, completion_mask=traj.completion_mask)

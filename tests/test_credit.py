@@ -5,7 +5,7 @@ import pytest
 
 from daca_jax.credit import CREDIT, dps_raw_scores, step_progress, zscore_weights
 from daca_jax.diffusion import Trajectory
-from daca_jax.types import CreditConfig, RolloutConfig
+from daca_jax.types import CreditConfig, DPSConfig, RolloutConfig
 
 
 def _traj(step_conf, commit_step, mask):
@@ -41,7 +41,7 @@ def test_dps_three_steps_with_mask_and_clipping():
   np.testing.assert_allclose(step_progress(traj.step_conf, traj.commit_step, rcfg)[:, 0], [0.3, -0.1, 0.0],
                              atol=1e-6)
   # raw d = [Δ_1, Δ_2, Δ_0] = [-0.1, 0, 0.3]; valid = first two -> mean -0.05, std 0.05 -> z = [-1, 1]
-  cfg = CreditConfig(alpha=3.0, w_min=0.5, w_max=2.0)
+  cfg = CreditConfig(dps=DPSConfig(alpha=3.0, w_min=0.5, w_max=2.0))
   # 1 + 3z = [-2, 4] -> clip [0.5, 2.0] -> mean 1.25 -> [0.4, 1.6]; invalid token 0
   w = CREDIT.get("dps")(traj, cfg, rcfg)
   np.testing.assert_allclose(w, [[0.4, 1.6, 0.0]], atol=1e-6)
@@ -62,7 +62,7 @@ def test_dps_block_scope_and_self_term():
   np.testing.assert_allclose(step_progress(traj.step_conf, traj.commit_step, rcfg, "block")[:, 0],
                              [0.3, 0.0, 0.4, 0.0], atol=1e-6)
   # self term λ=1 (blocks start at steps 0 and 2): pos0 0.6-0.3, pos1 0.5-0.5, pos2 0.9-0.5, pos3 0.7-0.7
-  cfg = CreditConfig(scope="block", self_term=1.0)
+  cfg = CreditConfig(dps=DPSConfig(scope="block", self_term=1.0))
   raw = dps_raw_scores(traj, cfg, rcfg)
   np.testing.assert_allclose(raw, [[0.0 + 0.3, 0.3 + 0.0, 0.0 + 0.4, 0.4 + 0.0]], atol=1e-6)
 
@@ -84,7 +84,7 @@ def test_uniform_credit_is_completion_mask():
   np.testing.assert_array_equal(CREDIT.get("uniform")(traj, CreditConfig(), RolloutConfig(3, 3, 1)),
                                 [[1, 1, 0]])
   assert CREDIT.get("dps").records(CreditConfig()) == {"step_conf"}
-  assert CREDIT.get("dps").records(CreditConfig(signal="neg_entropy")) == {"step_entropy"}
+  assert CREDIT.get("dps").records(CreditConfig(dps=DPSConfig(signal="neg_entropy"))) == {"step_entropy"}
   assert CREDIT.get("uniform").records(CreditConfig()) == frozenset()
 
 
@@ -95,7 +95,7 @@ def test_dps_neg_entropy_signal_hand_computed():
       step_conf=None, step_entropy=jnp.asarray(ent, jnp.float32))
   rcfg = RolloutConfig(gen_length=4, block_length=4, steps=2)
   # Δ_0 = mean(-(0.6) + 1.2, -(1.1) + 1.5) = mean(0.6, 0.4) = 0.5 ; Δ_1 = 0
-  raw = dps_raw_scores(traj, CreditConfig(signal="neg_entropy"), rcfg)
+  raw = dps_raw_scores(traj, CreditConfig(dps=DPSConfig(signal="neg_entropy")), rcfg)
   np.testing.assert_allclose(raw, [[0.5, 0.0, 0.5, 0.0]], atol=1e-6)
   with pytest.raises(ValueError, match="step_entropy"):
-    dps_raw_scores(traj.replace(step_entropy=None), CreditConfig(signal="neg_entropy"), rcfg)
+    dps_raw_scores(traj.replace(step_entropy=None), CreditConfig(dps=DPSConfig(signal="neg_entropy")), rcfg)

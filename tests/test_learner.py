@@ -9,7 +9,7 @@ import optax
 from daca_jax.credit import CREDIT
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.rl import GRPOLearner, OBJECTIVES, PolicyBatch, group_advantages
-from daca_jax.types import (CreditConfig, LikelihoodConfig, RLConfig, RolloutConfig, TrainConfig)
+from daca_jax.types import (CreditConfig, LikelihoodConfig, RLConfig, RolloutConfig, StratifiedConfig, TrainConfig)
 from tests.fixed_logit_model import jax_logits, make_params
 
 V, MASK, EOS, P = 12, 10, 11, 3
@@ -17,7 +17,7 @@ V, MASK, EOS, P = 12, 10, 11, 3
 
 def test_update_matches_hand_written_loop():
   rollout = RolloutConfig(gen_length=8, block_length=4, steps=4, temperature=1.0)
-  cfg = TrainConfig(rollout=rollout, credit=CreditConfig(), likelihood=LikelihoodConfig(num_strata=2, p_mask_prompt=0.2),
+  cfg = TrainConfig(rollout=rollout, credit=CreditConfig(), likelihood=LikelihoodConfig(stratified=StratifiedConfig(num_strata=2), p_mask_prompt=0.2),
                     rl=RLConfig(credit="dps", likelihood="stratified", num_iterations=3, group_size=4, beta=0.1,
                                 learning_rate=0.05, warmup_steps=0, clip_eps=0.2))
   params = jax.tree.map(jnp.asarray, make_params(P + 8, V, seed=0, scale=1.0))
@@ -64,7 +64,7 @@ def test_pure_update_factory_is_the_learners_update_in_a_users_own_loop():
   from daca_jax.rl import make_optimizer, make_update
 
   rollout = RolloutConfig(gen_length=8, block_length=4, steps=4, temperature=1.0)
-  cfg = TrainConfig(rollout=rollout, credit=CreditConfig(), likelihood=LikelihoodConfig(num_strata=2),
+  cfg = TrainConfig(rollout=rollout, credit=CreditConfig(), likelihood=LikelihoodConfig(stratified=StratifiedConfig(num_strata=2)),
                     rl=RLConfig(credit="uniform", likelihood="stratified", num_iterations=2, group_size=4,
                                 beta=0.05, learning_rate=0.05, warmup_steps=0, grad_agreement=False))
   params = jax.tree.map(jnp.asarray, make_params(P + 8, V, seed=1, scale=1.0))

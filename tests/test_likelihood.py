@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from daca_jax.likelihood import LIKELIHOOD, assign_strata, mask_prompt, stratum_positions
-from daca_jax.types import LikelihoodConfig
+from daca_jax.types import CoupledConfig, ELBOConfig, LikelihoodConfig, StratifiedConfig, TrajectoryConfig
 from tests.fixed_logit_model import jax_logits, make_params, np_logits
 
 V, MASK, P, L, B = 12, 10, 3, 8, 5
@@ -37,7 +37,7 @@ def test_stratified_k1_equals_mean_field_exactly(setup, p_mask_prompt):
   mf = LIKELIHOOD.get("mean_field")(jax_logits, params, tokens, P, key,
                                     LikelihoodConfig(p_mask_prompt=p_mask_prompt), mask_id=MASK).logp
   sml = LIKELIHOOD.get("stratified")(jax_logits, params, tokens, P, key,
-                                     LikelihoodConfig(num_strata=1, p_mask_prompt=p_mask_prompt), mask_id=MASK).logp
+                                     LikelihoodConfig(stratified=StratifiedConfig(num_strata=1), p_mask_prompt=p_mask_prompt), mask_id=MASK).logp
   np.testing.assert_array_equal(np.asarray(mf), np.asarray(sml))
 
 
@@ -76,7 +76,7 @@ def test_each_token_scored_once_from_the_pass_that_masks_it(setup, k):
   the completion visible) and score it with the numpy model."""
   params, tokens = setup
   key = jax.random.PRNGKey(5)
-  cfg = LikelihoodConfig(num_strata=k, p_mask_prompt=0.0)
+  cfg = LikelihoodConfig(stratified=StratifiedConfig(num_strata=k), p_mask_prompt=0.0)
   got = np.asarray(LIKELIHOOD.get("stratified")(jax_logits, params, tokens, P, key, cfg, mask_id=MASK).logp)
   _, k_part = jax.random.split(key)
   strata = np.asarray(assign_strata(k_part, B, L, k))
@@ -92,7 +92,7 @@ def test_each_token_scored_once_from_the_pass_that_masks_it(setup, k):
 
 def test_k_equals_l_is_pseudo_likelihood(setup):
   params, tokens = setup
-  cfg = LikelihoodConfig(num_strata=L, p_mask_prompt=0.0)
+  cfg = LikelihoodConfig(stratified=StratifiedConfig(num_strata=L), p_mask_prompt=0.0)
   got = np.asarray(LIKELIHOOD.get("stratified")(jax_logits, params, tokens, P, jax.random.PRNGKey(9), cfg,
                                                 mask_id=MASK).logp)
   tok = np.asarray(tokens)
@@ -108,8 +108,8 @@ def test_strata_batch_lax_map_equals_vmap(setup):
   params, tokens = setup
   key = jax.random.PRNGKey(4)
   f = LIKELIHOOD.get("stratified")
-  a = f(jax_logits, params, tokens, P, key, LikelihoodConfig(num_strata=4), mask_id=MASK).logp
-  b = f(jax_logits, params, tokens, P, key, LikelihoodConfig(num_strata=4, strata_batch=2), mask_id=MASK).logp
+  a = f(jax_logits, params, tokens, P, key, LikelihoodConfig(stratified=StratifiedConfig(num_strata=4)), mask_id=MASK).logp
+  b = f(jax_logits, params, tokens, P, key, LikelihoodConfig(stratified=StratifiedConfig(num_strata=4), strata_batch=2), mask_id=MASK).logp
   np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
 
 
@@ -170,7 +170,7 @@ def test_strata_batch_bounds_update_memory_with_equal_gradients():
   f = LIKELIHOOD.get("stratified")
 
   def loss(sb):
-    lc = LikelihoodConfig(num_strata=4, strata_batch=sb)
+    lc = LikelihoodConfig(stratified=StratifiedConfig(num_strata=4), strata_batch=sb)
     return lambda p: jnp.sum(f(make_logits_fn(gd), p, toks, 8, jax.random.PRNGKey(0), lc, mask_id=39).logp)
 
   out, scratch = {}, {}
@@ -203,7 +203,7 @@ def test_coupled_matches_numpy(setup, full_pass):
   from daca_jax.likelihood import coupled_masks
   params, tokens = setup
   key = jax.random.PRNGKey(21)
-  cfg = LikelihoodConfig(p_mask_prompt=0.0, coupled_full_pass=full_pass)
+  cfg = LikelihoodConfig(p_mask_prompt=0.0, coupled=CoupledConfig(full_pass=full_pass))
   scores = LIKELIHOOD.get("coupled")(jax_logits, params, tokens, P, key, cfg, mask_id=MASK)
   assert scores.kind == "elbo" and scores.num_states == (3 if full_pass else 2)
   got = np.asarray(scores.contributions())
@@ -225,7 +225,7 @@ def test_elbo_matches_numpy(setup, nodes):
   from daca_jax.likelihood import gauss_legendre_01
   params, tokens = setup
   key = jax.random.PRNGKey(8)
-  cfg = LikelihoodConfig(p_mask_prompt=0.0, elbo_nodes=nodes)
+  cfg = LikelihoodConfig(p_mask_prompt=0.0, elbo=ELBOConfig(nodes=nodes))
   scores = LIKELIHOOD.get("elbo")(jax_logits, params, tokens, P, key, cfg, mask_id=MASK)
   assert scores.kind == "elbo" and scores.num_states == nodes
   got = np.asarray(scores.contributions())
@@ -292,7 +292,7 @@ def test_trajectory_equals_the_samplers_own_commit_probabilities(block_length, s
 
 
 def test_grouped_trajectory_scores_each_token_at_the_start_of_its_run():
-  """trajectory_groups = G_s: a token committed at step c is scored in the state at the start of run
+  """trajectory.groups = G_s: a token committed at step c is scored in the state at the start of run
   floor(c G_s / S) (run g starts at ceil(g S / G_s)); checked against a numpy rebuild of that state.
   One group is the mean-field estimate; S groups are the plain trajectory estimator."""
   from daca_jax.diffusion import rollout
@@ -307,7 +307,7 @@ def test_grouped_trajectory_scores_each_token_at_the_start_of_its_run():
   key = jax.random.PRNGKey(0)
   est = lambda groups: np.asarray(LIKELIHOOD.get("trajectory")(
       jax_logits, params, traj.tokens, P, key, LikelihoodConfig(p_mask_prompt=0.0, trajectory_steps=steps,
-                                                               trajectory_groups=groups),
+                                                               trajectory=TrajectoryConfig(groups=groups)),
       mask_id=MASK, commit_step=traj.commit_step).logp)
   for groups in (3, 5):
     expect = np.zeros((B, L))

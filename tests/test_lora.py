@@ -99,11 +99,11 @@ def test_one_optimizer_step_changes_only_adapters():
 
 def test_grpo_learner_update_with_lora():
   from daca_jax.rl import GRPOLearner
-  from daca_jax.types import LikelihoodConfig, RLConfig, RolloutConfig, TrainConfig
+  from daca_jax.types import LikelihoodConfig, RLConfig, RolloutConfig, StratifiedConfig, TrainConfig
 
   cfg, gd, base, ad = _setup()
   tc = TrainConfig(model=cfg, rollout=RolloutConfig(gen_length=4, block_length=4, steps=2),
-                   likelihood=LikelihoodConfig(num_strata=2),
+                   likelihood=LikelihoodConfig(stratified=StratifiedConfig(num_strata=2)),
                    rl=RLConfig(group_size=2, prompts_per_step=2, beta=0.04, learning_rate=1e-2,
                                warmup_steps=0))
   learner = GRPOLearner(lora.make_lora_logits_fn(gd), tc, mask_id=39, eos_id=38,
@@ -125,11 +125,11 @@ def test_lora_update_returns_adapters_only_and_keeps_the_callers_base(strategy):
   # LORA_SPLIT: the compiled step outputs the adapters, not a copy of the base (one model copy per
   # device less at every update), and the results are those of the step that returns everything.
   from daca_jax.rl import GRPOLearner
-  from daca_jax.types import LikelihoodConfig, ParallelConfig, RLConfig, RolloutConfig, TrainConfig
+  from daca_jax.types import LikelihoodConfig, ParallelConfig, RLConfig, RolloutConfig, StratifiedConfig, TrainConfig
 
   cfg, gd, base, ad = _setup(b_scale=0.05)
   tc = TrainConfig(model=cfg, rollout=RolloutConfig(gen_length=4, block_length=4, steps=2),
-                   likelihood=LikelihoodConfig(num_strata=2),
+                   likelihood=LikelihoodConfig(stratified=StratifiedConfig(num_strata=2)),
                    rl=RLConfig(group_size=2, prompts_per_step=2, beta=0.04, learning_rate=1e-2,
                                warmup_steps=0),
                    parallel=ParallelConfig(strategy=strategy))

@@ -8,6 +8,7 @@ from configs import sudoku_tiny
 from daca_jax.run import method_costs as mc
 from daca_jax.run.benchmarking import forward_flops
 from daca_jax.configure import train_config_from_dict
+from daca_jax.types import RLDFConfig, StratifiedConfig
 
 
 @pytest.mark.parametrize("all_methods", [False, pytest.param(True, marks=pytest.mark.slow)])  # all: 25 s
@@ -15,7 +16,8 @@ def test_measured_passes_match_each_method(all_methods):
   cfg = train_config_from_dict(sudoku_tiny.get_config("smoke"))
   # Two layers: a scanned layer stack would count once in XLA's cost analysis and skew every ratio.
   cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, n_layers=2),
-                            likelihood=dataclasses.replace(cfg.likelihood, num_strata=4, rldf_states=2))
+                            likelihood=dataclasses.replace(cfg.likelihood, stratified=StratifiedConfig(num_strata=4),
+                                                          rldf=RLDFConfig(states=2)))
   # SML runs the transformer body K times but the output head only on the ⌈L/K⌉ positions each pass
   # scores: K·(1 - h) + h·K⌈L/K⌉/T passes, h = the head's share of a forward pass (40% at this size).
   m, length, k = cfg.model, cfg.rollout.gen_length, 4

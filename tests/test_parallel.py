@@ -20,7 +20,7 @@ import pytest
 from daca_jax.errors import ConfigError
 from daca_jax.parallel import (fsdp_spec, global_batch, make_mesh, maybe_initialize, mesh_shape,
                                per_sequence_keys, process_slice)
-from daca_jax.types import LikelihoodConfig, ParallelConfig
+from daca_jax.types import LikelihoodConfig, ParallelConfig, RLDFConfig, StratifiedConfig
 
 MESHES = ((8, 1, 1), (2, 4, 1), (1, 8, 1))
 TOL = 1e-5
@@ -53,7 +53,7 @@ def _setup():
   from daca_jax.types import RLConfig, RolloutConfig, TrainConfig, tiny_config
 
   cfg = TrainConfig(model=tiny_config(), rollout=RolloutConfig(gen_length=16, block_length=8, steps=8),
-                    likelihood=LikelihoodConfig(num_strata=4),
+                    likelihood=LikelihoodConfig(stratified=StratifiedConfig(num_strata=4)),
                     rl=RLConfig(objective="diffu_grpo", credit="dps", likelihood="stratified",
                                 prompts_per_step=4, group_size=4, num_iterations=1, beta=0.04,
                                 learning_rate=1e-4, warmup_steps=0))
@@ -202,7 +202,7 @@ def test_per_sequence_keys_matches_a_loop_over_rows():
             "out": jnp.asarray(rng.normal(size=(d, v)), jnp.float32)}
   tokens = jnp.asarray(rng.integers(0, v - 1, size=(b, p + length)), jnp.int32)
   commit = jnp.asarray(rng.integers(0, 3, size=(b, length)), jnp.int32)
-  cfg = LikelihoodConfig(num_strata=3, partition="commit_order", p_mask_prompt=0.5)
+  cfg = LikelihoodConfig(stratified=StratifiedConfig(num_strata=3, partition="commit_order"), p_mask_prompt=0.5)
   key = jax.random.PRNGKey(5)
   call = lambda fn: jax.jit(lambda tok, k, cs: fn(_toy_logits_fn, params, tok, p, k, cfg, mask_id=v - 1,
                                                   commit_step=cs))
@@ -234,7 +234,7 @@ def test_pmap_estimator_forwards_keywords_and_tree_outputs():
   kw = dict(commit_step=jnp.asarray(rng.integers(0, 3, size=(b, length)), jnp.int32),
             commit_conf=jnp.asarray(rng.uniform(size=(b, length)), jnp.float32),
             completion_mask=jnp.ones((b, length), jnp.float32))
-  cfg = LikelihoodConfig(rldf_states=2, trajectory_steps=3)
+  cfg = LikelihoodConfig(rldf=RLDFConfig(states=2), trajectory_steps=3)
   key = jax.random.PRNGKey(2)
   mesh = make_mesh(ParallelConfig(), devices=jax.devices()[:1])
   call = lambda fn: fn(_toy_logits_fn, params, tokens, p, key, cfg, mask_id=v - 1, **kw)

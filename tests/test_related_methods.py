@@ -15,7 +15,8 @@ from daca_jax.diffusion.rollout import Trajectory
 from daca_jax.likelihood import LIKELIHOOD, sample_states, step_surprisal
 from daca_jax.rl.objectives import OBJECTIVES, PolicyBatch, k3_kl
 from daca_jax.tasks.tokenizer import ByteTokenizer
-from daca_jax.types import CreditConfig, LikelihoodConfig, RLConfig, RolloutConfig
+from daca_jax.types import (CreditConfig, DeltaConfig, DPSConfig, DTCAConfig, LikelihoodConfig, RLConfig, RLDFConfig,
+                            RolloutConfig)
 from tests.fixed_logit_model import jax_logits, make_params, np_logits
 
 CAT = {name: i for i, name in enumerate(RULE_CATEGORIES)}
@@ -104,12 +105,12 @@ def test_dtca_matches_reference_without_calibration():
   cats = rng.integers(0, 3, (b_n, l_n))
   valid = np.ones((b_n, l_n), bool)
   valid[2, 4:] = False
-  cfg = CreditConfig(dtca_entropy_window=0, dtca_top_frac=0.5, alpha=0.8)
+  cfg = CreditConfig(dtca=DTCAConfig(entropy_window=0, top_frac=0.5), dps=DPSConfig(alpha=0.8))
   traj = _traj(step_conf, commit_step, mask=valid)
   assigner = CREDIT.get("dtca")
   out = assigner.assign(traj, cfg, RolloutConfig(l_n, l_n, s_n),
                         CreditInputs(categories=jnp.asarray(cats), state=dtca_init_state(cfg, 5)))
-  want = _np_dtca(step_conf, commit_step, cats, valid, 0.5, 0.8, cfg.w_min, cfg.w_max)
+  want = _np_dtca(step_conf, commit_step, cats, valid, 0.5, 0.8, cfg.dps.w_min, cfg.dps.w_max)
   np.testing.assert_allclose(np.asarray(out.weights), want, rtol=1e-5, atol=1e-6)
   assert np.all(np.asarray(out.weights)[~valid] == 0)
   # exactly ceil(0.5 * 6) = 3 steps kept per rollout, one token each (fewer where invalid)
@@ -124,7 +125,7 @@ def test_dtca_entropy_calibration_against_baseline_window():
   commit_step = np.asarray([[0, 1, 2, 3]])
   step_conf = np.full((s_n, 1, l_n), 0.5, np.float32)  # no progress: DPS part is uniform
   cats = jnp.asarray([[0, 0, 1, 1]])
-  cfg = CreditConfig(dtca_top_frac=1.0, dtca_entropy_window=2, dtca_calib_min=0.25, dtca_calib_max=2.0)
+  cfg = CreditConfig(dtca=DTCAConfig(top_frac=1.0, entropy_window=2, calib_min=0.25, calib_max=2.0))
   assigner = CREDIT.get("dtca")
   rcfg = RolloutConfig(l_n, l_n, s_n)
 
@@ -183,7 +184,7 @@ def test_delta_matches_reference():
   a = np.asarray([1.0, -0.5, 0.0, 0.7])
   m = np.ones((b_n, l_n))
   m[3, 3:] = 0
-  cfg = CreditConfig(delta_gamma=0.2)
+  cfg = CreditConfig(delta=DeltaConfig(gamma=0.2))
   w, _ = delta_weights(jnp.asarray(h), jnp.asarray(p), jnp.asarray(a), jnp.asarray(m), cfg)
   want = _np_delta(h, p, a, m, 0.8, 1.2, 0.2)
   np.testing.assert_allclose(np.asarray(w), want, rtol=2e-5, atol=2e-6)
@@ -254,7 +255,7 @@ def test_rldf_estimator_scores_rebuilt_states():
   tokens = rng.integers(0, 6, (3, p + length))
   commit_step = np.stack([rng.permutation(steps) for _ in range(3)])
   conf = rng.uniform(0.05, 1.0, (3, length))
-  cfg = LikelihoodConfig(rldf_states=2, rldf_sampling="topk", trajectory_steps=steps, p_mask_prompt=0.0)
+  cfg = LikelihoodConfig(rldf=RLDFConfig(states=2, sampling="topk"), trajectory_steps=steps, p_mask_prompt=0.0)
   out = LIKELIHOOD.get("rldf")(jax_logits, jax.tree.map(jnp.asarray, params), jnp.asarray(tokens), p,
                                jax.random.PRNGKey(0), cfg, mask_id=mask_id,
                                commit_step=jnp.asarray(commit_step), commit_conf=jnp.asarray(conf))
@@ -313,7 +314,7 @@ def _tiny_run_flags():
     pytest.param(["--config.rl.credit=delta", "--config.model.lora_rank=4", "--config.model.logprob_chunk=8"],
                  "delta_margin_mean", marks=pytest.mark.slow),  # unit-tested above; end to end: --runslow
     pytest.param(["--config.rl.objective=rldf", "--config.rl.likelihood=rldf", "--config.rl.credit=uniform",
-                  "--config.rl.beta=0.01", "--config.likelihood.rldf_states=2"], "rldf_kept_frac",
+                  "--config.rl.beta=0.01", "--config.likelihood.rldf.states=2"], "rldf_kept_frac",
                  marks=pytest.mark.slow),
 ])
 def test_method_runs_through_train_py_by_config(flags, metric, tmp_path):

@@ -83,7 +83,7 @@ def test_study_arms_apply_their_overrides_and_nothing_else():
   by_arm = {c.arm: rp.cell_config(cfg, c) for c in cells}
   base, pv = by_arm["base"], by_arm["position_value + traj4"]
   assert (base.rl.credit, base.rl.likelihood, base.seed) == ("uniform", "mean_field", 1)
-  assert (pv.rl.credit, pv.rl.likelihood, pv.likelihood.trajectory_groups) == ("position_value", "trajectory", 4)
+  assert (pv.rl.credit, pv.rl.likelihood, pv.likelihood.trajectory.groups) == ("position_value", "trajectory", 4)
   assert pv.model == cfg.model and pv.sft == cfg.sft and pv.rl.steps == 100
   assert by_arm["dps + traj4 + drop_agreed"].credit.drop_agreed is True
   assert rp.Cell("t", "diffu_grpo", "+DPS", 0).key == "t/diffu_grpo/plus_DPS/seed0"  # grid folders unchanged

@@ -20,7 +20,8 @@ from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.likelihood.base import register_estimator
 from daca_jax.rl import GRPOLearner
 from daca_jax.rl.objectives import OBJECTIVES, k3_kl
-from daca_jax.types import CreditConfig, LikelihoodConfig, RLConfig, RolloutConfig, TrainConfig
+from daca_jax.types import (CoupledConfig, CreditConfig, LikelihoodConfig, RLConfig, RLDFConfig, RolloutConfig,
+                            StratifiedConfig, TrainConfig)
 from tests import fixed_logit_model
 
 V, MASK, EOS = 12, 11, 10
@@ -42,7 +43,8 @@ def traj():
 
 
 def _scores(name, traj, **lik):
-  cfg = LikelihoodConfig(p_mask_prompt=0.0, num_strata=2, trajectory_steps=ROLLOUT.steps, rldf_states=2, **lik)
+  cfg = LikelihoodConfig(p_mask_prompt=0.0, stratified=StratifiedConfig(num_strata=2), trajectory_steps=ROLLOUT.steps,
+                         rldf=RLDFConfig(states=2), **lik)
   return LIKELIHOOD.get(name)(logits_fn, PARAMS, traj.tokens, P, jax.random.key(2), cfg, mask_id=MASK,
                               commit_step=traj.commit_step, commit_conf=traj.commit_conf,
                               completion_mask=traj.completion_mask)
@@ -64,7 +66,7 @@ def test_every_estimator_returns_token_scores_through_one_signature(name, traj):
 
 def test_coupled_targets_cover_every_token_once_per_pass_pair(traj):
   """Coupled without the full pass: every token is a target in exactly one of M and Mᶜ."""
-  out = _scores("coupled", traj, coupled_full_pass=False)
+  out = _scores("coupled", traj, coupled=CoupledConfig(full_pass=False))
   m = np.asarray(out.mask).reshape(B, 2, L)
   np.testing.assert_array_equal(m.sum(1), np.ones((B, L)))
   w = np.asarray(out.weight).reshape(B, 2, L)

@@ -55,7 +55,7 @@ def delta_weights(hidden: jax.Array, prob: jax.Array, advantages: jax.Array, mas
     prob: float32 [B, L] probability of the token there.
     advantages: float32 [B] sequence advantages.
     mask: float32 [B, L] valid tokens.
-    cfg: ``delta_lambda_min``, ``delta_lambda_max``, ``delta_gamma``.
+    cfg: ``cfg.delta``: ``lambda_min``, ``lambda_max``, ``gamma``.
   Returns:
     (weights float32 [B, L], margins float32 [B, L] after the refinement).
   Raises:
@@ -72,10 +72,10 @@ def delta_weights(hidden: jax.Array, prob: jax.Array, advantages: jax.Array, mas
   neg_w = jnp.maximum(-a, 0.0) * mask
   side = jnp.sign(a) * jnp.ones_like(mask)
   margin = _margins(v, _centroids(v, pos_w, neg_w), side)
-  soft = jax.nn.sigmoid(margin / cfg.delta_gamma)
+  soft = jax.nn.sigmoid(margin / cfg.delta.gamma)
   margin = _margins(v, _centroids(v, pos_w * soft, neg_w * soft), side)
-  lam = cfg.delta_lambda_min + (cfg.delta_lambda_max - cfg.delta_lambda_min) * jax.nn.sigmoid(
-      margin / cfg.delta_gamma)
+  lam = cfg.delta.lambda_min + (cfg.delta.lambda_max - cfg.delta.lambda_min) * jax.nn.sigmoid(
+      margin / cfg.delta.gamma)
   active = mask * (side != 0)
   scale = jnp.sum(active) / jnp.maximum(jnp.sum(lam * active), _EPS)
   w = jnp.where(active > 0, lam * scale, mask)

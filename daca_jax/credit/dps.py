@@ -7,7 +7,7 @@ Read off the rollout's own per-step predictions, no extra forward pass. For step
     Δ_s = mean_{j ∈ M_{s+1}} (conf^(s+1)_j − conf^(s)_j)        (0 when M_{s+1} is empty)
 
 — how much committing the tokens of step s raised the certainty about what is still unknown. Token i
-committed at step c_i gets the raw score ``d_i = Δ_{c_i}`` (``credit.signal="neg_entropy"`` uses minus
+committed at step c_i gets the raw score ``d_i = Δ_{c_i}`` (``credit.dps.signal="neg_entropy"`` uses minus
 the predictive entropy in place of the confidence) (plus ``λ`` times its own confidence rise
 from its block's first step to c_i when ``self_term`` λ > 0). Scores are z-scored per sequence over
 valid tokens, mapped to ``w = clip(1 + α z, w_min, w_max)`` and renormalised to mean 1 over valid tokens.
@@ -80,9 +80,9 @@ def zscore_weights(raw: jax.Array, valid: jax.Array, alpha: float, w_min: float,
 
 def certainty_signal(traj: Trajectory, cfg: CreditConfig) -> jax.Array:
   """[S, B, L] certainty per step: top-1 confidence, or minus the entropy (0 where committed)."""
-  if cfg.signal == "neg_entropy":
+  if cfg.dps.signal == "neg_entropy":
     if traj.step_entropy is None:
-      raise ValueError("DPS with credit.signal='neg_entropy' needs trajectory.step_entropy: "
+      raise ValueError("DPS with credit.dps.signal='neg_entropy' needs trajectory.step_entropy: "
                        "run the rollout with record_step_entropy=True")
     return -traj.step_entropy
   if traj.step_conf is None:
@@ -98,22 +98,22 @@ def dps_raw_scores(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConf
   """
   check_trajectory(traj, rollout_cfg)
   conf = certainty_signal(traj, cfg)
-  delta = step_progress(conf, traj.commit_step, rollout_cfg, cfg.scope)  # [S, B]
+  delta = step_progress(conf, traj.commit_step, rollout_cfg, cfg.dps.scope)  # [S, B]
   c = jnp.clip(traj.commit_step, 0, conf.shape[0] - 1)  # [B, L]
   d = jnp.take_along_axis(delta.T, c, axis=1)
-  if cfg.self_term:
+  if cfg.dps.self_term:
     length = c.shape[1]
     first_step = (jnp.arange(length) // rollout_cfg.block_length) * rollout_cfg.steps_per_block
     conf_bl = jnp.transpose(conf, (1, 2, 0))  # [B, L, S]
     at_commit = jnp.take_along_axis(conf_bl, c[..., None], -1)[..., 0]
     at_start = jnp.take_along_axis(conf_bl, jnp.broadcast_to(first_step, c.shape)[..., None], -1)[..., 0]
-    d = d + cfg.self_term * (at_commit - at_start)
+    d = d + cfg.dps.self_term * (at_commit - at_start)
   return d
 
 
 def signal_records(cfg: CreditConfig) -> frozenset[str]:
-  """The trajectory record that ``credit.signal`` reads."""
-  return frozenset({"step_conf" if cfg.signal == "confidence" else "step_entropy"})
+  """The trajectory record that ``credit.dps.signal`` reads."""
+  return frozenset({"step_conf" if cfg.dps.signal == "confidence" else "step_entropy"})
 
 
 @register_credit("dps", records=signal_records)
@@ -122,4 +122,4 @@ def dps_credit(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig,
   """DPS token weights: float32 [B, L], mean 1 over valid tokens of each sequence, 0 elsewhere."""
   del inputs
   raw = dps_raw_scores(traj, cfg, rollout_cfg)
-  return zscore_weights(raw, traj.completion_mask, cfg.alpha, cfg.w_min, cfg.w_max)
+  return zscore_weights(raw, traj.completion_mask, cfg.dps.alpha, cfg.dps.w_min, cfg.dps.w_max)

@@ -9,14 +9,14 @@ From the rollout's own records (no extra forward pass):
    category (NUM / OP / PUNCT / WORD / SPECIAL by default); each token's credit is the mean
    contribution of its category within its sequence, ``r_i = mean{d_j : cat_j = cat_i}``.
 3. **State selection** (a): the denoising states (steps) of each rollout are ranked by their gain
-   ``Δ_s``; only tokens committed at the top ``ceil(dtca_top_frac · S)`` steps are trained on (the
+   ``Δ_s``; only tokens committed at the top ``ceil(credit.dtca.top_frac · S)`` steps are trained on (the
    others get weight 0). With ``rl.likelihood="trajectory"`` this is literally training on the
    selected states; with other estimators it keeps the selected states' tokens.
 4. **Credit** (b): as DPS, ``w = clip(1 + α z, w_min, w_max)`` with z the per-sequence z-score of
    ``r`` over the kept tokens, renormalised to mean 1 over them.
 5. **Entropy calibration** (c): each category's mean predictive entropy at the commit step is
-   tracked; the first ``dtca_entropy_window`` updates form a baseline, after which every category's
-   credit is multiplied by ``clip(H_now / H_baseline, dtca_calib_min, dtca_calib_max)`` — categories
+   tracked; the first ``credit.dtca.entropy_window`` updates form a baseline, after which every category's
+   credit is multiplied by ``clip(H_now / H_baseline, calib_min, calib_max)`` — categories
    whose entropy collapses get less credit — and the batch is rescaled to mean 1 over kept tokens.
 
 When every token of a sequence has one category (4x4 Sudoku: all NUM), step 2 makes the credit
@@ -37,7 +37,7 @@ from daca_jax.types import CreditConfig, RolloutConfig
 
 
 def dtca_records(cfg: CreditConfig) -> frozenset[str]:
-  calib = {"step_entropy"} if cfg.dtca_entropy_window > 0 else set()
+  calib = {"step_entropy"} if cfg.dtca.entropy_window > 0 else set()
   return signal_records(cfg) | calib
 
 
@@ -91,9 +91,9 @@ def calibration_factors(state: dict[str, jax.Array], h_now: jax.Array, present: 
   """Per-category factor ``clip(H_now / H_base, min, max)``; 1 during the baseline window, for
   categories absent now, and for categories with no baseline. float32 [C]."""
   base = state["entropy_sum"] / jnp.maximum(state["entropy_count"], 1.0)
-  ready = (state["updates"] >= cfg.dtca_entropy_window) & (state["entropy_count"] > 0) & present
+  ready = (state["updates"] >= cfg.dtca.entropy_window) & (state["entropy_count"] > 0) & present
   ratio = h_now / jnp.maximum(base, 1e-8)
-  return jnp.where(ready, jnp.clip(ratio, cfg.dtca_calib_min, cfg.dtca_calib_max), 1.0)
+  return jnp.where(ready, jnp.clip(ratio, cfg.dtca.calib_min, cfg.dtca.calib_max), 1.0)
 
 
 @register_credit("dtca", records=dtca_records, needs_categories=True, init_state=dtca_init_state)
@@ -116,11 +116,11 @@ def dtca_credit(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig,
   num_cat = state["entropy_sum"].shape[0]
   d = dps_raw_scores(traj, cfg, rollout_cfg)  # [B, L]
   r = category_mean(d, cats, valid, num_cat)
-  delta = step_progress(certainty_signal(traj, cfg), traj.commit_step, rollout_cfg, cfg.scope)  # [S, B]
-  keep = (top_state_mask(delta, traj.commit_step, cfg.dtca_top_frac) & (valid > 0)).astype(jnp.float32)
-  w = zscore_weights(r, keep, cfg.alpha, cfg.w_min, cfg.w_max)
+  delta = step_progress(certainty_signal(traj, cfg), traj.commit_step, rollout_cfg, cfg.dps.scope)  # [S, B]
+  keep = (top_state_mask(delta, traj.commit_step, cfg.dtca.top_frac) & (valid > 0)).astype(jnp.float32)
+  w = zscore_weights(r, keep, cfg.dps.alpha, cfg.dps.w_min, cfg.dps.w_max)
   metrics = {"dtca_kept_frac": jnp.sum(keep) / jnp.maximum(jnp.sum(valid), 1.0)}
-  if cfg.dtca_entropy_window > 0:
+  if cfg.dtca.entropy_window > 0:
     onehot = jax.nn.one_hot(cats, num_cat, dtype=jnp.float32) * keep[..., None]  # [B, L, C]
     counts = jnp.sum(onehot, axis=(0, 1))
     h_now = jnp.einsum("bl,blc->c", _entropy_at_commit(traj), onehot) / jnp.maximum(counts, 1.0)
@@ -129,7 +129,7 @@ def dtca_credit(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig,
     w = w * factor[cats]
     total = jnp.sum(w)
     w = jnp.where(total > 0, w * jnp.sum(keep) / jnp.maximum(total, 1e-8), w)
-    in_window = (state["updates"] < cfg.dtca_entropy_window) & present
+    in_window = (state["updates"] < cfg.dtca.entropy_window) & present
     state = {"entropy_sum": state["entropy_sum"] + jnp.where(in_window, h_now, 0.0),
              "entropy_count": state["entropy_count"] + in_window.astype(jnp.float32),
              "updates": state["updates"] + 1}

@@ -119,14 +119,14 @@ def spacy_pos_fn(model: str = "en_core_web_sm") -> PosFn:
   """A POS function backed by spaCy (``token.pos_`` over character spans).
 
   Raises:
-    ConfigError: spaCy or the model is not installed (names ``credit.tagger``).
+    ConfigError: spaCy or the model is not installed (names ``credit.dtca.tagger``).
   """
   try:
     import spacy  # pylint: disable=import-outside-toplevel
 
     nlp = spacy.load(model, disable=["parser", "ner", "lemmatizer"])
   except (ImportError, OSError) as e:
-    raise ConfigError("credit.tagger", "pos",
+    raise ConfigError("credit.dtca.tagger", "pos",
                       f"'rule', or install spaCy and its {model!r} model for 'pos' ({e})") from e
 
   def pos(text: str) -> list[tuple[int, int, str]]:
@@ -183,6 +183,6 @@ class PosTagger(TokenTagger):
     return np.stack([self._tag_row(r) for r in ids]) if ids.shape[0] else ids.astype(np.int32)
 
 
-TAGGERS: Registry[Callable[..., TokenTagger]] = Registry("token tagger", "credit.tagger")
+TAGGERS: Registry[Callable[..., TokenTagger]] = Registry("token tagger", "credit.dtca.tagger")
 TAGGERS.register("rule")(RuleTagger)
 TAGGERS.register("pos")(PosTagger)

@@ -3,7 +3,7 @@
 A masking rate t ~ U[t_min, t_max] is drawn per sequence; a random mask M at rate t over the completion
 and its complement Mᶜ give two passes, so every completion token is masked — and scored — in exactly
 one of them. The token's estimate is its log-prob in that pass weighted by the ELBO factor of the pass,
-``1/t`` for M and ``1/(1−t)`` for Mᶜ; with ``coupled_full_pass`` it is averaged with the fully-masked
+``1/t`` for M and ``1/(1−t)`` for Mᶜ; with ``coupled.full_pass`` it is averaged with the fully-masked
 (mean-field) log-prob: ``(logp_full + weighted) / 2`` — DiffuCoder's ``selective_log_softmax``.
 DiffuCoder draws one t per batch; here t is drawn per sequence. The estimator returns the passes'
 log-probs as targets with these factors (:class:`~daca_jax.contracts.TokenScores` of kind ``"elbo"``;
@@ -33,21 +33,21 @@ def coupled_masks(key: jax.Array, batch: int, length: int, t_min: float,
 @register_estimator("coupled")
 def coupled_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                      cfg: LikelihoodConfig, *, mask_id: int) -> TokenScores:
-  """Coupled-sampling targets (kind ``"elbo"``, S = 2 passes, 3 with ``coupled_full_pass``;
+  """Coupled-sampling targets (kind ``"elbo"``, S = 2 passes, 3 with ``coupled.full_pass``;
   ``contributions()`` [B, L] are the per-token estimates); one forward pass per context."""
   k_prompt, k_est = split_key(key)
   b, total = tokens.shape
   length = total - prompt_len
-  t, in_first = coupled_masks(k_est, b, length, cfg.coupled_t_min, cfg.coupled_t_max)
+  t, in_first = coupled_masks(k_est, b, length, cfg.coupled.t_min, cfg.coupled.t_max)
   prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], cfg.p_mask_prompt, mask_id)
   comp = tokens[:, prompt_len:]
   masks = [in_first, ~in_first]
-  if cfg.coupled_full_pass:
+  if cfg.coupled.full_pass:
     masks.append(jnp.ones_like(in_first))
   xs = jnp.stack([jnp.concatenate([prompt, jnp.where(mk, mask_id, comp)], axis=1) for mk in masks])
   per_pass = jax.vmap(lambda x: score_targets(logits_fn, params, x, comp, prompt_len, mask_id))(xs)
   scale = [jnp.broadcast_to(1.0 / t[:, None], (b, length)), jnp.broadcast_to(1.0 / (1.0 - t[:, None]), (b, length))]
-  if cfg.coupled_full_pass:  # (full + weighted) / 2
+  if cfg.coupled.full_pass:  # (full + weighted) / 2
     scale = [0.5 * scale[0], 0.5 * scale[1], jnp.full((b, length), 0.5, jnp.float32)]
   cat = lambda xs: jnp.concatenate(list(xs), axis=1)  # context-major [B, S·L]
   return TokenScores(logp=cat(per_pass), mask=cat(m.astype(jnp.float32) for m in masks), weight=cat(scale),

@@ -36,7 +36,7 @@ def elbo_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: in
   k_prompt, k_est = split_key(key)
   b, total = tokens.shape
   length = total - prompt_len
-  nodes, weights = gauss_legendre_01(cfg.elbo_nodes)
+  nodes, weights = gauss_legendre_01(cfg.elbo.nodes)
   prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], cfg.p_mask_prompt, mask_id)
   comp = tokens[:, prompt_len:]
   masked = jax.random.uniform(k_est, (len(nodes), b, length)) < jnp.asarray(nodes)[:, None, None]

@@ -6,7 +6,7 @@ own intermediate states and scores, in each, every still-masked position against
 * state before step s: ``x_s = [MASK] where commit_step >= s, else the final token``;
 * which steps: sampled per sequence without replacement, with probability ∝
   ``softmax(surprisal_s / T)``, ``surprisal_s`` the mean ``−log p`` of the tokens committed at step s
-  (their ``commit_conf``); ``rldf_sampling="uniform"`` and ``"topk"`` are the T → ∞ and T → 0
+  (their ``commit_conf``); ``rldf.sampling="uniform"`` and ``"topk"`` are the T → ∞ and T → 0
   limits (Gumbel-top-k on the scaled surprisals, on zeros, or no noise). Steps that committed no
   valid token are picked last.
 * targets: every position masked in ``x_s``, i.e. ``commit_step >= s`` — the tokens committed at s
@@ -76,7 +76,7 @@ def rldf_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: in
     tokens: int32 [B, P+L] rollout sequences.
     key: PRNG key: prompt mask and state sampling (the same key gives the same states for θ,
       θ_old and θ_ref).
-    cfg: ``rldf_states`` k, ``rldf_sampling``, ``rldf_temperature``, ``trajectory_steps`` S (> 0;
+    cfg: ``rldf.states`` k, ``rldf.sampling``, ``rldf.temperature``, ``trajectory_steps`` S (> 0;
       the learner sets it to ``rollout.steps``), ``p_mask_prompt``, ``strata_batch``.
     commit_step, commit_conf: int32 / float32 [B, L] from the Trajectory.
     completion_mask: float32 [B, L] (all ones if None).
@@ -89,17 +89,17 @@ def rldf_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: in
   """
   if commit_step is None or commit_conf is None:
     raise ValueError("rl.likelihood='rldf' needs the rollout's commit_step and commit_conf")
-  steps, k = cfg.trajectory_steps, cfg.rldf_states
+  steps, k = cfg.trajectory_steps, cfg.rldf.states
   if steps <= 0:
     raise ValueError("likelihood.trajectory_steps must be set to the rollout's number of steps")
   if k > steps:
-    raise ValueError(f"likelihood.rldf_states={k} must be <= the rollout's steps ({steps})")
+    raise ValueError(f"likelihood.rldf.states={k} must be <= the rollout's steps ({steps})")
   valid = jnp.ones(commit_step.shape, jnp.float32) if completion_mask is None else completion_mask
   k_prompt, k_states = split_key(key)
   prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], cfg.p_mask_prompt, mask_id)
   comp = tokens[:, prompt_len:]
   surprisal, count = step_surprisal(commit_step, commit_conf, valid, steps)
-  states = sample_states(k_states, surprisal, count, k, cfg.rldf_sampling, cfg.rldf_temperature)
+  states = sample_states(k_states, surprisal, count, k, cfg.rldf.sampling, cfg.rldf.temperature)
 
   def at_state(s: jax.Array) -> jax.Array:  # s: int32 [B], one step per row
     x = jnp.concatenate([prompt, jnp.where(commit_step >= s[:, None], mask_id, comp)], axis=1)

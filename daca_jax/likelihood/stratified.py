@@ -44,7 +44,7 @@ def assign_strata(key: jax.Array, batch: int, length: int, num_strata: int, part
     ValueError: K outside [1, L], unknown partition, or commit_order without commit_step.
   """
   if not 1 <= num_strata <= length:
-    raise ValueError(f"likelihood.num_strata={num_strata} must be in [1, L={length}]")
+    raise ValueError(f"likelihood.stratified.num_strata={num_strata} must be in [1, L={length}]")
   pos = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch, length))
   if partition == "random":
     rank = _rank(jax.random.uniform(key, (batch, length)))
@@ -54,11 +54,11 @@ def assign_strata(key: jax.Array, batch: int, length: int, num_strata: int, part
     rank = pos
   elif partition == "commit_order":
     if commit_step is None:
-      raise ValueError("likelihood.partition='commit_order' needs the trajectory's commit_step")
+      raise ValueError("likelihood.stratified.partition='commit_order' needs the trajectory's commit_step")
     jitter = jax.random.uniform(key, (batch, length))
     rank = _rank(commit_step.astype(jnp.float32) + 0.5 * jitter)
   else:
-    raise ValueError(f"likelihood.partition={partition!r} is not one of "
+    raise ValueError(f"likelihood.stratified.partition={partition!r} is not one of "
                      "['random', 'strided', 'contiguous', 'commit_order']")
   return rank * num_strata // length
 
@@ -97,7 +97,7 @@ def stratified_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
     tokens: int32 [B, P+L] rollout sequences.
     prompt_len: P (static).
     key: PRNG key: prompt mask (shared by the K passes) and the partition.
-    cfg: ``num_strata`` K, ``partition``, ``p_mask_prompt``, ``strata_batch``.
+    cfg: ``stratified.num_strata`` K, ``stratified.partition``, ``p_mask_prompt``, ``strata_batch``.
     mask_id: ``[MASK]`` id.
     commit_step: int32 [B, L], needed for ``partition="commit_order"``.
   Returns:
@@ -106,8 +106,8 @@ def stratified_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
   k_prompt, k_part = split_key(key)
   b, total = tokens.shape
   length = total - prompt_len
-  num_strata = cfg.num_strata
-  strata = assign_strata(k_part, b, length, num_strata, cfg.partition, commit_step)
+  num_strata = cfg.stratified.num_strata
+  strata = assign_strata(k_part, b, length, num_strata, cfg.stratified.partition, commit_step)
   prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], cfg.p_mask_prompt, mask_id)
   comp = tokens[:, prompt_len:]
 

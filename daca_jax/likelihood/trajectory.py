@@ -7,7 +7,7 @@ scored as ``logp_i = log p_θ(o_i | x_{c_i})`` — the sampler's own conditional
 choice of which positions to commit are not part of it). One forward pass per step (S passes,
 vectorised with ``jax.vmap``, or ``lax.map`` in groups of ``strata_batch``).
 
-With ``trajectory_groups`` G_s < S the steps are split into G_s runs of consecutive steps (run g
+With ``trajectory.groups`` G_s < S the steps are split into G_s runs of consecutive steps (run g
 starts at step ⌈g S / G_s⌉) and a token is scored in the state at the start of its commit step's run:
 G_s passes, each token scored once, with the context the sampler had minus the tokens committed
 earlier in the same run.
@@ -34,7 +34,7 @@ def trajectory_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
     tokens: int32 [B, P+L] rollout sequences.
     key: PRNG key (prompt masking only).
     cfg: ``trajectory_steps`` S (static, > 0: the learner fills it from ``rollout.steps``),
-      ``trajectory_groups`` (0: S), ``p_mask_prompt``, ``strata_batch``.
+      ``trajectory.groups`` (0: S), ``p_mask_prompt``, ``strata_batch``.
     commit_step: int32 [B, L] commit step of every completion position (from the Trajectory).
   Raises:
     ValueError: no ``commit_step`` or ``trajectory_steps`` unset.
@@ -48,9 +48,9 @@ def trajectory_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
   prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], cfg.p_mask_prompt, mask_id)
   comp = tokens[:, prompt_len:]
 
-  groups = cfg.trajectory_groups or steps
+  groups = cfg.trajectory.groups or steps
   if not 1 <= groups <= steps:
-    raise ValueError(f"likelihood.trajectory_groups={groups} must be in [1, S={steps}]")
+    raise ValueError(f"likelihood.trajectory.groups={groups} must be in [1, S={steps}]")
 
   def at_step(s: jax.Array) -> jax.Array:
     x = jnp.concatenate([prompt, jnp.where(commit_step >= s, mask_id, comp)], axis=1)

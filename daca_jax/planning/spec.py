@@ -10,7 +10,7 @@ from daca_jax import configure
 from daca_jax.errors import ConfigError
 from daca_jax.planning.devices import device_spec
 from daca_jax.types import (CreditConfig, LikelihoodConfig, ModelConfig, ParallelConfig, RLConfig,
-                            RolloutConfig, TrainConfig, llada_8b_config, tiny_config)
+                            RolloutConfig, StratifiedConfig, TrainConfig, llada_8b_config, tiny_config)
 
 
 def dream_7b_config(**overrides) -> ModelConfig:
@@ -141,8 +141,8 @@ def train_config(spec: PlanSpec) -> TrainConfig:
       rollout=RolloutConfig(gen_length=spec.gen_length, block_length=spec.block_length, steps=spec.steps),
       credit=CreditConfig(),
       # d1's setting (GSM8K at LLaDA-8B) masks 15% of the prompt in the likelihood passes.
-      likelihood=LikelihoodConfig(num_strata=spec.num_strata, strata_batch=spec.strata_batch,
-                                  p_mask_prompt=0.15),
+      likelihood=LikelihoodConfig(stratified=StratifiedConfig(num_strata=spec.num_strata),
+                                  strata_batch=spec.strata_batch, p_mask_prompt=0.15),
       rl=RLConfig(objective=objective, credit=credit, likelihood=likelihood,
                   prompts_per_step=spec.prompts_per_step, group_size=spec.group_size, beta=spec.beta,
                   num_iterations=spec.num_iterations, grad_agreement=spec.grad_agreement),

@@ -113,7 +113,7 @@ class GRPOLearner:
       if tokenizer is None:
         raise ConfigError("rl.credit", cfg.rl.credit, "an assigner whose inputs this learner has: "
                           f"{cfg.rl.credit!r} tags tokens (pass the task's tokenizer)")
-      self.tagger = TAGGERS.get(cfg.credit.tagger)(tokenizer)
+      self.tagger = TAGGERS.get(cfg.credit.dtca.tagger)(tokenizer)
     self.rollout = make_rollout_fn(rollout_logits_fn, cfg.rollout, mask_id=mask_id, eos_id=eos_id,
                                    record_step_conf="step_conf" in records,
                                    record_step_entropy="step_entropy" in records,

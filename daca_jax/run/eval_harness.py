@@ -42,7 +42,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from daca_jax.configure import train_config_from_dict
+from daca_jax.configure import train_config_from_dict, upgrade_config_dict
 from daca_jax.diffusion.remasking import REMASKING
 from daca_jax.diffusion.rollout import make_rollout_fn
 from daca_jax.errors import ConfigError, DataError
@@ -202,9 +202,9 @@ def model_from_workdir(workdir: str | os.PathLike, phase: str = "latest",
     raise ConfigError("--phase", phase, "one of ['latest', 'rl', 'sft']")
   if not (wd / "config.json").is_file():
     raise DataError(f"--workdir={workdir}: no config.json (expected a workdir of experiments/train.py)")
-  cfg = train_config_from_dict(read_json(wd / "config.json", fix=(
+  cfg = train_config_from_dict(upgrade_config_dict(read_json(wd / "config.json", fix=(
       "it records the run's config, which the evaluation needs: restore it from a copy (the run's "
-      "results.json holds the same config under 'config')")))
+      "results.json holds the same config under 'config')"))))
   order = ("rl", "sft") if phase == "latest" else (phase,)
   for name in order:
     steps = _committed_steps(wd / name)

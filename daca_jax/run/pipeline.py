@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from daca_jax import parallel
+from daca_jax import configure, parallel
 from daca_jax import io_utils
 from daca_jax.run import guards
 from daca_jax.run.checkpoint import Checkpointer
@@ -101,9 +101,9 @@ def check_workdir_config(workdir: pathlib.Path, cfg: TrainConfig) -> None:
   new = _flatten(json.loads(json.dumps(cfg.to_dict())))
   if path.exists() and _has_saved_state(workdir):
     defaults = _flatten(json.loads(json.dumps(TrainConfig().to_dict())))
-    old = {**defaults, **_flatten(io_utils.read_json(path, fix=(
+    old = {**defaults, **_flatten(configure.upgrade_config_dict(io_utils.read_json(path, fix=(
         "it records the config of the run in this workdir: restore it, delete it to continue "
-        "with the current config, or use a new --workdir")))}
+        "with the current config, or use a new --workdir"))))}
     diff = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)
             and not any(k == f or (f.endswith(".") and k.startswith(f)) for f in _RESUMABLE_CHANGES)]
     if diff:
@@ -413,7 +413,7 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     raise ConfigError("rl.credit", cfg.rl.credit, f"a credit that task {cfg.task.name!r} supports: it "
                       f"defines no token rewards (tasks that do: {with_tokens})")
   if CREDIT.get(cfg.rl.credit).needs_categories:
-    TAGGERS.get(cfg.credit.tagger)(task.tokenizer)  # e.g. 'pos' without spaCy fails before any work
+    TAGGERS.get(cfg.credit.dtca.tagger)(task.tokenizer)  # e.g. 'pos' without spaCy fails before any work
   check_log_config(cfg.log)  # e.g. W&B asked for but not installed: before any work
   if cfg.log.plumbing_check:
     log(PLUMBING_NOTE)

@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from daca_jax import configure
-from daca_jax.configure import train_config_from_dict
+from daca_jax.configure import train_config_from_dict, with_overrides  # noqa: F401  (re-exported)
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.io_utils import read_json_cache
 from daca_jax.run.metrics import read_metrics, reward_trend
@@ -70,27 +70,6 @@ def arm_methods(base: str, arm: str) -> tuple[str, str]:
     raise ValueError(f"base method {base!r} is not one of {sorted(BASE_LIKELIHOOD)}")
   likelihood = "stratified" if arm in ("+SML", "+DACA") else BASE_LIKELIHOOD[base]
   return _ARM_CREDIT[arm], likelihood
-
-
-def with_overrides(cfg: TrainConfig, overrides: Sequence[tuple[str, Any]]) -> TrainConfig:
-  """``cfg`` with dotted fields replaced (``("likelihood.trajectory_groups", 4)``), validated.
-
-  Raises:
-    ConfigError: an unknown section or field, or a value that is not allowed.
-  """
-  d = cfg.to_dict()
-  for path, value in overrides:
-    *sections, field = path.split(".")
-    node = d
-    for name in sections:
-      if not isinstance(node.get(name), dict):
-        raise ConfigError(path, value, f"a field of a config section (sections: {sorted(d)})")
-      node = node[name]
-    if field not in node:
-      raise ConfigError(path, value, f"one of the fields of {'.'.join(sections) or 'the config'}: "
-                        f"{sorted(node)}")
-    node[field] = value
-  return train_config_from_dict(d)
 
 
 def cell_config(cfg: TrainConfig, cell: Cell) -> TrainConfig:

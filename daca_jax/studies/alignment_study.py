@@ -23,7 +23,6 @@ For each arm it reports, at the warm start (θ = θ_old = θ_ref, so the KL term
 """
 from __future__ import annotations
 
-import dataclasses
 import pathlib
 from typing import Any, Callable, Mapping, Sequence
 
@@ -40,32 +39,25 @@ from daca_jax.tasks.base import Example, Task
 from daca_jax.types import TrainConfig
 
 # Arms: name -> overrides of (section, field) -> value on the run's config; the reference is the
-# trajectory likelihood with one pass per denoising step (trajectory_groups = 0).
+# trajectory likelihood with one pass per denoising step (likelihood.trajectory.groups = 0).
 DEFAULT_ARMS: dict[str, dict[str, Any]] = {
-    "reference (trajectory, 1 pass per step)": {"rl.likelihood": "trajectory", "likelihood.trajectory_groups": 0},
+    "reference (trajectory, 1 pass per step)": {"rl.likelihood": "trajectory", "likelihood.trajectory.groups": 0},
     "mean_field (d1)": {"rl.likelihood": "mean_field"},
-    "SML K=4 (DACA)": {"rl.likelihood": "stratified", "likelihood.num_strata": 4},
-    "SML K=4, commit_order strata": {"rl.likelihood": "stratified", "likelihood.num_strata": 4,
-                                     "likelihood.partition": "commit_order"},
-    "trajectory, 4 groups (traj4)": {"rl.likelihood": "trajectory", "likelihood.trajectory_groups": 4},
+    "SML K=4 (DACA)": {"rl.likelihood": "stratified", "likelihood.stratified.num_strata": 4},
+    "SML K=4, commit_order strata": {"rl.likelihood": "stratified", "likelihood.stratified.num_strata": 4,
+                                     "likelihood.stratified.partition": "commit_order"},
+    "trajectory, 4 groups (traj4)": {"rl.likelihood": "trajectory", "likelihood.trajectory.groups": 4},
 }
 
 
 def arm_config(cfg: TrainConfig, overrides: Mapping[str, Any]) -> TrainConfig:
-  """``cfg`` with dotted ``section.field`` overrides, validated.
+  """``cfg`` with dotted ``section[.subsection].field`` overrides, validated
+  (:func:`daca_jax.configure.with_overrides`).
 
   Raises:
-    ConfigError: an override names no field of the config.
+    ConfigError: an override names no field of the config, or a value that is not allowed.
   """
-  sections: dict[str, dict[str, Any]] = {}
-  for dotted, value in overrides.items():
-    section, _, field = dotted.partition(".")
-    if not hasattr(cfg, section) or not dataclasses.is_dataclass(getattr(cfg, section)) \
-        or not hasattr(getattr(cfg, section), field):
-      raise ConfigError(dotted, value, "a 'section.field' of the TrainConfig")
-    sections.setdefault(section, {})[field] = value
-  return configure.validate(dataclasses.replace(cfg, **{s: dataclasses.replace(getattr(cfg, s), **f)
-                                                        for s, f in sections.items()}))
+  return configure.with_overrides(cfg, list(overrides.items()))
 
 
 def _flat(tree: Any) -> np.ndarray:

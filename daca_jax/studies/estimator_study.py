@@ -20,7 +20,7 @@ from daca_jax.diffusion import sft_loss
 from daca_jax.likelihood import LIKELIHOOD, any_order_logprob
 from daca_jax.models import init_model, make_logits_fn
 from daca_jax.tasks.tokenizer import ByteTokenizer
-from daca_jax.types import LikelihoodConfig, ModelConfig
+from daca_jax.types import ELBOConfig, LikelihoodConfig, ModelConfig, StratifiedConfig
 
 LETTERS = "abcd"
 
@@ -46,9 +46,9 @@ def default_specs(length: int) -> list[EstimatorSpec]:
            EstimatorSpec("coupled", "coupled", lc, 3)]
   for k in sorted({k for k in (2, 4, 8) if k < length} | {length}):
     label = f"stratified K={k}" + (" (=L, pseudo-likelihood)" if k == length else "")
-    specs.append(EstimatorSpec(label, "stratified", dataclasses.replace(lc, num_strata=k), k))
+    specs.append(EstimatorSpec(label, "stratified", dataclasses.replace(lc, stratified=StratifiedConfig(num_strata=k)), k))
   for n in (2, 3):
-    specs.append(EstimatorSpec(f"elbo {n} nodes", "elbo", dataclasses.replace(lc, elbo_nodes=n), n))
+    specs.append(EstimatorSpec(f"elbo {n} nodes", "elbo", dataclasses.replace(lc, elbo=ELBOConfig(nodes=n)), n))
   specs.append(EstimatorSpec("trajectory (S=L, sampler's order)", "trajectory",
                              dataclasses.replace(lc, trajectory_steps=length), length))
   return specs

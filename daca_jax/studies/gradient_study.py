@@ -43,8 +43,8 @@ from daca_jax.studies.estimator_study import train_tiny_model
 from daca_jax.models import init_model, make_logits_fn
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.tasks.tokenizer import ByteTokenizer
-from daca_jax.types import (CreditConfig, LikelihoodConfig, ModelConfig, RLConfig, RolloutConfig,
-                            TrainConfig)
+from daca_jax.types import (CreditConfig, ELBOConfig, LikelihoodConfig, ModelConfig, RLConfig, RLDFConfig,
+                            RolloutConfig, StratifiedConfig, TrainConfig)
 
 # Logit given to ids outside the alphabet: finite, so that entropies stay finite (0 · -inf is NaN).
 _EXCLUDED_LOGIT = -1e9
@@ -254,14 +254,14 @@ def default_arms(length: int) -> list[Arm]:
   Position-value and token-reward credit give per-token advantages, which RLDF's objective accepts too."""
   lc = LikelihoodConfig(p_mask_prompt=0.0)
   estimators = [("mean_field", lc, "diffu_grpo", "mean_field"),
-                ("stratified", dataclasses.replace(lc, num_strata=2), "diffu_grpo", "SML K=2"),
-                ("stratified", dataclasses.replace(lc, num_strata=length), "diffu_grpo", f"SML K={length}"),
+                ("stratified", dataclasses.replace(lc, stratified=StratifiedConfig(num_strata=2)), "diffu_grpo", "SML K=2"),
+                ("stratified", dataclasses.replace(lc, stratified=StratifiedConfig(num_strata=length)), "diffu_grpo", f"SML K={length}"),
                 ("coupled", lc, "diffu_grpo", "coupled"),
                 ("coupled", dataclasses.replace(lc, elbo_terms="summed"), "diffu_grpo", "coupled (summed)"),
-                ("elbo", dataclasses.replace(lc, elbo_nodes=2), "diffu_grpo", "elbo"),
-                ("elbo", dataclasses.replace(lc, elbo_nodes=2, elbo_terms="summed"), "diffu_grpo", "elbo (summed)"),
+                ("elbo", dataclasses.replace(lc, elbo=ELBOConfig(nodes=2)), "diffu_grpo", "elbo"),
+                ("elbo", dataclasses.replace(lc, elbo=ELBOConfig(nodes=2), elbo_terms="summed"), "diffu_grpo", "elbo (summed)"),
                 ("trajectory", lc, "diffu_grpo", "trajectory"),
-                ("rldf", dataclasses.replace(lc, rldf_states=min(2, length)), "rldf", "rldf")]
+                ("rldf", dataclasses.replace(lc, rldf=RLDFConfig(states=min(2, length))), "rldf", "rldf")]
   return [Arm(name, credit, cfg, obj, label) for name, cfg, obj, label in estimators
           for credit in ("uniform", "dps", "dtca", "delta", "position_value", "token_reward")]
 

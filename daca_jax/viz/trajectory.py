@@ -110,7 +110,7 @@ def progress_of(traj: Trajectory, cfg: TrainConfig) -> jax.Array | None:
     signal = certainty_signal(traj, cfg.credit)
   except ValueError:
     return None
-  return step_progress(signal, traj.commit_step, cfg.rollout, cfg.credit.scope)
+  return step_progress(signal, traj.commit_step, cfg.rollout, cfg.credit.dps.scope)
 
 
 def check_credits(credits: Sequence[str], field: str = "--credits") -> None:
