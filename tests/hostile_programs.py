@@ -1,4 +1,4 @@
-"""Task-independent hostile completions for the code graders (tests/test_sandbox_judge.py).
+"""Task-independent hostile completions for the code graders (tests/tasks/test_sandbox_judge.py).
 
 Each entry is the body of a function (4-space indented): a plain-style completion continues the
 problem's own function with it; a chat-style completion (:func:`chat`) defines it as ``_hack`` and

@@ -13,7 +13,7 @@
 # Geometry: d1's setting (gen length 256, block 32) with 64 steps in the benchmark and 128 in the
 # iteration, G 8 sequences per device of a 64-token prompt. Writes ${OUT:-/tmp}/gpu_check.json and
 # ${OUT:-/tmp}/iteration_check.json. Not yet run on a GPU: only the tiny CPU path has been exercised
-# (tests/test_plan.py, tests/test_benchmark.py).
+# (tests/planning/test_plan.py, tests/run/test_benchmark.py).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out_dir="${OUT:-/tmp}"

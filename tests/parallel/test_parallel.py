@@ -306,7 +306,7 @@ def test_two_process_main_job_equals_one_process(tmp_path):
   """The whole main job (SFT, evaluation, RL with DTCA's host-side tagging, checkpoints) over 2
   processes x 2 CPU devices equals the same job in one process with 4 devices: the same mesh, each
   process feeding and grading its own share. Process 0 alone writes the files."""
-  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   flags = ["--config=configs/sudoku_tiny.py:smoke", "--progress=false", "--config.parallel.strategy=pmap",
            "--config.rl.credit=dtca", "--config.rl.steps=2", "--config.sft.steps=10",
            "--config.task.num_eval_examples=8", "--config.eval.batch_size=8"]
@@ -343,7 +343,7 @@ def test_two_process_main_job_equals_one_process(tmp_path):
 
 def test_two_process_job_rejects_unsplittable_batches_up_front(tmp_path):
   """3 prompts per step over 2 processes: every process stops with the field named, before SFT."""
-  repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   cmd = [sys.executable, os.path.join(repo, "experiments", "train.py"), "--config=configs/sudoku_tiny.py:smoke",
          "--progress=false", "--config.parallel.strategy=pmap", "--config.rl.prompts_per_step=3",
          f"--workdir={tmp_path / 'run'}"]

@@ -26,7 +26,7 @@ from daca_jax.tasks.arith import (MAX_CHARS, MAX_DEPTH, ExpressionError, parse_e
                                   three_number_expressions)
 from daca_jax.tasks.countdown import countdown_reward, generate_items, reachable_targets
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 F = fractions.Fraction
 
 

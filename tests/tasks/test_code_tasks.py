@@ -3,7 +3,7 @@
 Oracles: HumanEval's canonical solutions (must all pass), stub bodies and swapped solutions (must
 fail), MBPP solutions written here for a few real test rows, and the structure of Drift's MBPP
 records (which header defines which function) for the behaviour of every MBPP row under a stub.
-Hostile programs: tests/test_sandbox_judge.py.
+Hostile programs: tests/tasks/test_sandbox_judge.py.
 """
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from daca_jax.run.metrics import read_metrics
 from daca_jax.run.pipeline import run_main_job
 from daca_jax.configure import train_config_from_dict
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 CMD = [sys.executable, "experiments/train.py", "--config=configs/sudoku_tiny.py:smoke", "--progress=false"]
 
 

@@ -18,7 +18,7 @@ from daca_jax.rl.learner import GRPOLearner
 from daca_jax.types import tiny_config
 from daca_jax.models.llada import make_logits_fn
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 # One device (strategy none), one layer, a short rollout: the whole plan compiles in seconds.
 TINY = plan_spec.PlanSpec(model="tiny", layers=1, device="v5e", num_devices=1, method="d1", strategy="none",
                           prompts_per_step=2, group_size=2, prompt_len=4, gen_length=8, block_length=8, steps=2)

@@ -15,7 +15,7 @@ from daca_jax.run.checkpoint import _os_error
 from daca_jax.data.local import read_sudoku_csv
 from daca_jax.errors import ConfigError, DataError, NonFiniteError
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 TRAIN = [sys.executable, "experiments/train.py", "--config=configs/sudoku_tiny.py:smoke", "--progress=false"]
 
 

@@ -9,18 +9,15 @@ from configs import sudoku_tiny
 from daca_jax.errors import ConfigError
 from daca_jax.run.pipeline import build_task
 from daca_jax.configure import train_config_from_dict
+from tests.smoke_config import set_field
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _cfg(**overrides):
   c = sudoku_tiny.get_config("default")
   for dotted, v in overrides.items():
-    *sections, name = dotted.split("__")
-    node = c
-    for section in sections:
-      node = node[section]
-    node[name] = v
+    set_field(c, dotted.split("__"), v)
   return c
 
 

@@ -15,7 +15,7 @@ from daca_jax.diffusion import rollout
 from daca_jax.models import count_params, init_model, make_logits_fn, tiny_config
 from daca_jax.types import RolloutConfig
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 CFG = tiny_config(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, mlp_dim=48)
 
 

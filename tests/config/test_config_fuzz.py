@@ -20,9 +20,9 @@ from daca_jax.run.eval_harness import EvalProtocol
 from daca_jax.run.pipeline import run_main_job
 from daca_jax.configure import train_config_from_dict
 from daca_jax.types import INT_MAX, RolloutConfig, TrainConfig
-from tests.smoke_config import smoke
+from tests.smoke_config import set_field, smoke
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _sections(obj, prefix=""):
@@ -53,11 +53,7 @@ INT_FIELDS = _fields_of(int) + ["seed"]
 
 def _smoke_dict(dotted, value):
   d = sudoku_tiny.get_config("smoke").to_dict()  # a plain dict: the ConfigDict would coerce types
-  *sections, name = dotted.split(".")
-  node = d
-  for section in sections:
-    node = node[section]
-  node[name] = value
+  set_field(d, dotted.split("."), value)
   return d
 
 

@@ -20,7 +20,7 @@ from daca_jax.tasks.tokenizer import ByteTokenizer
 from daca_jax.configure import train_config_from_dict
 from daca_jax.types import ModelConfig, TaskConfig, TrainConfig
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 TINY = ModelConfig(d_model=32, n_layers=2, n_heads=2, mlp_dim=64)
 # d1's geometry scaled down for byte models: one block of 32, steps = 32 / 2.
 SMALL = eh.EvalProtocol(gen_lengths=(32,), block_length=32, batch_size=4, num_examples=6)
@@ -202,7 +202,7 @@ def test_byte_model_with_an_hf_tokenizer_is_refused(tiny_model, tmp_path):
 
 
 def test_hf_checkpoint_uses_its_tokenizer_chat_prompts_and_context(tmp_path):
-  from tests.test_hf_import import LLADA_CFG, _llada_names, _random_weights, _write_ckpt
+  from tests.models.test_hf_import import LLADA_CFG, _llada_names, _random_weights, _write_ckpt
 
   words = ["Using", "the", "numbers", "write", "an", "<answer>", "</answer>", "1", "2", "+"]
   ckpt = _write_ckpt(tmp_path / "llada", dict(LLADA_CFG, mask_token_id=1, max_sequence_length=4096),

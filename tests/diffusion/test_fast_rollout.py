@@ -17,7 +17,7 @@ from daca_jax.models import init_model, make_logits_fn, tiny_config
 from daca_jax.models.kv_cache import make_kv_fns
 from daca_jax.types import RolloutConfig
 from tests.fixed_logit_model import jax_logits, make_params
-from tests.test_rollout import reference_candidates
+from tests.diffusion.test_rollout import reference_candidates
 
 V, MASK, EOS = 12, 10, 11
 P = 3

@@ -82,6 +82,6 @@ def test_fsdp_optimizer_update_gathers_nothing():
 
   env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
   r = subprocess.run([sys.executable, "-c", _FSDP_SCRIPT], capture_output=True, text=True, env=env, timeout=300,
-                     cwd=pathlib.Path(__file__).resolve().parents[1])
+                     cwd=pathlib.Path(__file__).resolve().parents[2])
   assert r.returncode == 0, r.stderr[-2000:]
   assert "ALL_GATHERS 0" in r.stdout, r.stdout

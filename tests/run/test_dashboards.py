@@ -19,7 +19,7 @@ from daca_jax.types import LogConfig
 from tests.smoke_config import smoke
 
 event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
-REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
+REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
 
 
 def _cfg(seed):

@@ -301,7 +301,7 @@ def test_rldf_objective_clean_state_clip():
 
 # ---------------------------------------------------------------- through the main job
 
-REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
+REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
 
 
 def _tiny_run_flags():

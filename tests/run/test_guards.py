@@ -19,7 +19,7 @@ from daca_jax.run.pipeline import build_task, run_main_job, run_sft
 from daca_jax.rl import GRPOLearner
 from tests.smoke_config import smoke
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 quiet = lambda *a, **k: None
 
 
