@@ -3,7 +3,7 @@
 * :mod:`~daca_jax.run.pipeline`: the main job (SFT warm start, RL loop, evaluations, workdir and
   resume); :mod:`~daca_jax.run.preflight` checks a config before any work starts.
 * :mod:`~daca_jax.run.evaluation` (one decode loop, d1's greedy protocol) and
-  :mod:`~daca_jax.run.eval_harness` (checkpoint loaders, resumable evaluation files, reports).
+  :mod:`~daca_jax.run.harness` (checkpoint loaders, resumable evaluation files, reports).
 * :mod:`~daca_jax.run.checkpoint` (orbax, with :mod:`~daca_jax.run.checksum` and
   :mod:`~daca_jax.run.checkpoint_noise`), :mod:`~daca_jax.run.guards` (non-finite values stop a run
   before they reach a checkpoint).

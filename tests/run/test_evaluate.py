@@ -1,4 +1,4 @@
-"""experiments/evaluate.py and daca_jax.run.eval_harness: d1's protocol on tiny models, summaries recomputed
+"""experiments/evaluate.py and daca_jax.run.harness: d1's protocol on tiny models, summaries recomputed
 from the generations, resumption equal to an uninterrupted run, greedy determinism, HF import path,
 and the errors that name the flag at fault."""
 import dataclasses
@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from daca_jax.run import eval_harness as eh
+from daca_jax.run import harness as eh
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.run.evaluation import generate
 from daca_jax.tasks.base import make_task
