@@ -19,7 +19,7 @@ import numpy as np
 
 from daca_jax import configure
 from daca_jax.configure import train_config_from_dict, with_overrides  # noqa: F401  (re-exported)
-from daca_jax.errors import ConfigError, DataError
+from daca_jax.errors import DataError
 from daca_jax.io_utils import read_json_cache
 from daca_jax.run.metrics import read_metrics, reward_trend
 from daca_jax.run.pipeline import run_main_job

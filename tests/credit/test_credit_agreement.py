@@ -1,6 +1,5 @@
 """Group-agreement masking (credit.drop_agreed): exact mask on hand-made groups, and the learner
 multiplies the assigner's weights by it."""
-import dataclasses
 
 import jax
 import jax.numpy as jnp

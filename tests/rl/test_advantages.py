@@ -8,7 +8,7 @@ import pytest
 from daca_jax import configure
 from daca_jax.errors import ConfigError
 from daca_jax.registry import Registry
-from daca_jax.rl import ADVANTAGES, OBJECTIVES, AdvantageEstimator, GRPOLearner, advantage_name
+from daca_jax.rl import ADVANTAGES, OBJECTIVES, GRPOLearner, advantage_name
 from daca_jax.types import CreditConfig, LikelihoodConfig, RLConfig, RolloutConfig, StratifiedConfig, TrainConfig
 from tests.fixed_logit_model import jax_logits, make_params
 

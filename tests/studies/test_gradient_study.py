@@ -1,6 +1,5 @@
 """The gradient study's oracle: the exact probability of the library's own sampler, and the exact
 gradient of its expected reward (checked against finite differences and against the sampler)."""
-import itertools
 
 import jax
 import jax.numpy as jnp
