@@ -71,3 +71,25 @@ class Registry(Generic[T]):
 
   def __iter__(self) -> Iterator[str]:
     return iter(sorted(self._entries))
+
+
+def config_fields(fn: Callable[..., object], section: type) -> tuple[str, ...]:
+  """The fields of config dataclass ``section`` that ``fn`` reads: its keyword-only parameters
+  named after a field of ``section`` (e.g. ``stratified``, ``p_mask_prompt`` of ``LikelihoodConfig``).
+
+  A registered algorithm declares what it reads this way, and its registry entry hands it exactly
+  those fields of the section it is given (:func:`section_kwargs`), so an algorithm never sees the
+  options of another method. Declaring a keyword-only parameter that is not a field is allowed (it
+  keeps its default and is never set from the config).
+  """
+  import dataclasses
+  import inspect
+
+  names = {f.name for f in dataclasses.fields(section)}
+  return tuple(p.name for p in inspect.signature(fn).parameters.values()
+               if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name in names)
+
+
+def section_kwargs(cfg: object, fields: tuple[str, ...]) -> dict[str, object]:
+  """``{field: getattr(cfg, field)}`` for the fields an algorithm declared (:func:`config_fields`)."""
+  return {name: getattr(cfg, name) for name in fields}

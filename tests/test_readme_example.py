@@ -37,12 +37,11 @@ def test_readme_single_functions_example_runs_and_matches_the_learner():
   # (A = 0, and at θ = θ_ref the KL gradient is 0 too), so the comparison also runs the example's own
   # grad_fn with rewards that do not tie.
   from daca_jax.rl import GRPOLearner, group_advantages
-  from daca_jax.types import RLConfig, TrainConfig
+  from daca_jax.types import LikelihoodConfig, RLConfig, TrainConfig
 
-  rl = ns["rl_cfg"]
-  cfg = TrainConfig(rollout=ns["roll_cfg"], likelihood=ns["lik_cfg"],
+  cfg = TrainConfig(rollout=ns["roll_cfg"], likelihood=LikelihoodConfig(stratified=ns["sml"]),
                     rl=RLConfig(credit="dps", likelihood="stratified", group_size=ns["G"], prompts_per_step=2,
-                                clip_eps=rl.clip_eps, beta=rl.beta, grad_agreement=False)).validate()
+                                clip_eps=ns["clip_eps"], beta=ns["beta"], grad_agreement=False)).validate()
   learner = GRPOLearner(ns["logits_fn"], cfg, mask_id=ns["MASK"], eos_id=ns["EOS"])
   theta = ns["old_params"]
   grads, aux = learner.objective_grad(theta, ns["ref_params"], traj, rewards, w, ns["k_lik"])

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from daca_jax.contracts import Trajectory, check_optional_shape, check_trajectory
 from daca_jax.errors import ShapeError
-from daca_jax.registry import Registry
+from daca_jax.registry import Registry, config_fields, section_kwargs
 from daca_jax.types import CreditConfig, RolloutConfig
 
 # Names of the optional Trajectory records an assigner can ask the rollout for.
@@ -96,8 +96,7 @@ def check_credit_inputs(traj: Trajectory, rollout_cfg: RolloutConfig,
   return b, length
 
 
-def _no_records(cfg: CreditConfig) -> frozenset[str]:
-  del cfg
+def _no_records() -> frozenset[str]:
   return frozenset()
 
 
@@ -105,29 +104,56 @@ def _no_records(cfg: CreditConfig) -> frozenset[str]:
 class CreditAssigner:
   """A registered credit assigner.
 
+  The assigner's functions declare the :class:`~daca_jax.types.CreditConfig` sections they read as
+  keyword-only parameters named after them (DPS: ``dps``; DTCA, built on DPS's scores: ``dtca`` and
+  ``dps``; uniform: none), and get only those (:func:`daca_jax.registry.config_fields`); the
+  methods below take the whole ``credit`` section and hand each function its part.
+
   Attributes:
-    fn: ``(trajectory, credit_cfg, rollout_cfg, inputs) -> w [B, L]`` or a :class:`CreditOutput`.
-    records: ``credit_cfg -> frozenset`` of the :data:`RECORDS` the rollout must produce.
+    fn: ``(trajectory, rollout_cfg, inputs, **sections) -> w [B, L]`` or a :class:`CreditOutput`.
+    reads: the CreditConfig sections ``fn`` reads.
+    records_fn: ``(**sections) -> frozenset`` of the :data:`RECORDS` the rollout must produce.
     needs_categories: the assigner reads ``inputs.categories``.
     needs_advantages: the assigner reads ``inputs.advantages``.
+    init_state_fn: ``(num_categories, **sections) -> state`` for stateful assigners, else None.
     needs_token_rewards: the assigner reads ``inputs.token_rewards`` (the task must define them) and
       returns ``token_advantages``.
-    init_state: ``(credit_cfg, num_categories) -> state`` for stateful assigners, else None.
     token_level: the assigner returns ``token_advantages`` (per-token advantages replacing ``A_b · w``),
       which only the objectives in ``rl.objectives.TOKEN_ADVANTAGE_OBJECTIVES`` accept.
   """
 
   fn: CreditFn
-  records: Callable[[CreditConfig], frozenset[str]] = _no_records
+  reads: tuple[str, ...] = ()
+  records_fn: Callable[..., frozenset[str]] = _no_records
   needs_categories: bool = False
   needs_advantages: bool = False
-  init_state: Callable[[CreditConfig, int], Any] | None = None
+  init_state_fn: Callable[..., Any] | None = None
   needs_token_rewards: bool = False
   token_level: bool = False
 
+  @property
+  def stateful(self) -> bool:
+    """The assigner carries a state across updates (:meth:`init_state`)."""
+    return self.init_state_fn is not None
+
+  def records(self, cfg: CreditConfig) -> frozenset[str]:
+    """The trajectory records (:data:`RECORDS`) the rollout must produce for this assigner."""
+    return frozenset(self.records_fn(**section_kwargs(cfg, config_fields(self.records_fn, CreditConfig))))
+
+  def init_state(self, cfg: CreditConfig, num_categories: int) -> Any:
+    """The initial state of a stateful assigner.
+
+    Raises:
+      ValueError: the assigner is stateless.
+    """
+    if self.init_state_fn is None:
+      raise ValueError("this credit assigner is stateless: it has no initial state")
+    kwargs = section_kwargs(cfg, config_fields(self.init_state_fn, CreditConfig))
+    return self.init_state_fn(num_categories, **kwargs)
+
   def assign(self, traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig,
              inputs: CreditInputs | None = None) -> CreditOutput:
-    """Runs the assigner; weights and state are stop-gradient.
+    """Runs the assigner on its own sections of ``cfg``; weights and state are stop-gradient.
 
     Raises:
       ValueError: a required input (advantages, categories, state) is missing.
@@ -147,9 +173,9 @@ class CreditAssigner:
                                      or inputs.group_size < 1):
       raise ValueError("this credit assigner needs the task's token rewards (CreditInputs.token_rewards, "
                        "token_reward_mask and group_size)")
-    if self.init_state is not None and inputs.state is None:
+    if self.stateful and inputs.state is None:
       raise ValueError("this credit assigner is stateful: pass CreditInputs.state (init_state(...))")
-    out = self.fn(traj, cfg, rollout_cfg, inputs)
+    out = self.fn(traj, rollout_cfg, inputs, **section_kwargs(cfg, self.reads))
     if not isinstance(out, CreditOutput):
       out = CreditOutput(weights=out)
     return jax.lax.stop_gradient(out)
@@ -163,26 +189,29 @@ class CreditAssigner:
 CREDIT: Registry[CreditAssigner] = Registry("credit assigner", "rl.credit")
 
 
-def register_credit(name: str, records: Callable[[CreditConfig], frozenset[str]] | None = None, *,
+def register_credit(name: str, records: Callable[..., frozenset[str]] | None = None, *,
                     needs_categories: bool = False, needs_advantages: bool = False,
-                    init_state: Callable[[CreditConfig, int], Any] | None = None,
+                    init_state: Callable[..., Any] | None = None,
                     needs_token_rewards: bool = False, token_level: bool = False):
-  """Decorator registering ``fn`` as credit assigner ``name`` (fields as in CreditAssigner).
+  """Decorator registering ``fn(traj, rollout_cfg, inputs=None, *, <sections>)`` as credit assigner
+  ``name`` (``records`` and ``init_state`` declare their sections the same way; fields as in
+  :class:`CreditAssigner`).
 
   Returns ``fn`` with its inputs checked (:func:`check_credit_inputs`), so that a direct call
-  (``dps_credit(traj, cfg, rollout_cfg)``) is checked as :meth:`CreditAssigner.assign` is.
+  (``dps_credit(traj, rollout_cfg, dps=DPSConfig(alpha=1.0))``) is checked as
+  :meth:`CreditAssigner.assign` is.
   """
 
   def deco(fn: CreditFn) -> CreditFn:
-    CREDIT.register(name)(CreditAssigner(fn, records or _no_records, needs_categories,
-                                         needs_advantages, init_state, needs_token_rewards,
-                                         token_level or needs_token_rewards))
+    CREDIT.register(name)(CreditAssigner(fn, config_fields(fn, CreditConfig), records or _no_records,
+                                         needs_categories, needs_advantages, init_state,
+                                         needs_token_rewards, token_level or needs_token_rewards))
 
     @functools.wraps(fn)
-    def checked(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig, *args: Any, **kwargs: Any):
-      inputs = args[0] if args else kwargs.get("inputs")
+    def checked(traj: Trajectory, rollout_cfg: RolloutConfig, inputs: CreditInputs | None = None,
+                **sections: Any):
       check_credit_inputs(traj, rollout_cfg, inputs)
-      return fn(traj, cfg, rollout_cfg, *args, **kwargs)
+      return fn(traj, rollout_cfg, inputs, **sections)
 
     return checked
 

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 
 from daca_jax.credit.base import CreditInputs, CreditOutput, register_credit
 from daca_jax.contracts import Trajectory, check_shape
-from daca_jax.types import CreditConfig, RolloutConfig
+from daca_jax.types import DeltaConfig, RolloutConfig
 
 _EPS = 1e-8
 
@@ -47,7 +47,7 @@ def _margins(v: jax.Array, direction: jax.Array, side: jax.Array) -> jax.Array:
 
 
 def delta_weights(hidden: jax.Array, prob: jax.Array, advantages: jax.Array, mask: jax.Array,
-                  cfg: CreditConfig) -> tuple[jax.Array, jax.Array]:
+                  delta: DeltaConfig) -> tuple[jax.Array, jax.Array]:
   """DelTA token weights from features.
 
   Args:
@@ -55,7 +55,7 @@ def delta_weights(hidden: jax.Array, prob: jax.Array, advantages: jax.Array, mas
     prob: float32 [B, L] probability of the token there.
     advantages: float32 [B] sequence advantages.
     mask: float32 [B, L] valid tokens.
-    cfg: ``cfg.delta``: ``lambda_min``, ``lambda_max``, ``gamma``.
+    delta: DelTA's options (``credit.delta``): ``lambda_min``, ``lambda_max``, ``gamma``.
   Returns:
     (weights float32 [B, L], margins float32 [B, L] after the refinement).
   Raises:
@@ -72,24 +72,23 @@ def delta_weights(hidden: jax.Array, prob: jax.Array, advantages: jax.Array, mas
   neg_w = jnp.maximum(-a, 0.0) * mask
   side = jnp.sign(a) * jnp.ones_like(mask)
   margin = _margins(v, _centroids(v, pos_w, neg_w), side)
-  soft = jax.nn.sigmoid(margin / cfg.delta.gamma)
+  soft = jax.nn.sigmoid(margin / delta.gamma)
   margin = _margins(v, _centroids(v, pos_w * soft, neg_w * soft), side)
-  lam = cfg.delta.lambda_min + (cfg.delta.lambda_max - cfg.delta.lambda_min) * jax.nn.sigmoid(
-      margin / cfg.delta.gamma)
+  lam = delta.lambda_min + (delta.lambda_max - delta.lambda_min) * jax.nn.sigmoid(
+      margin / delta.gamma)
   active = mask * (side != 0)
   scale = jnp.sum(active) / jnp.maximum(jnp.sum(lam * active), _EPS)
   w = jnp.where(active > 0, lam * scale, mask)
   return w, margin * active
 
 
-def delta_records(cfg: CreditConfig) -> frozenset[str]:
-  del cfg
+def delta_records() -> frozenset[str]:
   return frozenset({"commit_hidden"})
 
 
 @register_credit("delta", records=delta_records, needs_advantages=True)
-def delta_credit(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig,
-                 inputs: CreditInputs) -> CreditOutput:
+def delta_credit(traj: Trajectory, rollout_cfg: RolloutConfig, inputs: CreditInputs, *,
+                 delta: DeltaConfig = DeltaConfig()) -> CreditOutput:
   """DelTA weights from the rollout's ``commit_hidden`` / ``commit_conf`` and ``inputs.advantages``.
 
   Returns:
@@ -103,6 +102,6 @@ def delta_credit(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig
     raise ValueError("credit 'delta' needs trajectory.commit_hidden: run the rollout with "
                      "record_commit_hidden=True and a logits_fn that returns (logits, hidden)")
   mask = traj.completion_mask
-  w, margin = delta_weights(traj.commit_hidden, traj.commit_conf, inputs.advantages, mask, cfg)
+  w, margin = delta_weights(traj.commit_hidden, traj.commit_conf, inputs.advantages, mask, delta)
   n_active = jnp.sum(mask * (inputs.advantages[:, None] != 0))
   return CreditOutput(weights=w, metrics={"delta_margin_mean": jnp.sum(margin) / jnp.maximum(n_active, 1.0)})

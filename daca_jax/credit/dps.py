@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from daca_jax.credit.base import CreditInputs, register_credit
 from daca_jax.contracts import Trajectory, check_shape, check_trajectory
-from daca_jax.types import CreditConfig, RolloutConfig
+from daca_jax.types import DPSConfig, RolloutConfig
 
 
 def step_progress(step_conf: jax.Array, commit_step: jax.Array, rollout_cfg: RolloutConfig,
@@ -78,9 +78,9 @@ def zscore_weights(raw: jax.Array, valid: jax.Array, alpha: float, w_min: float,
   return jnp.where(w_mean > 0, w / jnp.maximum(w_mean, 1e-8), valid)
 
 
-def certainty_signal(traj: Trajectory, cfg: CreditConfig) -> jax.Array:
+def certainty_signal(traj: Trajectory, dps: DPSConfig) -> jax.Array:
   """[S, B, L] certainty per step: top-1 confidence, or minus the entropy (0 where committed)."""
-  if cfg.dps.signal == "neg_entropy":
+  if dps.signal == "neg_entropy":
     if traj.step_entropy is None:
       raise ValueError("DPS with credit.dps.signal='neg_entropy' needs trajectory.step_entropy: "
                        "run the rollout with record_step_entropy=True")
@@ -90,36 +90,46 @@ def certainty_signal(traj: Trajectory, cfg: CreditConfig) -> jax.Array:
   return traj.step_conf
 
 
-def dps_raw_scores(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig) -> jax.Array:
+def dps_raw_scores(traj: Trajectory, dps: DPSConfig, rollout_cfg: RolloutConfig) -> jax.Array:
   """Raw DPS score ``d_i`` of every completion token: float32 [B, L].
 
   Raises:
     ShapeError: the trajectory disagrees with ``rollout_cfg`` (:func:`daca_jax.contracts.check_trajectory`).
   """
   check_trajectory(traj, rollout_cfg)
-  conf = certainty_signal(traj, cfg)
-  delta = step_progress(conf, traj.commit_step, rollout_cfg, cfg.dps.scope)  # [S, B]
+  conf = certainty_signal(traj, dps)
+  delta = step_progress(conf, traj.commit_step, rollout_cfg, dps.scope)  # [S, B]
   c = jnp.clip(traj.commit_step, 0, conf.shape[0] - 1)  # [B, L]
   d = jnp.take_along_axis(delta.T, c, axis=1)
-  if cfg.dps.self_term:
+  if dps.self_term:
     length = c.shape[1]
     first_step = (jnp.arange(length) // rollout_cfg.block_length) * rollout_cfg.steps_per_block
     conf_bl = jnp.transpose(conf, (1, 2, 0))  # [B, L, S]
     at_commit = jnp.take_along_axis(conf_bl, c[..., None], -1)[..., 0]
     at_start = jnp.take_along_axis(conf_bl, jnp.broadcast_to(first_step, c.shape)[..., None], -1)[..., 0]
-    d = d + cfg.dps.self_term * (at_commit - at_start)
+    d = d + dps.self_term * (at_commit - at_start)
   return d
 
 
-def signal_records(cfg: CreditConfig) -> frozenset[str]:
+def signal_records(*, dps: DPSConfig = DPSConfig()) -> frozenset[str]:
   """The trajectory record that ``credit.dps.signal`` reads."""
-  return frozenset({"step_conf" if cfg.dps.signal == "confidence" else "step_entropy"})
+  return frozenset({"step_conf" if dps.signal == "confidence" else "step_entropy"})
 
 
 @register_credit("dps", records=signal_records)
-def dps_credit(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig,
-               inputs: CreditInputs | None = None) -> jax.Array:
-  """DPS token weights: float32 [B, L], mean 1 over valid tokens of each sequence, 0 elsewhere."""
+def dps_credit(traj: Trajectory, rollout_cfg: RolloutConfig, inputs: CreditInputs | None = None, *,
+               dps: DPSConfig = DPSConfig()) -> jax.Array:
+  """DPS token weights: float32 [B, L], mean 1 over valid tokens of each sequence, 0 elsewhere.
+
+  Args:
+    traj: the rollout, with ``step_conf`` (``step_entropy`` for ``dps.signal="neg_entropy"``).
+    rollout_cfg: the sampler's geometry (``gen_length``, ``steps``, ``block_length``).
+    inputs: unused (DPS reads the trajectory alone).
+    dps: DPS's options (``credit.dps``).
+  Raises:
+    ShapeError: the trajectory disagrees with ``rollout_cfg``.
+    ValueError: the trajectory lacks the record ``dps.signal`` needs.
+  """
   del inputs
-  raw = dps_raw_scores(traj, cfg, rollout_cfg)
-  return zscore_weights(raw, traj.completion_mask, cfg.dps.alpha, cfg.dps.w_min, cfg.dps.w_max)
+  raw = dps_raw_scores(traj, dps, rollout_cfg)
+  return zscore_weights(raw, traj.completion_mask, dps.alpha, dps.w_min, dps.w_max)

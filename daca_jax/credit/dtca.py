@@ -33,17 +33,17 @@ import jax.numpy as jnp
 from daca_jax.credit.base import CreditInputs, CreditOutput, register_credit
 from daca_jax.credit.dps import certainty_signal, dps_raw_scores, signal_records, step_progress, zscore_weights
 from daca_jax.contracts import Trajectory
-from daca_jax.types import CreditConfig, RolloutConfig
+from daca_jax.types import DPSConfig, DTCAConfig, RolloutConfig
 
 
-def dtca_records(cfg: CreditConfig) -> frozenset[str]:
-  calib = {"step_entropy"} if cfg.dtca.entropy_window > 0 else set()
-  return signal_records(cfg) | calib
+def dtca_records(*, dtca: DTCAConfig = DTCAConfig(), dps: DPSConfig = DPSConfig()) -> frozenset[str]:
+  """The trajectory records DTCA reads: DPS's certainty signal, and the entropies when calibrating."""
+  calib = {"step_entropy"} if dtca.entropy_window > 0 else set()
+  return signal_records(dps=dps) | calib
 
 
-def dtca_init_state(cfg: CreditConfig, num_categories: int) -> dict[str, jax.Array]:
+def dtca_init_state(num_categories: int) -> dict[str, jax.Array]:
   """Entropy-baseline accumulators: per-category sums and counts [C] and the update counter."""
-  del cfg
   return {"entropy_sum": jnp.zeros((num_categories,), jnp.float32),
           "entropy_count": jnp.zeros((num_categories,), jnp.float32),
           "updates": jnp.zeros((), jnp.int32)}
@@ -87,24 +87,26 @@ def _entropy_at_commit(traj: Trajectory) -> jax.Array:
 
 
 def calibration_factors(state: dict[str, jax.Array], h_now: jax.Array, present: jax.Array,
-                        cfg: CreditConfig) -> jax.Array:
+                        dtca: DTCAConfig) -> jax.Array:
   """Per-category factor ``clip(H_now / H_base, min, max)``; 1 during the baseline window, for
   categories absent now, and for categories with no baseline. float32 [C]."""
   base = state["entropy_sum"] / jnp.maximum(state["entropy_count"], 1.0)
-  ready = (state["updates"] >= cfg.dtca.entropy_window) & (state["entropy_count"] > 0) & present
+  ready = (state["updates"] >= dtca.entropy_window) & (state["entropy_count"] > 0) & present
   ratio = h_now / jnp.maximum(base, 1e-8)
-  return jnp.where(ready, jnp.clip(ratio, cfg.dtca.calib_min, cfg.dtca.calib_max), 1.0)
+  return jnp.where(ready, jnp.clip(ratio, dtca.calib_min, dtca.calib_max), 1.0)
 
 
 @register_credit("dtca", records=dtca_records, needs_categories=True, init_state=dtca_init_state)
-def dtca_credit(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig,
-                inputs: CreditInputs) -> CreditOutput:
+def dtca_credit(traj: Trajectory, rollout_cfg: RolloutConfig, inputs: CreditInputs, *,
+                dtca: DTCAConfig = DTCAConfig(), dps: DPSConfig = DPSConfig()) -> CreditOutput:
   """DTCA token weights.
 
   Args:
     traj: rollout with ``step_conf`` (or ``step_entropy`` for ``signal="neg_entropy"``) and, when
       calibration is on, ``step_entropy``.
     inputs: ``categories`` int32 [B, L] and ``state`` from :func:`dtca_init_state`.
+    dtca: DTCA's options (``credit.dtca``).
+    dps: DPS's options (``credit.dps``): DTCA scores tokens with DPS's raw scores and weight map.
   Returns:
     CreditOutput: weights float32 [B, L] (0 on invalid and unselected tokens; mean 1 over the
     kept tokens of the batch), the next state, and metrics ``dtca_kept_frac``,
@@ -114,22 +116,22 @@ def dtca_credit(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig,
   cats = inputs.categories.astype(jnp.int32)
   state: dict[str, Any] = inputs.state
   num_cat = state["entropy_sum"].shape[0]
-  d = dps_raw_scores(traj, cfg, rollout_cfg)  # [B, L]
+  d = dps_raw_scores(traj, dps, rollout_cfg)  # [B, L]
   r = category_mean(d, cats, valid, num_cat)
-  delta = step_progress(certainty_signal(traj, cfg), traj.commit_step, rollout_cfg, cfg.dps.scope)  # [S, B]
-  keep = (top_state_mask(delta, traj.commit_step, cfg.dtca.top_frac) & (valid > 0)).astype(jnp.float32)
-  w = zscore_weights(r, keep, cfg.dps.alpha, cfg.dps.w_min, cfg.dps.w_max)
+  delta = step_progress(certainty_signal(traj, dps), traj.commit_step, rollout_cfg, dps.scope)  # [S, B]
+  keep = (top_state_mask(delta, traj.commit_step, dtca.top_frac) & (valid > 0)).astype(jnp.float32)
+  w = zscore_weights(r, keep, dps.alpha, dps.w_min, dps.w_max)
   metrics = {"dtca_kept_frac": jnp.sum(keep) / jnp.maximum(jnp.sum(valid), 1.0)}
-  if cfg.dtca.entropy_window > 0:
+  if dtca.entropy_window > 0:
     onehot = jax.nn.one_hot(cats, num_cat, dtype=jnp.float32) * keep[..., None]  # [B, L, C]
     counts = jnp.sum(onehot, axis=(0, 1))
     h_now = jnp.einsum("bl,blc->c", _entropy_at_commit(traj), onehot) / jnp.maximum(counts, 1.0)
     present = counts > 0
-    factor = calibration_factors(state, h_now, present, cfg)
+    factor = calibration_factors(state, h_now, present, dtca)
     w = w * factor[cats]
     total = jnp.sum(w)
     w = jnp.where(total > 0, w * jnp.sum(keep) / jnp.maximum(total, 1e-8), w)
-    in_window = (state["updates"] < cfg.dtca.entropy_window) & present
+    in_window = (state["updates"] < dtca.entropy_window) & present
     state = {"entropy_sum": state["entropy_sum"] + jnp.where(in_window, h_now, 0.0),
              "entropy_count": state["entropy_count"] + in_window.astype(jnp.float32),
              "updates": state["updates"] + 1}

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 from daca_jax.credit.agreement import group_agreement_mask
 from daca_jax.credit.base import CreditInputs, CreditOutput, register_credit
 from daca_jax.contracts import Trajectory, check_shape
-from daca_jax.types import CreditConfig, RolloutConfig
+from daca_jax.types import RolloutConfig
 
 
 def position_value_advantages(completion: jax.Array, completion_mask: jax.Array, advantages: jax.Array,
@@ -65,10 +65,10 @@ def position_value_advantages(completion: jax.Array, completion_mask: jax.Array,
 
 
 @register_credit("position_value", needs_advantages=True, token_level=True)
-def position_value_credit(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig,
+def position_value_credit(traj: Trajectory, rollout_cfg: RolloutConfig,
                           inputs: CreditInputs | None = None) -> CreditOutput:
   """Weights = the completion mask; ``token_advantages`` as in :func:`position_value_advantages`."""
-  del cfg, rollout_cfg
+  del rollout_cfg
   mask = traj.completion_mask.astype(jnp.float32)
   adv = position_value_advantages(traj.completion, mask, inputs.advantages, inputs.group_size)
   keep = group_agreement_mask(traj.completion, mask, inputs.group_size)

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 
 from daca_jax.credit.base import CreditInputs, CreditOutput, register_credit
 from daca_jax.contracts import Trajectory, check_shape
-from daca_jax.types import CreditConfig, RolloutConfig
+from daca_jax.types import RolloutConfig
 
 
 def token_group_advantages(token_rewards: jax.Array, mask: jax.Array, group_size: int) -> jax.Array:
@@ -48,10 +48,10 @@ def token_group_advantages(token_rewards: jax.Array, mask: jax.Array, group_size
 
 
 @register_credit("token_reward", needs_token_rewards=True)
-def token_reward_credit(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig,
+def token_reward_credit(traj: Trajectory, rollout_cfg: RolloutConfig,
                         inputs: CreditInputs | None = None) -> CreditOutput:
   """Weights = the token-reward mask (within the completion); ``token_advantages`` as above."""
-  del cfg, rollout_cfg
+  del rollout_cfg
   mask = inputs.token_reward_mask.astype(jnp.float32) * traj.completion_mask
   adv = token_group_advantages(inputs.token_rewards.astype(jnp.float32), mask, inputs.group_size)
   covered = jnp.sum(mask) / jnp.maximum(jnp.sum(traj.completion_mask), 1.0)

@@ -5,12 +5,12 @@ import jax
 
 from daca_jax.credit.base import CreditInputs, register_credit
 from daca_jax.contracts import Trajectory
-from daca_jax.types import CreditConfig, RolloutConfig
+from daca_jax.types import RolloutConfig
 
 
 @register_credit("uniform")
-def uniform_credit(traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig,
+def uniform_credit(traj: Trajectory, rollout_cfg: RolloutConfig,
                    inputs: CreditInputs | None = None) -> jax.Array:
   """Returns ``completion_mask`` (float32 [B, L])."""
-  del cfg, rollout_cfg, inputs
+  del rollout_cfg, inputs
   return traj.completion_mask

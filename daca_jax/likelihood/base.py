@@ -1,15 +1,16 @@
 """Likelihood-estimator interface and registry.
 
-Every registered estimator has one signature,
-``fn(logits_fn, params, tokens[B, P+L], prompt_len, key, cfg, *, mask_id, commit_step=None,
-commit_conf=None, completion_mask=None) -> TokenScores``, and returns
+Every registry entry has one signature,
+``fn(logits_fn, params, tokens[B, P+L], prompt_len, key, cfg: LikelihoodConfig, *, mask_id,
+commit_step=None, commit_conf=None, completion_mask=None) -> TokenScores``, and returns
 :class:`~daca_jax.contracts.TokenScores`: the log-probs of the completion tokens under ``params`` in
 the contexts the estimator scores them in (with ELBO factors for the ELBO-type estimators). It takes a
 PRNG key that fixes its masks: the learner passes the **same key** for θ, θ_old and θ_ref within an
 inner iteration and a new key per iteration.
 
 An estimator is written with the keyword rows it reads (any of ``commit_step``, ``commit_conf``,
-``completion_mask``) and may return a ``[B, L]`` log-prob array; :func:`register_estimator` gives it
+``completion_mask``) and the config fields it reads (keyword-only parameters named after fields of
+``LikelihoodConfig``: it sees no other method's options), and may return a ``[B, L]`` log-prob array; :func:`register_estimator` gives it
 the common signature (rows it does not read are accepted and ignored), checks the inputs at trace
 time (:func:`check_estimator_inputs`), hands it a :class:`~daca_jax.contracts.ModelFns` and wraps
 and checks its output (:func:`~daca_jax.contracts.check_token_scores`).
@@ -24,7 +25,8 @@ import jax
 
 from daca_jax.contracts import (TokenScores, as_model_fns, check_completion_rows, check_shape, check_token_scores, check_tokens,
                                 token_scores)
-from daca_jax.registry import Registry
+from daca_jax.registry import Registry, config_fields, section_kwargs
+from daca_jax.types import LikelihoodConfig
 
 LikelihoodFn = Callable[..., TokenScores]
 LIKELIHOOD: Registry[LikelihoodFn] = Registry("likelihood estimator", "rl.likelihood")
@@ -68,25 +70,34 @@ def check_estimator_inputs(tokens: jax.Array, prompt_len: Any, **rows: Any) -> t
 def register_estimator(name: str) -> Callable[[Callable[..., Any]], LikelihoodFn]:
   """Decorator registering an estimator as ``LIKELIHOOD[name]`` with the common signature.
 
-  The registered (and returned) function takes every keyword row (``commit_step``, ``commit_conf``,
-  ``completion_mask``) and passes on those the estimator declares, runs
-  :func:`check_estimator_inputs`, calls the estimator with ``logits_fn`` as a
-  :class:`~daca_jax.contracts.ModelFns` (:func:`~daca_jax.contracts.as_model_fns`), and returns
-  :class:`~daca_jax.contracts.TokenScores` (a ``[B, L]`` array result wrapped by
-  :func:`~daca_jax.contracts.token_scores`), checked against the rollout's shape.
+  An estimator declares the :class:`~daca_jax.types.LikelihoodConfig` fields it reads as keyword-only
+  parameters named after them (SML: ``stratified``, ``p_mask_prompt``, ``strata_batch``), and gets
+  only those (:func:`daca_jax.registry.config_fields`). The registry entry,
+  ``entry(logits_fn, params, tokens, prompt_len, key, cfg: LikelihoodConfig, *, mask_id, commit_step=None,
+  commit_conf=None, completion_mask=None)``, hands it those fields of ``cfg``; the returned function
+  (a direct call) takes them as keywords instead, with the estimator's defaults. Both take every
+  keyword row and pass on those the estimator declares, run :func:`check_estimator_inputs`, call the
+  estimator with ``logits_fn`` as a :class:`~daca_jax.contracts.ModelFns`
+  (:func:`~daca_jax.contracts.as_model_fns`), and return :class:`~daca_jax.contracts.TokenScores`
+  (a ``[B, L]`` array result wrapped by :func:`~daca_jax.contracts.token_scores`), checked against
+  the rollout's shape.
   """
 
   def deco(fn: Callable[..., Any]) -> LikelihoodFn:
     declared = frozenset(inspect.signature(fn).parameters)
+    reads = config_fields(fn, LikelihoodConfig)
 
     @functools.wraps(fn)
-    def checked(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array, cfg: Any,
-                *, mask_id: int, commit_step: jax.Array | None = None, commit_conf: jax.Array | None = None,
-                completion_mask: jax.Array | None = None) -> TokenScores:
+    def checked(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array, *,
+                mask_id: int, commit_step: jax.Array | None = None, commit_conf: jax.Array | None = None,
+                completion_mask: jax.Array | None = None, **options: Any) -> TokenScores:
+      unknown = sorted(set(options) - set(reads))
+      if unknown:
+        raise TypeError(f"likelihood {name!r} takes the options {list(reads)}, not {unknown}")
       rows = {"commit_step": commit_step, "commit_conf": commit_conf, "completion_mask": completion_mask}
       b, _, length = check_estimator_inputs(tokens, prompt_len, **rows)
-      out = fn(as_model_fns(logits_fn), params, tokens, prompt_len, key, cfg, mask_id=mask_id,
-               **{k: v for k, v in rows.items() if k in declared})
+      out = fn(as_model_fns(logits_fn), params, tokens, prompt_len, key, mask_id=mask_id,
+               **{k: v for k, v in rows.items() if k in declared}, **options)
       if not isinstance(out, TokenScores):
         check_shape(f"likelihood {name!r} output", out, (b, length),
                     "[B, L]: one log-prob per completion position, or a TokenScores")
@@ -94,8 +105,15 @@ def register_estimator(name: str) -> Callable[[Callable[..., Any]], LikelihoodFn
       check_token_scores(out, b, length, f"likelihood {name!r}")
       return out
 
-    del checked.__wrapped__  # inspect.signature is the common one, not the estimator's
-    LIKELIHOOD.register(name)(checked)
+    def entry(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
+              cfg: LikelihoodConfig, *, mask_id: int, commit_step: jax.Array | None = None,
+              commit_conf: jax.Array | None = None, completion_mask: jax.Array | None = None) -> TokenScores:
+      return checked(logits_fn, params, tokens, prompt_len, key, mask_id=mask_id, commit_step=commit_step,
+                     commit_conf=commit_conf, completion_mask=completion_mask, **section_kwargs(cfg, reads))
+
+    entry.reads = reads  # the LikelihoodConfig fields this estimator sees
+    entry.__doc__, entry.__name__, entry.__module__ = fn.__doc__, fn.__name__, fn.__module__
+    LIKELIHOOD.register(name)(entry)
     return checked
 
   return deco

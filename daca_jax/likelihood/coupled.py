@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from daca_jax.contracts import TokenScores
 from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
-from daca_jax.types import LikelihoodConfig
+from daca_jax.types import CoupledConfig, LikelihoodConfig
 
 
 def coupled_masks(key: jax.Array, batch: int, length: int, t_min: float,
@@ -32,22 +32,23 @@ def coupled_masks(key: jax.Array, batch: int, length: int, t_min: float,
 
 @register_estimator("coupled")
 def coupled_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
-                     cfg: LikelihoodConfig, *, mask_id: int) -> TokenScores:
+                     *, mask_id: int, coupled: CoupledConfig = CoupledConfig(),
+                     p_mask_prompt: float = LikelihoodConfig.p_mask_prompt) -> TokenScores:
   """Coupled-sampling targets (kind ``"elbo"``, S = 2 passes, 3 with ``coupled.full_pass``;
   ``contributions()`` [B, L] are the per-token estimates); one forward pass per context."""
   k_prompt, k_est = split_key(key)
   b, total = tokens.shape
   length = total - prompt_len
-  t, in_first = coupled_masks(k_est, b, length, cfg.coupled.t_min, cfg.coupled.t_max)
-  prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], cfg.p_mask_prompt, mask_id)
+  t, in_first = coupled_masks(k_est, b, length, coupled.t_min, coupled.t_max)
+  prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], p_mask_prompt, mask_id)
   comp = tokens[:, prompt_len:]
   masks = [in_first, ~in_first]
-  if cfg.coupled.full_pass:
+  if coupled.full_pass:
     masks.append(jnp.ones_like(in_first))
   xs = jnp.stack([jnp.concatenate([prompt, jnp.where(mk, mask_id, comp)], axis=1) for mk in masks])
   per_pass = jax.vmap(lambda x: score_targets(logits_fn, params, x, comp, prompt_len, mask_id))(xs)
   scale = [jnp.broadcast_to(1.0 / t[:, None], (b, length)), jnp.broadcast_to(1.0 / (1.0 - t[:, None]), (b, length))]
-  if cfg.coupled.full_pass:  # (full + weighted) / 2
+  if coupled.full_pass:  # (full + weighted) / 2
     scale = [0.5 * scale[0], 0.5 * scale[1], jnp.full((b, length), 0.5, jnp.float32)]
   cat = lambda xs: jnp.concatenate(list(xs), axis=1)  # context-major [B, S·L]
   return TokenScores(logp=cat(per_pass), mask=cat(m.astype(jnp.float32) for m in masks), weight=cat(scale),

@@ -18,7 +18,7 @@ import numpy as np
 from daca_jax.contracts import TokenScores
 from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
-from daca_jax.types import LikelihoodConfig
+from daca_jax.types import ELBOConfig, LikelihoodConfig
 
 
 def gauss_legendre_01(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -29,15 +29,15 @@ def gauss_legendre_01(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 @register_estimator("elbo")
 def elbo_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
-                  cfg: LikelihoodConfig, *, mask_id: int,
-                  ) -> TokenScores:
+                  *, mask_id: int, elbo: ELBOConfig = ELBOConfig(),
+                  p_mask_prompt: float = LikelihoodConfig.p_mask_prompt) -> TokenScores:
   """ELBO targets of the n quadrature passes (kind ``"elbo"``, S = n; ``contributions()`` [B, L] are
   the per-token ELBO terms, whose row sum is the sequence ELBO); n forward passes."""
   k_prompt, k_est = split_key(key)
   b, total = tokens.shape
   length = total - prompt_len
-  nodes, weights = gauss_legendre_01(cfg.elbo.nodes)
-  prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], cfg.p_mask_prompt, mask_id)
+  nodes, weights = gauss_legendre_01(elbo.nodes)
+  prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], p_mask_prompt, mask_id)
   comp = tokens[:, prompt_len:]
   masked = jax.random.uniform(k_est, (len(nodes), b, length)) < jnp.asarray(nodes)[:, None, None]
 

@@ -18,7 +18,8 @@ from daca_jax.types import LikelihoodConfig
 
 @register_estimator("mean_field")
 def mean_field_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int,
-                        key: jax.Array, cfg: LikelihoodConfig, *, mask_id: int) -> jax.Array:
+                        key: jax.Array, *, mask_id: int,
+                        p_mask_prompt: float = LikelihoodConfig.p_mask_prompt) -> jax.Array:
   """Per-token mean-field log-probs.
 
   Args:
@@ -26,13 +27,13 @@ def mean_field_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
     tokens: int32 [B, P+L] rollout sequences.
     prompt_len: P (static).
     key: PRNG key (prompt mask).
-    cfg: estimator options (``p_mask_prompt``).
+    p_mask_prompt: share of prompt tokens masked (``likelihood.p_mask_prompt``).
     mask_id: ``[MASK]`` id.
   Returns:
     float32 [B, L] (the registered estimator returns it as :class:`~daca_jax.contracts.TokenScores`).
   """
   k_prompt, _ = split_key(key)
-  prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], cfg.p_mask_prompt, mask_id)
+  prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], p_mask_prompt, mask_id)
   comp = tokens[:, prompt_len:]
   x = jnp.concatenate([prompt, jnp.full_like(comp, mask_id)], axis=1)
   return score_targets(logits_fn, params, x, comp, prompt_len, mask_id)

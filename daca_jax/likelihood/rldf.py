@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from daca_jax.contracts import TokenScores
 from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
-from daca_jax.types import LikelihoodConfig
+from daca_jax.types import LikelihoodConfig, RLDFConfig
 
 
 def step_surprisal(commit_step: jax.Array, commit_conf: jax.Array, valid: jax.Array,
@@ -67,17 +67,21 @@ def sample_states(key: jax.Array, surprisal: jax.Array, count: jax.Array, k: int
 
 @register_estimator("rldf")
 def rldf_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
-                  cfg: LikelihoodConfig, *, mask_id: int, commit_step: jax.Array | None = None,
+                  *, mask_id: int, commit_step: jax.Array | None = None,
                   commit_conf: jax.Array | None = None,
-                  completion_mask: jax.Array | None = None) -> TokenScores:
+                  completion_mask: jax.Array | None = None, rldf: RLDFConfig = RLDFConfig(),
+                  trajectory_steps: int = LikelihoodConfig.trajectory_steps,
+                  p_mask_prompt: float = LikelihoodConfig.p_mask_prompt,
+                  strata_batch: int = LikelihoodConfig.strata_batch) -> TokenScores:
   """Log-probs of the final tokens at k rebuilt rollout states.
 
   Args:
     tokens: int32 [B, P+L] rollout sequences.
     key: PRNG key: prompt mask and state sampling (the same key gives the same states for θ,
       θ_old and θ_ref).
-    cfg: ``rldf.states`` k, ``rldf.sampling``, ``rldf.temperature``, ``trajectory_steps`` S (> 0;
-      the learner sets it to ``rollout.steps``), ``p_mask_prompt``, ``strata_batch``.
+    rldf: ``states`` k, ``sampling``, ``temperature`` (``likelihood.rldf``).
+    trajectory_steps: S (> 0; the learner sets it to ``rollout.steps``).
+    p_mask_prompt, strata_batch: as in :class:`~daca_jax.types.LikelihoodConfig`.
     commit_step, commit_conf: int32 / float32 [B, L] from the Trajectory.
     completion_mask: float32 [B, L] (all ones if None).
   Returns:
@@ -89,25 +93,25 @@ def rldf_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: in
   """
   if commit_step is None or commit_conf is None:
     raise ValueError("rl.likelihood='rldf' needs the rollout's commit_step and commit_conf")
-  steps, k = cfg.trajectory_steps, cfg.rldf.states
+  steps, k = trajectory_steps, rldf.states
   if steps <= 0:
     raise ValueError("likelihood.trajectory_steps must be set to the rollout's number of steps")
   if k > steps:
     raise ValueError(f"likelihood.rldf.states={k} must be <= the rollout's steps ({steps})")
   valid = jnp.ones(commit_step.shape, jnp.float32) if completion_mask is None else completion_mask
   k_prompt, k_states = split_key(key)
-  prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], cfg.p_mask_prompt, mask_id)
+  prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], p_mask_prompt, mask_id)
   comp = tokens[:, prompt_len:]
   surprisal, count = step_surprisal(commit_step, commit_conf, valid, steps)
-  states = sample_states(k_states, surprisal, count, k, cfg.rldf.sampling, cfg.rldf.temperature)
+  states = sample_states(k_states, surprisal, count, k, rldf.sampling, rldf.temperature)
 
   def at_state(s: jax.Array) -> jax.Array:  # s: int32 [B], one step per row
     x = jnp.concatenate([prompt, jnp.where(commit_step >= s[:, None], mask_id, comp)], axis=1)
     return score_targets(logits_fn, params, x, comp, prompt_len, mask_id)
 
   cols = states.T  # [k, B]
-  if cfg.strata_batch and cfg.strata_batch < k:
-    per_state = jax.lax.map(at_state, cols, batch_size=cfg.strata_batch)
+  if strata_batch and strata_batch < k:
+    per_state = jax.lax.map(at_state, cols, batch_size=strata_batch)
   else:
     per_state = jax.vmap(at_state)(cols)  # [k, B, L]
   b, length = comp.shape

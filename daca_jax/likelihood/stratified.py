@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_positions
-from daca_jax.types import LikelihoodConfig
+from daca_jax.types import LikelihoodConfig, StratifiedConfig
 
 
 def _rank(keys: jax.Array) -> jax.Array:
@@ -88,8 +88,10 @@ def stratum_positions(strata: jax.Array, num_strata: int) -> tuple[jax.Array, ja
 
 @register_estimator("stratified")
 def stratified_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int,
-                        key: jax.Array, cfg: LikelihoodConfig, *, mask_id: int,
-                        commit_step: jax.Array | None = None) -> jax.Array:
+                        key: jax.Array, *, mask_id: int, commit_step: jax.Array | None = None,
+                        stratified: StratifiedConfig = StratifiedConfig(),
+                        p_mask_prompt: float = LikelihoodConfig.p_mask_prompt,
+                        strata_batch: int = LikelihoodConfig.strata_batch) -> jax.Array:
   """Per-token SML log-probs.
 
   Args:
@@ -97,18 +99,19 @@ def stratified_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
     tokens: int32 [B, P+L] rollout sequences.
     prompt_len: P (static).
     key: PRNG key: prompt mask (shared by the K passes) and the partition.
-    cfg: ``stratified.num_strata`` K, ``stratified.partition``, ``p_mask_prompt``, ``strata_batch``.
     mask_id: ``[MASK]`` id.
     commit_step: int32 [B, L], needed for ``partition="commit_order"``.
+    stratified: ``num_strata`` K and ``partition`` (``likelihood.stratified``).
+    p_mask_prompt, strata_batch: as in :class:`~daca_jax.types.LikelihoodConfig`.
   Returns:
     float32 [B, L]; costs K forward passes of batch B (the output head: one pass in total).
   """
   k_prompt, k_part = split_key(key)
   b, total = tokens.shape
   length = total - prompt_len
-  num_strata = cfg.stratified.num_strata
-  strata = assign_strata(k_part, b, length, num_strata, cfg.stratified.partition, commit_step)
-  prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], cfg.p_mask_prompt, mask_id)
+  num_strata = stratified.num_strata
+  strata = assign_strata(k_part, b, length, num_strata, stratified.partition, commit_step)
+  prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], p_mask_prompt, mask_id)
   comp = tokens[:, prompt_len:]
 
   positions, valid = stratum_positions(strata, num_strata)  # [K, B, C]
@@ -120,12 +123,12 @@ def stratified_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
     return score_positions(logits_fn, params, x, targets, pos + prompt_len, mask_id)  # [B, C]
 
   xs = (jnp.arange(num_strata, dtype=jnp.int32), positions)
-  if cfg.strata_batch and cfg.strata_batch < num_strata:
+  if strata_batch and strata_batch < num_strata:
     # Rematerialised per group: the backward pass re-runs each group's forward instead of keeping
     # the activations of all K passes, so memory is that of ``strata_batch`` passes (one more
     # forward per pass in a gradient step).
     body = jax.checkpoint(one_pass, prevent_cse=False)
-    per_pass = jax.lax.map(body, xs, batch_size=cfg.strata_batch)
+    per_pass = jax.lax.map(body, xs, batch_size=strata_batch)
   else:
     per_pass = jax.vmap(one_pass)(xs)  # [K, B, C]
   rows = jnp.arange(b)[None, :, None]

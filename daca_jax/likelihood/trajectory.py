@@ -21,34 +21,38 @@ import jax.numpy as jnp
 
 from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
-from daca_jax.types import LikelihoodConfig
+from daca_jax.types import LikelihoodConfig, TrajectoryConfig
 
 
 @register_estimator("trajectory")
 def trajectory_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
-                        cfg: LikelihoodConfig, *, mask_id: int,
-                        commit_step: jax.Array | None = None) -> jax.Array:
+                        *, mask_id: int, commit_step: jax.Array | None = None,
+                        trajectory: TrajectoryConfig = TrajectoryConfig(),
+                        trajectory_steps: int = LikelihoodConfig.trajectory_steps,
+                        p_mask_prompt: float = LikelihoodConfig.p_mask_prompt,
+                        strata_batch: int = LikelihoodConfig.strata_batch) -> jax.Array:
   """Per-token log-probs at the tokens' own commit states (float32 [B, L]).
 
   Args:
     tokens: int32 [B, P+L] rollout sequences.
     key: PRNG key (prompt masking only).
-    cfg: ``trajectory_steps`` S (static, > 0: the learner fills it from ``rollout.steps``),
-      ``trajectory.groups`` (0: S), ``p_mask_prompt``, ``strata_batch``.
+    trajectory: ``groups`` runs of consecutive steps (0: S) (``likelihood.trajectory``).
+    trajectory_steps: S (static, > 0: the learner fills it from ``rollout.steps``).
+    p_mask_prompt, strata_batch: as in :class:`~daca_jax.types.LikelihoodConfig`.
     commit_step: int32 [B, L] commit step of every completion position (from the Trajectory).
   Raises:
     ValueError: no ``commit_step`` or ``trajectory_steps`` unset.
   """
   if commit_step is None:
     raise ValueError("rl.likelihood='trajectory' needs the rollout's commit_step")
-  steps = cfg.trajectory_steps
+  steps = trajectory_steps
   if steps <= 0:
     raise ValueError("likelihood.trajectory_steps must be set to the rollout's number of steps")
   k_prompt, _ = split_key(key)
-  prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], cfg.p_mask_prompt, mask_id)
+  prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], p_mask_prompt, mask_id)
   comp = tokens[:, prompt_len:]
 
-  groups = cfg.trajectory.groups or steps
+  groups = trajectory.groups or steps
   if not 1 <= groups <= steps:
     raise ValueError(f"likelihood.trajectory.groups={groups} must be in [1, S={steps}]")
 
@@ -57,8 +61,8 @@ def trajectory_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
     return score_targets(logits_fn, params, x, comp, prompt_len, mask_id)
 
   starts = jnp.asarray([-(-g * steps // groups) for g in range(groups)], jnp.int32)  # first step of run g
-  if cfg.strata_batch and cfg.strata_batch < groups:
-    per_run = jax.lax.map(at_step, starts, batch_size=cfg.strata_batch)
+  if strata_batch and strata_batch < groups:
+    per_run = jax.lax.map(at_step, starts, batch_size=strata_batch)
   else:
     per_run = jax.vmap(at_step)(starts)  # [G_s, B, L]
   run = jnp.clip(commit_step, 0, steps - 1) * groups // steps  # run of each token's commit step

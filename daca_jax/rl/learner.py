@@ -131,7 +131,7 @@ class GRPOLearner:
 
   def init_credit_state(self) -> Any:
     """The credit assigner's initial state, or None when it is stateless."""
-    if self.credit.init_state is None:
+    if not self.credit.stateful:
       return None
     num_categories = self.tagger.num_categories if self.tagger is not None else 0
     return self.credit.init_state(self.cfg.credit, num_categories)

@@ -1,45 +1,63 @@
 """Policy-gradient objectives of the base methods, composable with any credit and likelihood.
 
-Every objective has the signature ``fn(logp [B, L], batch: PolicyBatch, cfg: RLConfig) -> (loss, aux)``
-where ``logp`` are the current policy's per-token log-probs (differentiable) and ``batch`` carries the
-stop-gradient quantities of the rollout. Registry ``OBJECTIVES`` (config field ``rl.objective``).
-Every objective checks its inputs at trace time (:func:`daca_jax.contracts.check_policy_batch`): a
-field of the wrong shape is a :class:`daca_jax.errors.ShapeError`, never a silent broadcast.
+Every objective is ``fn(logp [B, L], batch: PolicyBatch, *, <the RLConfig fields it reads>) ->
+(loss, aux)``: ``logp`` are the current policy's per-token log-probs (differentiable), ``batch``
+carries the stop-gradient quantities of the rollout, and the keyword-only arguments are the only
+options it sees (diffu-GRPO: ``clip_eps`` and ``beta``), with the defaults of
+:class:`~daca_jax.types.RLConfig`. Registry ``OBJECTIVES`` (config field ``rl.objective``) holds
+``entry(logp, batch, rl_cfg)``, which hands each objective its own fields of ``rl_cfg``
+(:func:`daca_jax.registry.config_fields`). Every objective checks its inputs at trace time
+(:func:`daca_jax.contracts.check_policy_batch`): a field of the wrong shape is a
+:class:`daca_jax.errors.ShapeError`, never a silent broadcast.
 """
 from __future__ import annotations
 
 import functools
-from typing import Callable
+import inspect
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 
 from daca_jax.contracts import PolicyBatch, check_policy_batch
-from daca_jax.registry import Registry
+from daca_jax.registry import Registry, config_fields, section_kwargs
 from daca_jax.types import RLConfig
 
-
-ObjectiveFn = Callable[[jax.Array, PolicyBatch, RLConfig], tuple[jax.Array, dict[str, jax.Array]]]
-OBJECTIVES: Registry[ObjectiveFn] = Registry("objective", "rl.objective")
+Aux = dict[str, jax.Array]
+ObjectiveFn = Callable[..., tuple[jax.Array, Aux]]
+# Registry entries: (logp, batch, rl_cfg) -> (loss, aux).
+OBJECTIVES: Registry[Callable[[jax.Array, PolicyBatch, RLConfig], tuple[jax.Array, Aux]]] = Registry(
+    "objective", "rl.objective")
 # Objectives whose loss is a sum of per-token terms, so a per-token advantage is meaningful.
 TOKEN_ADVANTAGE_OBJECTIVES = frozenset({"diffu_grpo", "rldf"})
 
 
 def register_objective(name: str, per_group: bool = False) -> Callable[[ObjectiveFn], ObjectiveFn]:
-  """Decorator registering ``fn`` as ``OBJECTIVES[name]`` with its inputs checked.
+  """Decorator registering ``fn(logp, batch, *, <RLConfig fields>)`` as ``OBJECTIVES[name]``.
 
-  The registered (and returned) function runs :func:`~daca_jax.contracts.check_policy_batch` on
-  ``(logp, batch)`` first (with ``per_group``: B a multiple of ``cfg.group_size``), so a direct call
-  (``diffu_grpo_loss(logp, batch, cfg)``) is checked as the learner's is.
+  The returned function (what a direct call such as ``diffu_grpo_loss(logp, batch, clip_eps=0.2,
+  beta=0.04)`` runs) checks ``(logp, batch)`` with :func:`~daca_jax.contracts.check_policy_batch`
+  first (with ``per_group``: B a multiple of ``group_size``); the registry entry takes an
+  :class:`~daca_jax.types.RLConfig` and passes on only the fields ``fn`` declares.
   """
 
   def deco(fn: ObjectiveFn) -> ObjectiveFn:
-    @functools.wraps(fn)
-    def checked(logp: jax.Array, batch: PolicyBatch, cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
-      check_policy_batch(logp, batch, name, cfg.group_size if per_group else 0)
-      return fn(logp, batch, cfg)
+    reads = config_fields(fn, RLConfig)
+    signature = inspect.signature(fn)
 
-    OBJECTIVES.register(name)(checked)
+    @functools.wraps(fn)
+    def checked(logp: jax.Array, batch: PolicyBatch, **options: Any) -> tuple[jax.Array, Aux]:
+      bound = signature.bind(logp, batch, **options)
+      bound.apply_defaults()
+      check_policy_batch(logp, batch, name, bound.arguments["group_size"] if per_group else 0)
+      return fn(logp, batch, **options)
+
+    def entry(logp: jax.Array, batch: PolicyBatch, cfg: RLConfig) -> tuple[jax.Array, Aux]:
+      return checked(logp, batch, **section_kwargs(cfg, reads))
+
+    entry.reads = reads  # the RLConfig fields this objective sees
+    entry.__doc__, entry.__name__ = fn.__doc__, fn.__name__
+    OBJECTIVES.register(name)(entry)
     return checked
 
   return deco
@@ -66,8 +84,7 @@ def k3_kl(logp: jax.Array, logp_ref: jax.Array) -> jax.Array:
 
 
 @register_objective("diffu_grpo")
-def diffu_grpo_loss(logp: jax.Array, batch: PolicyBatch,
-                    cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
+def diffu_grpo_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig.clip_eps, beta: float = RLConfig.beta) -> tuple[jax.Array, Aux]:
   """diffu-GRPO (d1, Zhao et al. 2025, Eq. 3) with token credit.
 
   Per token: ``ρ = exp(logp − logp_old)``, ``Â = w·A``,
@@ -82,10 +99,10 @@ def diffu_grpo_loss(logp: jax.Array, batch: PolicyBatch,
   ratio = jnp.exp(logp - batch.logp_old)
   adv = token_advantages(batch)
   unclipped = ratio * adv
-  clipped = jnp.clip(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps) * adv
+  clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv
   pg = -jnp.minimum(unclipped, clipped)
   kl = k3_kl(logp, batch.logp_ref)
-  per_token = pg + cfg.beta * kl
+  per_token = pg + beta * kl
   loss = jnp.sum(per_token * m) / denom
   aux = {
       "pg_loss": jnp.sum(pg * m) / denom,
@@ -101,8 +118,7 @@ def _token_mean(x: jax.Array, m: jax.Array) -> jax.Array:
 
 
 @register_objective("wd1", per_group=True)
-def wd1_loss(logp: jax.Array, batch: PolicyBatch,
-             cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
+def wd1_loss(logp: jax.Array, batch: PolicyBatch, *, group_size: int = RLConfig.group_size, beta: float = RLConfig.beta) -> tuple[jax.Array, Aux]:
   """wd1 (Tang et al. 2025, "wd1: Weighted Policy Optimization for Reasoning in Diffusion LMs").
 
   Ratio-free weighted likelihood: with the sequence log-likelihood ``ℓ_b = Σ_i m w logp`` and, within
@@ -113,19 +129,18 @@ def wd1_loss(logp: jax.Array, batch: PolicyBatch,
     (scalar loss, aux with "kl", "pg_loss", "clip_frac" (0), "ratio_mean" (1)).
   """
   _sequence_advantages_only(batch, "wd1")
-  g = cfg.group_size
+  g = group_size
   seq = jnp.sum(batch.mask * batch.weights * logp, axis=-1).reshape(-1, g)  # [N, G]
   adv = batch.advantages.reshape(-1, g)
   coef = jax.nn.softmax(-adv, axis=-1) - jax.nn.softmax(adv, axis=-1)
   pg = jnp.mean(jnp.sum(coef * seq, axis=-1))
   kl = _token_mean(k3_kl(logp, batch.logp_ref), batch.mask)
-  loss = pg + cfg.beta * kl
+  loss = pg + beta * kl
   return loss, {"pg_loss": pg, "kl": kl, "clip_frac": jnp.zeros(()), "ratio_mean": jnp.ones(())}
 
 
 @register_objective("gspo")
-def gspo_loss(logp: jax.Array, batch: PolicyBatch,
-              cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
+def gspo_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig.clip_eps, beta: float = RLConfig.beta) -> tuple[jax.Array, Aux]:
   """GSPO (Zheng et al. 2025, "Group Sequence Policy Optimization"), sequence-level clipping.
 
   ``s_b = exp(Σ_i m w (logp − logp_old) / Σ_i m)`` (the length-normalised sequence ratio; with credit
@@ -138,17 +153,17 @@ def gspo_loss(logp: jax.Array, batch: PolicyBatch,
   Raises:
     ValueError: ``batch.token_advantages`` is set (a sequence-level objective).
   """
-  _sequence_advantages_only(batch, cfg.objective)
+  _sequence_advantages_only(batch, "gspo (or its alias gdpo)")
   m = batch.mask
   n = jnp.maximum(jnp.sum(m, -1), 1.0)
   log_ratio = jnp.sum(m * batch.weights * (logp - batch.logp_old), -1) / n  # [B]
   ratio = jnp.exp(log_ratio)
   adv = batch.advantages
   unclipped = ratio * adv
-  clipped = jnp.clip(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps) * adv
+  clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv
   pg = jnp.mean(-jnp.minimum(unclipped, clipped))
   kl = _token_mean(k3_kl(logp, batch.logp_ref), m)
-  loss = pg + cfg.beta * kl
+  loss = pg + beta * kl
   aux = {"pg_loss": pg, "kl": kl, "clip_frac": jnp.mean((clipped < unclipped).astype(jnp.float32)),
          "ratio_mean": jnp.mean(ratio)}
   return loss, aux
@@ -165,8 +180,7 @@ OBJECTIVES.alias("gdpo", "gspo")
 
 
 @register_objective("reinforce_pp")
-def reinforce_pp_loss(logp: jax.Array, batch: PolicyBatch,
-                      cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
+def reinforce_pp_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig.clip_eps) -> tuple[jax.Array, Aux]:
   """REINFORCE++ (Hu 2025): no critic, no group baseline, token-level PPO clip.
 
   Per token ``ℓ = −min(ρ wA, clip(ρ, 1±ε) wA)``, token mean over the batch; no KL term in the loss:
@@ -183,7 +197,7 @@ def reinforce_pp_loss(logp: jax.Array, batch: PolicyBatch,
   ratio = jnp.exp(logp - batch.logp_old)
   a = batch.advantages[:, None] * batch.weights
   unclipped = ratio * a
-  clipped = jnp.clip(ratio, 1.0 - cfg.clip_eps, 1.0 + cfg.clip_eps) * a
+  clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * a
   pg = _token_mean(-jnp.minimum(unclipped, clipped), m)
   aux = {"pg_loss": pg, "kl": _token_mean(batch.logp_old - batch.logp_ref, m),
          "clip_frac": _token_mean((clipped < unclipped).astype(jnp.float32), m),
@@ -192,8 +206,8 @@ def reinforce_pp_loss(logp: jax.Array, batch: PolicyBatch,
 
 
 @register_objective("rldf")
-def rldf_loss(logp: jax.Array, batch: PolicyBatch,
-              cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
+def rldf_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig.clip_eps, beta: float = RLConfig.beta,
+              rldf_tau: float = RLConfig.rldf_tau) -> tuple[jax.Array, Aux]:
   """RLDF (Reinforcement Learning from Denoising Feedback) on rebuilt rollout states.
 
   With ``rl.likelihood="rldf"`` every (state, position) pair is a target; the clean-state clip drops
@@ -208,8 +222,8 @@ def rldf_loss(logp: jax.Array, batch: PolicyBatch,
   """
   keep = batch.mask
   if batch.commit_now is not None:
-    clean = (jnp.exp(batch.logp_old) >= cfg.rldf_tau) | (batch.commit_now > 0)
+    clean = (jnp.exp(batch.logp_old) >= rldf_tau) | (batch.commit_now > 0)
     keep = keep * clean.astype(keep.dtype)
-  loss, aux = diffu_grpo_loss(logp, batch.replace(mask=keep), cfg)
+  loss, aux = diffu_grpo_loss(logp, batch.replace(mask=keep), clip_eps=clip_eps, beta=beta)
   aux["rldf_kept_frac"] = jnp.sum(keep) / jnp.maximum(jnp.sum(batch.mask), 1.0)
   return loss, aux

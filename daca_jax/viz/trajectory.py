@@ -107,7 +107,7 @@ def progress_of(traj: Trajectory, cfg: TrainConfig) -> jax.Array | None:
   """DPS's Δ_s float32 [S, B] of a rollout under ``cfg.credit``, or None when the rollout recorded
   no certainty signal (a credit that does not read it, without ``extra_records``)."""
   try:
-    signal = certainty_signal(traj, cfg.credit)
+    signal = certainty_signal(traj, cfg.credit.dps)
   except ValueError:
     return None
   return step_progress(signal, traj.commit_step, cfg.rollout, cfg.credit.dps.scope)
@@ -134,7 +134,7 @@ def credit_learners(logits_fn: Any, cfg: TrainConfig, tokenizer: Any, credits: S
     ConfigError: an unknown credit name, or one whose inputs the view cannot provide (names it).
   """
   check_credits(credits)
-  records = set(signal_records(cfg.credit))
+  records = set(signal_records(dps=cfg.credit.dps))
   for name in credits:
     records |= CREDIT.get(name).records(cfg.credit)
   fns = as_model_fns(logits_fn)

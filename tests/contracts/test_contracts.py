@@ -217,7 +217,7 @@ def test_credit_refuses_a_rollout_config_whose_steps_disagree_with_the_trajector
   from daca_jax.credit import dps_credit
 
   with pytest.raises(ShapeError, match=r"trajectory\.num_model_calls"):
-    dps_credit(traj, CreditConfig(), other)  # the module-level function is checked too
+    dps_credit(traj, other)  # the module-level function is checked too
   longer = dataclasses.replace(ROLLOUT, gen_length=12, block_length=4, steps=6)
   with pytest.raises(ShapeError, match=r"trajectory\.tokens has shape \(4, 11\); expected \(B, prompt_len \+ "
                      r"rollout_cfg\.gen_length\) = \(B, 3 \+ 12\)"):
@@ -245,7 +245,7 @@ def test_credit_inputs_are_checked_against_the_trajectory(traj):
   with pytest.raises(ShapeError, match=r"inputs\.group_size=3"):
     CREDIT.get("position_value").assign(traj, cfg, ROLLOUT, CreditInputs(advantages=adv, group_size=3))
   with pytest.raises(ShapeError, match=r"advantages has shape \(4, 1\); expected \(4,\)"):
-    delta_weights(jnp.ones((B, L, 5)), jnp.full((B, L), 0.5), adv[:, None], jnp.ones((B, L)), cfg)
+    delta_weights(jnp.ones((B, L, 5)), jnp.full((B, L), 0.5), adv[:, None], jnp.ones((B, L)), cfg.delta)
   with pytest.raises(ShapeError, match=r"advantages has shape \(4, 1\)"):
     position_value_advantages(traj.completion, traj.completion_mask, adv[:, None], 2)
 

@@ -149,14 +149,16 @@ def test_bad_estimator_outputs_are_named():
     check_token_scores(TokenScores(logp=logp, mask=logp, num_states=2), B, L)
 
   @register_estimator("_test_half_width")
-  def half_width(logits_fn, params, tokens, prompt_len, key, cfg, *, mask_id):
+  def half_width(logits_fn, params, tokens, prompt_len, key, *, mask_id):
     return jnp.zeros((tokens.shape[0], 3))
 
   try:
     with pytest.raises(ShapeError, match=r"likelihood '_test_half_width' output has shape \(4, 3\); "
                        r"expected \(4, 8\)"):
-      half_width(logits_fn, PARAMS, jnp.zeros((B, P + L), jnp.int32), P, jax.random.key(0), LikelihoodConfig(),
-                 mask_id=MASK, commit_step=None)
+      LIKELIHOOD.get("_test_half_width")(logits_fn, PARAMS, jnp.zeros((B, P + L), jnp.int32), P,
+                                         jax.random.key(0), LikelihoodConfig(), mask_id=MASK, commit_step=None)
+    with pytest.raises(ShapeError, match=r"likelihood '_test_half_width' output has shape \(4, 3\)"):
+      half_width(logits_fn, PARAMS, jnp.zeros((B, P + L), jnp.int32), P, jax.random.key(0), mask_id=MASK)
   finally:
     LIKELIHOOD._entries.pop("_test_half_width", None)
 

@@ -24,7 +24,7 @@ def test_dps_two_steps_hand_computed():
   rcfg = RolloutConfig(gen_length=4, block_length=4, steps=2)
   # Δ_0 = mean(0.7-0.3, 0.4-0.2) = 0.3 ; Δ_1 = 0 (nothing left)
   np.testing.assert_allclose(step_progress(traj.step_conf, traj.commit_step, rcfg), [[0.3], [0.0]], atol=1e-6)
-  np.testing.assert_allclose(dps_raw_scores(traj, CreditConfig(), rcfg), [[0.3, 0.0, 0.3, 0.0]], atol=1e-6)
+  np.testing.assert_allclose(dps_raw_scores(traj, DPSConfig(), rcfg), [[0.3, 0.0, 0.3, 0.0]], atol=1e-6)
   # z = [1, -1, 1, -1]; w = clip(1 + 0.5 z, 0.5, 2) = [1.5, 0.5, 1.5, 0.5]; mean already 1.
   w = CREDIT.get("dps")(traj, CreditConfig(), rcfg)
   np.testing.assert_allclose(w, [[1.5, 0.5, 1.5, 0.5]], atol=1e-6)
@@ -63,7 +63,7 @@ def test_dps_block_scope_and_self_term():
                              [0.3, 0.0, 0.4, 0.0], atol=1e-6)
   # self term λ=1 (blocks start at steps 0 and 2): pos0 0.6-0.3, pos1 0.5-0.5, pos2 0.9-0.5, pos3 0.7-0.7
   cfg = CreditConfig(dps=DPSConfig(scope="block", self_term=1.0))
-  raw = dps_raw_scores(traj, cfg, rcfg)
+  raw = dps_raw_scores(traj, cfg.dps, rcfg)
   np.testing.assert_allclose(raw, [[0.0 + 0.3, 0.3 + 0.0, 0.0 + 0.4, 0.4 + 0.0]], atol=1e-6)
 
 
@@ -95,7 +95,7 @@ def test_dps_neg_entropy_signal_hand_computed():
       step_conf=None, step_entropy=jnp.asarray(ent, jnp.float32))
   rcfg = RolloutConfig(gen_length=4, block_length=4, steps=2)
   # Δ_0 = mean(-(0.6) + 1.2, -(1.1) + 1.5) = mean(0.6, 0.4) = 0.5 ; Δ_1 = 0
-  raw = dps_raw_scores(traj, CreditConfig(dps=DPSConfig(signal="neg_entropy")), rcfg)
+  raw = dps_raw_scores(traj, DPSConfig(signal="neg_entropy"), rcfg)
   np.testing.assert_allclose(raw, [[0.5, 0.0, 0.5, 0.0]], atol=1e-6)
   with pytest.raises(ValueError, match="step_entropy"):
-    dps_raw_scores(traj.replace(step_entropy=None), CreditConfig(dps=DPSConfig(signal="neg_entropy")), rcfg)
+    dps_raw_scores(traj.replace(step_entropy=None), DPSConfig(signal="neg_entropy"), rcfg)

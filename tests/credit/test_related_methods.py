@@ -109,7 +109,7 @@ def test_dtca_matches_reference_without_calibration():
   traj = _traj(step_conf, commit_step, mask=valid)
   assigner = CREDIT.get("dtca")
   out = assigner.assign(traj, cfg, RolloutConfig(l_n, l_n, s_n),
-                        CreditInputs(categories=jnp.asarray(cats), state=dtca_init_state(cfg, 5)))
+                        CreditInputs(categories=jnp.asarray(cats), state=dtca_init_state(5)))
   want = _np_dtca(step_conf, commit_step, cats, valid, 0.5, 0.8, cfg.dps.w_min, cfg.dps.w_max)
   np.testing.assert_allclose(np.asarray(out.weights), want, rtol=1e-5, atol=1e-6)
   assert np.all(np.asarray(out.weights)[~valid] == 0)
@@ -135,7 +135,7 @@ def test_dtca_entropy_calibration_against_baseline_window():
       ent[commit_step[0, i], 0, i] = e
     return ent
 
-  state = dtca_init_state(cfg, 5)
+  state = dtca_init_state(5)
   for e0 in (2.0, 1.0):  # baseline of category 0 = 1.5, category 1 = 1.0
     out = assigner.assign(_traj(step_conf, commit_step, step_entropy=entropy(e0, 1.0)), cfg, rcfg,
                           CreditInputs(categories=cats, state=state))
@@ -185,7 +185,7 @@ def test_delta_matches_reference():
   m = np.ones((b_n, l_n))
   m[3, 3:] = 0
   cfg = CreditConfig(delta=DeltaConfig(gamma=0.2))
-  w, _ = delta_weights(jnp.asarray(h), jnp.asarray(p), jnp.asarray(a), jnp.asarray(m), cfg)
+  w, _ = delta_weights(jnp.asarray(h), jnp.asarray(p), jnp.asarray(a), jnp.asarray(m), cfg.delta)
   want = _np_delta(h, p, a, m, 0.8, 1.2, 0.2)
   np.testing.assert_allclose(np.asarray(w), want, rtol=2e-5, atol=2e-6)
   active = (m > 0) & (a[:, None] != 0)
@@ -199,7 +199,7 @@ def test_delta_upweights_side_specific_tokens():
   e = np.eye(3)
   h = np.stack([np.stack([e[0], e[2]]), np.stack([e[1], e[2]])])  # [2, 2, 3]
   w, margin = delta_weights(jnp.asarray(h), jnp.zeros((2, 2)), jnp.asarray([1.0, -1.0]), jnp.ones((2, 2)),
-                            CreditConfig())
+                            DeltaConfig())
   w = np.asarray(w)
   assert w[0, 0] > w[0, 1] and w[1, 0] > w[1, 1]
   assert float(margin[0, 1]) == pytest.approx(0.0, abs=1e-6)  # shared feature: orthogonal to c+ - c-
@@ -212,7 +212,7 @@ def test_delta_credit_reads_rollout_records_and_needs_them():
   traj = _traj(np.zeros((3, 2, 3)), [[0, 1, 2]] * 2, commit_conf=conf, hidden=h)
   adv = jnp.asarray([0.5, -0.5])
   got = CREDIT.get("delta")(traj, CreditConfig(), RolloutConfig(3, 3, 3), CreditInputs(advantages=adv))
-  want, _ = delta_weights(jnp.asarray(h), jnp.asarray(conf), adv, jnp.ones((2, 3)), CreditConfig())
+  want, _ = delta_weights(jnp.asarray(h), jnp.asarray(conf), adv, jnp.ones((2, 3)), DeltaConfig())
   np.testing.assert_allclose(got, want, rtol=1e-6)
   with pytest.raises(ValueError, match="commit_hidden"):
     CREDIT.get("delta")(_traj(np.zeros((3, 2, 3)), [[0, 1, 2]] * 2), CreditConfig(), RolloutConfig(3, 3, 3),

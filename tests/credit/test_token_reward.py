@@ -70,7 +70,7 @@ def test_token_reward_credit_and_loss():
   logp = jnp.log(jnp.full((b, length), 0.5))
   batch = PolicyBatch(logp_old=logp, logp_ref=logp, advantages=jnp.asarray([9.0, 9.0, 9.0, 9.0]),
                       weights=out.weights, mask=traj.completion_mask, token_advantages=out.token_advantages)
-  loss, _ = diffu_grpo_loss(logp, batch, RLConfig(beta=0.0))
+  loss, _ = diffu_grpo_loss(logp, batch, beta=0.0)
   assert float(loss) == pytest.approx(-float(jnp.sum(out.token_advantages)) / (b * length))
 
 

@@ -1,0 +1,115 @@
+"""Every registered algorithm sees only its own part of the config (issue: per-method sections).
+
+Estimators, credit assigners and objectives declare the config fields they read as keyword-only
+parameters; their registry entries hand them exactly those. These tests pin what each one reads, so
+a method that starts reading another method's options (or a whole section again) fails here.
+"""
+import dataclasses
+import inspect
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from daca_jax.credit import CREDIT
+from daca_jax.credit.dps import dps_credit
+from daca_jax.likelihood import LIKELIHOOD
+from daca_jax.likelihood.stratified import stratified_logprobs
+from daca_jax.rl.objectives import OBJECTIVES, diffu_grpo_loss
+from daca_jax.contracts import PolicyBatch
+from daca_jax.types import (CoupledConfig, CreditConfig, DeltaConfig, DPSConfig, DTCAConfig, LikelihoodConfig,
+                            RLConfig, RolloutConfig, StratifiedConfig)
+from daca_jax.diffusion import make_rollout_fn
+from tests.fixed_logit_model import jax_logits, make_params
+
+SHARED = {"p_mask_prompt", "strata_batch", "trajectory_steps"}
+ESTIMATOR_READS = {
+    "mean_field": {"p_mask_prompt"},
+    "stratified": {"stratified", "p_mask_prompt", "strata_batch"},
+    "coupled": {"coupled", "p_mask_prompt"},
+    "elbo": {"elbo", "p_mask_prompt"},
+    "trajectory": {"trajectory", "trajectory_steps", "p_mask_prompt", "strata_batch"},
+    "rldf": {"rldf", "trajectory_steps", "p_mask_prompt", "strata_batch"},
+}
+CREDIT_READS = {"uniform": set(), "dps": {"dps"}, "dtca": {"dtca", "dps"}, "delta": {"delta"},
+                "position_value": set(), "token_reward": set()}
+OBJECTIVE_READS = {"diffu_grpo": {"clip_eps", "beta"}, "wd1": {"group_size", "beta"},
+                   "gspo": {"clip_eps", "beta"}, "gdpo": {"clip_eps", "beta"},
+                   "reinforce_pp": {"clip_eps"}, "rldf": {"clip_eps", "beta", "rldf_tau"}}
+
+
+def test_every_registered_algorithm_reads_only_its_own_fields():
+  assert {n: set(LIKELIHOOD.get(n).reads) for n in LIKELIHOOD.names()} == ESTIMATOR_READS
+  assert {n: set(CREDIT.get(n).reads) for n in CREDIT.names()} == CREDIT_READS
+  assert {n: set(OBJECTIVES.get(n).reads) for n in OBJECTIVES.names()} == OBJECTIVE_READS
+  # A method-specific section is read by its own method only (DTCA builds on DPS's scores).
+  sections = {f.name for f in dataclasses.fields(LikelihoodConfig)} - SHARED - {"elbo_terms"}
+  for section in sections:
+    assert [n for n, r in ESTIMATOR_READS.items() if section in r] == [section]
+  # No algorithm function takes a whole config object.
+  for fn in [CREDIT.get(n).fn for n in CREDIT.names()] + [dps_credit, stratified_logprobs, diffu_grpo_loss]:
+    assert "cfg" not in inspect.signature(fn).parameters, fn
+
+
+V, MASK, EOS, P, L = 8, 7, 6, 3, 6
+PARAMS = jax.tree.map(jnp.asarray, make_params(P + L, V, seed=0))
+ROLLOUT = RolloutConfig(gen_length=L, block_length=L, steps=3, temperature=1.0)
+
+
+def _tokens(b=4, seed=0):
+  return jnp.asarray(np.random.default_rng(seed).integers(0, 5, (b, P + L)), jnp.int32)
+
+
+def test_registry_entry_equals_the_direct_call_with_the_methods_fields_only():
+  """The entry given a whole section computes what the direct call computes with that method's
+  fields, whatever another method's options say."""
+  tokens, key = _tokens(), jax.random.key(3)
+  sml = StratifiedConfig(num_strata=3, partition="strided")
+  cfg = LikelihoodConfig(stratified=sml, p_mask_prompt=0.3, coupled=CoupledConfig(t_min=0.01, t_max=0.02))
+  other = dataclasses.replace(cfg, coupled=CoupledConfig(t_min=0.4, t_max=0.6, full_pass=False))
+  via_entry = LIKELIHOOD.get("stratified")(jax_logits, PARAMS, tokens, P, key, cfg, mask_id=MASK).logp
+  via_other = LIKELIHOOD.get("stratified")(jax_logits, PARAMS, tokens, P, key, other, mask_id=MASK).logp
+  direct = stratified_logprobs(jax_logits, PARAMS, tokens, P, key, mask_id=MASK, p_mask_prompt=0.3,
+                               stratified=sml).logp
+  np.testing.assert_array_equal(np.asarray(via_entry), np.asarray(direct))
+  np.testing.assert_array_equal(np.asarray(via_other), np.asarray(direct))
+  default = stratified_logprobs(jax_logits, PARAMS, tokens, P, key, mask_id=MASK).logp  # LikelihoodConfig()'s
+  np.testing.assert_array_equal(
+      np.asarray(default),
+      np.asarray(LIKELIHOOD.get("stratified")(jax_logits, PARAMS, tokens, P, key, LikelihoodConfig(),
+                                              mask_id=MASK).logp))
+  assert not np.array_equal(np.asarray(default), np.asarray(direct))
+  with pytest.raises(TypeError, match=r"likelihood 'stratified' takes the options .*not \['coupled'\]"):
+    stratified_logprobs(jax_logits, PARAMS, tokens, P, key, mask_id=MASK, coupled=CoupledConfig())
+
+
+def test_objective_entry_passes_only_its_fields():
+  logp = jnp.log(jnp.full((4, 3), 0.5))
+  batch = PolicyBatch(logp_old=logp - 0.3, logp_ref=logp + 0.1, advantages=jnp.asarray([1.0, -1.0, 0.5, -0.5]),
+                      weights=jnp.ones((4, 3)), mask=jnp.ones((4, 3)))
+  cfg = RLConfig(clip_eps=0.1, beta=0.2, rldf_tau=0.9, group_size=2, learning_rate=3.0)
+  loss_entry, _ = OBJECTIVES.get("diffu_grpo")(logp, batch, cfg)
+  loss_direct, _ = diffu_grpo_loss(logp, batch, clip_eps=0.1, beta=0.2)
+  assert float(loss_entry) == float(loss_direct)
+  loss_default, _ = diffu_grpo_loss(logp, batch)  # the defaults are RLConfig's
+  assert float(loss_default) == float(OBJECTIVES.get("diffu_grpo")(logp, batch, RLConfig())[0])
+  assert float(loss_default) != float(loss_direct)
+
+
+def test_credit_assign_hands_each_assigner_its_sections_only():
+  traj = make_rollout_fn(jax_logits, ROLLOUT, mask_id=MASK, eos_id=EOS, record_step_conf=True)(
+      PARAMS, _tokens()[:, :P], jax.random.key(1))
+  cfg = CreditConfig(dps=DPSConfig(alpha=1.5), dtca=DTCAConfig(top_frac=0.3), delta=DeltaConfig(gamma=0.3))
+  for name, want in [("dtca", {"dtca": cfg.dtca, "dps": cfg.dps}), ("dps", {"dps": cfg.dps}), ("uniform", {})]:
+    seen = {}
+
+    def spy(traj, rollout_cfg, inputs, **sections):
+      seen.update(sections)
+      return traj.completion_mask
+
+    dataclasses.replace(CREDIT.get(name), fn=spy, needs_categories=False, init_state_fn=None).assign(
+        traj, cfg, ROLLOUT)
+    assert seen == want, name
+  np.testing.assert_array_equal(np.asarray(CREDIT.get("dps")(traj, cfg, ROLLOUT)),
+                                np.asarray(dps_credit(traj, ROLLOUT, dps=DPSConfig(alpha=1.5))))
