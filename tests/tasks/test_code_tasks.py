@@ -19,7 +19,8 @@ import pytest
 
 from daca_jax.data import local
 from daca_jax.errors import ConfigError, DataError
-from daca_jax.tasks import code, sandbox, sandbox_judge, sandbox_readview
+from daca_jax.tasks import code
+from daca_jax.tasks.sandbox import judge as sandbox_judge, readview as sandbox_readview, runner as sandbox
 from daca_jax.tasks.base import TASKS, make_task
 from daca_jax.tasks.code import HumanEvalTask, MBPPTask, candidate_program, extract_code
 

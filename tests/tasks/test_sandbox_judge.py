@@ -18,9 +18,10 @@ import pytest
 
 from daca_jax.data import local
 from daca_jax.errors import ConfigError
-from daca_jax.tasks import sandbox, sandbox_judge, sandbox_readview, sandbox_rpc
+from daca_jax.tasks.sandbox import judge as sandbox_judge, readview as sandbox_readview, rpc as sandbox_rpc
+from daca_jax.tasks.sandbox import runner as sandbox
 from daca_jax.tasks.code import HumanEvalTask, MBPPTask
-from daca_jax.tasks.sandbox_values import PlainDataError, decode, encode, same
+from daca_jax.tasks.sandbox.values import PlainDataError, decode, encode, same
 from tests import hostile_programs
 
 # Generous: only the timeout tests need a short limit, and a loaded machine starves short ones.

@@ -1,6 +1,6 @@
 """In-sandbox launcher of :mod:`daca_jax.tasks.sandbox` (standard library only; never imported).
 
-Run as ``python -I -S sandbox_launcher.py <config json>``, usually as PID 1 of fresh user, network,
+Run as ``python -I -S launcher.py <config json>``, usually as PID 1 of fresh user, network,
 PID, IPC and mount namespaces (``unshare``). It restricts itself, then forks the program and acts as
 a minimal init until the program exits:
 
@@ -10,7 +10,7 @@ a minimal init until the program exits:
    fill the host disk) and a fresh ``proc`` on ``/proc`` (only the sandbox's own processes);
 3. sets resource limits (CPU seconds, address space, processes, file size, open files, no cores);
 4. applies a Landlock ruleset (when the kernel has Landlock): reads only of the harness's read view
-   (:mod:`daca_jax.tasks.sandbox_readview`) and the work directory; writes only beneath the work
+   (:mod:`daca_jax.tasks.sandbox.readview`) and the work directory; writes only beneath the work
    directory and to ``/dev/null``; execution only of the interpreter; no TCP bind/connect
    (ABI >= 4); no signals or abstract unix sockets to processes outside the sandbox (ABI >= 6);
 5. makes itself non-dumpable (so the program, although it runs as the same user, cannot ptrace it

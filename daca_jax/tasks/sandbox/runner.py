@@ -5,11 +5,11 @@ Each program runs in its own subprocess, never in this interpreter:
 * fresh user + network + PID + IPC + mount namespaces (``unshare``) where the kernel allows it: no
   network at all (only a loopback that is down), its own ``/proc`` (a fresh procfs: only the
   sandbox's processes), no access to the host's SysV IPC objects, and the whole process tree dies
-  with the sandbox's PID 1 (the launcher, :mod:`daca_jax.tasks.sandbox_launcher`);
+  with the sandbox's PID 1 (the launcher, :mod:`daca_jax.tasks.sandbox.launcher`);
 * no capabilities at all (an empty bounding set and ``capset`` to zero): the program can neither
   mount nor unmount (its fresh ``/proc`` stays), nor ptrace the launcher to forge its report;
 * Landlock (Linux >= 5.13) where available: the program may READ only the interpreter's own files
-  (:mod:`daca_jax.tasks.sandbox_readview`: the standard library without any ``site-packages``, the
+  (:mod:`daca_jax.tasks.sandbox.readview`: the standard library without any ``site-packages``, the
   shared libraries it maps, a few files of ``/etc`` and ``/usr/share``) and its work directory,
   WRITE only beneath its work directory (and ``/dev/null``), EXECUTE only the interpreter; TCP
   bind/connect are denied (ABI >= 4) even without a network namespace; signals and abstract unix
@@ -36,10 +36,10 @@ its exit status, the bytes it sends).
 
 Verdicts. A program's own exit status (``run_program``'s ``passed``) proves nothing -- any program
 can exit 0 -- and no marker, frame or object inside the program's interpreter can be trusted. Code
-tasks therefore take their verdicts from :mod:`daca_jax.tasks.sandbox_judge`: the tests run in a
+tasks therefore take their verdicts from :mod:`daca_jax.tasks.sandbox.judge`: the tests run in a
 second, JUDGE sandbox holding only trusted code (the problem's header and tests); the candidate's
 functions are called through a pipe that carries plain values both ways; replies are decoded into
-exact builtin types (:mod:`daca_jax.tasks.sandbox_values`) and compared strictly in the judge
+exact builtin types (:mod:`daca_jax.tasks.sandbox.values`) and compared strictly in the judge
 (``True`` is not ``1``, NaN equals nothing, an ``assert`` needs a real ``bool``). The candidate
 never holds the tests or the expected values, and the verdict goes to a pipe only the judge holds.
 Defended by construction: printing fake markers or verdicts, ``sys.exit(0)``/``os._exit(0)``/
@@ -87,12 +87,12 @@ import warnings
 from typing import Sequence
 
 from daca_jax.errors import ConfigError
-from daca_jax.tasks import sandbox_readview
+from daca_jax.tasks.sandbox import readview
 
 PASSED, FAILED, TIMEOUT, ERROR = "passed", "failed", "timeout", "error"
 STATUSES = (PASSED, FAILED, TIMEOUT, ERROR)
 
-_LAUNCHER = pathlib.Path(__file__).with_name("sandbox_launcher.py")
+_LAUNCHER = pathlib.Path(__file__).with_name("launcher.py")
 _UNSHARE_ARGS = ("--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child", "--mount",
                  "--ipc")
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
@@ -152,7 +152,7 @@ class SandboxResult:
   Attributes:
     status: ``passed`` (exit code 0), ``failed`` (non-zero exit or killed by a signal),
       ``timeout`` (wall-clock or CPU-time limit), ``error`` (the sandbox itself could not run the
-      program). For a judged run (:mod:`daca_jax.tasks.sandbox_judge`) ``passed`` is the judge's
+      program). For a judged run (:mod:`daca_jax.tasks.sandbox.judge`) ``passed`` is the judge's
       verdict instead.
     message: a short human-readable reason (e.g. the program's last stderr line).
     duration_s: wall-clock seconds of the run, setup and cleanup included.
@@ -161,7 +161,7 @@ class SandboxResult:
     network_isolated: the program ran in a fresh network (and user, PID, IPC, mount) namespace.
     filesystem_isolated: Landlock confined the program's writes to its work directory.
     read_isolated: Landlock confined the program's reads to the read view
-      (:mod:`daca_jax.tasks.sandbox_readview`) and its work directory.
+      (:mod:`daca_jax.tasks.sandbox.readview`) and its work directory.
     proc_isolated: the program had its own ``/proc`` (only the sandbox's processes).
     process_limited: ``max_processes`` was enforced (see :func:`process_limit_mode`).
   """
@@ -311,7 +311,7 @@ def _close_all(fds: Sequence[int]) -> None:
 class _Run:
   """One sandboxed process: :meth:`start` it, :meth:`wait` for it, :meth:`finish` to collect the
   result (killing what is left) and clean up. :func:`run_program` is start + wait + finish; a
-  judged run (:mod:`daca_jax.tasks.sandbox_judge`) drives two at once."""
+  judged run (:mod:`daca_jax.tasks.sandbox.judge`) drives two at once."""
 
   def __init__(self, source: str, limits: SandboxLimits | None, pass_fds: Sequence[int] = (),
                pids_mode: str | None = None):
@@ -325,7 +325,7 @@ class _Run:
     # One-time probes (cached) run before the clock starts.
     self.use_ns = namespaces_available()
     self.pids_mode = pids_mode or process_limit_mode()
-    self.read_rules = [list(rule) for rule in sandbox_readview.read_rules()]
+    self.read_rules = [list(rule) for rule in readview.read_rules()]
     self.start_time = time.monotonic()
     self.root: pathlib.Path | None = None
     self.cgroup: pathlib.Path | None = None
@@ -490,7 +490,7 @@ def run_program(source: str, limits: SandboxLimits | None = None, *,
   """Runs Python ``source`` in the sandbox; never raises for anything the program does.
 
   ``passed`` only says that the program exited with code 0, which any program can do: never use it
-  as the verdict on untrusted code (see the module docstring; :mod:`daca_jax.tasks.sandbox_judge`
+  as the verdict on untrusted code (see the module docstring; :mod:`daca_jax.tasks.sandbox.judge`
   gives verdicts).
 
   Args:

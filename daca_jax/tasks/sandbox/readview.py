@@ -1,6 +1,6 @@
 """The read view of the code sandbox: the files a sandboxed Python interpreter may read.
 
-:mod:`daca_jax.tasks.sandbox_launcher` turns this list into Landlock rules (read access is denied
+:mod:`daca_jax.tasks.sandbox.launcher` turns this list into Landlock rules (read access is denied
 everywhere else). It holds what ``python -I -S`` and the standard library need, and nothing more:
 
 * the standard library directory, WITHOUT the contents of its ``site-packages``/``dist-packages``

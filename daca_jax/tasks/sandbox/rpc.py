@@ -1,10 +1,10 @@
 """The two programs of a judged sandbox run.
 
-Standard library only (plus :mod:`daca_jax.tasks.sandbox_values`): the harness
-(:mod:`daca_jax.tasks.sandbox_judge`) sends this module (compiled) into two sandboxes, one running
+Standard library only (plus :mod:`daca_jax.tasks.sandbox.values`): the harness
+(:mod:`daca_jax.tasks.sandbox.judge`) sends this module (compiled) into two sandboxes, one running
 :func:`serve` (the candidate: untrusted code) and one running :func:`judge` (trusted code only: the
 problem's header and its tests, rewritten into strict checks by
-:func:`daca_jax.tasks.sandbox_judge.rewrite_test`). They talk through two pipes, one JSON line per
+:func:`daca_jax.tasks.sandbox.judge.rewrite_test`). They talk through two pipes, one JSON line per
 message:
 
 * judge -> candidate: ``["call", name, args, kwargs]``, the arguments as plain values;
@@ -12,9 +12,9 @@ message:
   ``["raised", exception_name, message]``.
 
 The judge's verdict goes to a third pipe only the judge holds. The candidate can send any bytes;
-the judge decodes them with :func:`sandbox_values.decode` (exact builtin types only) and a message
+the judge decodes them with :func:`values.decode` (exact builtin types only) and a message
 of the wrong shape is a failure. The strict helpers (:meth:`_Judge.compare`, :meth:`_Judge.truth`)
-make ``==``, ``!=`` and ``in`` use :func:`sandbox_values.same`, refuse bools and NaN in ordered
+make ``==``, ``!=`` and ``in`` use :func:`values.same`, refuse bools and NaN in ordered
 comparisons, and demand a real ``bool`` in every ``assert``.
 """
 from __future__ import annotations
@@ -26,10 +26,10 @@ import operator
 import os
 import sys
 
-from daca_jax.tasks import sandbox_values as values
+from daca_jax.tasks.sandbox import values
 
 MAX_MESSAGE_BYTES = 4 << 20
-# Names of the strict helpers in the rewritten test code (sandbox_judge.rewrite_test).
+# Names of the strict helpers in the rewritten test code (judge.rewrite_test).
 CHAIN, COMPARE, TRUTH = "__daca_chain__", "__daca_compare__", "__daca_truth__"
 _ORDER = {"Lt": operator.lt, "LtE": operator.le, "Gt": operator.gt, "GtE": operator.ge}
 

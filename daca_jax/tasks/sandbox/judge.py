@@ -4,12 +4,12 @@
 A judged run starts two sandboxes (:mod:`daca_jax.tasks.sandbox`) joined by pipes:
 
 * the CANDIDATE sandbox runs the untrusted program (e.g. a problem's header + a model's code), then
-  answers calls ``name(*args, **kwargs)`` with plain values (:func:`sandbox_rpc.serve`); it never
+  answers calls ``name(*args, **kwargs)`` with plain values (:func:`rpc.serve`); it never
   sees the tests or the expected values;
 * the JUDGE sandbox runs only trusted code -- the problem's header and its test code, rewritten so
   that every check is strict (:func:`rewrite_test`) -- with each function under test
   replaced by a proxy that ships the arguments to the candidate and decodes the reply with
-  :func:`sandbox_values.decode` (exact builtin types only, so no object of the candidate's making
+  :func:`values.decode` (exact builtin types only, so no object of the candidate's making
   ever reaches a comparison). The judge writes its verdict to a pipe only it holds.
 
 The verdict is ``passed`` only if the tests ran to their end, made at least one call, and no call
@@ -33,8 +33,8 @@ import warnings
 from typing import Sequence
 
 from daca_jax.errors import ConfigError
-from daca_jax.tasks import sandbox, sandbox_rpc
-from daca_jax.tasks.sandbox import ERROR, FAILED, PASSED, TIMEOUT, SandboxLimits, SandboxResult
+from daca_jax.tasks.sandbox import rpc, runner
+from daca_jax.tasks.sandbox.runner import ERROR, FAILED, PASSED, TIMEOUT, SandboxLimits, SandboxResult
 
 _HERE = pathlib.Path(__file__).parent
 # How long the candidate may take to end by itself once the judge has finished (it sees EOF).
@@ -49,13 +49,14 @@ def _load(name, code):
   sys.modules[name] = module
   exec(code, module.__dict__)
   return module
-for _name in ("daca_jax", "daca_jax.tasks"):
+for _name in ("daca_jax", "daca_jax.tasks", "daca_jax.tasks.sandbox"):
   sys.modules[_name] = type(sys)(_name)
   sys.modules[_name].__path__ = []
 sys.modules["daca_jax"].tasks = sys.modules["daca_jax.tasks"]
+sys.modules["daca_jax.tasks"].sandbox = sys.modules["daca_jax.tasks.sandbox"]
 _values_code, _rpc_code = marshal.loads(_MODULES)
-sys.modules["daca_jax.tasks"].sandbox_values = _load("daca_jax.tasks.sandbox_values", _values_code)
-_rpc = _load("daca_jax.tasks.sandbox_rpc", _rpc_code)
+sys.modules["daca_jax.tasks.sandbox"].values = _load("daca_jax.tasks.sandbox.values", _values_code)
+_rpc = _load("daca_jax.tasks.sandbox.rpc", _rpc_code)
 del _MODULES, _values_code, _rpc_code
 _rpc.{entry}(_CONFIG)
 """
@@ -85,12 +86,12 @@ class _Strict(ast.NodeTransformer):
     self.generic_visit(node)
     ops = [type(op).__name__ for op in node.ops]
     if len(ops) == 1:
-      call = ast.Call(ast.Name(sandbox_rpc.COMPARE, ast.Load()),
+      call = ast.Call(ast.Name(rpc.COMPARE, ast.Load()),
                       [node.left, ast.Constant(ops[0]), node.comparators[0]], [])
     else:  # later operands stay lazy, as in a chained comparison
       lazy = [ast.Lambda(ast.arguments([], [], None, [], [], None, []), c)
               for c in node.comparators]
-      call = ast.Call(ast.Name(sandbox_rpc.CHAIN, ast.Load()),
+      call = ast.Call(ast.Name(rpc.CHAIN, ast.Load()),
                       [node.left, ast.Tuple([ast.Constant(o) for o in ops], ast.Load()), *lazy], [])
     return ast.copy_location(call, node)
 
@@ -109,7 +110,7 @@ def _truth(node: ast.expr) -> ast.expr:
     return node
   if isinstance(node, ast.Constant) and type(node.value) is bool:
     return node
-  return ast.copy_location(ast.Call(ast.Name(sandbox_rpc.TRUTH, ast.Load()), [node], []), node)
+  return ast.copy_location(ast.Call(ast.Name(rpc.TRUTH, ast.Load()), [node], []), node)
 
 
 def _rename_check(tree: ast.Module) -> None:
@@ -125,8 +126,8 @@ def _rename_check(tree: ast.Module) -> None:
 
 def rewrite_test(test: str, entry_point: str) -> ast.Module:
   """The test code's module AST with strict checks: every comparison becomes a call of the judge's
-  strict helper (``==``, ``!=``, ``in`` by :func:`sandbox_values.same`; chained comparisons stay
-  lazy) and every ``assert`` demands a real ``bool`` (see :mod:`daca_jax.tasks.sandbox_rpc`).
+  strict helper (``==``, ``!=``, ``in`` by :func:`values.same`; chained comparisons stay
+  lazy) and every ``assert`` demands a real ``bool`` (see :mod:`daca_jax.tasks.sandbox.rpc`).
 
   Raises:
     SyntaxError: ``test`` is not valid Python.
@@ -200,8 +201,8 @@ def make_suite(header: str, test: str, entry_point: str) -> TestSuite:
 def _modules() -> bytes:
   """The in-sandbox modules, compiled once (the sandboxes run this same interpreter)."""
   return marshal.dumps(tuple(
-      compile((_HERE / f"{name}.py").read_text(), f"<daca_jax.tasks.{name}>", "exec")
-      for name in ("sandbox_values", "sandbox_rpc")))
+      compile((_HERE / f"{name}.py").read_text(), f"<daca_jax.tasks.sandbox.{name}>", "exec")
+      for name in ("values", "rpc")))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -251,15 +252,15 @@ def run_judged(candidate: str, suite: TestSuite,
   if not isinstance(limits, SandboxLimits):
     raise ConfigError("sandbox.limits", limits, "a SandboxLimits")
   if not isinstance(suite, TestSuite):
-    raise ConfigError("sandbox.suite", suite, "a TestSuite (sandbox_judge.make_suite)")
+    raise ConfigError("sandbox.suite", suite, "a TestSuite (make_suite)")
   text = candidate if isinstance(candidate, str) else str(candidate)
   to_judge_r, to_judge_w = os.pipe()
   to_candidate_r, to_candidate_w = os.pipe()
   verdict_r, verdict_w = os.pipe()
-  cand = sandbox._Run(  # pylint: disable=protected-access
+  cand = runner._Run(  # pylint: disable=protected-access
       _program("serve", {"source": text, "read_fd": to_candidate_r, "write_fd": to_judge_w}),
       limits, pass_fds=(to_candidate_r, to_judge_w))
-  judge = sandbox._Run(  # pylint: disable=protected-access
+  judge = runner._Run(  # pylint: disable=protected-access
       _program("judge", {"header": suite.header, "test": suite.test,
                          "test_code": _test_code(suite.test, suite.entry_point),
                          "functions": list(suite.functions),
@@ -280,7 +281,7 @@ def run_judged(candidate: str, suite: TestSuite,
   return _combine(judge_result, cand_result, cand, verdict)
 
 
-def _combine(judge: SandboxResult, cand: SandboxResult, cand_run: "sandbox._Run",
+def _combine(judge: SandboxResult, cand: SandboxResult, cand_run: "runner._Run",
              verdict: dict | None) -> SandboxResult:
   flags = {f: getattr(judge, f) and getattr(cand, f)
            for f in ("network_isolated", "filesystem_isolated", "read_isolated", "proc_isolated",
@@ -309,7 +310,7 @@ def run_judged_many(candidates: Sequence[str], suites: Sequence[TestSuite],
   Raises:
     ConfigError: lengths differ or ``max_workers`` is not a positive int.
   """
-  workers = sandbox.check_max_workers(max_workers)
+  workers = runner.check_max_workers(max_workers)
   if len(candidates) != len(suites):
     raise ConfigError("sandbox.suites", f"<{len(suites)} suites>",
                       f"one per candidate ({len(candidates)})")

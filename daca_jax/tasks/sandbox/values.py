@@ -1,7 +1,7 @@
 """Plain values across the sandbox boundary: a strict codec and strict comparisons.
 
 Standard library only, no imports from this package: the text of this module also runs inside the
-sandboxed judge and candidate processes (:mod:`daca_jax.tasks.sandbox_judge`).
+sandboxed judge and candidate processes (:mod:`daca_jax.tasks.sandbox.judge`).
 
 Wire format: one JSON text (``json.dumps(..., allow_nan=False)``, ASCII) per value. JSON ``null``,
 ``true``/``false``, integers, floats, strings and arrays are ``None``, ``bool``, ``int``, ``float``,
