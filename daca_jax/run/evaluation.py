@@ -1,7 +1,10 @@
-"""Batched evaluation: decode a task's prompts with the rollout sampler and grade the completions."""
+"""The evaluation decode loop, shared by the main job and the evaluation harness: a task's prompts
+decoded with the rollout sampler in fixed-size batches, then graded."""
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+import dataclasses
+import time
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import jax
 import numpy as np
@@ -11,32 +14,80 @@ from daca_jax.parallel.distributed import to_host
 from daca_jax.tasks.base import Example, Task
 
 
-def generate(rollout_fn: Callable[..., Any], params: Any, prompts: np.ndarray, batch_size: int,
-             key: jax.Array, *, show_progress: bool = False, desc: str = "eval",
-             log: Callable[[str], None] | None = None) -> np.ndarray:
-  """Runs ``rollout_fn`` over ``prompts`` in fixed-size batches (the last one padded).
+@dataclasses.dataclass(frozen=True)
+class DecodedBatch:
+  """One decoded batch of :func:`decode_batches`.
+
+  Attributes:
+    index: k, the batch number (rows ``k·b … k·b + b − 1`` of the prompts).
+    rows: int64 [n_k] the prompt rows it holds (fewer than b in the last batch).
+    ids: int32 [n_k, L] their completion tokens (the padding rows dropped).
+    seconds: wall time of the decode, device to host included.
+  """
+
+  index: int
+  rows: np.ndarray
+  ids: np.ndarray
+  seconds: float
+
+
+def num_batches(num_prompts: int, batch_size: int) -> int:
+  """⌈N / b⌉: the batches :func:`decode_batches` splits N prompts into."""
+  return -(-num_prompts // batch_size)
+
+
+def decode_batches(rollout_fn: Callable[..., Any], params: Any, prompts: np.ndarray, batch_size: int,
+                   key: jax.Array, batches: Iterable[int] | None = None) -> Iterator[DecodedBatch]:
+  """Decodes ``prompts`` in batches of ``batch_size``, one batch per ``next()``.
+
+  Batch k always holds the same rows and uses the key ``fold_in(key, k)``, and the last batch is
+  padded to the full size with copies of the last prompt (one compiled shape), so a batch decodes
+  the same whether it is decoded alone, in another order, or after a restart: the harness resumes
+  from the batches it has written; the main job decodes them all.
 
   Args:
     rollout_fn: ``(params, prompts[b, P], key) -> Trajectory`` (jitted; one compile for all batches).
     prompts: int32 [N, P].
     batch_size: b.
-    key: PRNG key; batch i uses ``fold_in(key, i)``.
+    key: PRNG key.
+    batches: the batch numbers to decode, in this order (default: all, ``0 … ⌈N/b⌉ − 1``).
+  Yields:
+    :class:`DecodedBatch` per batch (completions on every process of a multi-process run).
+  Raises:
+    ValueError: ``batch_size`` < 1, no prompts, or a batch number outside ``[0, ⌈N/b⌉)``.
+  """
+  n = prompts.shape[0]
+  if batch_size < 1 or n < 1:
+    raise ValueError(f"decode_batches needs prompts and a batch size >= 1 (got N={n}, batch_size={batch_size})")
+  total = num_batches(n, batch_size)
+  for k in (range(total) if batches is None else batches):
+    if not 0 <= k < total:
+      raise ValueError(f"batch {k} is outside [0, {total}) for {n} prompts in batches of {batch_size}")
+    rows = np.arange(k * batch_size, min((k + 1) * batch_size, n))
+    padded = prompts[np.minimum(np.arange(k * batch_size, (k + 1) * batch_size), n - 1)]  # [b, P]
+    t0 = time.perf_counter()
+    ids = np.asarray(to_host(rollout_fn(params, padded, jax.random.fold_in(key, k)).completion))
+    yield DecodedBatch(k, rows, ids[:len(rows)], time.perf_counter() - t0)
+
+
+def generate(rollout_fn: Callable[..., Any], params: Any, prompts: np.ndarray, batch_size: int,
+             key: jax.Array, *, show_progress: bool = False, desc: str = "eval",
+             log: Callable[[str], None] | None = None) -> np.ndarray:
+  """Every completion of :func:`decode_batches`, in prompt order.
+
+  Args:
+    rollout_fn, prompts, batch_size, key: as :func:`decode_batches`.
     log: if given, the first batch is announced there (it compiles the decoder) and its time
       reported before the bar starts (:class:`daca_jax.run.metrics.PhaseProgress`).
   Returns:
     int32 [N, L] completion tokens (on every process of a multi-process run).
   """
-  n = prompts.shape[0]
-  num_batches = -(-n // batch_size)
-  padded = np.concatenate([prompts, np.repeat(prompts[-1:], num_batches * batch_size - n, 0)], 0)
-  outs = []
-  batches = (progress(range(num_batches), desc=desc, disable=not show_progress) if log is None else
-             PhaseProgress(range(num_batches), desc=desc, log=log, disable=not show_progress,
-                           first=f"decoding the first of {num_batches} batches (compiles the sampler)"))
-  for i in batches:
-    traj = rollout_fn(params, padded[i * batch_size:(i + 1) * batch_size], jax.random.fold_in(key, i))
-    outs.append(to_host(traj.completion))
-  return np.concatenate(outs, 0)[:n]
+  total = num_batches(prompts.shape[0], batch_size)
+  batches = decode_batches(rollout_fn, params, prompts, batch_size, key)
+  batches = (progress(batches, total=total, desc=desc, disable=not show_progress) if log is None else
+             PhaseProgress(batches, total=total, desc=desc, log=log, disable=not show_progress,
+                           first=f"decoding the first of {total} batches (compiles the sampler)"))
+  return np.concatenate([b.ids for b in batches], 0)
 
 
 def evaluate(task: Task, rollout_fn: Callable[..., Any], params: Any, examples: Sequence[Example],

@@ -391,13 +391,17 @@ class PhaseProgress:
   def __iter__(self):
     import time
 
+    if self.total == 0:
+      return
     it = iter(self._iterable)
+    # Timed from before the first item is drawn: a generator's step runs in next(), a range's in
+    # the caller's loop body, and either way the first one compiles.
+    self._log(f"{self.desc}: {self._first}…")
+    t0 = time.perf_counter()
     try:
       item = next(it)
     except StopIteration:
       return
-    self._log(f"{self.desc}: {self._first}…")
-    t0 = time.perf_counter()
     yield item
     self.first_step_s = time.perf_counter() - t0
     self._log(f"{self.desc}: first step done in {self.first_step_s:.1f} s (compilation included)")

@@ -16,7 +16,8 @@ For each arm it reports, at the warm start (θ = θ_old = θ_ref, so the KL term
 * ``cos_to_reference``: cosine between the arm's mean update over all batches and the reference's
   mean update — the direction the arm would follow with unlimited rollouts;
 * ``paired_cos``: mean over batches of the cosine between the arm's and the reference's update on
-  the same batch;
+  the same batch, over the batches whose reference update is not zero (a batch whose rewards all
+  tie has no policy gradient at θ = θ_ref, hence no direction: ``zero_batches`` counts them);
 * ``agreement``: cosine between the arm's mean updates over the first and second halves of the
   batches (signal-to-noise: 0 is noise);
 * ``norm_ratio``: the arm's mean update norm over the reference's.
@@ -84,7 +85,7 @@ def run_alignment(cfg: TrainConfig, logits_fn: Callable[..., Any], params: Any, 
     num_batches: independent rollout batches (>= 2).
   Returns:
     {"arms": {name: {cos_to_reference, paired_cos, agreement, norm_ratio}}, "batch_rollouts",
-    "num_batches", "reward_mean"}.
+    "num_batches", "zero_batches" (batches whose reference update is zero), "reward_mean"}.
   Raises:
     ConfigError: ``num_batches`` < 2, no arms, or an override that names no config field.
   """
@@ -123,16 +124,19 @@ def run_alignment(cfg: TrainConfig, logits_fn: Callable[..., Any], params: Any, 
       sums[n][0 if i < half else 1] = sums[n][0 if i < half else 1] + d
       if ref_dir is None:
         ref_dir = d
-      paired[n].append(_cos(d, ref_dir))
+      if np.linalg.norm(ref_dir) > 0:
+        paired[n].append(_cos(d, ref_dir))
     log(f"batch {i + 1}/{num_batches}: reward {rewards.mean():.3f}")
   ref_mean = sums[names[0]][0] + sums[names[0]][1]
   out = {}
   for n in names:
     mean = sums[n][0] + sums[n][1]
-    out[n] = {"cos_to_reference": _cos(mean, ref_mean), "paired_cos": float(np.mean(paired[n])),
+    out[n] = {"cos_to_reference": _cos(mean, ref_mean),
+              "paired_cos": float(np.mean(paired[n])) if paired[n] else 0.0,
               "agreement": _cos(sums[n][0], sums[n][1]),
               "norm_ratio": float(np.linalg.norm(mean) / max(np.linalg.norm(ref_mean), 1e-30))}
   return {"arms": out, "batch_rollouts": rl.prompts_per_step * rl.group_size, "num_batches": num_batches,
+          "zero_batches": num_batches - len(paired[names[0]]),
           "reward_mean": float(np.mean(rewards_seen))}
 
 

@@ -258,3 +258,34 @@ def test_summary_states_the_grading_rules(tmp_path):
   assert rules and summary["tasks"]["sudoku4x4"]["grading_rules"] == rules
   assert f"Grading: {rules}" in (tmp_path / "summary.md").read_text()
   assert json.loads((tmp_path / "summary.json").read_text())["tasks"]["sudoku4x4"]["grading_rules"] == rules
+
+
+def test_decode_batches_decodes_a_batch_the_same_alone_in_any_order_and_after_a_restart():
+  """The one decode loop (main job and harness): batch k has fixed rows and key fold_in(key, k), so a
+  resumed harness run samples what an uninterrupted one does, even at temperature 1."""
+  from daca_jax.diffusion import make_rollout_fn
+  from daca_jax.run.evaluation import decode_batches
+  from daca_jax.types import RolloutConfig
+  from tests import fixed_logit_model
+
+  vocab, mask, eos, plen = 9, 8, 7, 3
+  params = jax.tree.map(jnp.asarray, fixed_logit_model.make_params(plen + 6, vocab, seed=1))
+  rollout = jax.jit(make_rollout_fn(fixed_logit_model.jax_logits, RolloutConfig(6, 6, 3, temperature=1.0),
+                                    mask_id=mask, eos_id=eos))
+  prompts = np.random.default_rng(0).integers(0, 7, (7, plen)).astype(np.int32)  # 3 batches of 3: 3, 3, 1
+  key = jax.random.PRNGKey(5)
+  full = list(decode_batches(rollout, params, prompts, 3, key))
+  assert [b.index for b in full] == [0, 1, 2] and [len(b.rows) for b in full] == [3, 3, 1]
+  assert [b.ids.shape for b in full] == [(3, 6), (3, 6), (1, 6)]
+  assert len({tuple(r) for b in full for r in b.ids}) > 1  # sampled, not constant
+  alone = list(decode_batches(rollout, params, prompts, 3, key, batches=[2, 0]))
+  for got in alone:
+    np.testing.assert_array_equal(got.ids, full[got.index].ids)
+    np.testing.assert_array_equal(got.rows, full[got.index].rows)
+  np.testing.assert_array_equal(np.concatenate([b.ids for b in full]), generate(rollout, params, prompts, 3, key))
+  other_key = list(decode_batches(rollout, params, prompts, 3, jax.random.PRNGKey(6), batches=[0]))[0]
+  assert not np.array_equal(other_key.ids, full[0].ids)
+  with pytest.raises(ValueError, match=r"batch 3 is outside \[0, 3\)"):
+    list(decode_batches(rollout, params, prompts, 3, key, batches=[3]))
+  with pytest.raises(ValueError, match="batch size >= 1"):
+    list(decode_batches(rollout, params, prompts, 0, key))

@@ -1,5 +1,6 @@
-"""The evaluation loop: each task x generation length decoded in fixed batches, resumable, graded by
-the task, summarised from the written rows."""
+"""The evaluation loop: each task x generation length decoded in fixed batches by the main job's own
+decode loop (:func:`daca_jax.run.evaluation.decode_batches`), resumable, graded by the task, summarised
+from the written rows."""
 from __future__ import annotations
 
 import dataclasses
@@ -16,6 +17,7 @@ from daca_jax.run.harness.files import check_fingerprint, finished_rows, jsonabl
 from daca_jax.run.harness.loaders import EvalModel
 from daca_jax.run.harness.protocol import EvalProtocol, PreparedTask, prepare_task
 from daca_jax.run.harness.reports import summary_markdown, write_summary
+from daca_jax.run.evaluation import decode_batches
 from daca_jax.run.metrics import progress
 from daca_jax.tasks.base import Example, Task
 from daca_jax.types import RolloutConfig
@@ -81,30 +83,26 @@ def evaluate_length(prepared: PreparedTask, model: EvalModel, protocol: EvalProt
   tok = prepared.tokenizer
   rollout = model.rollout_fn(rcfg, tok.mask_id, tok.eos_id)
   key = jax.random.PRNGKey(protocol.seed)
+  now = todo if max_batches is None else todo[:max_batches]
   bar = progress(total=n, desc=f"{name} L={gen_length}", disable=not show_progress)
   bar.update(len(done))
-  for count, k in enumerate(todo):
-    if max_batches is not None and count >= max_batches:
-      bar.close()
-      return None, count
-    idx = np.arange(k * bs, min((k + 1) * bs, n))
-    batch = prepared.prompts[np.minimum(np.arange(k * bs, (k + 1) * bs), n - 1)]  # [bs, P], padded
+  for decoded in decode_batches(rollout, model.params, prepared.prompts, bs, key, batches=now):
     t0 = time.perf_counter()
-    ids = np.asarray(rollout(model.params, batch, jax.random.fold_in(key, k)).completion)[:len(idx)]
-    t_decode = time.perf_counter() - t0
-    completions = prepared.decode(ids)
-    exs = [examples[i] for i in idx]
+    completions = prepared.decode(decoded.ids)
+    exs = [examples[i] for i in decoded.rows]
     rewards = np.asarray(prepared.task.reward(completions, exs), np.float32)
-    lengths = _completion_tokens(ids, tok.eos_id)
-    seconds = time.perf_counter() - t0
+    lengths = _completion_tokens(decoded.ids, tok.eos_id)
+    seconds = decoded.seconds + time.perf_counter() - t0
     rows = [{"index": int(i), "prompt": ex.prompt, "target": ex.target, "completion": c,
              "reward": float(r), "metrics": _row_metrics(prepared.task, c, ex),
-             "completion_tokens": int(nt), "batch": int(k), "batch_seconds": seconds,
-             "decode_seconds": t_decode}
-            for i, ex, c, r, nt in zip(idx, exs, completions, rewards, lengths)]
+             "completion_tokens": int(nt), "batch": int(decoded.index), "batch_seconds": seconds,
+             "decode_seconds": decoded.seconds}
+            for i, ex, c, r, nt in zip(decoded.rows, exs, completions, rewards, lengths)]
     write_rows(gen_path, rows, "a")
-    bar.update(len(idx))
+    bar.update(len(decoded.rows))
   bar.close()
+  if len(now) < len(todo):
+    return None, len(now)
   return summarize_generations(prepared, gen_path, protocol.batch_size, gen_length), len(todo)
 
 
