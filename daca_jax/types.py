@@ -409,7 +409,9 @@ class DeltaConfig:
 
 @dataclasses.dataclass(frozen=True)
 class CreditConfig:
-  """Options of the credit assigners, one section per assigner. The assigner is chosen by ``rl.credit``.
+  """Options of the credit assigners, one section per assigner. The assigner is chosen by ``rl.credit``
+  and receives only the sections it declares (DPS: ``dps``; DTCA, built on DPS's scores: ``dtca``
+  and ``dps``; :class:`daca_jax.credit.CreditAssigner`).
 
   Attributes:
     dps: :class:`DPSConfig` (``credit.dps.*``).
@@ -537,7 +539,8 @@ class RLDFConfig:
 @dataclasses.dataclass(frozen=True)
 class LikelihoodConfig:
   """Options of the likelihood estimators: what they share, then one section per estimator. The
-  estimator is chosen by ``rl.likelihood``.
+  estimator is chosen by ``rl.likelihood`` and receives only the fields it declares (SML:
+  ``stratified``, ``p_mask_prompt``, ``strata_batch``; :func:`daca_jax.likelihood.base.register_estimator`).
 
   Attributes:
     p_mask_prompt: probability of masking each prompt token in the likelihood passes. 0 by default
