@@ -93,3 +93,20 @@ def config_fields(fn: Callable[..., object], section: type) -> tuple[str, ...]:
 def section_kwargs(cfg: object, fields: tuple[str, ...]) -> dict[str, object]:
   """``{field: getattr(cfg, field)}`` for the fields an algorithm declared (:func:`config_fields`)."""
   return {name: getattr(cfg, name) for name in fields}
+
+
+def check_options(section: type, options: dict[str, object], where: str) -> None:
+  """Validates the options of a direct call (``diffu_grpo_loss(..., clip_eps=-1)``) as the config
+  section they come from would (``section().validate``), so a bad value is a one-line
+  :class:`~daca_jax.errors.ConfigError` naming ``<where>.<field>``, not silent garbage.
+
+  Array-valued options (e.g. a traced ``beta``) are the caller's to check and skip the validation.
+
+  Raises:
+    ConfigError: an option outside what the section allows.
+  """
+  import dataclasses
+
+  if not options or any(hasattr(v, "shape") for v in options.values()):
+    return
+  dataclasses.replace(section(), **options).validate(prefix=where)

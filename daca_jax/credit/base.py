@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from daca_jax.contracts import Trajectory, check_optional_shape, check_trajectory
 from daca_jax.errors import ShapeError
-from daca_jax.registry import Registry, config_fields, section_kwargs
+from daca_jax.registry import Registry, check_options, config_fields, section_kwargs
 from daca_jax.types import CreditConfig, RolloutConfig
 
 # Names of the optional Trajectory records an assigner can ask the rollout for.
@@ -211,6 +211,7 @@ def register_credit(name: str, records: Callable[..., frozenset[str]] | None = N
     def checked(traj: Trajectory, rollout_cfg: RolloutConfig, inputs: CreditInputs | None = None,
                 **sections: Any):
       check_credit_inputs(traj, rollout_cfg, inputs)
+      check_options(CreditConfig, sections, fn.__name__)
       return fn(traj, rollout_cfg, inputs, **sections)
 
     return checked

@@ -25,7 +25,7 @@ import jax
 
 from daca_jax.contracts import (TokenScores, as_model_fns, check_completion_rows, check_shape, check_token_scores, check_tokens,
                                 token_scores)
-from daca_jax.registry import Registry, config_fields, section_kwargs
+from daca_jax.registry import Registry, check_options, config_fields, section_kwargs
 from daca_jax.types import LikelihoodConfig
 
 LikelihoodFn = Callable[..., TokenScores]
@@ -94,6 +94,7 @@ def register_estimator(name: str) -> Callable[[Callable[..., Any]], LikelihoodFn
       unknown = sorted(set(options) - set(reads))
       if unknown:
         raise TypeError(f"likelihood {name!r} takes the options {list(reads)}, not {unknown}")
+      check_options(LikelihoodConfig, options, fn.__name__)
       rows = {"commit_step": commit_step, "commit_conf": commit_conf, "completion_mask": completion_mask}
       b, _, length = check_estimator_inputs(tokens, prompt_len, **rows)
       out = fn(as_model_fns(logits_fn), params, tokens, prompt_len, key, mask_id=mask_id,

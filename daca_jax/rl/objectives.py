@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from daca_jax.contracts import PolicyBatch, check_policy_batch
-from daca_jax.registry import Registry, config_fields, section_kwargs
+from daca_jax.registry import Registry, check_options, config_fields, section_kwargs
 from daca_jax.types import RLConfig
 
 Aux = dict[str, jax.Array]
@@ -47,6 +47,7 @@ def register_objective(name: str, per_group: bool = False) -> Callable[[Objectiv
 
     @functools.wraps(fn)
     def checked(logp: jax.Array, batch: PolicyBatch, **options: Any) -> tuple[jax.Array, Aux]:
+      check_options(RLConfig, options, fn.__name__)
       bound = signature.bind(logp, batch, **options)
       bound.apply_defaults()
       check_policy_batch(logp, batch, name, bound.arguments["group_size"] if per_group else 0)

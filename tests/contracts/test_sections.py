@@ -113,3 +113,32 @@ def test_credit_assign_hands_each_assigner_its_sections_only():
     assert seen == want, name
   np.testing.assert_array_equal(np.asarray(CREDIT.get("dps")(traj, cfg, ROLLOUT)),
                                 np.asarray(dps_credit(traj, ROLLOUT, dps=DPSConfig(alpha=1.5))))
+
+
+def test_direct_calls_validate_their_options_as_the_config_would():
+  from daca_jax.errors import ConfigError
+  from daca_jax.rl.objectives import wd1_loss
+
+  logp = jnp.zeros((4, 3))
+  batch = PolicyBatch(logp_old=logp, logp_ref=logp, advantages=jnp.zeros(4), weights=jnp.ones((4, 3)),
+                      mask=jnp.ones((4, 3)))
+  with pytest.raises(ConfigError, match=r"diffu_grpo_loss\.clip_eps=-1\.0 is not allowed: expected a number >= 0"):
+    diffu_grpo_loss(logp, batch, clip_eps=-1.0)
+  with pytest.raises(ConfigError, match=r"diffu_grpo_loss\.beta=nan"):
+    diffu_grpo_loss(logp, batch, beta=float("nan"))
+  with pytest.raises(ConfigError, match=r"wd1_loss\.group_size=1 is not allowed: expected >= 2"):
+    wd1_loss(logp, batch, group_size=1)
+  loss, _ = jax.jit(lambda b: diffu_grpo_loss(logp, batch, beta=b))(jnp.float32(0.1))  # a traced option
+  assert np.isfinite(float(loss))
+  tokens, key = _tokens(), jax.random.key(0)
+  with pytest.raises(ConfigError, match=r"stratified_logprobs\.stratified\.num_strata=0"):
+    stratified_logprobs(jax_logits, PARAMS, tokens, P, key, mask_id=MASK, stratified=StratifiedConfig(num_strata=0))
+  with pytest.raises(ConfigError, match=r"stratified_logprobs\.stratified=\{'num_strata': 2\} is not allowed: "
+                                        r"expected a StratifiedConfig section"):
+    stratified_logprobs(jax_logits, PARAMS, tokens, P, key, mask_id=MASK, stratified={"num_strata": 2})
+  with pytest.raises(ConfigError, match=r"stratified_logprobs\.p_mask_prompt=1\.5"):
+    stratified_logprobs(jax_logits, PARAMS, tokens, P, key, mask_id=MASK, p_mask_prompt=1.5)
+  traj = make_rollout_fn(jax_logits, ROLLOUT, mask_id=MASK, eos_id=EOS, record_step_conf=True)(
+      PARAMS, tokens[:, :P], jax.random.key(1))
+  with pytest.raises(ConfigError, match=r"dps_credit\.dps\.w_min"):
+    dps_credit(traj, ROLLOUT, dps=DPSConfig(w_min=3.0, w_max=2.0))
