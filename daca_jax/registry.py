@@ -79,8 +79,8 @@ def config_fields(fn: Callable[..., object], section: type) -> tuple[str, ...]:
 
   A registered algorithm declares what it reads this way, and its registry entry hands it exactly
   those fields of the section it is given (:func:`section_kwargs`), so an algorithm never sees the
-  options of another method. Declaring a keyword-only parameter that is not a field is allowed (it
-  keeps its default and is never set from the config).
+  options of another method. Its keyword-only parameters should all be fields: an entry sets only
+  fields, and a direct call's options are validated against the section (:func:`check_options`).
   """
   import dataclasses
   import inspect
@@ -100,13 +100,13 @@ def check_options(section: type, options: dict[str, object], where: str) -> None
   section they come from would (``section().validate``), so a bad value is a one-line
   :class:`~daca_jax.errors.ConfigError` naming ``<where>.<field>``, not silent garbage.
 
-  Array-valued options (e.g. a traced ``beta``) are the caller's to check and skip the validation.
+  Array-valued options (e.g. a traced ``beta``) are the caller's to check; the others are validated.
 
   Raises:
     ConfigError: an option outside what the section allows.
   """
   import dataclasses
 
-  if not options or any(hasattr(v, "shape") for v in options.values()):
-    return
-  dataclasses.replace(section(), **options).validate(prefix=where)
+  concrete = {k: v for k, v in options.items() if not hasattr(v, "shape")}
+  if concrete:
+    dataclasses.replace(section(), **concrete).validate(prefix=where)

@@ -44,6 +44,8 @@ def register_objective(name: str, per_group: bool = False) -> Callable[[Objectiv
   def deco(fn: ObjectiveFn) -> ObjectiveFn:
     reads = config_fields(fn, RLConfig)
     signature = inspect.signature(fn)
+    if per_group and "group_size" not in reads:
+      raise TypeError(f"objective {name!r} is per_group: it must declare the keyword-only group_size")
 
     @functools.wraps(fn)
     def checked(logp: jax.Array, batch: PolicyBatch, **options: Any) -> tuple[jax.Array, Aux]:

@@ -38,7 +38,8 @@ def num_batches(num_prompts: int, batch_size: int) -> int:
 
 def decode_batches(rollout_fn: Callable[..., Any], params: Any, prompts: np.ndarray, batch_size: int,
                    key: jax.Array, batches: Iterable[int] | None = None) -> Iterator[DecodedBatch]:
-  """Decodes ``prompts`` in batches of ``batch_size``, one batch per ``next()``.
+  """Decodes ``prompts`` in batches of ``batch_size``, one batch per ``next()`` (the arguments are
+  checked at the call).
 
   Batch k always holds the same rows and uses the key ``fold_in(key, k)``, and the last batch is
   padded to the full size with copies of the last prompt (one compiled shape), so a batch decodes
@@ -60,9 +61,17 @@ def decode_batches(rollout_fn: Callable[..., Any], params: Any, prompts: np.ndar
   if batch_size < 1 or n < 1:
     raise ValueError(f"decode_batches needs prompts and a batch size >= 1 (got N={n}, batch_size={batch_size})")
   total = num_batches(n, batch_size)
-  for k in (range(total) if batches is None else batches):
-    if not 0 <= k < total:
-      raise ValueError(f"batch {k} is outside [0, {total}) for {n} prompts in batches of {batch_size}")
+  batches = list(range(total) if batches is None else batches)
+  outside = [k for k in batches if not 0 <= k < total]
+  if outside:
+    raise ValueError(f"batch {outside[0]} is outside [0, {total}) for {n} prompts in batches of {batch_size}")
+  return _decode(rollout_fn, params, prompts, batch_size, key, batches)  # checked now, decoded lazily
+
+
+def _decode(rollout_fn: Callable[..., Any], params: Any, prompts: np.ndarray, batch_size: int,
+            key: jax.Array, batches: list[int]) -> Iterator[DecodedBatch]:
+  n = prompts.shape[0]
+  for k in batches:
     rows = np.arange(k * batch_size, min((k + 1) * batch_size, n))
     padded = prompts[np.minimum(np.arange(k * batch_size, (k + 1) * batch_size), n - 1)]  # [b, P]
     t0 = time.perf_counter()
@@ -82,8 +91,8 @@ def generate(rollout_fn: Callable[..., Any], params: Any, prompts: np.ndarray, b
   Returns:
     int32 [N, L] completion tokens (on every process of a multi-process run).
   """
-  total = num_batches(prompts.shape[0], batch_size)
   batches = decode_batches(rollout_fn, params, prompts, batch_size, key)
+  total = num_batches(prompts.shape[0], batch_size)
   batches = (progress(batches, total=total, desc=desc, disable=not show_progress) if log is None else
              PhaseProgress(batches, total=total, desc=desc, log=log, disable=not show_progress,
                            first=f"decoding the first of {total} batches (compiles the sampler)"))

@@ -132,7 +132,7 @@ def run_alignment(cfg: TrainConfig, logits_fn: Callable[..., Any], params: Any, 
   for n in names:
     mean = sums[n][0] + sums[n][1]
     out[n] = {"cos_to_reference": _cos(mean, ref_mean),
-              "paired_cos": float(np.mean(paired[n])) if paired[n] else 0.0,
+              "paired_cos": float(np.mean(paired[n])) if paired[n] else float("nan"),  # no direction seen
               "agreement": _cos(sums[n][0], sums[n][1]),
               "norm_ratio": float(np.linalg.norm(mean) / max(np.linalg.norm(ref_mean), 1e-30))}
   return {"arms": out, "batch_rollouts": rl.prompts_per_step * rl.group_size, "num_batches": num_batches,

@@ -25,7 +25,7 @@ Prompt styles (``prompt_style``):
 Grading: the code is extracted (:func:`extract_code`) and run as ``code_header + code``
 (:func:`candidate_program`) in a CANDIDATE sandbox; the problem's tests run in a separate JUDGE
 sandbox, with trusted code only, and call the candidate's functions through a pipe that carries
-plain values (:mod:`daca_jax.tasks.sandbox.judge`; threat model in :mod:`daca_jax.tasks.sandbox`).
+plain values (:mod:`daca_jax.tasks.sandbox.judge`; threat model in :mod:`daca_jax.tasks.sandbox.runner`).
 The candidate never sees the tests or the expected values, and the verdict is written by the judge
 alone, so printing, exiting early, introspection or objects with their own ``__eq__`` cannot pass.
 The tests' checks are strict (:func:`daca_jax.tasks.sandbox.judge.rewrite_test`): ``==`` needs values

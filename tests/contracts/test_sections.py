@@ -84,6 +84,13 @@ def test_registry_entry_equals_the_direct_call_with_the_methods_fields_only():
     stratified_logprobs(jax_logits, PARAMS, tokens, P, key, mask_id=MASK, coupled=CoupledConfig())
 
 
+def test_a_per_group_objective_must_declare_group_size():
+  from daca_jax.rl.objectives import register_objective
+  with pytest.raises(TypeError, match="'_bad' is per_group: it must declare the keyword-only group_size"):
+    register_objective("_bad", per_group=True)(lambda logp, batch, *, beta=0.0: (jnp.zeros(()), {}))
+  assert "_bad" not in OBJECTIVES
+
+
 def test_objective_entry_passes_only_its_fields():
   logp = jnp.log(jnp.full((4, 3), 0.5))
   batch = PolicyBatch(logp_old=logp - 0.3, logp_ref=logp + 0.1, advantages=jnp.asarray([1.0, -1.0, 0.5, -0.5]),
@@ -130,6 +137,8 @@ def test_direct_calls_validate_their_options_as_the_config_would():
     wd1_loss(logp, batch, group_size=1)
   loss, _ = jax.jit(lambda b: diffu_grpo_loss(logp, batch, beta=b))(jnp.float32(0.1))  # a traced option
   assert np.isfinite(float(loss))
+  with pytest.raises(ConfigError, match=r"diffu_grpo_loss\.clip_eps=-1\.0"):  # the concrete ones are still checked
+    jax.jit(lambda b: diffu_grpo_loss(logp, batch, beta=b, clip_eps=-1.0))(jnp.float32(0.1))
   tokens, key = _tokens(), jax.random.key(0)
   with pytest.raises(ConfigError, match=r"stratified_logprobs\.stratified\.num_strata=0"):
     stratified_logprobs(jax_logits, PARAMS, tokens, P, key, mask_id=MASK, stratified=StratifiedConfig(num_strata=0))

@@ -286,6 +286,15 @@ def test_decode_batches_decodes_a_batch_the_same_alone_in_any_order_and_after_a_
   other_key = list(decode_batches(rollout, params, prompts, 3, jax.random.PRNGKey(6), batches=[0]))[0]
   assert not np.array_equal(other_key.ids, full[0].ids)
   with pytest.raises(ValueError, match=r"batch 3 is outside \[0, 3\)"):
-    list(decode_batches(rollout, params, prompts, 3, key, batches=[3]))
+    decode_batches(rollout, params, prompts, 3, key, batches=[0, 3])  # refused at the call, before decoding
   with pytest.raises(ValueError, match="batch size >= 1"):
-    list(decode_batches(rollout, params, prompts, 0, key))
+    generate(rollout, params, prompts, 0, key)
+  with pytest.raises(ValueError, match="needs prompts"):
+    generate(rollout, params, prompts[:0], 3, key, log=lambda *a: None)
+
+
+def test_max_batches_must_be_a_count(tiny_model, tmp_path):
+  with pytest.raises(ConfigError, match=r"--max_batches=-1 is not allowed: expected an int >= 0"):
+    eh.run_evaluation(tiny_model, ["sudoku4x4"], SMALL, tmp_path, max_batches=-1, show_progress=False)
+  assert not (tmp_path / "sudoku4x4").exists()
+  assert eh.run_evaluation(tiny_model, ["sudoku4x4"], SMALL, tmp_path, max_batches=0, show_progress=False) is None

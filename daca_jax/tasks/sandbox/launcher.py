@@ -1,4 +1,4 @@
-"""In-sandbox launcher of :mod:`daca_jax.tasks.sandbox` (standard library only; never imported).
+"""In-sandbox launcher of :mod:`daca_jax.tasks.sandbox.runner` (standard library only; never imported).
 
 Run as ``python -I -S launcher.py <config json>``, usually as PID 1 of fresh user, network,
 PID, IPC and mount namespaces (``unshare``). It restricts itself, then forks the program and acts as

@@ -65,7 +65,9 @@ def excluded_paths() -> frozenset[str]:
     paths |= set(glob.glob(pattern))
   stdlib = _real(sysconfig.get_paths()["stdlib"])
   paths |= {p for p in sys.path if p and not _within(_real(p), stdlib)}
-  paths.add(str(pathlib.Path(__file__).resolve().parents[2]))  # the project (source, runs, data)
+  # The project (source, runs, data): the folder holding the daca_jax package (this file is
+  # daca_jax/tasks/sandbox/readview.py).
+  paths.add(str(pathlib.Path(__file__).resolve().parents[3]))
   return frozenset(_real(p) for p in paths if p)
 
 
