@@ -13,8 +13,9 @@ from the exhaustive solver. Evaluation: d1's 256 test items (``countdown/d1_cd3_
 Reward: 1.0 correct, 0.1 well-formed but wrong, 0 otherwise (d1's values).
 
 Presets (the part after ':'): ``default`` (11 CPU-minutes, ≈ 6 min estimated on 2 idle cores;
-measured: d1 test accuracy 12.9% after SFT -> 18.8% after 150 DACA-GRPO iterations) and ``smoke``
-(< 1 min, tiny model, a few steps; for tests).
+measured on 2026-12-02, d1 test accuracy after SFT -> after 150 DACA-GRPO iterations, seeds 0 / 1 /
+2: 14.8% -> 17.2%, 10.2% -> 20.7%, 19.9% -> 24.2%) and ``smoke`` (< 1 min, tiny model, a few steps;
+for tests).
 """
 import ml_collections
 
@@ -34,7 +35,7 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
   # d1 masks 15% of prompt tokens on text prompts; here the prompt is just the numbers and the target,
   # and masking them makes the answer ambiguous, so it is off.
   c.likelihood.p_mask_prompt = 0.0
-  c.sft.steps = 600  # Warm start on solver expressions: 12.9% of d1's items after SFT, 18.8% after RL.
+  c.sft.steps = 600  # Warm start on solver expressions (10-20% of d1's items after SFT, by seed; see above).
   c.sft.num_train_examples = 10000  # Generated solvable items (d1's test items excluded).
   c.eval.batch_size = 256  # Prompts per decoding call (d1's whole test set in one).
   if preset == "smoke":
