@@ -95,18 +95,23 @@ def section_kwargs(cfg: object, fields: tuple[str, ...]) -> dict[str, object]:
   return {name: getattr(cfg, name) for name in fields}
 
 
-def check_options(section: type, options: dict[str, object], where: str) -> None:
-  """Validates the options of a direct call (``diffu_grpo_loss(..., clip_eps=-1)``) as the config
-  section they come from would (``section().validate``), so a bad value is a one-line
+def check_options(section: type, options: dict[str, object], where: str, reads: tuple[str, ...]) -> None:
+  """Checks the options of a direct call (``diffu_grpo_loss(..., clip_eps=-1)``): each must be one
+  the algorithm reads (``reads``, :func:`config_fields`), and each value what the config section
+  would allow (``section().validate``), so a bad value is a one-line
   :class:`~daca_jax.errors.ConfigError` naming ``<where>.<field>``, not silent garbage.
 
   Array-valued options (e.g. a traced ``beta``) are the caller's to check; the others are validated.
 
   Raises:
+    TypeError: an option the algorithm does not read (names it and the ones it does).
     ConfigError: an option outside what the section allows.
   """
   import dataclasses
 
+  unknown = sorted(set(options) - set(reads))
+  if unknown:
+    raise TypeError(f"{where} takes the options {list(reads)}, not {unknown}")
   concrete = {k: v for k, v in options.items() if not hasattr(v, "shape")}
   if concrete:
     dataclasses.replace(section(), **concrete).validate(prefix=where)

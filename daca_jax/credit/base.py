@@ -211,7 +211,7 @@ def register_credit(name: str, records: Callable[..., frozenset[str]] | None = N
     def checked(traj: Trajectory, rollout_cfg: RolloutConfig, inputs: CreditInputs | None = None,
                 **sections: Any):
       check_credit_inputs(traj, rollout_cfg, inputs)
-      check_options(CreditConfig, sections, fn.__name__)
+      check_options(CreditConfig, sections, fn.__name__, config_fields(fn, CreditConfig))
       return fn(traj, rollout_cfg, inputs, **sections)
 
     return checked

@@ -87,15 +87,8 @@ def register_estimator(name: str) -> Callable[[Callable[..., Any]], LikelihoodFn
     declared = frozenset(inspect.signature(fn).parameters)
     reads = config_fields(fn, LikelihoodConfig)
 
-    @functools.wraps(fn)
-    def checked(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array, *,
-                mask_id: int, commit_step: jax.Array | None = None, commit_conf: jax.Array | None = None,
-                completion_mask: jax.Array | None = None, **options: Any) -> TokenScores:
-      unknown = sorted(set(options) - set(reads))
-      if unknown:
-        raise TypeError(f"likelihood {name!r} takes the options {list(reads)}, not {unknown}")
-      check_options(LikelihoodConfig, options, fn.__name__)
-      rows = {"commit_step": commit_step, "commit_conf": commit_conf, "completion_mask": completion_mask}
+    def run(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array, mask_id: int,
+            rows: dict[str, jax.Array | None], options: dict[str, Any]) -> TokenScores:
       b, _, length = check_estimator_inputs(tokens, prompt_len, **rows)
       out = fn(as_model_fns(logits_fn), params, tokens, prompt_len, key, mask_id=mask_id,
                **{k: v for k, v in rows.items() if k in declared}, **options)
@@ -106,11 +99,20 @@ def register_estimator(name: str) -> Callable[[Callable[..., Any]], LikelihoodFn
       check_token_scores(out, b, length, f"likelihood {name!r}")
       return out
 
+    @functools.wraps(fn)
+    def checked(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array, *,
+                mask_id: int, commit_step: jax.Array | None = None, commit_conf: jax.Array | None = None,
+                completion_mask: jax.Array | None = None, **options: Any) -> TokenScores:
+      check_options(LikelihoodConfig, options, fn.__name__, reads)
+      rows = {"commit_step": commit_step, "commit_conf": commit_conf, "completion_mask": completion_mask}
+      return run(logits_fn, params, tokens, prompt_len, key, mask_id, rows, options)
+
     def entry(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
               cfg: LikelihoodConfig, *, mask_id: int, commit_step: jax.Array | None = None,
               commit_conf: jax.Array | None = None, completion_mask: jax.Array | None = None) -> TokenScores:
-      return checked(logits_fn, params, tokens, prompt_len, key, mask_id=mask_id, commit_step=commit_step,
-                     commit_conf=commit_conf, completion_mask=completion_mask, **section_kwargs(cfg, reads))
+      rows = {"commit_step": commit_step, "commit_conf": commit_conf, "completion_mask": completion_mask}
+      return run(logits_fn, params, tokens, prompt_len, key, mask_id, rows,
+                 section_kwargs(cfg, reads))  # cfg is a validated section
 
     entry.reads = reads  # the LikelihoodConfig fields this estimator sees
     entry.__doc__, entry.__name__, entry.__module__ = fn.__doc__, fn.__name__, fn.__module__

@@ -47,16 +47,19 @@ def register_objective(name: str, per_group: bool = False) -> Callable[[Objectiv
     if per_group and "group_size" not in reads:
       raise TypeError(f"objective {name!r} is per_group: it must declare the keyword-only group_size")
 
-    @functools.wraps(fn)
-    def checked(logp: jax.Array, batch: PolicyBatch, **options: Any) -> tuple[jax.Array, Aux]:
-      check_options(RLConfig, options, fn.__name__)
+    def run(logp: jax.Array, batch: PolicyBatch, options: dict[str, Any]) -> tuple[jax.Array, Aux]:
       bound = signature.bind(logp, batch, **options)
       bound.apply_defaults()
       check_policy_batch(logp, batch, name, bound.arguments["group_size"] if per_group else 0)
       return fn(logp, batch, **options)
 
+    @functools.wraps(fn)
+    def checked(logp: jax.Array, batch: PolicyBatch, **options: Any) -> tuple[jax.Array, Aux]:
+      check_options(RLConfig, options, fn.__name__, reads)
+      return run(logp, batch, options)
+
     def entry(logp: jax.Array, batch: PolicyBatch, cfg: RLConfig) -> tuple[jax.Array, Aux]:
-      return checked(logp, batch, **section_kwargs(cfg, reads))
+      return run(logp, batch, section_kwargs(cfg, reads))  # cfg is a validated section
 
     entry.reads = reads  # the RLConfig fields this objective sees
     entry.__doc__, entry.__name__ = fn.__doc__, fn.__name__
@@ -87,7 +90,9 @@ def k3_kl(logp: jax.Array, logp_ref: jax.Array) -> jax.Array:
 
 
 @register_objective("diffu_grpo")
-def diffu_grpo_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig.clip_eps, beta: float = RLConfig.beta) -> tuple[jax.Array, Aux]:
+def diffu_grpo_loss(logp: jax.Array, batch: PolicyBatch, *,
+                    clip_eps: float = RLConfig.clip_eps,
+                    beta: float = RLConfig.beta) -> tuple[jax.Array, Aux]:
   """diffu-GRPO (d1, Zhao et al. 2025, Eq. 3) with token credit.
 
   Per token: ``ρ = exp(logp − logp_old)``, ``Â = w·A``,
@@ -121,7 +126,9 @@ def _token_mean(x: jax.Array, m: jax.Array) -> jax.Array:
 
 
 @register_objective("wd1", per_group=True)
-def wd1_loss(logp: jax.Array, batch: PolicyBatch, *, group_size: int = RLConfig.group_size, beta: float = RLConfig.beta) -> tuple[jax.Array, Aux]:
+def wd1_loss(logp: jax.Array, batch: PolicyBatch, *,
+             group_size: int = RLConfig.group_size,
+             beta: float = RLConfig.beta) -> tuple[jax.Array, Aux]:
   """wd1 (Tang et al. 2025, "wd1: Weighted Policy Optimization for Reasoning in Diffusion LMs").
 
   Ratio-free weighted likelihood: with the sequence log-likelihood ``ℓ_b = Σ_i m w logp`` and, within
@@ -143,7 +150,9 @@ def wd1_loss(logp: jax.Array, batch: PolicyBatch, *, group_size: int = RLConfig.
 
 
 @register_objective("gspo")
-def gspo_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig.clip_eps, beta: float = RLConfig.beta) -> tuple[jax.Array, Aux]:
+def gspo_loss(logp: jax.Array, batch: PolicyBatch, *,
+              clip_eps: float = RLConfig.clip_eps,
+              beta: float = RLConfig.beta) -> tuple[jax.Array, Aux]:
   """GSPO (Zheng et al. 2025, "Group Sequence Policy Optimization"), sequence-level clipping.
 
   ``s_b = exp(Σ_i m w (logp − logp_old) / Σ_i m)`` (the length-normalised sequence ratio; with credit
@@ -183,7 +192,8 @@ OBJECTIVES.alias("gdpo", "gspo")
 
 
 @register_objective("reinforce_pp")
-def reinforce_pp_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig.clip_eps) -> tuple[jax.Array, Aux]:
+def reinforce_pp_loss(logp: jax.Array, batch: PolicyBatch, *,
+                      clip_eps: float = RLConfig.clip_eps) -> tuple[jax.Array, Aux]:
   """REINFORCE++ (Hu 2025): no critic, no group baseline, token-level PPO clip.
 
   Per token ``ℓ = −min(ρ wA, clip(ρ, 1±ε) wA)``, token mean over the batch; no KL term in the loss:
@@ -209,8 +219,8 @@ def reinforce_pp_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = 
 
 
 @register_objective("rldf")
-def rldf_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig.clip_eps, beta: float = RLConfig.beta,
-              rldf_tau: float = RLConfig.rldf_tau) -> tuple[jax.Array, Aux]:
+def rldf_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig.clip_eps,
+              beta: float = RLConfig.beta, rldf_tau: float = RLConfig.rldf_tau) -> tuple[jax.Array, Aux]:
   """RLDF (Reinforcement Learning from Denoising Feedback) on rebuilt rollout states.
 
   With ``rl.likelihood="rldf"`` every (state, position) pair is a target; the clean-state clip drops

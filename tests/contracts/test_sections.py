@@ -80,7 +80,7 @@ def test_registry_entry_equals_the_direct_call_with_the_methods_fields_only():
       np.asarray(LIKELIHOOD.get("stratified")(jax_logits, PARAMS, tokens, P, key, LikelihoodConfig(),
                                               mask_id=MASK).logp))
   assert not np.array_equal(np.asarray(default), np.asarray(direct))
-  with pytest.raises(TypeError, match=r"likelihood 'stratified' takes the options .*not \['coupled'\]"):
+  with pytest.raises(TypeError, match=r"stratified_logprobs takes the options .*not \['coupled'\]"):
     stratified_logprobs(jax_logits, PARAMS, tokens, P, key, mask_id=MASK, coupled=CoupledConfig())
 
 
@@ -133,6 +133,8 @@ def test_direct_calls_validate_their_options_as_the_config_would():
     diffu_grpo_loss(logp, batch, clip_eps=-1.0)
   with pytest.raises(ConfigError, match=r"diffu_grpo_loss\.beta=nan"):
     diffu_grpo_loss(logp, batch, beta=float("nan"))
+  with pytest.raises(TypeError, match=r"diffu_grpo_loss takes the options \['clip_eps', 'beta'\], not \['rldf_tau'\]"):
+    diffu_grpo_loss(logp, batch, rldf_tau=0.5)  # an RLConfig field diffu-GRPO does not read
   with pytest.raises(ConfigError, match=r"wd1_loss\.group_size=1 is not allowed: expected >= 2"):
     wd1_loss(logp, batch, group_size=1)
   loss, _ = jax.jit(lambda b: diffu_grpo_loss(logp, batch, beta=b))(jnp.float32(0.1))  # a traced option
@@ -151,3 +153,5 @@ def test_direct_calls_validate_their_options_as_the_config_would():
       PARAMS, tokens[:, :P], jax.random.key(1))
   with pytest.raises(ConfigError, match=r"dps_credit\.dps\.w_min"):
     dps_credit(traj, ROLLOUT, dps=DPSConfig(w_min=3.0, w_max=2.0))
+  with pytest.raises(TypeError, match=r"dps_credit takes the options \['dps'\], not \['dtca'\]"):
+    dps_credit(traj, ROLLOUT, dtca=DTCAConfig())
