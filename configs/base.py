@@ -71,7 +71,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.likelihood.trajectory_steps = 0  # trajectory/rldf: rollout steps to rebuild (0 = rollout.steps).
   c.likelihood.stratified = ml_collections.ConfigDict()
   c.likelihood.stratified.num_strata = 4  # K strata of SML.
-  c.likelihood.stratified.partition = "random"  # random | strided | contiguous | commit_order.
+  c.likelihood.stratified.partition = "random"  # random | per_prompt | strided | contiguous | commit_order.
   c.likelihood.coupled = ml_collections.ConfigDict()
   c.likelihood.coupled.t_min = 0.2  # coupled: masking rate t ~ U[t_min, t_max] (DiffuCoder).
   c.likelihood.coupled.t_max = 0.8  # coupled: upper end of t.
@@ -93,6 +93,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.rl.steps = 150  # RL iterations (one rollout batch each).
   c.rl.prompts_per_step = 8  # Distinct prompts per iteration.
   c.rl.group_size = 8  # G completions per prompt; batch = 64.
+  c.rl.sample_group_size = 0  # n >= G sampled per prompt, G of them trained on (PODS); 0: n = G.
+  c.rl.downsample = "max_variance"  # Which G of the n: max_variance (PODS) | random.
   c.rl.num_iterations = 1  # μ updates per rollout batch (d1 uses 12 at scale; 1 is cheapest on a CPU).
   c.rl.clip_eps = 0.5  # PPO ratio clip ε (d1).
   c.rl.beta = 0.04  # k3 KL penalty to the SFT reference (d1).

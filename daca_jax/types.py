@@ -440,8 +440,9 @@ class StratifiedConfig:
 
   Attributes:
     num_strata: K strata; 1 <= K <= gen_length.
-    partition: how completion positions are split into strata: "random", "strided", "contiguous"
-      or "commit_order".
+    partition: how completion positions are split into strata: "random" (per sequence),
+      "per_prompt" (one random partition shared by the completions of a prompt), "strided",
+      "contiguous" or "commit_order".
   """
 
   num_strata: int = 4
@@ -450,7 +451,7 @@ class StratifiedConfig:
   def validate(self, prefix: str = "likelihood.stratified") -> "StratifiedConfig":
     _check_fields(prefix, self)
     _positive(prefix, self, "num_strata")
-    _one_of(prefix, self, "partition", ("random", "strided", "contiguous", "commit_order"))
+    _one_of(prefix, self, "partition", ("random", "per_prompt", "strided", "contiguous", "commit_order"))
     return self
 
 
@@ -593,7 +594,12 @@ class RLConfig:
     likelihood: per-token log-prob estimator ("mean_field", "stratified").
     steps: RL iterations (each: one rollout batch, ``num_iterations`` updates).
     prompts_per_step: distinct prompts per iteration; batch B = prompts_per_step * group_size.
-    group_size: G, completions per prompt.
+    group_size: G, completions per prompt in every update.
+    sample_group_size: n, completions sampled per prompt; the update trains on ``group_size`` of
+      them chosen by ``downsample`` (PODS, Xu et al. 2025). 0 (or ``group_size``): no
+      down-sampling.
+    downsample: which ``group_size`` of the n: "max_variance" (PODS: the subset whose rewards
+      vary most) or "random" (the control at the same batch sizes); :mod:`daca_jax.rl.downsample`.
     num_iterations: μ, policy updates per rollout batch (new likelihood mask each).
     clip_eps: ε of the ratio clip.
     beta: β of the k3 KL penalty to the reference policy (0 disables the reference pass).
@@ -624,6 +630,8 @@ class RLConfig:
   steps: int = 150
   prompts_per_step: int = 8
   group_size: int = 8
+  sample_group_size: int = 0
+  downsample: str = "max_variance"
   num_iterations: int = 1
   clip_eps: float = 0.5
   beta: float = 0.04
@@ -650,6 +658,11 @@ class RLConfig:
                   "weight_decay", "max_grad_norm", "adam_eps", "eval_every")
     if self.group_size < 2:
       raise ConfigError(f"{prefix}.group_size", self.group_size, ">= 2 (group advantages)")
+    if not isinstance(self.sample_group_size, int) or isinstance(self.sample_group_size, bool) or (
+        self.sample_group_size and self.sample_group_size < self.group_size):
+      raise ConfigError(f"{prefix}.sample_group_size", self.sample_group_size,
+                        f"0 (no down-sampling) or an int >= {prefix}.group_size={self.group_size}")
+    _one_of(prefix, self, "downsample", ("max_variance", "random"))
     if not 0.0 <= self.rldf_tau <= 1.0:
       raise ConfigError(f"{prefix}.rldf_tau", self.rldf_tau, "a probability in [0, 1]")
     if not isinstance(self.grad_agreement, bool):

@@ -26,28 +26,61 @@ def _rank(keys: jax.Array) -> jax.Array:
   return jnp.argsort(jnp.argsort(keys, axis=-1, stable=True), axis=-1, stable=True).astype(jnp.int32)
 
 
+def prompt_keys(key: jax.Array, prompt: jax.Array) -> jax.Array:
+  """One PRNG key per row, a function of ``key`` and the row's prompt tokens only.
+
+  Rows with the same prompt (the G completions of one GRPO group) get the same key; different
+  prompts get different keys (up to a 32-bit hash collision, which only correlates two rows' draws).
+
+  Args:
+    key: PRNG key.
+    prompt: int32 [B, P] prompt tokens.
+  Returns:
+    [B] keys (``jax.random.fold_in(key, hash(prompt[b]))``).
+  """
+  mult = (jnp.arange(prompt.shape[1], dtype=jnp.uint32) * jnp.uint32(2654435761)) | jnp.uint32(1)
+  h = jnp.sum(prompt.astype(jnp.uint32) * mult[None, :] + jnp.uint32(0x9E3779B9), axis=-1, dtype=jnp.uint32)
+  h = h ^ (h >> 15)
+  return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, h)
+
+
+PARTITIONS = ("random", "per_prompt", "strided", "contiguous", "commit_order")
+
+
 def assign_strata(key: jax.Array, batch: int, length: int, num_strata: int, partition: str = "random",
-                  commit_step: jax.Array | None = None) -> jax.Array:
+                  commit_step: jax.Array | None = None, prompt: jax.Array | None = None) -> jax.Array:
   """Stratum index of every completion position.
 
   Strata have equal sizes up to one token (``stratum = rank * K // L``).
 
   Args:
-    key: PRNG key (used by "random" and for tie-breaking in "commit_order").
+    key: PRNG key (used by "random", "per_prompt" and for tie-breaking in "commit_order").
     batch: B; length: L; num_strata: K (1 <= K <= L).
-    partition: "random" (fresh permutation per sequence), "strided" (i mod K), "contiguous"
-      (consecutive runs), or "commit_order" (positions committed at nearby steps share a stratum).
+    partition: "random" (fresh permutation per sequence), "per_prompt" (a fresh permutation per
+      prompt: rows with the same prompt tokens share it, so the completions of one group score a
+      token they agree on in the same pass, i.e. with common random masks), "strided" (i mod K),
+      "contiguous" (consecutive runs), or "commit_order" (positions committed at nearby steps share
+      a stratum).
     commit_step: int32 [B, L], required for "commit_order".
+    prompt: int32 [B, P] prompt tokens, required for "per_prompt".
   Returns:
     int32 [B, L] in [0, K).
   Raises:
-    ValueError: K outside [1, L], unknown partition, or commit_order without commit_step.
+    ValueError: K outside [1, L], unknown partition, commit_order without commit_step or per_prompt
+      without prompt.
   """
   if not 1 <= num_strata <= length:
     raise ValueError(f"likelihood.stratified.num_strata={num_strata} must be in [1, L={length}]")
   pos = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), (batch, length))
   if partition == "random":
     rank = _rank(jax.random.uniform(key, (batch, length)))
+  elif partition == "per_prompt":
+    if prompt is None:
+      raise ValueError("likelihood.stratified.partition='per_prompt' needs the prompt tokens")
+    if prompt.shape[0] != batch:
+      raise ValueError(f"assign_strata: prompt has {prompt.shape[0]} rows, expected batch={batch}")
+    keys = prompt_keys(key, prompt)
+    rank = _rank(jax.vmap(lambda k: jax.random.uniform(k, (length,)))(keys))
   elif partition == "strided":
     return pos % num_strata
   elif partition == "contiguous":
@@ -58,8 +91,7 @@ def assign_strata(key: jax.Array, batch: int, length: int, num_strata: int, part
     jitter = jax.random.uniform(key, (batch, length))
     rank = _rank(commit_step.astype(jnp.float32) + 0.5 * jitter)
   else:
-    raise ValueError(f"likelihood.stratified.partition={partition!r} is not one of "
-                     "['random', 'strided', 'contiguous', 'commit_order']")
+    raise ValueError(f"likelihood.stratified.partition={partition!r} is not one of {list(PARTITIONS)}")
   return rank * num_strata // length
 
 
@@ -110,7 +142,9 @@ def stratified_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
   b, total = tokens.shape
   length = total - prompt_len
   num_strata = stratified.num_strata
-  strata = assign_strata(k_part, b, length, num_strata, stratified.partition, commit_step)
+  # per_prompt keys off the unmasked prompt, so prompt masking cannot split a group's strata.
+  strata = assign_strata(k_part, b, length, num_strata, stratified.partition, commit_step,
+                         prompt=tokens[:, :prompt_len])
   prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], p_mask_prompt, mask_id)
   comp = tokens[:, prompt_len:]
 

@@ -59,11 +59,11 @@ def replicated(mesh: Mesh) -> NamedSharding:
   return NamedSharding(mesh, P())
 
 
-def check_batch_size(batch: int, mesh: Mesh) -> None:
-  """Raises ConfigError unless ``batch`` rows split evenly over the batch shards."""
+def check_batch_size(batch: int, mesh: Mesh, field: str = "rl.prompts_per_step * rl.group_size") -> None:
+  """Raises ConfigError (naming ``field``) unless ``batch`` rows split evenly over the batch shards."""
   n = num_batch_shards(mesh)
   if batch % n:
-    raise ConfigError("rl.prompts_per_step * rl.group_size", batch,
+    raise ConfigError(field, batch,
                       f"a multiple of the {n} batch shards (parallel.data x parallel.fsdp = "
                       f"{mesh.shape['data']} x {mesh.shape['fsdp']})")
 

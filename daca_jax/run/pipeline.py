@@ -34,6 +34,7 @@ from daca_jax.run.metrics import MetricsWriter, PhaseProgress, format_table, plo
 from daca_jax.models import count_params, init_model, lora, make_logits_fn
 from daca_jax.run.preflight import check_batches_fit
 from daca_jax.rl.learner import GRPOLearner
+from daca_jax.rl.downsample import select_rows, take_rows
 from daca_jax.rl.optim import make_optimizer
 from daca_jax.tasks.base import TASKS, Example, Task, make_task
 from daca_jax.types import TrainConfig
@@ -278,6 +279,7 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
   prompts_all = task.encode_prompts(examples)
   base_key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _RL_STREAM)
   g = rl.group_size
+  n = rl.sample_group_size or g  # sampled per prompt; g of them trained on (daca_jax.rl.downsample)
   multi = mesh is not None and parallel.is_multiprocess()
   share = parallel.process_slice(rl.prompts_per_step) if multi else slice(None)
   sink = _sink(dashboard, "rl", start)
@@ -289,8 +291,8 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
       rng = np.random.default_rng([cfg.seed, _RL_STREAM, step])
       idx = rng.choice(len(examples), rl.prompts_per_step, replace=False)
       mine = idx[share]  # this process's prompts (all of them in a single-process run)
-      prompts = np.repeat(prompts_all[mine], g, axis=0)
-      batch_examples = [examples[i] for i in mine for _ in range(g)]
+      prompts = np.repeat(prompts_all[mine], n, axis=0)
+      batch_examples = [examples[i] for i in mine for _ in range(n)]
       keys = jax.random.split(jax.random.fold_in(base_key, step))
       k_roll, k_upd = (parallel.to_global(k, mesh) for k in keys)
       t0 = time.perf_counter()
@@ -299,9 +301,15 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
       completion_ids = parallel.to_host(traj.completion)
       t_roll = time.perf_counter() - t0
       if multi:  # rows of the global batch are in process order
-        completion_ids = completion_ids[share.start * g:share.stop * g]
+        completion_ids = completion_ids[share.start * n:share.stop * n]
       completions = task.decode_completions(completion_ids)
       rewards = np.asarray(task.reward(completions, batch_examples), np.float32)
+      sampled = rewards  # every rollout: the policy's reward, whatever the update trains on
+      if n != g:  # one process (preflight): keep g of each group's n
+        rows = np.asarray(select_rows(rewards, n, g, rl.downsample, jax.random.fold_in(k_roll, 1)))
+        traj = take_rows(traj, jnp.asarray(rows))
+        completion_ids, rewards = completion_ids[rows], rewards[rows]
+        batch_examples = [batch_examples[i] for i in rows]
       t1 = time.perf_counter()
       rewards_in = parallel.global_batch(rewards, mesh) if multi else jnp.asarray(rewards)
       rewards = parallel.to_host(rewards_in) if multi else rewards  # every row, for the metrics
@@ -324,12 +332,14 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
       t_upd = time.perf_counter() - t1
       done = step + 1
       lengths = parallel.to_host(traj.completion_mask).sum(-1)
-      m.update(reward_mean=float(rewards.mean()), reward_std=float(rewards.std()),
-               reward_max=float(rewards.max()), accuracy=float(np.mean(rewards >= 1.0)),
+      if n != g:
+        m.update(kept_reward_mean=float(rewards.mean()), kept_reward_std=float(rewards.std()))
+      m.update(reward_mean=float(sampled.mean()), reward_std=float(sampled.std()),
+               reward_max=float(sampled.max()), accuracy=float(np.mean(sampled >= 1.0)),
                completion_length=float(lengths.mean()),
                lr=float(learner.schedule(done * rl.num_iterations)),
                rollout_s=t_roll, update_s=t_upd,
-               rollout_tokens_per_s=float(rewards.shape[0] * cfg.rollout.gen_length / max(t_roll, 1e-9)),
+               rollout_tokens_per_s=float(sampled.shape[0] * cfg.rollout.gen_length / max(t_roll, 1e-9)),
                includes_compile=float(step == start))  # first iteration of a process: times include jit
       if eval_fn is not None and rl.eval_every and (done % rl.eval_every == 0 or done == rl.steps):
         m.update({f"val/{k}": v for k, v in eval_fn(state["params"]).items()})

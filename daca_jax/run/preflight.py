@@ -19,7 +19,8 @@ def check_batches_fit(cfg: TrainConfig, mesh: Mesh | None) -> None:
   """Raises unless every batch of ``cfg`` splits over ``mesh`` (None: ``parallel.strategy='none'``).
 
   Checked: the RL batch ``rl.prompts_per_step * rl.group_size`` over the ``data x fsdp`` devices
-  (rollout and update, one process or several); multi-host, also ``rl.prompts_per_step`` and
+  (rollout and update, one process or several) and the sampled batch ``rl.prompts_per_step *
+  rl.sample_group_size`` (down-sampling, one process only); multi-host, also ``rl.prompts_per_step`` and
   ``sft.batch_size`` over the processes and ``sft.batch_size`` over the devices. Evaluation
   batches are padded to fit, so they need no check.
 
@@ -35,7 +36,14 @@ def check_batches_fit(cfg: TrainConfig, mesh: Mesh | None) -> None:
   if cfg.rl.steps:
     if multi:
       process_slice(cfg.rl.prompts_per_step)
+      if cfg.rl.sample_group_size not in (0, cfg.rl.group_size):
+        raise ConfigError("rl.sample_group_size", cfg.rl.sample_group_size,
+                          f"0 in a run over {jax.process_count()} processes (down-sampling picks rows "
+                          "of one process's rollout)")
     check_batch_size(cfg.rl.prompts_per_step * cfg.rl.group_size, mesh)
+    if cfg.rl.sample_group_size:
+      check_batch_size(cfg.rl.prompts_per_step * cfg.rl.sample_group_size, mesh,
+                       "rl.prompts_per_step * rl.sample_group_size")
   if multi and cfg.sft.steps:
     process_slice(cfg.sft.batch_size, field="sft.batch_size")
     shards = num_batch_shards(mesh)

@@ -50,11 +50,12 @@ def test_mean_field_matches_numpy(setup):
   np.testing.assert_allclose(got, _np_logp(params, x, np.asarray(tokens)[:, P:]), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("partition", ["random", "strided", "contiguous", "commit_order"])
+@pytest.mark.parametrize("partition", ["random", "per_prompt", "strided", "contiguous", "commit_order"])
 @pytest.mark.parametrize("k", [1, 2, 3, 4, 8])
 def test_strata_partition_completion(partition, k):
   commit = jnp.asarray(np.random.default_rng(1).integers(0, 4, (B, L)))
-  strata = np.asarray(assign_strata(jax.random.PRNGKey(2), B, L, k, partition, commit))
+  prompt = jnp.asarray(np.random.default_rng(2).integers(0, 10, (B, P)), jnp.int32)
+  strata = np.asarray(assign_strata(jax.random.PRNGKey(2), B, L, k, partition, commit, prompt=prompt))
   assert strata.min() >= 0 and strata.max() < k
   for row in strata:  # every position in exactly one stratum, sizes equal up to one
     sizes = np.bincount(row, minlength=k)
@@ -68,6 +69,36 @@ def test_random_partition_changes_with_key_and_row():
   s1 = np.asarray(assign_strata(jax.random.PRNGKey(0), 64, L, 4))
   s2 = np.asarray(assign_strata(jax.random.PRNGKey(1), 64, L, 4))
   assert (s1 != s2).any() and len({tuple(r) for r in s1}) > 1
+
+
+def test_per_prompt_partition_is_shared_by_a_group_only():
+  """Rows with the same prompt tokens get the same partition (for a key), other prompts and keys
+  another one; the estimator then scores identical completions of one prompt identically."""
+  rng = np.random.default_rng(7)
+  groups, g = 16, 4
+  prompts = np.repeat(rng.integers(0, 10, (groups, P)), g, axis=0)
+  s = np.asarray(assign_strata(jax.random.PRNGKey(0), groups * g, L, 4, "per_prompt", prompt=jnp.asarray(prompts)))
+  rows = s.reshape(groups, g, L)
+  assert (rows == rows[:, :1]).all()  # shared within each group
+  assert len({tuple(r[0]) for r in rows}) > groups // 2  # and (almost always) not across groups
+  s_other = np.asarray(assign_strata(jax.random.PRNGKey(1), groups * g, L, 4, "per_prompt",
+                                     prompt=jnp.asarray(prompts)))
+  assert (s_other != s).any()
+  with pytest.raises(ValueError, match="per_prompt.*prompt"):
+    assign_strata(jax.random.PRNGKey(0), 4, L, 2, "per_prompt")
+  # Estimator: a group of identical sequences scores identically under per_prompt (common random
+  # masks), but not under per-sequence random strata.
+  params = jax.tree.map(jnp.asarray, make_params(P + L, V, seed=3))
+  one = rng.integers(0, 10, (1, P + L))
+  tokens = jnp.asarray(np.repeat(one, 8, axis=0), jnp.int32)
+  f = LIKELIHOOD.get("stratified")
+  shared = np.asarray(f(jax_logits, params, tokens, P, jax.random.PRNGKey(3), LikelihoodConfig(
+      stratified=StratifiedConfig(num_strata=4, partition="per_prompt"), p_mask_prompt=0.0),
+      mask_id=MASK).logp)
+  np.testing.assert_array_equal(shared, np.broadcast_to(shared[:1], shared.shape))
+  apart = np.asarray(f(jax_logits, params, tokens, P, jax.random.PRNGKey(3), LikelihoodConfig(
+      stratified=StratifiedConfig(num_strata=4), p_mask_prompt=0.0), mask_id=MASK).logp)
+  assert not np.allclose(apart, apart[:1])
 
 
 @pytest.mark.parametrize("k", [2, 4])
