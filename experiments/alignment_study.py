@@ -35,6 +35,8 @@ _BATCHES = flags.DEFINE_integer("num_batches", 16, "Independent rollout batches.
 _PRESET = flags.DEFINE_enum("preset", "standard", sorted(PRESETS), "Batch size of the reproduce preset.")
 _MEASURE = flags.DEFINE_enum("measure", "gradients", ["gradients", "credit"],
                              "gradients: estimators vs the trajectory gradient; credit: assigners vs per-cell credit.")
+_MASKS = flags.DEFINE_bool("mask_agreement", False, "Also differentiate each batch under a second likelihood "
+                            "key (gradient measure; doubles its passes).")
 _TABLE_FROM = flags.DEFINE_list("table_from", None, "Print the table of these alignment.json files and exit.")
 
 
@@ -67,7 +69,8 @@ def main(argv):
                                     seed=cfg.seed)
       name = "credit_alignment"
     else:
-      res = al.run_alignment(cfg, logits_fn, params, task, train, num_batches=_BATCHES.value, seed=cfg.seed)
+      res = al.run_alignment(cfg, logits_fn, params, task, train, num_batches=_BATCHES.value, seed=cfg.seed,
+                             mask_agreement=_MASKS.value)
       name = "alignment"
     atomic_write_json(work / f"{name}.json", res)
     md = _table(res)

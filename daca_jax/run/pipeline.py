@@ -313,6 +313,8 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
       t1 = time.perf_counter()
       rewards_in = parallel.global_batch(rewards, mesh) if multi else jnp.asarray(rewards)
       rewards = parallel.to_host(rewards_in) if multi else rewards  # every row, for the metrics
+      if multi:
+        sampled = rewards  # n == g there (preflight): every process's rows
       token_rewards = None
       if learner.credit.needs_token_rewards:  # the oracle credit: the task grades every token
         token_rewards = task.token_rewards(completion_ids, batch_examples)

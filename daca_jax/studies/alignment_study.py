@@ -47,6 +47,8 @@ DEFAULT_ARMS: dict[str, dict[str, Any]] = {
     "SML K=4 (DACA)": {"rl.likelihood": "stratified", "likelihood.stratified.num_strata": 4},
     "SML K=4, commit_order strata": {"rl.likelihood": "stratified", "likelihood.stratified.num_strata": 4,
                                      "likelihood.stratified.partition": "commit_order"},
+    "SML K=4, per_prompt strata": {"rl.likelihood": "stratified", "likelihood.stratified.num_strata": 4,
+                                   "likelihood.stratified.partition": "per_prompt"},
     "trajectory, 4 groups (traj4)": {"rl.likelihood": "trajectory", "likelihood.trajectory.groups": 4},
 }
 
@@ -72,7 +74,7 @@ def _cos(a: np.ndarray, b: np.ndarray) -> float:
 
 def run_alignment(cfg: TrainConfig, logits_fn: Callable[..., Any], params: Any, task: Task,
                   examples: Sequence[Example], *, arms: Mapping[str, Mapping[str, Any]] = DEFAULT_ARMS,
-                  num_batches: int = 16, seed: int = 0,
+                  num_batches: int = 16, seed: int = 0, mask_agreement: bool = False,
                   log: Callable[[str], None] = print) -> dict[str, Any]:
   """Updates of every arm on the same ``num_batches`` rollout batches of ``cfg.rl`` size.
 
@@ -83,8 +85,12 @@ def run_alignment(cfg: TrainConfig, logits_fn: Callable[..., Any], params: Any, 
     task, examples: prompts and the reward.
     arms: name -> ``{"section.field": value}`` overrides of ``cfg``; the first is the reference.
     num_batches: independent rollout batches (>= 2).
+    mask_agreement: also differentiate every batch under a second, independent likelihood key and
+      report ``mask_agreement``, the mean cosine of the two updates: the share of an estimator's
+      update that its own random masks do not decide (1 for a deterministic estimator). Doubles the
+      gradient passes.
   Returns:
-    {"arms": {name: {cos_to_reference, paired_cos, agreement, norm_ratio}}, "batch_rollouts",
+    {"arms": {name: {cos_to_reference, paired_cos, agreement, norm_ratio[, mask_agreement]}}, "batch_rollouts",
     "num_batches", "zero_batches" (batches whose reference update is zero), "reward_mean"}.
   Raises:
     ConfigError: ``num_batches`` < 2, no arms, or an override that names no config field.
@@ -104,6 +110,7 @@ def run_alignment(cfg: TrainConfig, logits_fn: Callable[..., Any], params: Any, 
   half = num_batches // 2
   sums = {n: [0.0, 0.0] for n in names}  # first / second half sums of the updates
   paired = {n: [] for n in names}
+  same_batch = {n: [] for n in names}
   rewards_seen = []
   for i in range(num_batches):
     rng = np.random.default_rng([seed, i])
@@ -126,6 +133,9 @@ def run_alignment(cfg: TrainConfig, logits_fn: Callable[..., Any], params: Any, 
         ref_dir = d
       if np.linalg.norm(ref_dir) > 0:
         paired[n].append(_cos(d, ref_dir))
+      if mask_agreement and np.linalg.norm(d) > 0:
+        g2, _ = grads[n](params, params, traj, jnp.asarray(rewards), weights, jax.random.fold_in(k_lik, 1))
+        same_batch[n].append(_cos(d, -_flat(g2)))
     log(f"batch {i + 1}/{num_batches}: reward {rewards.mean():.3f}")
   ref_mean = sums[names[0]][0] + sums[names[0]][1]
   out = {}
@@ -135,6 +145,8 @@ def run_alignment(cfg: TrainConfig, logits_fn: Callable[..., Any], params: Any, 
               "paired_cos": float(np.mean(paired[n])) if paired[n] else float("nan"),  # no direction seen
               "agreement": _cos(sums[n][0], sums[n][1]),
               "norm_ratio": float(np.linalg.norm(mean) / max(np.linalg.norm(ref_mean), 1e-30))}
+    if mask_agreement:
+      out[n]["mask_agreement"] = float(np.mean(same_batch[n])) if same_batch[n] else float("nan")
   return {"arms": out, "batch_rollouts": rl.prompts_per_step * rl.group_size, "num_batches": num_batches,
           "zero_batches": num_batches - len(paired[names[0]]),
           "reward_mean": float(np.mean(rewards_seen))}
@@ -144,9 +156,12 @@ def markdown(results: Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> str:
   """One result, or several (e.g. one per seed, same arms), as a markdown table: one row per arm,
   each cell the results' values separated by " / "."""
   results = [results] if isinstance(results, Mapping) else list(results)
-  rows = ["| estimator | cos(mean update, reference) | paired cos per batch | agreement of halves | norm / reference |",
-          "|---|---|---|---|---|"]
   fmt = {"cos_to_reference": "{:+.3f}", "paired_cos": "{:+.3f}", "agreement": "{:+.3f}", "norm_ratio": "{:.2f}"}
+  head = ["cos(mean update, reference)", "paired cos per batch", "agreement of halves", "norm / reference"]
+  if all("mask_agreement" in a for r in results for a in r["arms"].values()):
+    fmt["mask_agreement"] = "{:+.3f}"
+    head.append("same batch, new masks")
+  rows = ["| estimator | " + " | ".join(head) + " |", "|---" * (len(head) + 1) + "|"]
   for n in results[0]["arms"]:
     cells = [" / ".join(f.format(r["arms"][n][k]) for r in results) for k, f in fmt.items()]
     rows.append(f"| {n} | " + " | ".join(cells) + " |")

@@ -48,3 +48,18 @@ def test_bad_arguments_are_config_errors(setup):
     al.arm_config(cfg, {"rl.likelihood": "nope"})
   assert al.arm_config(cfg, {"likelihood.stratified.num_strata": 2}).likelihood.stratified.num_strata == 2
   assert np.isclose(al._cos(np.ones(3), -np.ones(3)), -1.0)
+
+
+def test_mask_agreement_is_one_for_deterministic_estimators_only(setup):
+  cfg, logits_fn, params, task, examples = setup
+  arms = {"reference": {"rl.likelihood": "trajectory", "likelihood.trajectory.groups": 0},
+          "mean_field": {"rl.likelihood": "mean_field"},
+          "sml": {"rl.likelihood": "stratified", "likelihood.stratified.num_strata": 2}}
+  res = al.run_alignment(cfg, logits_fn, params, task, examples, arms=arms, num_batches=4, seed=0,
+                         mask_agreement=True, log=lambda *a: None)
+  assert res["arms"]["reference"]["mask_agreement"] == pytest.approx(1.0, abs=1e-6)
+  assert res["arms"]["mean_field"]["mask_agreement"] == pytest.approx(1.0, abs=1e-6)
+  assert res["arms"]["sml"]["mask_agreement"] < 0.999  # its strata are redrawn with the key
+  assert "same batch, new masks" in al.markdown(res)
+  assert "same batch, new masks" not in al.markdown({**res, "arms": {
+      n: {k: v for k, v in a.items() if k != "mask_agreement"} for n, a in res["arms"].items()}})
