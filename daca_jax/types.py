@@ -22,6 +22,11 @@ import numpy as np
 from daca_jax.contracts import LogitsFn, ModelFns, PolicyBatch, Trajectory  # noqa: F401  (re-exported)
 from daca_jax.errors import ConfigError
 
+# Names the config validates here and the algorithms dispatch on (daca_jax.likelihood.stratified,
+# daca_jax.rl.downsample): one list each, so the two cannot drift apart.
+STRATA_PARTITIONS = ("random", "per_prompt", "strided", "contiguous", "commit_order")
+DOWNSAMPLE_RULES = ("max_variance", "random")
+
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 _REMAT = ("none", "full", "dots", "dots_saveable")
 _LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
@@ -451,7 +456,7 @@ class StratifiedConfig:
   def validate(self, prefix: str = "likelihood.stratified") -> "StratifiedConfig":
     _check_fields(prefix, self)
     _positive(prefix, self, "num_strata")
-    _one_of(prefix, self, "partition", ("random", "per_prompt", "strided", "contiguous", "commit_order"))
+    _one_of(prefix, self, "partition", STRATA_PARTITIONS)
     return self
 
 
@@ -662,7 +667,7 @@ class RLConfig:
         self.sample_group_size and self.sample_group_size < self.group_size):
       raise ConfigError(f"{prefix}.sample_group_size", self.sample_group_size,
                         f"0 (no down-sampling) or an int >= {prefix}.group_size={self.group_size}")
-    _one_of(prefix, self, "downsample", ("max_variance", "random"))
+    _one_of(prefix, self, "downsample", DOWNSAMPLE_RULES)
     if not 0.0 <= self.rldf_tau <= 1.0:
       raise ConfigError(f"{prefix}.rldf_tau", self.rldf_tau, "a probability in [0, 1]")
     if not isinstance(self.grad_agreement, bool):

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_positions
-from daca_jax.types import LikelihoodConfig, StratifiedConfig
+from daca_jax.types import STRATA_PARTITIONS, LikelihoodConfig, StratifiedConfig
 
 
 def _rank(keys: jax.Array) -> jax.Array:
@@ -44,7 +44,7 @@ def prompt_keys(key: jax.Array, prompt: jax.Array) -> jax.Array:
   return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, h)
 
 
-PARTITIONS = ("random", "per_prompt", "strided", "contiguous", "commit_order")
+PARTITIONS = STRATA_PARTITIONS
 
 
 def assign_strata(key: jax.Array, batch: int, length: int, num_strata: int, partition: str = "random",
