@@ -104,6 +104,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.rl.advantage = ""
   c.rl.learning_rate = 1e-4  # Peak AdamW learning rate.
   c.rl.warmup_steps = 5  # Linear warmup (optimizer updates).
+  c.rl.lr_schedule = "constant"  # After warmup: constant | cosine (to 10% of the peak at the last update).
   c.rl.weight_decay = 0.0  # AdamW weight decay.
   c.rl.max_grad_norm = 1.0  # Global-norm gradient clip.
   c.rl.adam_eps = 1e-8  # Adam epsilon.
@@ -172,6 +173,7 @@ def apply_smoke(c: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
   c.rl.steps = 3
   c.rl.prompts_per_step = 2
   c.rl.group_size = 4
+  c.rl.sample_group_size = 0  # no down-sampling: a task config's recipe is not what a smoke run checks
   c.rl.warmup_steps = 0
   c.task.num_eval_examples = 32
   c.eval.batch_size = 32

@@ -16,7 +16,8 @@ def get_arms() -> dict[str, list[tuple[str, object]]]:
   """Arm name → ``[(dotted.field, value), ...]``."""
   return {
       "base": [("rl.credit", "uniform"), ("rl.likelihood", "mean_field")],
-      "DACA (dps + SML)": [("rl.credit", "dps"), ("rl.likelihood", "stratified")],
+      "DACA (dps + SML)": [("rl.credit", "dps"), ("rl.likelihood", "stratified"),
+                           ("likelihood.stratified.partition", "random")],
       # SML's strata by commit order (DACA's own option): the estimator closest to the sampler's
       # trajectory gradient among SML's partitions (experiments/alignment_study.py).
       "DACA (dps + SML commit_order)": [("rl.credit", "dps"), ("rl.likelihood", "stratified"),

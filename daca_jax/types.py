@@ -26,6 +26,7 @@ from daca_jax.errors import ConfigError
 # daca_jax.rl.downsample): one list each, so the two cannot drift apart.
 STRATA_PARTITIONS = ("random", "per_prompt", "strided", "contiguous", "commit_order")
 DOWNSAMPLE_RULES = ("max_variance", "random")
+LR_SCHEDULES = ("constant", "cosine")  # rl.lr_schedule (daca_jax.rl.optim.make_optimizer)
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 _REMAT = ("none", "full", "dots", "dots_saveable")
@@ -617,6 +618,8 @@ class RLConfig:
       ``group_mean``, or ``group_std`` with ``normalize_adv_std``).
     learning_rate: peak AdamW learning rate.
     warmup_steps: linear warmup (optimizer updates).
+    lr_schedule: after warmup, "constant" or "cosine" (decay to 10% of the peak at the last of the
+      ``steps * num_iterations`` updates).
     weight_decay: AdamW weight decay.
     max_grad_norm: global-norm gradient clip.
     adam_eps: Adam's epsilon.
@@ -644,6 +647,7 @@ class RLConfig:
   advantage: str = ""
   learning_rate: float = 1e-4
   warmup_steps: int = 5
+  lr_schedule: str = "constant"
   weight_decay: float = 0.0
   max_grad_norm: float = 1.0
   adam_eps: float = 1e-8
@@ -668,6 +672,7 @@ class RLConfig:
       raise ConfigError(f"{prefix}.sample_group_size", self.sample_group_size,
                         f"0 (no down-sampling) or an int >= {prefix}.group_size={self.group_size}")
     _one_of(prefix, self, "downsample", DOWNSAMPLE_RULES)
+    _one_of(prefix, self, "lr_schedule", LR_SCHEDULES)
     if not 0.0 <= self.rldf_tau <= 1.0:
       raise ConfigError(f"{prefix}.rldf_tau", self.rldf_tau, "a probability in [0, 1]")
     if not isinstance(self.grad_agreement, bool):

@@ -91,8 +91,11 @@ class GRPOLearner:
       raise ConfigError("rl.credit", cfg.rl.credit, "a sequence-level credit with rl.objective="
                         f"{cfg.rl.objective!r} (per-token advantages need one of "
                         f"{sorted(TOKEN_ADVANTAGE_OBJECTIVES)})")
+    total_updates = cfg.rl.steps * cfg.rl.num_iterations
     self.optimizer, self.schedule = make_optimizer(cfg.rl.learning_rate, cfg.rl.warmup_steps,
                                                    cfg.rl.weight_decay, cfg.rl.max_grad_norm,
+                                                   decay_steps=max(total_updates - cfg.rl.warmup_steps, 1)
+                                                   if cfg.rl.lr_schedule == "cosine" else 0,
                                                    eps=cfg.rl.adam_eps,
                                                    agreement_every=cfg.rl.num_iterations
                                                    if cfg.rl.grad_agreement else 0)

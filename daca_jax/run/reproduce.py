@@ -255,12 +255,25 @@ def plot(rows: Sequence[dict[str, Any]], png_path: str | pathlib.Path) -> None:
   fig.savefig(png_path, dpi=110)
 
 
+# The presets fix every RL option that sets their budget and schedule (and SML's partition), so that a
+# task config's own recipe (e.g. the main job's down-sampling, cosine decay and commit-order strata)
+# does not change what a grid measured.
+_PRESET_RL = dict(sample_group_size=0, learning_rate=1e-4, lr_schedule="constant", num_iterations=1, advantage="")
+
+
+def _pinned_likelihood(cfg: TrainConfig) -> Any:
+  """SML with its default random strata, whatever partition the task config's main job uses."""
+  return dataclasses.replace(cfg.likelihood, stratified=dataclasses.replace(cfg.likelihood.stratified,
+                                                                            partition="random"))
+
+
 def quick_preset(cfg: TrainConfig) -> TrainConfig:
   """≤ 20 min on 2 CPU cores for 3 bases × 4 arms × 3 seeds: 12 RL iterations of 4 puzzles × 8, eval on
   the first 100 puzzles. A smoke test of the grid, far too short to separate the arms."""
   return dataclasses.replace(
       cfg,
-      rl=dataclasses.replace(cfg.rl, steps=12, prompts_per_step=4),
+      rl=dataclasses.replace(cfg.rl, steps=12, prompts_per_step=4, group_size=8, **_PRESET_RL),
+      likelihood=_pinned_likelihood(cfg),
       task=dataclasses.replace(cfg.task, num_eval_examples=100),
       eval=dataclasses.replace(cfg.eval, batch_size=100),
       checkpoint=dataclasses.replace(cfg.checkpoint, every=12)).validate()
@@ -275,8 +288,9 @@ def standard_preset(cfg: TrainConfig) -> TrainConfig:
       cfg,
       # With a validation split, evaluate it every 20 iterations (val_after, the last point, is what
       # arms are chosen on; the curve tells a trend from the swings).
-      rl=dataclasses.replace(cfg.rl, steps=100, prompts_per_step=32, group_size=4,
-                             eval_every=20 if cfg.task.num_val_examples else 0)).validate()
+      rl=dataclasses.replace(cfg.rl, steps=100, prompts_per_step=32, group_size=4, **_PRESET_RL,
+                             eval_every=20 if cfg.task.num_val_examples else 0),
+      likelihood=_pinned_likelihood(cfg)).validate()
 
 
 PRESETS: dict[str, Callable[[TrainConfig], TrainConfig]] = {

@@ -68,7 +68,8 @@ def test_config_dict_selects_the_estimator():
   from configs import sudoku_tiny
 
   c = sudoku_tiny.get_config("smoke")
-  assert c.rl.advantage == ""
+  assert c.rl.advantage == "group_std"  # the main job's recipe (configs/sudoku_tiny.py)
+  assert configure.train_config_from_dict(c).rl.advantage == "group_std"
   c.rl.advantage = "batch_whiten"
   assert configure.train_config_from_dict(c).rl.advantage == "batch_whiten"
 

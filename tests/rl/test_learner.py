@@ -91,3 +91,27 @@ def test_pure_update_factory_is_the_learners_update_in_a_users_own_loop():
 
 def _max_abs_change(a, b):
   return max(float(jnp.max(jnp.abs(x - y))) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def test_cosine_lr_schedule_decays_to_a_tenth_at_the_last_update():
+  """rl.lr_schedule="cosine": warmup to the peak, then half a cosine down to 10% of it at update
+  steps * num_iterations; "constant" keeps the peak. Checked against the closed form."""
+  import math
+
+  import pytest
+
+  from daca_jax.errors import ConfigError
+  rollout = RolloutConfig(gen_length=8, block_length=4, steps=4, temperature=1.0)
+  peak, warm, steps, mu = 2e-4, 4, 10, 3
+  total = steps * mu
+  for schedule in ("constant", "cosine"):
+    cfg = TrainConfig(rollout=rollout, rl=RLConfig(learning_rate=peak, warmup_steps=warm, steps=steps,
+                                                   num_iterations=mu, lr_schedule=schedule))
+    lr = GRPOLearner(jax_logits, cfg, mask_id=MASK, eos_id=EOS).schedule
+    assert float(lr(warm // 2)) == pytest.approx(peak * 0.5, rel=1e-5)  # linear warmup in both
+    for t in (warm, 10, 20, total):
+      frac = (t - warm) / (total - warm)
+      want = peak if schedule == "constant" else peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+      assert float(lr(t)) == pytest.approx(want, rel=1e-4), (schedule, t)
+  with pytest.raises(ConfigError, match="rl.lr_schedule"):
+    RLConfig(lr_schedule="linear").validate()

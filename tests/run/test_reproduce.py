@@ -78,6 +78,15 @@ def test_study_arms_apply_their_overrides_and_nothing_else():
   cfg = rp.standard_preset(rp.with_overrides(train_config_from_dict(sudoku_tiny.get_config()),
                                              [("task.num_val_examples", 40)]))
   assert (cfg.rl.steps, cfg.rl.prompts_per_step, cfg.rl.group_size, cfg.rl.eval_every) == (100, 32, 4, 20)
+  # The main job's own recipe (down-sampling, std advantages, cosine decay, commit-order strata) does
+  # not leak into the grid: the preset fixes what its committed results were measured with.
+  main = train_config_from_dict(sudoku_tiny.get_config())
+  assert (main.rl.sample_group_size, main.rl.lr_schedule, main.likelihood.stratified.partition) == (
+      8, "cosine", "commit_order")
+  assert (cfg.rl.sample_group_size, cfg.rl.learning_rate, cfg.rl.lr_schedule, cfg.rl.advantage,
+          cfg.rl.num_iterations, cfg.likelihood.stratified.partition) == (0, 1e-4, "constant", "", 1, "random")
+  quick = rp.quick_preset(main)
+  assert (quick.rl.group_size, quick.rl.sample_group_size, quick.likelihood.stratified.partition) == (8, 0, "random")
   cells = rp.study_grid(["sudoku4x4"], [1], credit_study.get_arms())
   assert len({c.key for c in cells}) == len(cells) and all(c.key.isascii() and " " not in c.key for c in cells)
   by_arm = {c.arm: rp.cell_config(cfg, c) for c in cells}

@@ -1,0 +1,87 @@
+"""The main job's variant study as a table: per arm, each seed's change on the test and validation
+sets and the training-reward rise, with means, 95% intervals and the difference from a reference arm
+paired by seed (same SFT warm start). Reads ``docs/results/main_job_variants.json``
+(``{"what", "date", "runs": [{"arm", "overrides", "seed", "test_before", "test_after", "val_before",
+"val_curve", "reward_rise", ...}]}``); ``experiments/variants_table.py`` prints it.
+"""
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+from typing import Any, Sequence
+
+from daca_jax.errors import DataError
+from daca_jax.run.reproduce import mean_ci95
+
+_FIELDS = ("arm", "seed", "test_before", "test_after", "val_before", "val_curve", "reward_rise")
+
+
+def read_variants(path: str | pathlib.Path) -> list[dict[str, Any]]:
+  """The runs of a variants file, the last one of each (arm, seed) kept.
+
+  Raises:
+    FileNotFoundError: no such file.
+    DataError: not a variants file, or a run without one of the fields the table reads (named).
+  """
+  with open(path, encoding="utf-8") as f:
+    data = json.load(f)
+  if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
+    raise DataError(f"{path}: not a variants file (expected an object with a 'runs' list)")
+  runs: dict[tuple[str, int], dict[str, Any]] = {}
+  for i, r in enumerate(data["runs"]):
+    missing = [k for k in _FIELDS if k not in r]
+    if missing:
+      raise DataError(f"{path}: runs[{i}] lacks {missing}")
+    runs[(r["arm"], r["seed"])] = r
+  return list(runs.values())
+
+
+def _fmt(values: Sequence[float]) -> str:
+  m, ci = mean_ci95(values)
+  return f"{m:+.1f}" + ("" if math.isnan(ci) else f" ± {ci:.1f}")
+
+
+def variants_table(runs: Sequence[dict[str, Any]], reference: str = "default",
+                   arms: Sequence[str] | None = None) -> str:
+  """Markdown: one row per arm (in first-seen order, or ``arms``): seeds, test change per seed and mean
+  ± 95% CI (points), the same on validation (its last point), the reward rise per seed, and the test /
+  validation change minus ``reference``'s on the seeds both have (paired; "separates" when the
+  interval excludes 0)."""
+  by_arm: dict[str, dict[int, dict[str, Any]]] = {}
+  for r in runs:
+    by_arm.setdefault(r["arm"], {})[r["seed"]] = r
+  order = list(arms) if arms is not None else list(by_arm)
+  unknown = [a for a in order if a not in by_arm]
+  if unknown:
+    raise DataError(f"arms {unknown} are not in the file (arms there: {sorted(by_arm)})")
+  ref = by_arm.get(reference, {})
+
+  def test(r):
+    return 100 * (r["test_after"] - r["test_before"])
+
+  def val(r):
+    return 100 * (r["val_curve"][-1] - r["val_before"])
+
+  head = ["arm", "seeds", "test change (pp)", "mean ± 95% CI", "validation change (pp)", "mean ± 95% CI",
+          "reward rise", f"paired − {reference}: test", "validation"]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for arm in order:
+    seeds = sorted(by_arm[arm])
+    rs = [by_arm[arm][s] for s in seeds]
+    paired = [s for s in seeds if s in ref]
+    cells = [arm, "/".join(map(str, seeds)), " / ".join(f"{test(r):+.1f}" for r in rs), _fmt([test(r) for r in rs]),
+             " / ".join(f"{val(r):+.1f}" for r in rs), _fmt([val(r) for r in rs]),
+             " / ".join(f"{r['reward_rise']:+.3f}" for r in rs)]
+    for f in (test, val):
+      if arm == reference or len(paired) < 2:
+        cells.append("")
+        continue
+      d = [f(by_arm[arm][s]) - f(ref[s]) for s in paired]
+      m, ci = mean_ci95(d)
+      cells.append(f"{m:+.1f} ± {ci:.1f}" + (" (separates)" if abs(m) > ci else "") + f" (n={len(d)})")
+    lines.append("| " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+__all__ = ["read_variants", "variants_table"]

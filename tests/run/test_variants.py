@@ -1,0 +1,44 @@
+"""The main job's variant table (daca_jax.run.variants): per-seed changes, means, CIs and pairing."""
+import json
+
+import pytest
+
+from daca_jax.errors import DataError
+from daca_jax.run.variants import read_variants, variants_table
+
+
+def _run(arm, seed, tb, ta, vb, va, rise=0.01):
+  return {"arm": arm, "seed": seed, "test_before": tb, "test_after": ta, "val_before": vb,
+          "val_curve": [0.0, va], "reward_rise": rise, "overrides": []}
+
+
+def test_table_pairs_by_seed_and_keeps_the_last_run_of_each_arm_and_seed(tmp_path):
+  runs = [_run("default", 0, 0.2, 0.3, 0.2, 0.25), _run("default", 1, 0.5, 0.4, 0.5, 0.5),
+          _run("new", 0, 0.2, 0.9, 0.2, 0.9),  # replaced below by the later run of (new, 0)
+          _run("new", 0, 0.2, 0.4, 0.2, 0.35), _run("new", 1, 0.5, 0.6, 0.5, 0.52, rise=-0.02),
+          _run("new", 2, 0.3, 0.3, 0.3, 0.3)]
+  path = tmp_path / "v.json"
+  path.write_text(json.dumps({"what": "t", "runs": runs}))
+  rows = read_variants(path)
+  assert len(rows) == 5
+  md = variants_table(rows).splitlines()
+  assert md[2].startswith("| default | 0/1 | +10.0 / -10.0 | +0.0 ± 127.1 | +5.0 / +0.0 | +2.5 ± 31.8 |")
+  new = md[3].split(" | ")
+  assert new[1:4] == ["0/1/2", "+20.0 / +10.0 / +0.0", "+10.0 ± 24.8"]
+  assert new[6] == "+0.010 / -0.020 / +0.010"
+  # test: (20 - 10, 10 - (-10)) = (10, 20), mean 15, t(1) * sd / sqrt 2 = 12.706 * 7.071 / 1.414 = 63.5
+  assert new[7] == "+15.0 ± 63.5 (n=2)"
+  assert new[8] == "+6.0 ± 50.8 (n=2) |"  # validation: (15 - 5, 2 - 0) = (10, 2)
+
+
+def test_bad_files_name_what_is_wrong(tmp_path):
+  p = tmp_path / "v.json"
+  p.write_text(json.dumps({"runs": [{"arm": "a", "seed": 0}]}))
+  with pytest.raises(DataError, match=r"runs\[0\] lacks \['test_before'"):
+    read_variants(p)
+  p.write_text("[]")
+  with pytest.raises(DataError, match="not a variants file"):
+    read_variants(p)
+  p.write_text(json.dumps({"runs": [_run("a", 0, 0, 0, 0, 0)]}))
+  with pytest.raises(DataError, match=r"arms \['b'\] are not in the file"):
+    variants_table(read_variants(p), arms=["b"])
