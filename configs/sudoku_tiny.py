@@ -4,12 +4,13 @@ Launch (from the repository root):
 
   python experiments/train.py --config=configs/sudoku_tiny.py --workdir=runs/sudoku
   python experiments/train.py --config=configs/sudoku_tiny.py:smoke --workdir=/tmp/smoke
-  # d1's diffu-GRPO baseline (no DACA):
+  # d1's diffu-GRPO baseline (no DACA) under this config's RL recipe:
   python experiments/train.py --config=configs/sudoku_tiny.py --workdir=runs/sudoku_d1 \
       --config.rl.credit=uniform --config.rl.likelihood=mean_field
 
-Presets (the part after ':'): ``default`` (5m20s on an idle 2-core CPU) and ``smoke`` (< 1 min, tiny
-model, a few steps; for tests). Every other field, with its meaning, is in ``configs/base.py``.
+Presets (the part after ':'): ``default`` (4m18s on an idle 2-core CPU, 2026-12-03; test strict_solved
+0.268 -> 0.402 on seed 0) and ``smoke`` (< 1 min, tiny model, a few steps; for tests). Every other
+field, with its meaning, is in ``configs/base.py``.
 """
 import ml_collections
 

@@ -1,6 +1,6 @@
 """Prints the main job's variant study (``docs/results/main_job_variants.json``) as the README's table.
 
-  python experiments/variants_table.py [--results=docs/results/main_job_variants.json] [--arms=a,b]
+  python experiments/variants_table.py [--results=docs/results/main_job_variants.json] [--arms=a,b] [--reference=arm]
 """
 import pathlib as _pathlib
 import sys as _sys
@@ -15,7 +15,7 @@ from daca_jax.run.variants import read_variants, variants_table
 _RESULTS = flags.DEFINE_string("results", str(_pathlib.Path(__file__).resolve().parents[1] / "docs" / "results"
                                               / "main_job_variants.json"), "The variants file.")
 _ARMS = flags.DEFINE_list("arms", None, "Arms to show, in this order (default: all, as first seen).")
-_REFERENCE = flags.DEFINE_string("reference", "default", "The arm the paired columns subtract.")
+_REFERENCE = flags.DEFINE_string("reference", "old default", "The arm the paired columns subtract.")
 
 
 def main(argv):

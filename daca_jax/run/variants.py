@@ -46,8 +46,8 @@ def variants_table(runs: Sequence[dict[str, Any]], reference: str = "default",
                    arms: Sequence[str] | None = None) -> str:
   """Markdown: one row per arm (in first-seen order, or ``arms``): seeds, test change per seed and mean
   ± 95% CI (points), the same on validation (its last point), the reward rise per seed, and the test /
-  validation change minus ``reference``'s on the seeds both have (paired; "separates" when the
-  interval excludes 0)."""
+  validation change minus ``reference``'s on the seeds both have from the same warm start (the same
+  test and validation accuracy before RL; paired, "separates" when the interval excludes 0)."""
   by_arm: dict[str, dict[int, dict[str, Any]]] = {}
   for r in runs:
     by_arm.setdefault(r["arm"], {})[r["seed"]] = r
@@ -69,7 +69,10 @@ def variants_table(runs: Sequence[dict[str, Any]], reference: str = "default",
   for arm in order:
     seeds = sorted(by_arm[arm])
     rs = [by_arm[arm][s] for s in seeds]
-    paired = [s for s in seeds if s in ref]
+    # Paired only where both runs start from the same warm start (the same seed on another machine
+    # can give another one: XLA's floating point).
+    paired = [s for s in seeds if s in ref and ref[s]["test_before"] == by_arm[arm][s]["test_before"]
+              and ref[s]["val_before"] == by_arm[arm][s]["val_before"]]
     cells = [arm, "/".join(map(str, seeds)), " / ".join(f"{test(r):+.1f}" for r in rs), _fmt([test(r) for r in rs]),
              " / ".join(f"{val(r):+.1f}" for r in rs), _fmt([val(r) for r in rs]),
              " / ".join(f"{r['reward_rise']:+.3f}" for r in rs)]

@@ -16,13 +16,14 @@ def test_table_pairs_by_seed_and_keeps_the_last_run_of_each_arm_and_seed(tmp_pat
   runs = [_run("default", 0, 0.2, 0.3, 0.2, 0.25), _run("default", 1, 0.5, 0.4, 0.5, 0.5),
           _run("new", 0, 0.2, 0.9, 0.2, 0.9),  # replaced below by the later run of (new, 0)
           _run("new", 0, 0.2, 0.4, 0.2, 0.35), _run("new", 1, 0.5, 0.6, 0.5, 0.52, rise=-0.02),
-          _run("new", 2, 0.3, 0.3, 0.3, 0.3)]
+          _run("new", 2, 0.3, 0.3, 0.3, 0.3),
+          _run("default", 2, 0.31, 0.5, 0.3, 0.6)]  # another warm start than new's seed 2: not paired
   path = tmp_path / "v.json"
   path.write_text(json.dumps({"what": "t", "runs": runs}))
   rows = read_variants(path)
-  assert len(rows) == 5
-  md = variants_table(rows).splitlines()
-  assert md[2].startswith("| default | 0/1 | +10.0 / -10.0 | +0.0 ± 127.1 | +5.0 / +0.0 | +2.5 ± 31.8 |")
+  assert len(rows) == 6
+  md = variants_table(rows, arms=["default", "new"]).splitlines()
+  assert md[2].startswith("| default | 0/1/2 | +10.0 / -10.0 / +19.0 |")
   new = md[3].split(" | ")
   assert new[1:4] == ["0/1/2", "+20.0 / +10.0 / +0.0", "+10.0 ± 24.8"]
   assert new[6] == "+0.010 / -0.020 / +0.010"
