@@ -8,8 +8,8 @@ Launch (from the repository root):
   python experiments/train.py --config=configs/sudoku_tiny.py --workdir=runs/sudoku_d1 \
       --config.rl.credit=uniform --config.rl.likelihood=mean_field
 
-Presets (the part after ':'): ``default`` (4m18s on an idle 2-core CPU, 2026-12-03; test strict_solved
-0.268 -> 0.402 on seed 0) and ``smoke`` (< 1 min, tiny model, a few steps; for tests). Every other
+Presets (the part after ':'): ``default`` (8m26s on an idle 2-core CPU, 2026-12-03; test strict_solved
+0.268 -> 0.406 on seed 0) and ``smoke`` (< 1 min, tiny model, a few steps; for tests). Every other
 field, with its meaning, is in ``configs/base.py``.
 """
 import ml_collections
@@ -30,14 +30,14 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
   # givens makes the target ambiguous (RL then drifts), so it is off.
   c.likelihood.p_mask_prompt = 0.0
   # The RL recipe, chosen on the validation split over seeds 0-2 (docs/results/main_job_variants.json;
-  # `python experiments/variants_table.py`): 200 iterations; each update sees 16 puzzles x G = 4
+  # `python experiments/variants_table.py`): 200 iterations; each update sees 32 puzzles x G = 4
   # completions, the 4 of 8 sampled whose rewards vary most (PODS), with GRPO's std-normalised group
   # advantages, a cosine learning-rate decay from 2e-4, and SML's strata in commit order. With 8
   # puzzles x 8, r - mean, a constant 1e-4 and random strata the update was noise (successive
   # gradients orthogonal once the KL term is taken out) and the held-out accuracy did not move.
   c.rl.steps = 200
   c.likelihood.stratified.partition = "commit_order"
-  c.rl.prompts_per_step = 16
+  c.rl.prompts_per_step = 32
   c.rl.group_size = 4
   c.rl.sample_group_size = 8
   c.rl.advantage = "group_std"
