@@ -38,9 +38,14 @@ def get_config(preset: str = "default") -> ml_collections.ConfigDict:
   c.sft.steps = 600  # Warm start on solver expressions (10-20% of d1's items after SFT, by seed; see above).
   c.sft.num_train_examples = 10000  # Generated solvable items (d1's test items excluded).
   c.eval.batch_size = 256  # Prompts per decoding call (d1's whole test set in one).
+  # A validation split (generated items, disjoint from d1's test set and from the SFT/RL pool)
+  # evaluated every 25 iterations: where recipes are compared; d1's test set is read before and after.
+  c.task.num_val_examples = 256
+  c.rl.eval_every = 25
   if preset == "smoke":
     base.apply_smoke(c)
     c.rollout.block_length = 8
+    c.task.num_val_examples, c.rl.eval_every = 0, 0  # a plumbing check: no validation passes
   elif preset != "default":
     raise ValueError(f"configs/countdown_tiny.py: unknown preset {preset!r}; choose 'default' or 'smoke'")
   return c

@@ -2,7 +2,8 @@
 sets and the training-reward rise, with means, 95% intervals and the difference from a reference arm
 paired by seed (same SFT warm start). Reads ``docs/results/main_job_variants.json``
 (``{"what", "date", "runs": [{"arm", "overrides", "seed", "test_before", "test_after", "val_before",
-"val_curve", "reward_rise", ...}]}``); ``experiments/variants_table.py`` prints it.
+"val_curve", "reward_rise", ...}], "countdown_runs": [...]}``; a run without a validation split has
+``val_before`` null and an empty ``val_curve``); ``experiments/variants_table.py`` prints it.
 """
 from __future__ import annotations
 
@@ -17,27 +18,35 @@ from daca_jax.run.reproduce import mean_ci95
 _FIELDS = ("arm", "seed", "test_before", "test_after", "val_before", "val_curve", "reward_rise")
 
 
-def read_variants(path: str | pathlib.Path) -> list[dict[str, Any]]:
-  """The runs of a variants file, the last one of each (arm, seed) kept.
+def read_variants(path: str | pathlib.Path, key: str = "runs") -> list[dict[str, Any]]:
+  """The runs under ``key`` of a variants file (``"runs"``: the Sudoku main job; ``"countdown_runs"``),
+  the last one of each (arm, seed) kept.
 
   Raises:
     FileNotFoundError: no such file.
-    DataError: not a variants file, or a run without one of the fields the table reads (named).
+    DataError: not a variants file, no list under ``key`` (the keys there named), or a run without one
+      of the fields the table reads (named).
   """
   with open(path, encoding="utf-8") as f:
     data = json.load(f)
   if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
     raise DataError(f"{path}: not a variants file (expected an object with a 'runs' list)")
+  if not isinstance(data.get(key), list):
+    lists = sorted(k for k, v in data.items() if isinstance(v, list))
+    raise DataError(f"{path}: no list of runs under {key!r}; the lists there: {lists}")
   runs: dict[tuple[str, int], dict[str, Any]] = {}
-  for i, r in enumerate(data["runs"]):
+  for i, r in enumerate(data[key]):
     missing = [k for k in _FIELDS if k not in r]
     if missing:
-      raise DataError(f"{path}: runs[{i}] lacks {missing}")
+      raise DataError(f"{path}: {key}[{i}] lacks {missing}")
     runs[(r["arm"], r["seed"])] = r
   return list(runs.values())
 
 
 def _fmt(values: Sequence[float]) -> str:
+  values = [v for v in values if not math.isnan(v)]
+  if not values:
+    return "n/a"
   m, ci = mean_ci95(values)
   return f"{m:+.1f}" + ("" if math.isnan(ci) else f" ± {ci:.1f}")
 
@@ -47,7 +56,8 @@ def variants_table(runs: Sequence[dict[str, Any]], reference: str = "default",
   """Markdown: one row per arm (in first-seen order, or ``arms``): seeds, test change per seed and mean
   ± 95% CI (points), the same on validation (its last point), the reward rise per seed, and the test /
   validation change minus ``reference``'s on the seeds both have from the same warm start (the same
-  test and validation accuracy before RL; paired, "separates" when the interval excludes 0)."""
+  test and validation accuracy before RL, the test alone where a run has no validation split; paired,
+  "separates" when the interval excludes 0). "n/a": no validation split."""
   by_arm: dict[str, dict[int, dict[str, Any]]] = {}
   for r in runs:
     by_arm.setdefault(r["arm"], {})[r["seed"]] = r
@@ -60,8 +70,8 @@ def variants_table(runs: Sequence[dict[str, Any]], reference: str = "default",
   def test(r):
     return 100 * (r["test_after"] - r["test_before"])
 
-  def val(r):
-    return 100 * (r["val_curve"][-1] - r["val_before"])
+  def val(r):  # NaN where the run had no validation split
+    return math.nan if r["val_before"] is None or not r["val_curve"] else 100 * (r["val_curve"][-1] - r["val_before"])
 
   head = ["arm", "seeds", "test change (pp)", "mean ± 95% CI", "validation change (pp)", "mean ± 95% CI",
           "reward rise", f"paired − {reference}: test", "validation"]
@@ -71,16 +81,22 @@ def variants_table(runs: Sequence[dict[str, Any]], reference: str = "default",
     rs = [by_arm[arm][s] for s in seeds]
     # Paired only where both runs start from the same warm start (the same seed on another machine
     # can give another one: XLA's floating point).
+    # (A run without a validation split is matched on the test set alone.)
     paired = [s for s in seeds if s in ref and ref[s]["test_before"] == by_arm[arm][s]["test_before"]
-              and ref[s]["val_before"] == by_arm[arm][s]["val_before"]]
+              and (None in (ref[s]["val_before"], by_arm[arm][s]["val_before"])
+                   or ref[s]["val_before"] == by_arm[arm][s]["val_before"])]
     cells = [arm, "/".join(map(str, seeds)), " / ".join(f"{test(r):+.1f}" for r in rs), _fmt([test(r) for r in rs]),
-             " / ".join(f"{val(r):+.1f}" for r in rs), _fmt([val(r) for r in rs]),
+             " / ".join("n/a" if math.isnan(val(r)) else f"{val(r):+.1f}" for r in rs), _fmt([val(r) for r in rs]),
              " / ".join(f"{r['reward_rise']:+.3f}" for r in rs)]
     for f in (test, val):
       if arm == reference or len(paired) < 2:
         cells.append("")
         continue
       d = [f(by_arm[arm][s]) - f(ref[s]) for s in paired]
+      d = [x for x in d if not math.isnan(x)]
+      if len(d) < 2:
+        cells.append("")
+        continue
       m, ci = mean_ci95(d)
       cells.append(f"{m:+.1f} ± {ci:.1f}" + (" (separates)" if abs(m) > ci else "") + f" (n={len(d)})")
     lines.append("| " + " | ".join(cells) + " |")

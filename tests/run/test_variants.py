@@ -43,3 +43,21 @@ def test_bad_files_name_what_is_wrong(tmp_path):
   p.write_text(json.dumps({"runs": [_run("a", 0, 0, 0, 0, 0)]}))
   with pytest.raises(DataError, match=r"arms \['b'\] are not in the file"):
     variants_table(read_variants(p), arms=["b"])
+
+
+def test_a_second_list_of_runs_and_runs_without_a_validation_split(tmp_path):
+  cd = [_run("base", 0, 0.1, 0.2, 0.1, 0.15), _run("base", 1, 0.2, 0.25, 0.2, 0.3),
+        dict(_run("new", 0, 0.1, 0.3, None, 0.0), val_curve=[]),  # no validation split
+        _run("new", 1, 0.2, 0.4, 0.2, 0.35)]
+  path = tmp_path / "v.json"
+  path.write_text(json.dumps({"runs": [_run("a", 0, 0, 0, 0, 0)], "countdown_runs": cd}))
+  rows = read_variants(path, "countdown_runs")
+  assert sorted(r["arm"] for r in rows) == ["base", "base", "new", "new"]
+  new = variants_table(rows, reference="base", arms=["new"]).splitlines()[2].split(" | ")
+  assert new[2:4] == ["+20.0 / +20.0", "+20.0 ± 0.0"]
+  assert new[4:6] == ["n/a / +15.0", "+15.0"]  # the mean of the one validated seed, no interval
+  # test: (20 - 10, 20 - 5) = (10, 15): mean 12.5, 12.706 * 3.536 / 1.414 = 31.8; seed 0 pairs on the test alone
+  assert new[7] == "+12.5 ± 31.8 (n=2)"
+  assert new[8] == " |"  # one validated pair: no paired interval
+  with pytest.raises(DataError, match=r"no list of runs under 'cd'; the lists there: \['countdown_runs', 'runs'\]"):
+    read_variants(path, "cd")
