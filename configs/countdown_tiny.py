@@ -16,6 +16,11 @@ Presets (the part after ':'): ``default`` (11 CPU-minutes, ≈ 6 min estimated o
 measured on 2026-12-02, d1 test accuracy after SFT -> after 150 DACA-GRPO iterations, seeds 0 / 1 /
 2: 14.8% -> 17.2%, 10.2% -> 20.7%, 19.9% -> 24.2%) and ``smoke`` (< 1 min, tiny model, a few steps;
 for tests).
+
+The main job's Sudoku recipe (32 prompts x 4 of 8, std advantages, cosine decay from 2e-4, commit-order
+strata, 200 iterations) was compared with these settings on the validation split, seeds 0-2, and did
+not separate (+0.3 +- 1.5 validation points paired, at 3x the RL time): see the README's Results and
+``python experiments/variants_table.py --runs=countdown_runs --reference="countdown: default"``.
 """
 import ml_collections
 
