@@ -89,11 +89,8 @@ def variants_table(runs: Sequence[dict[str, Any]], reference: str = "default",
              " / ".join("n/a" if math.isnan(val(r)) else f"{val(r):+.1f}" for r in rs), _fmt([val(r) for r in rs]),
              " / ".join(f"{r['reward_rise']:+.3f}" for r in rs)]
     for f in (test, val):
-      if arm == reference or len(paired) < 2:
-        cells.append("")
-        continue
-      d = [f(by_arm[arm][s]) - f(ref[s]) for s in paired]
-      d = [x for x in d if not math.isnan(x)]
+      d = [] if arm == reference else [f(by_arm[arm][s]) - f(ref[s]) for s in paired]
+      d = [x for x in d if not math.isnan(x)]  # a pair without a validation split has no val difference
       if len(d) < 2:
         cells.append("")
         continue
