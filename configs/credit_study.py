@@ -4,7 +4,7 @@ Each arm is a list of config overrides on top of the task config and the preset;
 starts from the same SFT warm start and gets the same number of rollouts and updates. "base" (d1's
 diffu-GRPO: uniform credit, mean-field likelihood) is what the paired differences are taken against.
 
-  python experiments/reproduce.py --workdir=runs/credit_study --preset=standard \\
+  python experiments/reproduce.py --workdir=runs/credit_study --preset=study \\
       --study=configs/credit_study.py --num_val_examples=500 --seeds=0,1,2
       [--arms=base,"position_value + traj4"]   # only these arms of the study
 """

@@ -2,7 +2,7 @@
 policy gradient, on the same rollout batches from the SFT warm start (daca_jax.studies.alignment_study).
 
   python experiments/alignment_study.py --config=configs/sudoku_tiny.py --workdir=runs/alignment \
-      [--sft_dir=runs/credit_study/sft_cache/sudoku4x4_seed0] [--num_batches=16] [--preset=standard]
+      [--sft_dir=runs/credit_study/sft_cache/sudoku4x4_seed0] [--num_batches=16] [--preset=study]
 
 Writes ``alignment.json`` and ``alignment.md``; ``--table_from=a.json,b.json`` prints the table of
 results files, one value per file in each cell (the README's: ``docs/results/alignment_sudoku_seed*.json``).
@@ -32,7 +32,8 @@ _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
 _SFT_DIR = flags.DEFINE_string("sft_dir", None, "SFT warm start to reuse or train (default WORKDIR/sft).")
 _BATCHES = flags.DEFINE_integer("num_batches", 16, "Independent rollout batches.")
-_PRESET = flags.DEFINE_enum("preset", "standard", sorted(PRESETS), "Batch size of the reproduce preset.")
+_PRESET = flags.DEFINE_enum("preset", "study", sorted(PRESETS), "Batch size of the reproduce preset "
+                             "(study: the committed results' 32 prompts × 4).")
 _MEASURE = flags.DEFINE_enum("measure", "gradients", ["gradients", "credit"],
                              "gradients: estimators vs the trajectory gradient; credit: assigners vs per-cell credit.")
 _MASKS = flags.DEFINE_bool("mask_agreement", False, "Also differentiate each batch under a second likelihood "

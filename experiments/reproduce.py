@@ -5,9 +5,10 @@
       --configs=configs/sudoku_tiny.py,configs/countdown_tiny.py --bases=diffu_grpo,rldf:base \
       --arms=base,+DPS,+DACA,+DTCA,+DelTA                              # the related methods
   python experiments/reproduce.py --workdir=runs/grid_std --preset=standard \
-      --configs=configs/sudoku_tiny.py,configs/countdown_tiny.py              # arms can separate; hours
+      --configs=configs/sudoku_tiny.py,configs/countdown_tiny.py \
+      --bases=diffu_grpo,wd1,gdpo,rldf:base --arms=base,+DPS,+SML,+DACA,+DTCA,+DelTA  # each task's own recipe; hours
   python experiments/reproduce.py --workdir=runs/grid_full --preset=full  # the default configs, hours
-  python experiments/reproduce.py --workdir=runs/credit_study --preset=standard \
+  python experiments/reproduce.py --workdir=runs/credit_study --preset=study \
       --study=configs/credit_study.py --num_val_examples=500             # named arms by config overrides
 
 Arms: base (uniform credit, the base method's own estimator), +DPS, +SML, +DACA (DPS + SML), +DTCA,
@@ -34,7 +35,9 @@ _CONFIGS = flags.DEFINE_list("configs", ["configs/sudoku_tiny.py"],
                              "Config files (path[:preset]), one per task.")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
 _PRESET = flags.DEFINE_enum("preset", "quick", list(rp.PRESETS),
-                            "quick: plumbing budget; standard: where the arms can separate; full: the config as is.")
+                            "quick: plumbing budget; standard: each task config's own recipe (where its base arms "
+                            "learn), validation every 25 iterations; study: the credit study's budget; "
+                            "full: the config as is.")
 _BASES = flags.DEFINE_list("bases", ["diffu_grpo", "wd1", "gdpo"],
                           "Base methods; 'name:arm/arm' runs only those arms on that base (e.g. rldf:base).")
 _ARMS = flags.DEFINE_list("arms", list(rp.ARMS), f"Arms: {list(rp.ARMS + rp.RELATED_ARMS)}.")

@@ -279,11 +279,11 @@ def quick_preset(cfg: TrainConfig) -> TrainConfig:
       checkpoint=dataclasses.replace(cfg.checkpoint, every=12)).validate()
 
 
-def standard_preset(cfg: TrainConfig) -> TrainConfig:
-  """The budget at which the 4x4 Sudoku main job's best arms learn on 2 CPU cores: 100 RL iterations of
-  32 prompts × G = 4 (128 rollouts per update; 64 per update left the batch gradients nearly orthogonal),
-  evaluated on the full evaluation set. About 5 min per mean-field cell and 10-12 min per cell that
-  rebuilds the trajectory or scores K strata."""
+def study_preset(cfg: TrainConfig) -> TrainConfig:
+  """The credit study's budget (``docs/results/credit_study.json``): 100 RL iterations of 32 prompts ×
+  G = 4 (128 rollouts per update; 64 per update left the batch gradients nearly orthogonal), r − mean
+  advantages, a constant 1e-4, SML's random strata, evaluated on the full evaluation set. About 5 min
+  per mean-field cell and 10-12 min per cell that rebuilds the trajectory or scores K strata (one core)."""
   return dataclasses.replace(
       cfg,
       # With a validation split, evaluate it every 20 iterations (val_after, the last point, is what
@@ -293,5 +293,17 @@ def standard_preset(cfg: TrainConfig) -> TrainConfig:
       likelihood=_pinned_likelihood(cfg)).validate()
 
 
+def standard_preset(cfg: TrainConfig) -> TrainConfig:
+  """Each task config's own recipe, the budget at which its base arms learn, chosen on that task's
+  validation split (4x4 Sudoku: the main job's 200 iterations of 32 puzzles × 4 of 8, std advantages,
+  cosine decay from 2e-4, SML strata in commit order; Countdown: 150 iterations of 8 × 8 at a constant
+  1e-4); only the arm's objective, credit and likelihood change. The validation split, where the task
+  has one, is evaluated every 25 iterations if the config does not already say how often. About 8 min
+  per mean-field cell and 13 min per SML cell on one core for Sudoku."""
+  if cfg.task.num_val_examples and not cfg.rl.eval_every:
+    cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, eval_every=25))
+  return cfg.validate()
+
+
 PRESETS: dict[str, Callable[[TrainConfig], TrainConfig]] = {
-    "quick": quick_preset, "standard": standard_preset, "full": lambda cfg: cfg}
+    "quick": quick_preset, "study": study_preset, "standard": standard_preset, "full": lambda cfg: cfg}

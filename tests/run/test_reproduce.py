@@ -75,16 +75,28 @@ def test_summarize_uses_each_tasks_primary_metric():
 def test_study_arms_apply_their_overrides_and_nothing_else():
   from configs import credit_study
 
-  cfg = rp.standard_preset(rp.with_overrides(train_config_from_dict(sudoku_tiny.get_config()),
-                                             [("task.num_val_examples", 40)]))
+  cfg = rp.study_preset(rp.with_overrides(train_config_from_dict(sudoku_tiny.get_config()),
+                                          [("task.num_val_examples", 40)]))
   assert (cfg.rl.steps, cfg.rl.prompts_per_step, cfg.rl.group_size, cfg.rl.eval_every) == (100, 32, 4, 20)
   # The main job's own recipe (down-sampling, std advantages, cosine decay, commit-order strata) does
-  # not leak into the grid: the preset fixes what its committed results were measured with.
+  # not leak into the study: the preset fixes what its committed results were measured with.
   main = train_config_from_dict(sudoku_tiny.get_config())
   assert (main.rl.sample_group_size, main.rl.lr_schedule, main.likelihood.stratified.partition) == (
       8, "cosine", "commit_order")
   assert (cfg.rl.sample_group_size, cfg.rl.learning_rate, cfg.rl.lr_schedule, cfg.rl.advantage,
           cfg.rl.num_iterations, cfg.likelihood.stratified.partition) == (0, 1e-4, "constant", "", 1, "random")
+  # The standard grid runs each task's own recipe; only the arm's methods change, and a task with a
+  # validation split that the config never evaluates gets it every 25 iterations.
+  std = rp.standard_preset(main)
+  assert std == main.validate()
+  no_curve = rp.with_overrides(main, [("rl.eval_every", 0)])
+  assert rp.standard_preset(no_curve).rl.eval_every == 25 and rp.standard_preset(no_curve).rl.steps == main.rl.steps
+  no_val = rp.with_overrides(main, [("rl.eval_every", 0), ("task.num_val_examples", 0)])
+  assert rp.standard_preset(no_val).rl.eval_every == 0
+  dps = rp.cell_config(std, rp.Cell("sudoku4x4", "wd1", "+DACA", 2))
+  assert (dps.rl.objective, dps.rl.credit, dps.rl.likelihood, dps.seed) == ("wd1", "dps", "stratified", 2)
+  assert (dps.rl.sample_group_size, dps.rl.lr_schedule, dps.likelihood.stratified.partition) == (
+      8, "cosine", "commit_order")
   quick = rp.quick_preset(main)
   assert (quick.rl.group_size, quick.rl.sample_group_size, quick.likelihood.stratified.partition) == (8, 0, "random")
   cells = rp.study_grid(["sudoku4x4"], [1], credit_study.get_arms())
