@@ -228,7 +228,9 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def plot(rows: Sequence[dict[str, Any]], png_path: str | pathlib.Path) -> None:
-  """Grouped bar chart: one group per (task, base), one bar per arm, 95% CI error bars."""
+  """Grouped bar chart: one group per (task, base), one bar per arm: the change from the shared warm
+  start (points of the primary metric; seeds' warm starts differ, the change is paired), 95% CI error
+  bars (cut at the axis limits when two seeds make them wider than the data)."""
   from matplotlib.backends.backend_agg import FigureCanvasAgg
   from matplotlib.figure import Figure
 
@@ -242,14 +244,20 @@ def plot(rows: Sequence[dict[str, Any]], png_path: str | pathlib.Path) -> None:
     vals, errs = [], []
     for g in groups:
       r = next((r for r in rows if (r["task"], r["base"]) == g and r["arm"] == arm), None)
-      vals.append(r["mean"] if r else np.nan)
-      errs.append(0.0 if r is None or math.isnan(r["ci95"]) else r["ci95"])
+      vals.append(100 * r["delta_mean"] if r else np.nan)
+      errs.append(0.0 if r is None or math.isnan(r["delta_ci95"]) else 100 * r["delta_ci95"])
     ax.bar(np.arange(len(groups)) + (j - (len(arms) - 1) / 2) * width, vals, width, yerr=errs, capsize=3,
            label=arm)
   ax.set_xticks(np.arange(len(groups)))
   metric_of = {r["task"]: r["metric"] for r in rows}
   ax.set_xticklabels([f"{t} ({metric_of[t]})\n{b}" for t, b in groups])
-  ax.set_ylabel("primary metric after RL")
+  ax.axhline(0.0, color="black", linewidth=0.8)
+  span = [v for r in rows for v in (100 * r["delta_mean"],) if not math.isnan(v)]
+  if span:  # limits from the means, so a two-seed interval does not flatten the bars
+    lo, hi = min(min(span), 0.0), max(max(span), 0.0)
+    pad = max(5.0, 0.5 * (hi - lo))
+    ax.set_ylim(lo - pad, hi + pad)
+  ax.set_ylabel("change from the warm start (points)")
   ax.legend(fontsize=8)
   fig.tight_layout()
   fig.savefig(png_path, dpi=110)
