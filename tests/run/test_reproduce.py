@@ -93,9 +93,9 @@ def test_study_arms_apply_their_overrides_and_nothing_else():
   assert rp.standard_preset(no_curve).rl.eval_every == 25 and rp.standard_preset(no_curve).rl.steps == main.rl.steps
   no_val = rp.with_overrides(main, [("rl.eval_every", 0), ("task.num_val_examples", 0)])
   assert rp.standard_preset(no_val).rl.eval_every == 0
-  dps = rp.cell_config(std, rp.Cell("sudoku4x4", "wd1", "+DACA", 2))
-  assert (dps.rl.objective, dps.rl.credit, dps.rl.likelihood, dps.seed) == ("wd1", "dps", "stratified", 2)
-  assert (dps.rl.sample_group_size, dps.rl.lr_schedule, dps.likelihood.stratified.partition) == (
+  daca = rp.cell_config(std, rp.Cell("sudoku4x4", "wd1", "+DACA", 2))
+  assert (daca.rl.objective, daca.rl.credit, daca.rl.likelihood, daca.seed) == ("wd1", "dps", "stratified", 2)
+  assert (daca.rl.sample_group_size, daca.rl.lr_schedule, daca.likelihood.stratified.partition) == (
       8, "cosine", "commit_order")
   quick = rp.quick_preset(main)
   assert (quick.rl.group_size, quick.rl.sample_group_size, quick.likelihood.stratified.partition) == (8, 0, "random")
