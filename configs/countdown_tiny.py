@@ -13,8 +13,8 @@ from the exhaustive solver. Evaluation: d1's 256 test items (``countdown/d1_cd3_
 Reward: 1.0 correct, 0.1 well-formed but wrong, 0 otherwise (d1's values).
 
 Presets (the part after ':'): ``default`` (11 CPU-minutes, ≈ 6 min estimated on 2 idle cores;
-measured on 2026-12-02, d1 test accuracy after SFT -> after 150 DACA-GRPO iterations, seeds 0 / 1 /
-2: 14.8% -> 17.2%, 10.2% -> 20.7%, 19.9% -> 24.2%) and ``smoke`` (< 1 min, tiny model, a few steps;
+measured on 2026-12-03 with one core per run, d1 test accuracy after SFT -> after 150 DACA-GRPO
+iterations, seeds 0 / 1 / 2: 13.3% -> 20.3%, 10.2% -> 17.2%, 22.7% -> 24.2%) and ``smoke`` (< 1 min, tiny model, a few steps;
 for tests).
 
 The main job's Sudoku recipe (32 prompts x 4 of 8, std advantages, cosine decay from 2e-4, commit-order
