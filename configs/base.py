@@ -61,7 +61,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.credit.delta = ml_collections.ConfigDict()
   c.credit.delta.lambda_min = 0.8  # DelTA λmin.
   c.credit.delta.lambda_max = 1.2  # DelTA λmax.
-  c.credit.delta.gamma = 0.1  # DelTA γ: sigmoid temperature over cosine margins.
+  c.credit.delta.gamma = 1.0  # DelTA γ: sigmoid temperature, in units of each side's margin std.
   c.credit.drop_agreed = False  # Any assigner: weight 0 on tokens all G rollouts of a group put at the same position.
 
   c.likelihood = ml_collections.ConfigDict()  # Shared options, then one section per estimator.

@@ -396,12 +396,13 @@ class DeltaConfig:
   Attributes:
     lambda_min: λmin, weight of the least side-specific token.
     lambda_max: λmax, weight of the most side-specific token.
-    gamma: γ, temperature of the sigmoid over cosine margins.
+    gamma: γ, temperature of the sigmoid over the discriminator margins, in units of each side's
+      margin std (the reference implementation's value: 1).
   """
 
   lambda_min: float = 0.8
   lambda_max: float = 1.2
-  gamma: float = 0.1
+  gamma: float = 1.0
 
   def validate(self, prefix: str = "credit.delta") -> "DeltaConfig":
     _check_fields(prefix, self)

@@ -8,17 +8,21 @@ token was predicted from, ``p_i`` the probability of the token there. In a dLLM 
 predicted at its commit step, so both come from the rollout's own records (``commit_hidden``,
 ``commit_conf``): no extra forward pass.
 
-With ``A_b`` the sequence advantage and ``m`` the completion mask:
+With ``A_b`` the sequence advantage, ``m`` the completion mask and ``s_b = sign(A_b)``, as in the
+reference implementation (RUCBM/DelTA, ``compute_log_prob_h``, ``K = 1``, unit diagonal scale):
 
-1. centroids ``c+ = Σ m A⁺ v / Σ m A⁺`` and ``c− = Σ m A⁻ v / Σ m A⁻`` (A⁺ = max(A, 0),
+1. centroids ``μ+ = Σ m A⁺ v / Σ m A⁺`` and ``μ− = Σ m A⁻ v / Σ m A⁻`` (A⁺ = max(A, 0),
    A⁻ = max(−A, 0));
-2. margin of token i: ``μ_i = sign(A_b) · cos(v_i, c+ − c−)`` — how characteristic the token is of
-   its own side;
-3. one soft refinement: recompute the centroids with every token's weight multiplied by its soft
-   assignment ``σ(μ_i / γ)``, then the margins again;
-4. ``w_i = λmin + (λmax − λmin) σ(μ_i / γ)``, then scaled to mean 1 over the valid tokens of the
-   batch that carry a non-zero advantage; tokens of zero-advantage sequences get 1 (their gradient is
-   zero whatever the weight).
+2. margin of token i: ``M_i = s_b (‖v_i − μ−‖² − ‖v_i − μ+‖²)`` — the nearest-centroid
+   discriminator (weight μ+ − μ−, bias at the midpoint), signed by the token's own side. Both sides'
+   advantage-weighted mean margins equal ``‖μ+ − μ−‖²``, and adding one vector to every ``v`` (a
+   pattern all rollouts share) changes no margin;
+3. temperature per side: ``γ± = gamma · std(M)`` over that side's valid tokens;
+4. one soft refinement: the centroids again, each token's weight multiplied by ``σ(M_i / γ±)``,
+   then the margins again (with the same γ±);
+5. ``w_i = λmin + (λmax − λmin) σ(M_i / γ±)`` on tokens of sequences with a non-zero advantage,
+   ``λmin`` on the others (their gradient is zero whatever the weight), then all valid tokens'
+   weights scaled to mean 1.
 """
 from __future__ import annotations
 
@@ -32,18 +36,28 @@ from daca_jax.types import DeltaConfig, RolloutConfig
 _EPS = 1e-8
 
 
-def _centroids(v: jax.Array, pos_w: jax.Array, neg_w: jax.Array) -> jax.Array:
-  """c+ − c−: float32 [D] from token features v [B, L, D] and side weights [B, L]."""
-  c_pos = jnp.einsum("bl,bld->d", pos_w, v) / jnp.maximum(jnp.sum(pos_w), _EPS)
-  c_neg = jnp.einsum("bl,bld->d", neg_w, v) / jnp.maximum(jnp.sum(neg_w), _EPS)
-  return c_pos - c_neg
+def _centroids(v: jax.Array, pos_w: jax.Array, neg_w: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """(μ+, μ−): float32 [D] each, weighted means of token features v [B, L, D] (weights [B, L])."""
+  mu_pos = jnp.einsum("bl,bld->d", pos_w, v) / jnp.maximum(jnp.sum(pos_w), _EPS)
+  mu_neg = jnp.einsum("bl,bld->d", neg_w, v) / jnp.maximum(jnp.sum(neg_w), _EPS)
+  return mu_pos, mu_neg
 
 
-def _margins(v: jax.Array, direction: jax.Array, side: jax.Array) -> jax.Array:
-  """``side · cos(v, direction)`` per token: float32 [B, L] (0 where either vector is 0)."""
-  dot = jnp.einsum("bld,d->bl", v, direction)
-  norm = jnp.linalg.norm(v, axis=-1) * jnp.linalg.norm(direction)
-  return side * jnp.where(norm > _EPS, dot / jnp.maximum(norm, _EPS), 0.0)
+def _margins(v: jax.Array, mu_pos: jax.Array, mu_neg: jax.Array, side: jax.Array) -> jax.Array:
+  """``side · (‖v − μ−‖² − ‖v − μ+‖²)`` per token: float32 [B, L].
+
+  Expanded as ``2 v·(μ+ − μ−) − (‖μ+‖² − ‖μ−‖²)`` so no [B, L, D] difference is materialised.
+  """
+  score = 2.0 * jnp.einsum("bld,d->bl", v, mu_pos - mu_neg) - (jnp.sum(mu_pos ** 2) - jnp.sum(mu_neg ** 2))
+  return side * score
+
+
+def _side_std(margin: jax.Array, on_side: jax.Array) -> jax.Array:
+  """Population std of ``margin`` over the tokens where ``on_side`` [B, L] is 1 (≥ sqrt(eps))."""
+  n = jnp.maximum(jnp.sum(on_side), 1.0)
+  mean = jnp.sum(margin * on_side) / n
+  var = jnp.sum(margin ** 2 * on_side) / n - mean ** 2
+  return jnp.sqrt(jnp.maximum(var, _EPS))
 
 
 def delta_weights(hidden: jax.Array, prob: jax.Array, advantages: jax.Array, mask: jax.Array,
@@ -55,9 +69,11 @@ def delta_weights(hidden: jax.Array, prob: jax.Array, advantages: jax.Array, mas
     prob: float32 [B, L] probability of the token there.
     advantages: float32 [B] sequence advantages.
     mask: float32 [B, L] valid tokens.
-    delta: DelTA's options (``credit.delta``): ``lambda_min``, ``lambda_max``, ``gamma``.
+    delta: DelTA's options (``credit.delta``): ``lambda_min``, ``lambda_max``, ``gamma`` (the sigmoid
+      temperature in units of each side's margin std; the reference uses 1).
   Returns:
-    (weights float32 [B, L], margins float32 [B, L] after the refinement).
+    (weights float32 [B, L]: mean 1 over the valid tokens, 0 elsewhere; margins float32 [B, L] after the
+    refinement, 0 on tokens of zero-advantage sequences and invalid tokens).
   Raises:
     ShapeError: ``hidden`` not ``[B, L, D]``, ``prob`` / ``mask`` not ``[B, L]`` or ``advantages``
       not ``[B]`` (a ``[B, 1]`` advantage would broadcast to ``[B, B, L]``).
@@ -67,19 +83,21 @@ def delta_weights(hidden: jax.Array, prob: jax.Array, advantages: jax.Array, mas
   check_shape("mask", mask, (b, length), "[B, L] like hidden's rows")
   check_shape("advantages", advantages, (b,), "[B]: one advantage per sequence")
   v = (1.0 - prob)[..., None] * hidden.astype(jnp.float32)  # [B, L, D]
-  a = advantages.astype(jnp.float32)[:, None]
-  pos_w = jnp.maximum(a, 0.0) * mask
-  neg_w = jnp.maximum(-a, 0.0) * mask
-  side = jnp.sign(a) * jnp.ones_like(mask)
-  margin = _margins(v, _centroids(v, pos_w, neg_w), side)
-  soft = jax.nn.sigmoid(margin / delta.gamma)
-  margin = _margins(v, _centroids(v, pos_w * soft, neg_w * soft), side)
-  lam = delta.lambda_min + (delta.lambda_max - delta.lambda_min) * jax.nn.sigmoid(
-      margin / delta.gamma)
-  active = mask * (side != 0)
-  scale = jnp.sum(active) / jnp.maximum(jnp.sum(lam * active), _EPS)
-  w = jnp.where(active > 0, lam * scale, mask)
-  return w, margin * active
+  mask = mask.astype(jnp.float32)
+  a = advantages.astype(jnp.float32)[:, None]  # [B, 1]
+  pos = (a > 0) * mask  # [B, L] tokens of positive-advantage sequences
+  neg = (a < 0) * mask
+  side = jnp.sign(a) * mask
+  pos_w, neg_w = jnp.maximum(a, 0.0) * mask, jnp.maximum(-a, 0.0) * mask
+  margin = _margins(v, *_centroids(v, pos_w, neg_w), side)
+  gamma = delta.gamma * (pos * _side_std(margin, pos) + neg * _side_std(margin, neg))
+  gamma = jnp.where(pos + neg > 0, gamma, 1.0)  # [B, L]; 1 where unused (avoids 0/0)
+  soft = jax.nn.sigmoid(margin / gamma)
+  margin = _margins(v, *_centroids(v, pos_w * soft, neg_w * soft), side)
+  lam = delta.lambda_min + (delta.lambda_max - delta.lambda_min) * jax.nn.sigmoid(margin / gamma)
+  lam = jnp.where(pos + neg > 0, lam, delta.lambda_min) * mask
+  w = lam * (jnp.sum(mask) / jnp.maximum(jnp.sum(lam), _EPS))
+  return w, margin * (pos + neg)
 
 
 def delta_records() -> frozenset[str]:
@@ -92,8 +110,8 @@ def delta_credit(traj: Trajectory, rollout_cfg: RolloutConfig, inputs: CreditInp
   """DelTA weights from the rollout's ``commit_hidden`` / ``commit_conf`` and ``inputs.advantages``.
 
   Returns:
-    CreditOutput with weights float32 [B, L] (mean 1 over valid tokens with non-zero advantage) and
-    metric ``delta_margin_mean`` (mean refined margin of those tokens).
+    CreditOutput with weights float32 [B, L] (mean 1 over valid tokens) and metric
+    ``delta_margin_mean`` (mean refined margin of the tokens of non-zero-advantage sequences).
   Raises:
     ValueError: the trajectory has no ``commit_hidden`` record.
   """

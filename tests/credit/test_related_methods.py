@@ -153,27 +153,38 @@ def test_dtca_entropy_calibration_against_baseline_window():
 # ---------------------------------------------------------------- DelTA
 
 def _np_delta(h, p, a, m, lmin, lmax, gamma):
+  """DelTA written token by token from the algorithm's steps (nearest-centroid margins, per-side
+  temperature from the margins' std, one refinement, λmin on zero-advantage rows, mean 1)."""
   b_n, l_n, _ = h.shape
   v = (1 - p)[..., None] * h
   sig = lambda x: 1 / (1 + np.exp(-x))
+  cells = [(b, i) for b in range(b_n) for i in range(l_n) if m[b, i] > 0]
+  pos = [(b, i) for b, i in cells if a[b] > 0]
+  neg = [(b, i) for b, i in cells if a[b] < 0]
 
-  def direction(extra):
-    cp = sum(max(a[b], 0) * m[b, i] * extra[b, i] * v[b, i] for b in range(b_n) for i in range(l_n))
-    cn = sum(max(-a[b], 0) * m[b, i] * extra[b, i] * v[b, i] for b in range(b_n) for i in range(l_n))
-    wp = sum(max(a[b], 0) * m[b, i] * extra[b, i] for b in range(b_n) for i in range(l_n))
-    wn = sum(max(-a[b], 0) * m[b, i] * extra[b, i] for b in range(b_n) for i in range(l_n))
-    return cp / max(wp, 1e-8) - cn / max(wn, 1e-8)
+  def centroid(side, extra):
+    wsum = sum(abs(a[b]) * extra[b, i] for b, i in side)
+    return sum(abs(a[b]) * extra[b, i] * v[b, i] for b, i in side) / max(wsum, 1e-8)
 
-  def margins(d):
-    return np.asarray([[np.sign(a[b]) * v[b, i] @ d / (np.linalg.norm(v[b, i]) * np.linalg.norm(d))
-                        for i in range(l_n)] for b in range(b_n)])
+  def margins(mu_p, mu_n):
+    out = np.zeros((b_n, l_n))
+    for b, i in pos + neg:
+      out[b, i] = np.sign(a[b]) * (np.sum((v[b, i] - mu_n) ** 2) - np.sum((v[b, i] - mu_p) ** 2))
+    return out
 
-  mg = margins(direction(np.ones((b_n, l_n))))
-  mg = margins(direction(sig(mg / gamma)))
-  lam = lmin + (lmax - lmin) * sig(mg / gamma)
-  active = (m > 0) & (a[:, None] != 0)
-  w = np.where(active, lam * active.sum() / (lam * active).sum(), m)
-  return w
+  ones = np.ones((b_n, l_n))
+  mg = margins(centroid(pos, ones), centroid(neg, ones))
+  temp = np.ones((b_n, l_n))
+  for side in (pos, neg):
+    std = np.sqrt(max(np.var([mg[c] for c in side]), 1e-8))
+    for c in side:
+      temp[c] = gamma * std
+  soft = sig(mg / temp)
+  mg = margins(centroid(pos, soft), centroid(neg, soft))
+  w = np.zeros((b_n, l_n))
+  for c in cells:
+    w[c] = lmin + (lmax - lmin) * sig(mg[c] / temp[c]) if c in pos or c in neg else lmin
+  return w * len(cells) / w.sum()
 
 
 def test_delta_matches_reference():
@@ -184,13 +195,48 @@ def test_delta_matches_reference():
   a = np.asarray([1.0, -0.5, 0.0, 0.7])
   m = np.ones((b_n, l_n))
   m[3, 3:] = 0
-  cfg = CreditConfig(delta=DeltaConfig(gamma=0.2))
+  cfg = CreditConfig(delta=DeltaConfig(gamma=0.7))
   w, _ = delta_weights(jnp.asarray(h), jnp.asarray(p), jnp.asarray(a), jnp.asarray(m), cfg.delta)
-  want = _np_delta(h, p, a, m, 0.8, 1.2, 0.2)
+  want = _np_delta(h, p, a, m, 0.8, 1.2, 0.7)
   np.testing.assert_allclose(np.asarray(w), want, rtol=2e-5, atol=2e-6)
-  active = (m > 0) & (a[:, None] != 0)
-  np.testing.assert_allclose(np.asarray(w)[active].mean(), 1.0, rtol=1e-6)
-  np.testing.assert_array_equal(np.asarray(w)[2], 1.0)  # zero advantage -> weight 1
+  np.testing.assert_allclose(np.asarray(w)[m > 0].mean(), 1.0, rtol=1e-6)
+  np.testing.assert_array_equal(np.asarray(w)[3, 3:], 0.0)  # invalid tokens
+  w = np.asarray(w)
+  np.testing.assert_allclose(w[2], w[2, 0])  # zero advantage: all λmin, scaled like the rest
+  assert w[2, 0] <= w[(m > 0) & (a[:, None] != 0)].min() + 1e-6
+
+
+def test_delta_margins_ignore_a_pattern_every_rollout_shares():
+  # Adding one vector to every token's feature (a shared pattern: formatting, copied givens) changes
+  # no margin and no weight: the discriminator's bias sits at the centroids' midpoint. A margin
+  # without that bias (e.g. the cosine to μ+ − μ−) would tilt one whole side up and the other down,
+  # i.e. add a push on every sampled token whatever its reward.
+  rng = np.random.default_rng(5)
+  h = rng.standard_normal((6, 4, 8))
+  a = jnp.asarray([1.0, -1.0, 0.5, -0.2, 0.0, 0.8])
+  m = jnp.ones((6, 4))
+  zeros = jnp.zeros((6, 4))
+  w0, m0 = delta_weights(jnp.asarray(h), zeros, a, m, DeltaConfig())
+  w1, m1 = delta_weights(jnp.asarray(h + 25.0 * rng.standard_normal(8)), zeros, a, m, DeltaConfig())
+  np.testing.assert_allclose(np.asarray(m1), np.asarray(m0), rtol=1e-3, atol=1e-2)
+  np.testing.assert_allclose(np.asarray(w1), np.asarray(w0), rtol=1e-4, atol=1e-4)
+
+
+def test_delta_first_pass_margins_are_balanced_between_sides():
+  # Before the refinement, both sides' advantage-weighted mean margins equal ‖μ+ − μ−‖².
+  rng = np.random.default_rng(11)
+  h = rng.standard_normal((5, 3, 4))
+  a = np.asarray([0.9, -0.3, 1.2, -1.5, -0.4])
+  v = jnp.asarray(h)
+  from daca_jax.credit.delta import _centroids, _margins
+  pos_w = jnp.asarray(np.maximum(a, 0)[:, None] * np.ones((5, 3)))
+  neg_w = jnp.asarray(np.maximum(-a, 0)[:, None] * np.ones((5, 3)))
+  mu_p, mu_n = _centroids(v, pos_w, neg_w)
+  mg = np.asarray(_margins(v, mu_p, mu_n, jnp.asarray(np.sign(a)[:, None] * np.ones((5, 3)))))
+  gap = float(np.sum((np.asarray(mu_p) - np.asarray(mu_n)) ** 2))
+  for w in (pos_w, neg_w):
+    w = np.asarray(w)
+    assert np.sum(w * mg) / np.sum(w) == pytest.approx(gap, rel=1e-5)
 
 
 def test_delta_upweights_side_specific_tokens():
@@ -202,7 +248,7 @@ def test_delta_upweights_side_specific_tokens():
                             DeltaConfig())
   w = np.asarray(w)
   assert w[0, 0] > w[0, 1] and w[1, 0] > w[1, 1]
-  assert float(margin[0, 1]) == pytest.approx(0.0, abs=1e-6)  # shared feature: orthogonal to c+ - c-
+  assert float(margin[0, 1]) == pytest.approx(0.0, abs=1e-6)  # shared feature: equidistant from μ+ and μ−
 
 
 def test_delta_credit_reads_rollout_records_and_needs_them():
