@@ -46,10 +46,12 @@ def _centroids(v: jax.Array, pos_w: jax.Array, neg_w: jax.Array) -> tuple[jax.Ar
 def _margins(v: jax.Array, mu_pos: jax.Array, mu_neg: jax.Array, side: jax.Array) -> jax.Array:
   """``side · (‖v − μ−‖² − ‖v − μ+‖²)`` per token: float32 [B, L].
 
-  Expanded as ``2 v·(μ+ − μ−) − (‖μ+‖² − ‖μ−‖²)`` so no [B, L, D] difference is materialised.
+  Computed as ``2 (v − (μ+ + μ−)/2)·(μ+ − μ−)``: no [B, L, D] difference is materialised, and the
+  bias is taken as ``(μ+ + μ−)·(μ+ − μ−)`` rather than ``‖μ+‖² − ‖μ−‖²``, which would cancel two large
+  float32 numbers when every feature shares a large component.
   """
-  score = 2.0 * jnp.einsum("bld,d->bl", v, mu_pos - mu_neg) - (jnp.sum(mu_pos ** 2) - jnp.sum(mu_neg ** 2))
-  return side * score
+  direction = mu_pos - mu_neg
+  return side * (2.0 * jnp.einsum("bld,d->bl", v, direction) - jnp.dot(mu_pos + mu_neg, direction))
 
 
 def _side_std(margin: jax.Array, on_side: jax.Array) -> jax.Array:

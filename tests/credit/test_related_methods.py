@@ -218,8 +218,8 @@ def test_delta_margins_ignore_a_pattern_every_rollout_shares():
   zeros = jnp.zeros((6, 4))
   w0, m0 = delta_weights(jnp.asarray(h), zeros, a, m, DeltaConfig())
   w1, m1 = delta_weights(jnp.asarray(h + 25.0 * rng.standard_normal(8)), zeros, a, m, DeltaConfig())
-  np.testing.assert_allclose(np.asarray(m1), np.asarray(m0), rtol=1e-3, atol=1e-2)
-  np.testing.assert_allclose(np.asarray(w1), np.asarray(w0), rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(np.asarray(m1), np.asarray(m0), rtol=1e-3, atol=2e-3)
+  np.testing.assert_allclose(np.asarray(w1), np.asarray(w0), rtol=1e-5, atol=1e-5)
 
 
 def test_delta_first_pass_margins_are_balanced_between_sides():
