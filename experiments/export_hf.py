@@ -15,9 +15,8 @@ _sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))
 
 from absl import app, flags, logging
 
-from daca_jax.errors import ConfigError
 from daca_jax.run.cli_errors import reported_errors
-from daca_jax.run.export import export_workdir
+from daca_jax.run.export import export_workdir, parse_shard_size
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Workdir of experiments/train.py (a run from model.init_checkpoint).")
 _OUT = flags.DEFINE_string("output_dir", None, "Export folder (absent or empty unless --overwrite).")
@@ -34,12 +33,9 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   with reported_errors():  # bad input, a changed source, a damaged checkpoint, a full disk: `error: <one line>`
-    shard = _SHARD.value.strip()
-    if shard and not (shard.isdigit() or shard[:-2].isdigit() and shard[-2:].upper() in ("KB", "MB", "GB", "TB")):
-      raise ConfigError("--max_shard_size", shard, "a size such as 5GB, 500MB or a number of bytes")
     export_workdir(_WORKDIR.value, _OUT.value, phase=_PHASE.value, adapter_only=_ADAPTER.value,
                    overwrite=_OVERWRITE.value, source=_SOURCE.value,
-                   max_shard_size=(int(shard) if shard.isdigit() else shard.upper()) if shard else None)
+                   max_shard_size=parse_shard_size(_SHARD.value))
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from daca_jax.errors import DataError
+from daca_jax.io_utils import read_json
 from daca_jax.models.hf_import import NAME_MAPS, hf_family
 from daca_jax.models.llada import LORA_MODULES
 
@@ -56,6 +57,7 @@ _SHARD_METADATA = {"format": "pt"}
 _FLOAT_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "BF16": jnp.bfloat16}
 # PEFT's prefix of a LoRA tensor: PeftModel.base_model (the LoraModel) .model (the transformers model).
 PEFT_PREFIX = "base_model.model."
+_REDOWNLOAD = "download the checkpoint again"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,11 +92,12 @@ class _Source:
     self.family = hf_family(self.hf)
     index = folder / INDEX_FILE
     if index.is_file():
-      parsed = json.loads(index.read_text())
-      weight_map = parsed.get("weight_map") if isinstance(parsed, dict) else None
+      parsed = read_json(index, fix=_REDOWNLOAD)
+      weight_map = parsed.get("weight_map")
       if not isinstance(weight_map, dict) or not weight_map:
         raise DataError(f"{index}: no 'weight_map' of tensor names to shard files")
-      self.index_metadata = dict(parsed.get("metadata") or {})
+      metadata = parsed.get("metadata")
+      self.index_metadata = dict(metadata) if isinstance(metadata, dict) else {}
       by_file: dict[str, list[str]] = {}
       for name, file in weight_map.items():
         if not isinstance(file, str) or pathlib.Path(file).name != file:
@@ -112,7 +115,10 @@ class _Source:
       path = folder / file
       if not path.is_file():
         raise DataError(f"{folder}: shard {file} listed in {INDEX_FILE} does not exist")
-      handle = self._handles[file] = safe_open(str(path), framework="numpy")
+      try:
+        handle = self._handles[file] = safe_open(str(path), framework="numpy")
+      except Exception as e:  # safetensors' SafetensorError: a malformed header, a truncated file
+        raise DataError(f"{path}: not a readable safetensors file ({e}); {_REDOWNLOAD}") from None
       stored = set(handle.keys())
       for name in by_file[file] or sorted(stored):
         if name not in stored:
@@ -151,10 +157,7 @@ def _read_config(folder: pathlib.Path) -> dict[str, Any]:
   file = folder / "config.json"
   if not file.is_file():
     raise DataError(f"{folder}: no config.json (expected a Hugging Face checkpoint directory)")
-  hf = json.loads(file.read_text())
-  if not isinstance(hf, dict):
-    raise DataError(f"{file}: expected a JSON object")
-  return hf
+  return read_json(file, fix=_REDOWNLOAD)
 
 
 def _param_names(family: str, n_layers: int) -> dict[str, tuple[tuple[str, ...], int | None, bool]]:

@@ -48,6 +48,22 @@ def _inside(path: pathlib.Path, folder: pathlib.Path) -> bool:
   return path == folder or folder in path.parents
 
 
+def parse_shard_size(text: str) -> int | str | None:
+  """``--max_shard_size``: "" -> None (keep the source's shard files), digits -> bytes, ``<n>KB`` /
+  ``MB`` / ``GB`` / ``TB`` -> that string (huggingface_hub's units, powers of 1000).
+
+  Raises:
+    ConfigError: anything else, or a size of 0.
+  """
+  text = text.strip().upper()
+  if not text:
+    return None
+  number, unit = (text, "") if text.isdigit() else (text[:-2], text[-2:])
+  if not number.isdigit() or int(number) == 0 or unit not in ("", "KB", "MB", "GB", "TB"):
+    raise ConfigError("--max_shard_size", text, "a positive size such as 5GB, 500MB or a number of bytes")
+  return int(number) if not unit else text
+
+
 def export_workdir(workdir: str | os.PathLike, output_dir: str | os.PathLike, *, phase: str = "latest",
                    adapter_only: bool = False, overwrite: bool = False, source: str = "",
                    max_shard_size: int | str | None = None,
@@ -86,10 +102,14 @@ def export_workdir(workdir: str | os.PathLike, output_dir: str | os.PathLike, *,
                       "weight; export it without --adapter_only")
   src = pathlib.Path(source or cfg.model.init_checkpoint).expanduser().resolve()
   recorded = pathlib.Path(read_record(wd)["path"])
-  for name, folder in (("the source checkpoint", src), ("the recorded source", recorded), ("the workdir", wd)):
-    if _inside(folder, out.resolve()) or _inside(out.resolve(), folder):
-      raise ConfigError("--output_dir", str(output_dir), f"a folder outside {name} {folder} (the export "
-                        "must not replace or change it)")
+  # Replacing a folder that holds the source or the workdir would delete them; the export inside the
+  # source would change the downloaded checkpoint (a folder inside the workdir is fine).
+  for name, folder, may_hold in (("the source checkpoint", src, False), ("the recorded source", recorded, False),
+                                 ("the workdir", wd, True)):
+    if _inside(folder, out.resolve()) or (_inside(out.resolve(), folder) and not may_hold):
+      raise ConfigError("--output_dir", str(output_dir), f"a folder that neither is nor holds {name} {folder}"
+                        + ("" if may_hold else " and is not inside it") + " (the export must not replace or "
+                        "change it)")
   check_source(wd, src)
   trained = read_trained_params(wd, phase)
   if adapter_only and trained.lora is None:

@@ -25,7 +25,7 @@ from daca_jax.models import lora, make_logits_fn
 from daca_jax.models.hf_fingerprint import record_source
 from daca_jax.models.hf_import import load_hf_checkpoint
 from daca_jax.run.checkpoint import Checkpointer
-from daca_jax.run.export import PROVENANCE_FILE, export_workdir
+from daca_jax.run.export import PROVENANCE_FILE, export_workdir, parse_shard_size
 from daca_jax.run.harness.loaders import model_from_workdir
 from daca_jax.types import TrainConfig
 from tests.models.test_hf_import import (D, DREAM_CFG, F, H, KV, LAYERS, LLADA_CFG, V, _llada_names,
@@ -330,9 +330,10 @@ def test_refusals(tmp_path):
   assert (busy / "keep.txt").read_text() == "mine"
   export_workdir(wd, busy, overwrite=True, **quiet)
   assert not (busy / "keep.txt").exists() and (busy / "config.json").exists()
-  for bad in (ckpt, wd, tmp_path):
-    with pytest.raises(ConfigError, match=r"--output_dir=.*a folder outside"):
+  for bad in (ckpt, ckpt / "export", wd, tmp_path):  # would replace or change the source or the workdir
+    with pytest.raises(ConfigError, match=r"--output_dir=.*a folder that neither is nor holds"):
       export_workdir(wd, bad, overwrite=True, **quiet)
+  export_workdir(wd, wd / "export", **quiet)  # beside the run's files is fine
   # The source moved: refused, and accepted again from its new place (same fingerprint).
   moved = ckpt.rename(tmp_path / "moved")
   with pytest.raises(DataError, match=r"is not a directory: it moved or was deleted; pass --source"):
@@ -349,10 +350,23 @@ def test_refusals(tmp_path):
   atomic_write_json(tiny / "config.json", TrainConfig().to_dict())
   with pytest.raises(ConfigError, match=r"model.init_checkpoint='' .*byte-level model"):
     export_workdir(tiny, tmp_path / "o5", **quiet)
+  # A damaged shard in the (recorded) source.
+  shard = sorted(moved.glob("model-*.safetensors"))[0]
+  shard.write_bytes(b"\xff" * 8 + shard.read_bytes()[8:])
+  record_source(wd, moved)
+  with pytest.raises(DataError, match=r"model-00001-of-00002.safetensors: not a readable safetensors file"):
+    export_workdir(wd, tmp_path / "o6", source=str(moved), **quiet)
   # A workdir without the source record.
   (wd / "init_checkpoint.json").unlink()
   with pytest.raises(DataError, match=r"init_checkpoint.json is missing"):
-    export_workdir(wd, tmp_path / "o6", source=str(moved), **quiet)
+    export_workdir(wd, tmp_path / "o7", source=str(moved), **quiet)
+
+
+def test_max_shard_size_flag():
+  assert [parse_shard_size(t) for t in ("", "123", "5gb", " 500MB ")] == [None, 123, "5GB", "500MB"]
+  for bad in ("0", "5GiB", "GB", "-3", "1.5GB"):
+    with pytest.raises(ConfigError, match=r"--max_shard_size="):
+      parse_shard_size(bad)
 
 
 def test_interrupted_export_leaves_no_folder_and_keeps_the_old_one(tmp_path, monkeypatch):
@@ -381,17 +395,25 @@ def test_interrupted_export_leaves_no_folder_and_keeps_the_old_one(tmp_path, mon
   assert [p.name for p in old.iterdir()] == ["model.safetensors"]
 
 
-def test_command_line(tmp_path):
+def _cli(tmp_path, *flags):
   ckpt = _source(tmp_path / "src", "llada")
   wd, _, _ = _workdir(tmp_path / "wd", ckpt, lora_rank=4)
-  cmd = [sys.executable, str(ROOT / "experiments" / "export_hf.py"), f"--workdir={wd}"]
-  env = dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu")
-  ok = subprocess.run(cmd + [f"--output_dir={tmp_path / 'out'}", "--adapter_only"], capture_output=True,
-                      text=True, env=env, timeout=120)
+  cmd = [sys.executable, str(ROOT / "experiments" / "export_hf.py"), f"--workdir={wd}", *flags]
+  return subprocess.run(cmd, capture_output=True, text=True, timeout=300,
+                        env=dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu"))
+
+
+def test_command_line(tmp_path):
+  ok = _cli(tmp_path, f"--output_dir={tmp_path / 'out'}", "--adapter_only")
   assert ok.returncode == 0, ok.stderr
   assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
       "adapter_config.json", "adapter_model.safetensors", PROVENANCE_FILE]
-  bad = subprocess.run(cmd + [f"--output_dir={tmp_path / 'out'}"], capture_output=True, text=True, env=env,
-                       timeout=120)
+
+
+@pytest.mark.slow
+def test_command_line_refusal_is_one_line(tmp_path):
+  (tmp_path / "out").mkdir()
+  (tmp_path / "out" / "x").write_text("x")
+  bad = _cli(tmp_path, f"--output_dir={tmp_path / 'out'}", "--max_shard_size=5GB")
   assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: --output_dir=")
   assert "Traceback" not in bad.stderr
