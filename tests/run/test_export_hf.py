@@ -31,7 +31,8 @@ from daca_jax.types import TrainConfig
 from tests.models.test_hf_import import (D, DREAM_CFG, F, H, KV, LAYERS, LLADA_CFG, V, _llada_names,
                                          _random_weights, _write_ckpt)
 
-safetensors_numpy = pytest.importorskip("safetensors.numpy")
+pytest.importorskip("safetensors.numpy")  # the [hf] extra
+pytest.importorskip("tokenizers")
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # Side files of a released checkpoint; the remote code fails loudly if anything ever imports it.
 SIDE_FILES = {"tokenizer_config.json": '{"model_max_length": 4096, "chat_template": "{{ messages }}"}',
