@@ -4,7 +4,7 @@
 ``likelihood``, ``rl``, ``models``, ``parallel``); the application layer's dependencies come as
 extras: ``[tasks]`` (graders), ``[data]`` (TFDS + grain pipelines), ``[ckpt]`` (orbax checkpoints),
 ``[viz]`` (plots, trajectory pictures), ``[run]`` (the main job and ``experiments/``: all of those
-but ``[data]``, plus flags, progress bars and TensorBoard files), ``[hf]`` (checkpoint import),
+but ``[data]``, plus flags, progress bars and TensorBoard files), ``[hf]`` (checkpoint import and export),
 ``[wandb]``, ``[all]`` and ``[test]`` (everything the test suite needs but ``[hf]``, whose tests skip
 without it).
 """
@@ -37,7 +37,10 @@ RUN = TASKS + CKPT + VIZ + [
     "tqdm>=4.66",  # progress bars (daca_jax.run.metrics)
     "tensorboardX>=2.6",  # TensorBoard event files of the training dashboards (daca_jax/run/dashboards.py)
 ]
-HF = ["torch==2.13.0", "transformers>=5.0", "tokenizers>=0.20", "safetensors>=0.4"]
+HF = ["torch==2.13.0", "transformers>=5.0", "tokenizers>=0.20",
+      "safetensors>=0.8",  # numpy bfloat16 tensors (ml_dtypes) read and written by the HF export
+      "huggingface_hub>=0.23",  # transformers' shard splitting (experiments/export_hf.py --max_shard_size)
+      "peft==0.21.2"]  # the exported LoRA adapter is checked by loading it with peft
 WANDB = ["wandb>=0.16"]  # optional W&B dashboards (--config.log.wandb=<project>)
 TEST = RUN + DATA + ["pytest>=8", "hypothesis>=6", "tensorboard>=2.15"]  # tensorboard: reads the event files back
 

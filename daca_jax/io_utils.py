@@ -5,6 +5,9 @@ Every JSON/text file a run keeps in its workdir (``config.json``, ``results.json
 temporary file in the same directory, flushed to disk and renamed over the target, so a process
 killed mid-write leaves the old file or the new one, never half of one.
 
+Folders written as a whole (an exported model) go through :func:`atomic_directory`: filled under a
+hidden temporary name, renamed into place when complete.
+
 Reading: :func:`read_json` raises :class:`~daca_jax.errors.DataError` naming the file, what is wrong
 and what to do; :func:`read_json_cache` is for files the run can recompute (a damaged cache is
 reported in one line and treated as missing).
@@ -15,6 +18,7 @@ import contextlib
 import json
 import os
 import pathlib
+import shutil
 import tempfile
 from typing import Any, Callable
 
@@ -97,3 +101,51 @@ def read_json_cache(path: str | os.PathLike, log: Callable[[str], None] = print,
     log(f"WARNING: {path} is damaged ({e}); recomputing it.")
     return None
   return value
+
+
+def check_output_dir(path: str | os.PathLike, *, overwrite: bool, flag: str = "--output_dir") -> pathlib.Path:
+  """The absolute path of an output folder that :func:`atomic_directory` may fill, checked before any
+  work starts.
+
+  Raises:
+    DataError: ``path`` is a file, or a folder that is not empty while ``overwrite`` is False (the
+      message names ``flag`` and says to pass ``--overwrite`` or choose another folder).
+  """
+  out = pathlib.Path(path).expanduser().absolute()
+  if out.exists() and not out.is_dir():
+    raise DataError(f"{flag}={path} is a file, not a folder")
+  if out.is_dir() and any(out.iterdir()) and not overwrite:
+    raise DataError(f"{flag}={path} exists and is not empty: choose another folder or pass --overwrite "
+                    "to replace it")
+  return out
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike, *, overwrite: bool = False):
+  """Yields an empty temporary folder beside ``path`` that becomes ``path`` when the block succeeds.
+
+  The folder is ``.<name>.tmp-XXXXXXXX`` in the same parent (same file system, so the final rename is
+  atomic): a process killed or failing inside the block leaves ``path`` as it was (a killed one also
+  leaves that hidden folder, never a half-written ``path``). An existing empty ``path`` is replaced;
+  a non-empty one only with ``overwrite``: it is moved aside to ``.<name>.old-XXXXXXXX/``, the new
+  folder renamed in, then the old one deleted (a crash between the two renames leaves no ``path`` and
+  the previous folder in that hidden one, never a mix of both).
+
+  Raises:
+    DataError: see :func:`check_output_dir`.
+  """
+  out = check_output_dir(path, overwrite=overwrite)
+  out.parent.mkdir(parents=True, exist_ok=True)
+  tmp = pathlib.Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+  try:
+    yield tmp
+    old = None
+    if out.is_dir() and any(out.iterdir()):
+      old = pathlib.Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
+      os.replace(out, old / out.name)
+    os.replace(tmp, out)  # onto a missing or empty folder: atomic
+    if old is not None:
+      shutil.rmtree(old, ignore_errors=True)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise

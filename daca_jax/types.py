@@ -175,6 +175,9 @@ class ModelConfig:
     left_pad_id: -1: every token is attended, pads included (LLaDA's released ``generate`` passes no
       attention mask). An id >= 0: a leading run of this id is left padding, kept out of attention
       and not counted in the positions (Dream's ``diffusion_generate``).
+    init_checkpoint: a local Hugging Face LLaDA / Dream checkpoint folder the run starts from ("": the
+      randomly initialised model of the fields above); ``experiments/export_hf.py`` writes the trained
+      policy back in its layout.
   """
 
   vocab_size: int = 260
@@ -199,6 +202,7 @@ class ModelConfig:
   unroll_layers: bool = False
   vocab_limit: int = 0
   left_pad_id: int = -1
+  init_checkpoint: str = ""
 
   @property
   def kv_heads(self) -> int:

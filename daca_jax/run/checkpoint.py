@@ -37,11 +37,13 @@ import hashlib
 import json
 import logging
 import os
+import pathlib
 import re
 import shutil
 from typing import Any, Iterator, Mapping
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 from daca_jax.run import checkpoint_noise
@@ -471,6 +473,41 @@ def load_pytree(path: str | os.PathLike, target: PyTree) -> PyTree:
     raise CorruptCheckpointError(f"checkpoint {path} cannot be read: damaged JSON ({e.msg})") from None
   except (KeyError, ValueError, TypeError) as e:
     raise ValueError(f"Checkpoint at {path} does not match the target structure: {_short(e)}") from None
+  except Exception as e:  # TensorStore reports unreadable array files as a plain Exception
+    raise CorruptCheckpointError(f"checkpoint {path} cannot be read: {_short(e)}") from None
+  finally:
+    checkpointer.close()
+
+
+def load_entry(path: str | os.PathLike, key: str) -> PyTree:
+  """Restores one top-level entry of a saved dict state (e.g. ``params`` of ``<step>/state``) as host
+  numpy arrays in the structure it was saved with, without reading the other entries (an exporter of
+  an 8B run reads the parameters, not twice their size of Adam moments).
+
+  An ``nnx.State`` comes back as nested dicts whose leaves are ``{"value": array}``.
+
+  Raises:
+    FileNotFoundError: ``path`` holds no finished checkpoint.
+    KeyError: the saved state has no entry ``key`` (the message lists those it has).
+    CorruptCheckpointError: the checkpoint's files cannot be read or decoded (one line).
+    OSError: the OS refused the read.
+  """
+  path = os.path.abspath(os.fspath(path))
+  if not _is_committed(path):
+    raise FileNotFoundError(f"No finished checkpoint at {path}")
+  handler = ocp.PyTreeCheckpointHandler()
+  checkpointer = ocp.Checkpointer(handler)
+  try:
+    with _orbax_errors(path):
+      saved = handler.metadata(pathlib.Path(path)).tree  # the saved tree's structure, no array read
+      if not isinstance(saved, Mapping) or key not in saved:
+        raise KeyError(f"checkpoint {path} holds no {key!r} (entries: {sorted(saved or {})})")
+      item = {key: saved[key]}
+      restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), item)
+      return checkpointer.restore(path, args=ocp.args.PyTreeRestore(
+          item=item, restore_args=restore_args, partial_restore=True))[key]
+  except (OSError, KeyError):
+    raise
   except Exception as e:  # TensorStore reports unreadable array files as a plain Exception
     raise CorruptCheckpointError(f"checkpoint {path} cannot be read: {_short(e)}") from None
   finally:

@@ -79,30 +79,66 @@ def _committed_steps(directory: pathlib.Path) -> list[int]:
                 and (p / "state" / "commit_success.txt").is_file())
 
 
-def model_from_workdir(workdir: str | os.PathLike, phase: str = "latest",
-                       tokenizer: Any = None) -> EvalModel:
-  """The latest checkpoint of an ``experiments/train.py`` workdir and the run's config.
+def run_config(workdir: str | os.PathLike) -> TrainConfig:
+  """The config of the run in ``workdir`` (its ``config.json``, upgraded to today's field names).
+
+  Raises:
+    DataError: no or a damaged ``config.json``; the message names ``--workdir``.
+    ConfigError: a value today's config refuses.
+  """
+  wd = pathlib.Path(workdir).expanduser().resolve()
+  if not (wd / "config.json").is_file():
+    raise DataError(f"--workdir={workdir}: no config.json (expected a workdir of experiments/train.py)")
+  return train_config_from_dict(upgrade_config_dict(read_json(wd / "config.json", fix=(
+      "it records the run's config, which the evaluation needs: restore it from a copy (the run's "
+      "results.json holds the same config under 'config')"))))
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainedParams:
+  """The parameters of one finished checkpoint of an ``experiments/train.py`` workdir, on the host.
+
+  Attributes:
+    config: the run's config (``<workdir>/config.json``).
+    workdir: the workdir's absolute path.
+    phase: "rl" or "sft".
+    step: the checkpoint's step.
+    base: the model's parameters as a pure dict (``nnx.to_pure_dict`` layout: ``{"embed": {"embedding":
+      [V, D]}, "layers": {"q_proj": {"kernel": [N, D, H*Dh]}, ...}, ...}``, numpy, the run's
+      ``param_dtype``); for a LoRA policy the frozen base, None when the checkpoint does not store it
+      (then it is the run's ``model.init_checkpoint``).
+    lora: a LoRA policy's adapters ``{target: {"a": [N, in, r], "b": [N, r, out]}}`` (numpy), None for
+      a fully fine-tuned model (and every SFT checkpoint).
+  """
+
+  config: TrainConfig
+  workdir: pathlib.Path
+  phase: str
+  step: int
+  base: dict[str, Any] | None
+  lora: dict[str, Any] | None
+
+
+def read_trained_params(workdir: str | os.PathLike, phase: str = "latest") -> TrainedParams:
+  """The parameters of a workdir's latest checkpoint of ``phase``, verified against their checksum.
+
+  Only the ``params`` entry is read (not the optimizer state), as host numpy arrays.
 
   Args:
     workdir: the run's ``--workdir`` (holds ``config.json``, ``sft/`` and ``rl/``).
     phase: "latest" (RL if it has a checkpoint, else SFT), "rl" or "sft".
-    tokenizer: optional tokenizer replacing the tasks' own (see :class:`EvalModel`).
   Raises:
-    DataError: no ``config.json`` or no finished checkpoint of the requested phase; the message names
-      ``--workdir``.
+    DataError: no ``config.json``, no finished checkpoint of the requested phase, or one without
+      ``params``; the message names ``--workdir``.
+    CorruptCheckpointError: the parameters differ from those saved (checksum), or cannot be read.
     ConfigError: an unknown ``phase`` (``--phase``).
   """
-  from daca_jax.run.checkpoint import load_pytree, verify_entry
-  from daca_jax.run.pipeline import task_kwargs
+  from daca_jax.run.checkpoint import load_entry, verify_entry
 
   wd = pathlib.Path(workdir).expanduser().resolve()
   if phase not in ("latest", "rl", "sft"):
     raise ConfigError("--phase", phase, "one of ['latest', 'rl', 'sft']")
-  if not (wd / "config.json").is_file():
-    raise DataError(f"--workdir={workdir}: no config.json (expected a workdir of experiments/train.py)")
-  cfg = train_config_from_dict(upgrade_config_dict(read_json(wd / "config.json", fix=(
-      "it records the run's config, which the evaluation needs: restore it from a copy (the run's "
-      "results.json holds the same config under 'config')"))))
+  cfg = run_config(workdir)
   order = ("rl", "sft") if phase == "latest" else (phase,)
   for name in order:
     steps = _committed_steps(wd / name)
@@ -110,17 +146,53 @@ def model_from_workdir(workdir: str | os.PathLike, phase: str = "latest",
       break
   else:
     raise DataError(f"--workdir={workdir}: no finished checkpoint in {' or '.join(str(wd / n) for n in order)}")
-  graphdef, abstract = _abstract_params(cfg.model)
-  saved = load_pytree(wd / name / str(steps[-1]) / "state", None)  # read-only, whatever else it holds
-  if "params" not in saved:
-    raise DataError(f"--workdir={workdir}: checkpoint {wd / name / str(steps[-1])} holds no 'params'")
+  step_dir = wd / name / str(steps[-1])
   try:
-    nnx.replace_by_pure_dict(abstract, jax.tree.map(jax.numpy.asarray, _strip_value(saved["params"])))
+    saved = load_entry(step_dir / "state", "params")
+  except KeyError:
+    raise DataError(f"--workdir={workdir}: checkpoint {step_dir} holds no 'params'") from None
+  verify_entry(step_dir, "params", saved)  # a damaged file is not used silently
+  params = _strip_value(saved)
+  if isinstance(params, Mapping) and "lora" in params and set(params) <= {"base", "lora"}:
+    return TrainedParams(cfg, wd, name, steps[-1], params.get("base") or None, params["lora"])
+  return TrainedParams(cfg, wd, name, steps[-1], params, None)
+
+
+def model_from_workdir(workdir: str | os.PathLike, phase: str = "latest",
+                       tokenizer: Any = None) -> EvalModel:
+  """The latest checkpoint of an ``experiments/train.py`` workdir and the run's config.
+
+  A LoRA policy is evaluated with its adapters applied (:func:`daca_jax.models.lora.make_lora_logits_fn`).
+
+  Args:
+    workdir: the run's ``--workdir`` (holds ``config.json``, ``sft/`` and ``rl/``).
+    phase: "latest" (RL if it has a checkpoint, else SFT), "rl" or "sft".
+    tokenizer: optional tokenizer replacing the tasks' own (see :class:`EvalModel`).
+  Raises:
+    DataError: see :func:`read_trained_params`; also parameters that do not match the run's model
+      config, or a LoRA checkpoint that does not store its base.
+    ConfigError: an unknown ``phase`` (``--phase``).
+  """
+  from daca_jax.models import lora
+  from daca_jax.run.pipeline import task_kwargs
+
+  trained = read_trained_params(workdir, phase)
+  cfg = trained.config
+  if trained.base is None:
+    raise DataError(f"--workdir={workdir}: checkpoint {trained.phase}/{trained.step} stores the LoRA adapters "
+                    "without their base model")
+  graphdef, abstract = _abstract_params(cfg.model)
+  try:
+    nnx.replace_by_pure_dict(abstract, jax.tree.map(jax.numpy.asarray, trained.base))
   except (KeyError, ValueError) as e:
     raise DataError(f"--workdir={workdir}: checkpoint params do not match model config ({e})") from None
-  verify_entry(wd / name / str(steps[-1]), "params", abstract)  # a damaged file is not evaluated silently
-  return EvalModel(make_logits_fn(graphdef), abstract, cfg.model,
-                   {"kind": "workdir", "path": str(wd), "phase": name, "step": steps[-1]},
+  logits_fn, params = make_logits_fn(graphdef), abstract
+  if trained.lora is not None:
+    logits_fn = lora.make_lora_logits_fn(graphdef, logprob_chunk=cfg.model.logprob_chunk)
+    params = lora.lora_params(abstract, jax.tree.map(jax.numpy.asarray, trained.lora))
+  return EvalModel(logits_fn, params, cfg.model,
+                   {"kind": "workdir", "path": str(trained.workdir), "phase": trained.phase,
+                    "step": trained.step},
                    tokenizer=tokenizer, task_options={cfg.task.name: task_kwargs(cfg)},
                    data_dir=cfg.data.data_dir, train_config=cfg)
 
