@@ -165,7 +165,7 @@ def _d1(c: ml_collections.ConfigDict, task: str) -> None:
   c.rl.eval_every = math.ceil(WD1_EVAL["every_updates"] / c.rl.num_iterations)  # d1 has none in training: wd1's cadence
   c.eval.batch_size = 64  # run_eval.sh batch_size 8 per GPU x 8 GPUs
   c.eval.temperature = 0.0  # eval.py: greedy
-  c.task.name = _TASK_NAMES.get(task, task)
+  c.task.name = _TASK_NAMES.get(task, task)  # the library's name of the task
   c.task.options.prompt_style = "chat"  # d1's evaluation prompts in LLaDA's chat template (eval/*.py)
   if task == "json":
     c.task.options.source = "jsonschemabench"  # real schemas; train/test split by a stable hash (disjoint)
@@ -210,7 +210,7 @@ def _gdpo(c: ml_collections.ConfigDict, task: str) -> None:
   c.rl.rollout_batch = 48  # library choice (memory), as d1's
   # GDPO's schedule and run length are not available offline: d1's (constant with warmup, 10 epochs).
   c.rl.steps = math.ceil(10 * c.sft.num_train_examples / c.rl.prompts_per_step)
-  c.rl.warmup_steps = math.ceil(1e-4 * c.rl.steps * c.rl.num_iterations)
+  c.rl.warmup_steps = math.ceil(1e-4 * c.rl.steps * c.rl.num_iterations)  # d1's warmup_ratio 1e-4 (GDPO's unknown)
   c.checkpoint.every = math.ceil(100 / c.rl.num_iterations)  # d1's save_steps (GDPO's unknown)
   c.rl.eval_every = math.ceil(WD1_EVAL["every_updates"] / c.rl.num_iterations)  # as the other bases
 

@@ -31,7 +31,8 @@ Where d1's training reward is known to be wrong (each checked against the code a
 
 * soft format (``<reasoning>.*?</reasoning>\\s*<answer>.*?</answer>`` with ``re.match``, no
   ``re.DOTALL``): ``.`` does not cross a newline, so the whole reasoning must sit on the first line
-  and the answer on one line; multi-line reasoning never matches. The strict pattern likewise needs
+  and the answer on one line; multi-line reasoning never matches, and neither does the layout d1's
+  own prompt asks for (a newline right after ``<reasoning>``). The strict pattern likewise needs
   exactly one reasoning line and one answer line, and a newline right after ``</answer>`` (a
   completion that stops at ``</answer>`` fails it). 4bab4b9 (``d1_dotall``) fixes the newline part only.
 * GSM8K correctness compares strings: LLaDA-8B-Instruct's usual ``<answer>\\boxed{46}</answer>``
