@@ -30,6 +30,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.lora_rank = 0  # RL with LoRA adapters of this rank on the SFT model (0: full fine-tuning).
   c.model.lora_alpha = 16.0  # LoRA scale numerator (adapter output × alpha / rank).
   c.model.lora_targets = "q,k,v,o,gate,up,down"  # Projections that get adapters.
+  c.model.lora_dropout = 0.0  # Dropout on the LoRA adapters' input during updates (d1: 0.05).
+  c.model.init_checkpoint = ""  # Local HF checkpoint folder RL starts from ("" = the tiny model + SFT).
   c.model.logprob_chunk = 0  # Gather target log-probs this many positions at a time (0: all at once).
   c.model.unroll_layers = False  # Unrolled layer stack (slower compile; full XLA FLOP counts).
   c.model.vocab_limit = 0  # The sampler proposes ids below this (0: vocab_size), never [MASK].
@@ -109,6 +111,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.rl.weight_decay = 0.0  # AdamW weight decay.
   c.rl.max_grad_norm = 1.0  # Global-norm gradient clip.
   c.rl.adam_eps = 1e-8  # Adam epsilon.
+  c.rl.adam_b1 = 0.9  # Adam beta1 (first-moment decay).
+  c.rl.adam_b2 = 0.999  # Adam beta2 (second-moment decay; d1: 0.99).
+  c.rl.grad_accum = 1  # Micro-batches per update, gradients summed before one optimizer step (d1: 2).
+  c.rl.rollout_batch = 0  # Rows per rollout call (0: the whole batch at once).
   c.rl.rldf_tau = 0.6  # rldf: drop (state, token) targets below this probability unless committed there.
   c.rl.eval_every = 0  # Evaluate on the validation split every N iterations (0: never; needs task.num_val_examples).
   c.rl.grad_agreement = True  # Log grad_cos: cosine of successive batches' gradients (one params-sized buffer).
@@ -130,6 +136,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.task.num_eval_examples = 0  # Evaluate on the first N examples only (0 = all).
   c.task.num_val_examples = 0  # Validation split held out of the training pool (rl.eval_every uses it).
   c.task.options = ml_collections.ConfigDict()  # Task-specific constructor arguments.
+  c.task.reward = ""  # RL's reward: "" = the task's graded reward | d1 | d1_dotall (d1's training rewards).
 
   c.data = ml_collections.ConfigDict()
   c.data.data_dir = ""  # "" = $DACA_DATA_DIR or ../shared/data beside the repository.

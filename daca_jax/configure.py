@@ -20,6 +20,7 @@ from daca_jax.registry import Registry
 from daca_jax.rl.advantages import ADVANTAGES
 from daca_jax.rl.objectives import OBJECTIVES
 from daca_jax.tasks import TASKS
+from daca_jax.tasks.training_rewards import check_reward
 from daca_jax.types import TrainConfig
 
 # (section, field, registry): each named field of a TrainConfig and the registry that resolves it.
@@ -46,6 +47,7 @@ def check_names(cfg: TrainConfig) -> TrainConfig:
     if value == "" and (section, name) in _EMPTY_ALLOWED:
       continue
     registry.get(value)  # its error names registry.field, which is f"{section}.{name}"
+  check_reward(cfg.task.reward, cfg.task.name)  # keyed by (reward, task): a task d1 has no reward for
   return cfg
 
 

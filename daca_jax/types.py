@@ -164,6 +164,10 @@ class ModelConfig:
     lora_rank: r of the LoRA adapters (0: no LoRA); see :mod:`daca_jax.models.lora`.
     lora_alpha: LoRA scale numerator: the adapter output is multiplied by ``lora_alpha / lora_rank``.
     lora_targets: comma-separated projections that get adapters, from q,k,v,o,gate,up,down.
+    lora_dropout: dropout probability on the LoRA adapters' input during updates (PEFT's
+      ``lora_dropout``; d1 uses 0.05), in [0, 1).
+    init_checkpoint: a local Hugging Face checkpoint folder (LLaDA-8B-Instruct / Dream-7B layout) that RL
+      starts from; "" starts from the tiny model the job builds (and its SFT warm start).
     logprob_chunk: positions per chunk when target log-probs are gathered from hidden states
       (:func:`daca_jax.likelihood.common.chunked_token_logprobs`); 0 scores all positions at once.
     unroll_layers: compile the layer stack unrolled rather than as one ``lax.scan`` body: longer
@@ -198,6 +202,8 @@ class ModelConfig:
   lora_rank: int = 0
   lora_alpha: float = 16.0
   lora_targets: str = "q,k,v,o,gate,up,down"
+  lora_dropout: float = 0.0
+  init_checkpoint: str = ""
   logprob_chunk: int = 0
   unroll_layers: bool = False
   vocab_limit: int = 0
@@ -238,6 +244,8 @@ class ModelConfig:
         raise ConfigError(f"{prefix}.{name}", v, "an integer >= 0")
     if not isinstance(self.unroll_layers, bool):
       raise ConfigError(f"{prefix}.unroll_layers", self.unroll_layers, "True or False")
+    if not 0.0 <= self.lora_dropout < 1.0:
+      raise ConfigError(f"{prefix}.lora_dropout", self.lora_dropout, "a probability in [0, 1)")
     if self.lora_rank and not self.lora_alpha > 0:
       raise ConfigError(f"{prefix}.lora_alpha", self.lora_alpha, "a number > 0")
     targets = self.lora_target_list
@@ -628,6 +636,12 @@ class RLConfig:
     weight_decay: AdamW weight decay.
     max_grad_norm: global-norm gradient clip.
     adam_eps: Adam's epsilon.
+    adam_b1: Adam's first-moment decay β1, in [0, 1).
+    adam_b2: Adam's second-moment decay β2, in [0, 1) (d1: 0.99).
+    grad_accum: micro-batches each update's batch is split into, gradients summed over them before
+      one optimizer step (d1: 2).
+    rollout_batch: rows per rollout call; a step's rollouts run in micro-batches of this many rows so
+      they fit in memory (0: the whole batch in one call).
     eval_every: evaluate on the validation split (``task.num_val_examples``) every N iterations and
       at the end (0: no periodic evaluation). The test set is evaluated only before and after RL.
     grad_agreement: log ``grad_cos``, the cosine between successive rollout batches' gradients (its
@@ -656,6 +670,10 @@ class RLConfig:
   weight_decay: float = 0.0
   max_grad_norm: float = 1.0
   adam_eps: float = 1e-8
+  adam_b1: float = 0.9
+  adam_b2: float = 0.999
+  grad_accum: int = 1
+  rollout_batch: int = 0
   eval_every: int = 0
   grad_agreement: bool = True
   rldf_tau: float = 0.6
@@ -667,8 +685,8 @@ class RLConfig:
         raise ConfigError(f"{prefix}.normalize_adv_std", self.normalize_adv_std,
                           f"False with {prefix}.advantage={self.advantage!r} (normalize_adv_std=True "
                           f"means {prefix}.advantage='group_std')")
-    _positive(prefix, self, "prompts_per_step", "group_size", "num_iterations")
-    _non_negative(prefix, self, "steps", "clip_eps", "beta", "learning_rate", "warmup_steps",
+    _positive(prefix, self, "prompts_per_step", "group_size", "num_iterations", "grad_accum")
+    _non_negative(prefix, self, "rollout_batch", "steps", "clip_eps", "beta", "learning_rate", "warmup_steps",
                   "weight_decay", "max_grad_norm", "adam_eps", "eval_every")
     if self.group_size < 2:
       raise ConfigError(f"{prefix}.group_size", self.group_size, ">= 2 (group advantages)")
@@ -682,6 +700,9 @@ class RLConfig:
       raise ConfigError(f"{prefix}.rldf_tau", self.rldf_tau, "a probability in [0, 1]")
     if not isinstance(self.grad_agreement, bool):
       raise ConfigError(f"{prefix}.grad_agreement", self.grad_agreement, "True or False")
+    for name in ("adam_b1", "adam_b2"):  # Adam divides by 1 - beta**t: beta = 1 divides by zero
+      if not 0.0 <= getattr(self, name) < 1.0:
+        raise ConfigError(f"{prefix}.{name}", getattr(self, name), "a number in [0, 1)")
     if not self.adam_eps > 0:  # Adam divides by sqrt(nu) + eps: 0 gives 0/0 = NaN for a zero gradient
       raise ConfigError(f"{prefix}.adam_eps", self.adam_eps, "a number > 0")
     return self
@@ -734,6 +755,9 @@ class TaskConfig:
     options: task-specific constructor arguments (e.g. ``{"max_depth": 2}`` for json_schema), passed
       to the task class as keyword arguments; an argument the task does not take is a ConfigError
       naming ``task.options.<name>``. ``num_blanks`` is forwarded only to tasks that take it.
+    reward: the reward RL trains on: "" = the task's own graded reward (the one evaluation uses);
+      "d1" = d1's training rewards as released, "d1_dotall" = with d1's later DOTALL format patterns
+      (:mod:`daca_jax.tasks.training_rewards`, which also checks that the task has one).
   """
 
   name: str = "sudoku4x4"
@@ -743,6 +767,7 @@ class TaskConfig:
   num_eval_examples: int = 0
   num_val_examples: int = 0
   options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  reward: str = ""
 
   def validate(self, prefix: str = "task") -> "TaskConfig":
     _check_fields(prefix, self)

@@ -96,7 +96,7 @@ class GRPOLearner:
                                                    cfg.rl.weight_decay, cfg.rl.max_grad_norm,
                                                    decay_steps=max(total_updates - cfg.rl.warmup_steps, 1)
                                                    if cfg.rl.lr_schedule == "cosine" else 0,
-                                                   eps=cfg.rl.adam_eps,
+                                                   eps=cfg.rl.adam_eps, b1=cfg.rl.adam_b1, b2=cfg.rl.adam_b2,
                                                    agreement_every=cfg.rl.num_iterations
                                                    if cfg.rl.grad_agreement else 0)
     if optimizer_wrapper is not None:

@@ -73,13 +73,14 @@ def read_grad_agreement(opt_state: Any) -> jax.Array | None:
 
 
 def make_optimizer(learning_rate: float, warmup_steps: int, weight_decay: float, max_grad_norm: float,
-                   decay_steps: int = 0, eps: float = 1e-8,
+                   decay_steps: int = 0, eps: float = 1e-8, b1: float = 0.9, b2: float = 0.999,
                    agreement_every: int = 0) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """``clip_by_global_norm -> adamw`` with a linear warmup to ``learning_rate``.
 
   Args:
     eps: Adam's epsilon; a larger value damps the steps of parameters whose gradients are tiny
       (sparse-reward RL batches), instead of normalising noise to full-size steps.
+    b1, b2: Adam's moment decays (d1: 0.9, 0.99).
     decay_steps: if > 0, cosine decay to 10% of the peak over this many steps after warmup;
       otherwise the rate stays constant after warmup.
     agreement_every: if > 0, record the gradient agreement of successive batches
@@ -100,5 +101,5 @@ def make_optimizer(learning_rate: float, warmup_steps: int, weight_decay: float,
   parts = [grad_agreement(agreement_every)] if agreement_every > 0 else []
   opt = optax.chain(*parts,
                     optax.clip_by_global_norm(max_grad_norm) if max_grad_norm > 0 else optax.identity(),
-                    optax.adamw(schedule, eps=eps, weight_decay=weight_decay))
+                    optax.adamw(schedule, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay))
   return opt, schedule

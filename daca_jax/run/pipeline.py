@@ -37,6 +37,7 @@ from daca_jax.rl.learner import GRPOLearner
 from daca_jax.rl.downsample import select_rows, take_rows
 from daca_jax.rl.optim import make_optimizer
 from daca_jax.tasks.base import TASKS, Example, Task, make_task
+from daca_jax.tasks.training_rewards import training_rewards
 from daca_jax.types import TrainConfig
 
 # Config fields that may change between a run and its resumption (they do not change what is trained).
@@ -303,7 +304,7 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
       if multi:  # rows of the global batch are in process order
         completion_ids = completion_ids[share.start * n:share.stop * n]
       completions = task.decode_completions(completion_ids)
-      rewards = np.asarray(task.reward(completions, batch_examples), np.float32)
+      rewards, correct = training_rewards(cfg.task.reward, task, completions, batch_examples)
       sampled = rewards  # every rollout: the policy's reward, whatever the update trains on
       if n != g:  # one process (preflight): keep g of each group's n
         rows = np.asarray(select_rows(rewards, n, g, rl.downsample, jax.random.fold_in(k_roll, 1)))
@@ -337,7 +338,8 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
       if n != g:
         m.update(kept_reward_mean=float(rewards.mean()), kept_reward_std=float(rewards.std()))
       m.update(reward_mean=float(sampled.mean()), reward_std=float(sampled.std()),
-               reward_max=float(sampled.max()), accuracy=float(np.mean(sampled >= 1.0)),
+               reward_max=float(sampled.max()),
+               accuracy=float(np.mean(parallel.to_host(parallel.global_batch(correct, mesh)) if multi else correct)),
                completion_length=float(lengths.mean()),
                lr=float(learner.schedule(done * rl.num_iterations)),
                rollout_s=t_roll, update_s=t_upd,

@@ -1,0 +1,270 @@
+"""Paper presets: each base method's released recipe on LLaDA-8B-Instruct, with DACA's arms on top.
+
+Launch (from the repository root; the checkpoint folder is yours, downloaded beforehand):
+
+  python experiments/train.py --config=configs/paper.py:d1_gsm8k_daca --workdir=runs/d1_gsm8k_daca \
+      --config.model.init_checkpoint=/ckpt/LLaDA-8B-Instruct
+  # the same recipe shrunk to CPU size, a plumbing check on a tiny checkpoint passed the same way:
+  python experiments/train.py --config=configs/paper.py:d1_gsm8k_daca,smoke --workdir=/tmp/smoke \
+      --config.model.init_checkpoint=/tmp/tiny-llada
+
+Names (the text after ':'): ``<base>_<task>[_<arm>][,smoke]`` with base in :data:`BASES` (d1 =
+diffu-GRPO, wd1, gdpo), task in :data:`TASKS` and arm in :data:`ARMS`: none = the base method, ``dps``
+= ``rl.credit=dps``, ``sml`` = ``rl.likelihood=stratified``, ``daca`` = both. :func:`preset_names`
+lists all 84 (and their ``,smoke`` forms).
+
+Every value below names its source on its line: a repository, file and commit (short hashes; the
+full ones are in :data:`SOURCES`), or says that it is this library's choice where no source gives one.
+The recipe table with the values this module cannot express (d1's 4-bit base model, its warmup
+ratio, DeepSpeed) is ``docs/paper_recipes.md``. The DACA paper's own hyper-parameters (DPS alpha and
+clip, SML's K) are not available offline (only its abstract is): the arms use this library's defaults
+(``credit.dps.*`` and ``likelihood.stratified.*`` in ``configs/base.py``) and say so.
+
+Evaluation follows d1's protocol (:data:`D1_EVAL`; the main job evaluates at ``rollout.gen_length``
+for now, and on a validation split every ``rl.eval_every`` iterations as wd1 does). The model's shape
+is LLaDA-8B-Instruct's, so plans compile without a checkpoint; a checkpoint's ``config.json`` is what
+RL starts from. Launch on several devices with ``--config.parallel.strategy=fsdp`` (and
+``parallel.fsdp``) as ``experiments/plan.py`` advises; the presets do not fix a device count.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import ml_collections
+
+from configs import base
+from daca_jax.errors import ConfigError
+from daca_jax.types import llada_8b_config
+
+BASES = ("d1", "wd1", "gdpo")
+TASKS = ("gsm8k", "math500", "countdown", "sudoku", "humaneval", "mbpp", "json")
+ARMS = ("", "dps", "sml", "daca")
+
+# Full commit hashes of the sources cited by short hash on the lines below.
+SOURCES = {
+    "d1": "dllm-reasoning/d1 @ 837888f22c21a5da91a0af2b0d7b19e81d9b47ec",
+    "d1-later": "dllm-reasoning/d1 @ 4bab4b9ac07ee83956308e977dbc1d58a11d8ab7 (diffu-grpo/reward_func.py)",
+    "trl": "huggingface/trl @ 0f88c179e30b3439467942a08c3190f624d5c423 (d1's env.yml pin)",
+    "wd1": "xiaohangt/wd1 @ 08989851e5dd84ac31af04d28f20a93488d66ffb",
+    "gdpo-nemo": "NVIDIA-NeMo/RL @ 7a4616dd48a795f07e4a3ea5f0e7847d4d30e23b "
+                 "(research/gdpo/configs/gdpo_llada_8b.yaml, README.md: a port of GDPO's published recipe; "
+                 "the authors' kevinrojas1499/GDPO is not in the offline store)",
+    "llada": "ML-GSAI/LLaDA @ b7e6c3565f194352da44b38dd12b6970597309f3 (generate.py)",
+}
+
+# The library's task names; the names of a preset are the short forms.
+_TASK_NAMES = {"sudoku": "sudoku4x4", "json": "json_schema"}
+
+# d1's evaluation protocol (dllm-reasoning/d1 @ 837888f eval/eval.py, eval/generate.py, eval/run_eval.sh),
+# for the evaluation entry point to read: greedy low-confidence decoding of each length, blocks of 32,
+# length/2 steps, the "<reasoning>" prefill, its system prompts (the library's "chat" prompt style).
+D1_EVAL = dict(
+    gen_lengths=(128, 256, 512),  # the d1 paper's tables; run_eval.sh's loop lists 128 and 256 (512 only in its batch-size branch)
+    block_length=32,  # eval.py --block_length default
+    steps_per_token=0.5,  # eval.py: diffusion_steps = gen_length // 2
+    temperature=0.0,  # eval.py evaluate(temperature=0.0): greedy
+    remasking="low_confidence",  # generate.py default
+    add_reasoning=True,  # eval.py: "<reasoning>" prefilled for all models
+    batch_size_per_device={128: 8, 256: 8, 512: 4},  # run_eval.sh
+    checkpoint_every_updates=100,  # d1 evaluates saved checkpoints offline: train.yaml save_steps 100
+)
+# wd1's evaluation during training (xiaohangt/wd1 @ 0898985 wd1/train.yaml, wd1/run_train.py).
+WD1_EVAL = dict(
+    every_updates=1000,  # train.yaml eval_steps (optimizer updates)
+    gen_length=256, steps=128, block_length=32, temperature=0.0,  # AccuracyEvalCallback arguments
+    test_subsample={"gsm8k": 250, "math500": 250, "countdown": None, "sudoku": None},  # SUB_SAMPLE_MAP (None: all)
+)
+
+# Per task: the library's training pool (sft.num_train_examples) and validation split. GSM8K's and
+# MATH's pools are their train files less the validation split (7473 and 8521 usable records in
+# ../shared/data); the generated tasks use the library's default pool; MBPP train has 471 records.
+_POOL = {"gsm8k": (7223, 250), "math500": (8271, 250), "countdown": (20000, 250), "sudoku": (20000, 250),
+         "humaneval": (421, 50), "mbpp": (421, 50), "json": (20000, 100)}
+# d1's μ (NUM_ITER in diffu-grpo/slurm_scripts/<task>_base.sbatch @ 837888f); code and JSON have no d1
+# script, so they keep train.yaml's num_iterations 12.
+_D1_MU = {"gsm8k": 12, "math500": 12, "countdown": 8, "sudoku": 8, "humaneval": 12, "mbpp": 12, "json": 12}
+# wd1's μ (NUM_ITER in run/wll_NP_<task>.sh @ 0898985; code and JSON: its train.yaml's 12).
+_WD1_MU = {"gsm8k": 12, "math500": 12, "countdown": 12, "sudoku": 8, "humaneval": 12, "mbpp": 12, "json": 12}
+# Tasks d1 has a training reward for (diffu-grpo/diffu_grpo_train.py @ 837888f).
+_D1_REWARD_TASKS = ("gsm8k", "math500", "countdown", "sudoku")
+
+PATTERN = (f"<base>_<task>[_<arm>][,smoke] with base in {list(BASES)}, task in {list(TASKS)}, "
+           f"arm in {[a for a in ARMS if a]} or none (e.g. d1_gsm8k_daca or wd1_sudoku,smoke)")
+
+
+def preset_names(smoke: bool = False) -> list[str]:
+  """Every preset name (with ``,smoke`` appended when ``smoke``): the cross product of the parts."""
+  names = [f"{b}_{t}" + (f"_{a}" if a else "") for b in BASES for t in TASKS for a in ARMS]
+  return [n + ",smoke" for n in names] if smoke else names
+
+
+def parse_name(preset: str) -> tuple[str, str, str, bool]:
+  """``(base, task, arm, smoke)`` of a preset name.
+
+  Raises:
+    ConfigError: a name that is not of :data:`PATTERN` (the message gives the pattern).
+  """
+  name, *flags = preset.split(",")
+  parts = name.split("_")
+  if (flags not in ([], ["smoke"]) or len(parts) not in (2, 3) or parts[0] not in BASES
+      or parts[1] not in TASKS or (len(parts) == 3 and parts[2] not in ARMS[1:])):
+    raise ConfigError("configs/paper.py preset", preset, PATTERN)
+  return parts[0], parts[1], parts[2] if len(parts) == 3 else "", flags == ["smoke"]
+
+
+def _d1(c: ml_collections.ConfigDict, task: str) -> None:
+  """d1's diffu-GRPO from LLaDA-8B-Instruct (the ``<task>_base.sbatch`` runs, no s1K SFT)."""
+  for name, value in dataclasses.asdict(llada_8b_config()).items():
+    setattr(c.model, name, value)  # LLaDA-8B-Instruct's shape (daca_jax.types.llada_8b_config; mask id: llada generate.py)
+  c.model.init_checkpoint = ""  # placeholder: --config.model.init_checkpoint=/ckpt/LLaDA-8B-Instruct (sbatch MODEL_PATH)
+  c.model.param_dtype = "bfloat16"  # train.yaml torch_dtype bfloat16; d1 also loads the base in 4-bit NF4 (diffu_grpo_train.py BitsAndBytesConfig), not expressible here
+  c.model.lora_rank = 128  # train.yaml lora_r
+  c.model.lora_alpha = 64.0  # train.yaml lora_alpha
+  c.model.lora_dropout = 0.05  # train.yaml lora_dropout
+  c.model.lora_targets = "q,k,v,o,gate,up,down"  # diffu_grpo_train.py LoraConfig target_modules (all seven)
+  c.model.remat = "full"  # library choice (memory); d1: gradient_checkpointing false with a 4-bit base
+  c.rollout.gen_length = 256  # train.yaml max_completion_length
+  c.rollout.block_length = 32  # train.yaml block_length
+  c.rollout.steps = 128  # train.yaml diffusion_steps
+  # diffu_grpo_config.py default 0.9 (train.yaml sets none); sudoku_base.sbatch's "--temperature 0.3"
+  # follows a line without a trailing backslash, so the shell never passes it to the trainer.
+  c.rollout.temperature = 0.9
+  c.rollout.remasking = "low_confidence"  # train.yaml remasking
+  c.likelihood.p_mask_prompt = 0.15  # train.yaml p_mask_prompt (diffu_grpo_trainer.py forward_process)
+  c.rl.objective = "diffu_grpo"  # diffu_grpo_trainer.py compute_loss: token ratio, clip, k3 KL
+  c.rl.credit = "uniform"  # d1 weights every token alike
+  c.rl.likelihood = "mean_field"  # diffu_grpo_trainer.py: whole completion masked, one pass
+  c.rl.advantage = "group_mean"  # diffu_grpo_trainer.py: advantages = rewards - group mean (no std)
+  c.rl.group_size = 6  # train.yaml num_generations
+  # trl grpo_trainer.py _get_train_sampler: per_device_train_batch_size 6 x 8 GPUs (accelerate_a100.yaml
+  # num_processes) x gradient_accumulation_steps 2 = 96 completions = 16 prompts per rollout batch.
+  c.rl.prompts_per_step = 16
+  c.rl.num_iterations = _D1_MU[task]  # <task>_base.sbatch NUM_ITER (μ: updates per rollout batch)
+  c.rl.clip_eps = 0.5  # train.yaml epsilon
+  c.rl.beta = 0.04  # train.yaml beta (reference = the base with adapters off; sync_ref_model has no reference model to sync under LoRA)
+  c.rl.learning_rate = 3e-6  # train.yaml learning_rate
+  c.rl.lr_schedule = "constant"  # train.yaml lr_scheduler_type constant_with_warmup
+  c.rl.weight_decay = 0.1  # train.yaml weight_decay
+  c.rl.max_grad_norm = 0.2  # train.yaml max_grad_norm
+  c.rl.adam_b1 = 0.9  # train.yaml adam_beta1
+  c.rl.adam_b2 = 0.99  # train.yaml adam_beta2
+  c.rl.adam_eps = 1e-8  # transformers TrainingArguments default adam_epsilon (train.yaml sets none)
+  c.rl.grad_accum = 2  # train.yaml gradient_accumulation_steps
+  c.rl.rollout_batch = 48  # train.yaml generation_batch_size 6 rows per GPU x 8 GPUs
+  c.sft.steps = 0  # the *_base.sbatch runs start RL from LLaDA-8B-Instruct (no s1K SFT)
+  pool, val = _POOL[task]
+  c.sft.num_train_examples = pool  # training pool (see _POOL); d1's data: docs/paper_recipes.md
+  c.task.num_val_examples = val  # validation split for rl.eval_every (wd1 evaluates 250 GSM8K/MATH items)
+  # train.yaml num_train_epochs 10 over the pool, as rollout iterations: an upper bound. d1 stops at the
+  # SLURM limit (#SBATCH --time=72:00:00) and reports chosen checkpoints; the steps run are not published.
+  c.rl.steps = math.ceil(10 * pool / c.rl.prompts_per_step)
+  # train.yaml warmup_ratio 1e-4 of all optimizer updates (transformers rounds up).
+  c.rl.warmup_steps = math.ceil(1e-4 * c.rl.steps * c.rl.num_iterations)
+  c.checkpoint.every = math.ceil(100 / c.rl.num_iterations)  # train.yaml save_steps 100 (optimizer updates)
+  c.rl.eval_every = math.ceil(WD1_EVAL["every_updates"] / c.rl.num_iterations)  # d1 has none in training: wd1's cadence
+  c.eval.batch_size = 64  # run_eval.sh batch_size 8 per GPU x 8 GPUs
+  c.eval.temperature = 0.0  # eval.py: greedy
+  c.task.name = _TASK_NAMES.get(task, task)  # the library's name of the task
+  c.task.options.prompt_style = "chat"  # d1's evaluation prompts in LLaDA's chat template (eval/*.py)
+  if task == "json":
+    c.task.options.source = "jsonschemabench"  # real schemas; train/test split by a stable hash (disjoint)
+  # d1's training rewards (reward_func.py) where d1 has one; code and JSON: the task's graded reward.
+  c.task.reward = "d1" if task in _D1_REWARD_TASKS else ""
+  c.seed = 42  # train.yaml seed
+
+
+def _wd1(c: ml_collections.ConfigDict, task: str) -> None:
+  """wd1 (``run/wll_NP_<task>.sh``: RL from LLaDA-8B-Instruct without SFT), on d1's train.yaml."""
+  _d1(c, task)
+  c.rl.objective = "wd1"  # run_train.py trainer_type wll_d1_neg: RevDiffuGRPOTrainer (softmax(±A)-weighted log-likelihood)
+  c.rl.beta = 0.0  # trainers/rev_grpo_trainer.py compute_loss has no KL term (train.yaml's beta 0.04 is unused)
+  # wll_NP_*.sh --num_processes 4: 6 per GPU x 4 GPUs x gradient_accumulation_steps 2 = 48 = 8 prompts.
+  c.rl.prompts_per_step = 8
+  c.rl.num_iterations = _WD1_MU[task]  # wll_NP_<task>.sh NUM_ITER
+  c.rl.rollout_batch = 24  # train.yaml generation_batch_size 6 per GPU x 4 GPUs
+  c.rl.steps = math.ceil(10 * c.sft.num_train_examples / c.rl.prompts_per_step)  # train.yaml num_train_epochs 10 (upper bound)
+  c.rl.warmup_steps = math.ceil(1e-4 * c.rl.steps * c.rl.num_iterations)  # train.yaml warmup_ratio 1e-4
+  c.checkpoint.every = math.ceil(500 / c.rl.num_iterations)  # wd1 train.yaml save_steps 500
+  c.rl.eval_every = math.ceil(WD1_EVAL["every_updates"] / c.rl.num_iterations)  # wd1 train.yaml eval_steps 1000
+  c.eval.batch_size = 24  # wd1 train.yaml per_device_eval_batch_size 6 x 4 GPUs
+
+
+def _gdpo(c: ml_collections.ConfigDict, task: str) -> None:
+  """GDPO (Rojas et al. 2025), as NVIDIA-NeMo/RL's port states its published recipe; the rest d1's
+  (GDPO's README: "built on top of the D1 repository")."""
+  _d1(c, task)
+  c.rl.objective = "gdpo"  # gdpo_llada_8b.yaml loss_fn: one length-normalised sequence ratio, clipped
+  c.rl.likelihood = "elbo"  # gdpo_llada_8b.yaml likelihood type sdmc (semi-deterministic Monte Carlo ELBO)
+  c.likelihood.elbo.nodes = 3  # gdpo_llada_8b.yaml quadrature gauss-3, mc_samples 1 ("the published recipe uses three", README)
+  c.likelihood.p_mask_prompt = 0.0  # gdpo_llada_8b.yaml p_mask_prompt 0.0 ("leave it at 0.0 to reproduce GDPO", README)
+  c.rl.advantage = "group_mean"  # gdpo_llada_8b.yaml normalize_rewards false: A = R - mean (also gdpo.github.io)
+  c.rl.beta = 0.0  # gdpo_llada_8b.yaml reference_policy_kl_penalty 0.0
+  c.rl.clip_eps = 0.5  # gdpo_llada_8b.yaml ratio_clip_min/max 0.5
+  c.rl.prompts_per_step = 32  # gdpo_llada_8b.yaml num_prompts_per_step
+  c.rl.group_size = 6  # gdpo_llada_8b.yaml num_generations_per_prompt
+  c.rl.num_iterations = 12  # gdpo_llada_8b.yaml num_iterations ("the 12 policy updates used by official GDPO")
+  c.rl.learning_rate = 3e-7  # gdpo_llada_8b.yaml optimizer lr (betas 0.9/0.99, weight decay 0.1, eps 1e-8 as d1)
+  c.rollout.temperature = 1.0  # gdpo_llada_8b.yaml generation temperature
+  c.rl.grad_accum = 4  # library choice (memory): NeMo trains the 192-row batch in micro-batches of 1
+  c.rl.rollout_batch = 48  # library choice (memory), as d1's
+  # GDPO's schedule and run length are not available offline: d1's (constant with warmup, 10 epochs).
+  c.rl.steps = math.ceil(10 * c.sft.num_train_examples / c.rl.prompts_per_step)
+  c.rl.warmup_steps = math.ceil(1e-4 * c.rl.steps * c.rl.num_iterations)  # d1's warmup_ratio 1e-4 (GDPO's unknown)
+  c.checkpoint.every = math.ceil(100 / c.rl.num_iterations)  # d1's save_steps (GDPO's unknown)
+  c.rl.eval_every = math.ceil(WD1_EVAL["every_updates"] / c.rl.num_iterations)  # as the other bases
+
+
+def _arm(c: ml_collections.ConfigDict, arm: str) -> None:
+  """DACA's arms (arXiv 2605.16342): DPS credit and/or SML likelihood, at this library's defaults
+  (the paper's alpha, clip and K are not available offline)."""
+  if arm in ("dps", "daca"):
+    c.rl.credit = "dps"  # DPS with credit.dps.* defaults: alpha 0.5, weights clipped to [0.5, 2.0] (configs/base.py)
+  if arm in ("sml", "daca"):
+    c.rl.likelihood = "stratified"  # SML with likelihood.stratified.* defaults: K = 4 random strata (configs/base.py)
+
+
+def _smoke(c: ml_collections.ConfigDict) -> None:
+  """The same recipe at CPU size: 2 iterations of a few prompts, short completions, a tiny model.
+
+  The tiny checkpoint is passed as the real one is (``--config.model.init_checkpoint=DIR``); its
+  ``config.json`` should have the shape below (LLaDA's vocabulary and mask id, one narrow layer).
+  """
+  for name, value in dict(d_model=32, n_layers=1, n_heads=2, n_kv_heads=2, mlp_dim=64, dtype="float32",
+                          param_dtype="float32", remat="none").items():
+    setattr(c.model, name, value)
+  c.model.lora_rank = 4  # alpha / rank kept at the recipe's 0.5
+  c.model.lora_alpha = 2.0
+  c.rollout.gen_length = 64  # two blocks of 32, length / 2 steps (d1's ratio)
+  c.rollout.steps = 32
+  c.rl.steps = 2
+  c.rl.prompts_per_step = 2
+  c.rl.group_size = 2
+  c.rl.num_iterations = 2  # μ > 1 still exercised
+  c.rl.grad_accum = 2  # batch 4 in two micro-batches
+  c.rl.rollout_batch = 2  # rollouts in two calls
+  c.rl.warmup_steps = 1
+  c.rl.eval_every = 2
+  c.sft.num_train_examples = 8
+  c.task.num_val_examples = 4
+  c.task.num_eval_examples = 4
+  c.task.eval_size = 8
+  c.eval.batch_size = 4
+  c.checkpoint.every = 1
+  c.log.plumbing_check = True
+  c.log.trajectory_every = 0
+
+
+def get_config(preset: str = "d1_gsm8k") -> ml_collections.ConfigDict:
+  """Returns the config of ``preset`` (see the module docstring for the names).
+
+  Raises:
+    ConfigError: an unknown name; the message gives the pattern.
+  """
+  base_name, task, arm, smoke = parse_name(preset)
+  c = base.get_config()
+  {"d1": _d1, "wd1": _wd1, "gdpo": _gdpo}[base_name](c, task)
+  _arm(c, arm)
+  if smoke:
+    _smoke(c)
+  return c

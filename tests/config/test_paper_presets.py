@@ -1,0 +1,104 @@
+"""configs/paper.py: every preset name resolves and validates, the names are exactly the cross product,
+the recipes carry their sources' values, and the smoke forms are the same recipes at CPU size."""
+import inspect
+import itertools
+import pathlib
+import re
+
+import pytest
+
+from configs import paper
+from daca_jax.configure import train_config_from_dict
+from daca_jax.errors import ConfigError
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+ALL = paper.preset_names()
+SMOKE = paper.preset_names(smoke=True)
+
+
+def test_names_are_exactly_the_cross_product():
+  expected = {f"{b}_{t}" + (f"_{a}" if a else "") for b, t, a in itertools.product(
+      ("d1", "wd1", "gdpo"), ("gsm8k", "math500", "countdown", "sudoku", "humaneval", "mbpp", "json"),
+      ("", "dps", "sml", "daca"))}
+  assert len(ALL) == len(set(ALL)) == 84 and set(ALL) == expected
+  assert SMOKE == [n + ",smoke" for n in ALL]
+
+
+def test_every_preset_and_its_smoke_form_validates():
+  for name in ALL + SMOKE:
+    cfg = train_config_from_dict(paper.get_config(name))  # raises ConfigError naming the field
+    base, task, arm, _ = paper.parse_name(name)
+    objective = {"d1": "diffu_grpo", "wd1": "wd1", "gdpo": "gdpo"}[base]
+    likelihood = {"d1": "mean_field", "wd1": "mean_field", "gdpo": "elbo"}[base]
+    assert cfg.rl.objective == objective, name
+    assert cfg.rl.credit == ("dps" if arm in ("dps", "daca") else "uniform"), name
+    assert cfg.rl.likelihood == ("stratified" if arm in ("sml", "daca") else likelihood), name
+    assert cfg.task.reward == ("d1" if task in ("gsm8k", "math500", "countdown", "sudoku") else ""), name
+    assert cfg.model.init_checkpoint == "" and cfg.sft.steps == 0, name  # the user passes the checkpoint
+
+
+@pytest.mark.parametrize("bad", ["d2_gsm8k", "d1_sudoku4x4", "d1_gsm8k_foo", "d1_gsm8k,fast", "d1", "",
+                                 "d1_gsm8k_daca_dps", "d1_gsm8k,smoke,smoke", "D1_gsm8k"])
+def test_unknown_names_give_the_pattern(bad):
+  with pytest.raises(ConfigError, match=re.escape("<base>_<task>[_<arm>][,smoke]")) as err:
+    paper.get_config(bad)
+  assert "'gdpo'" in str(err.value) and "'json'" in str(err.value) and "'daca'" in str(err.value)
+
+
+def test_d1_recipe_values():
+  cfg = train_config_from_dict(paper.get_config("d1_gsm8k"))
+  m, r, rl = cfg.model, cfg.rollout, cfg.rl
+  assert (m.lora_rank, m.lora_alpha, m.lora_dropout, m.lora_targets) == (128, 64.0, 0.05, "q,k,v,o,gate,up,down")
+  assert (m.vocab_size, m.d_model, m.n_layers, m.mask_token_id) == (126464, 4096, 32, 126336)
+  assert (r.gen_length, r.block_length, r.steps, r.temperature) == (256, 32, 128, 0.9)
+  assert (rl.group_size, rl.prompts_per_step, rl.num_iterations, rl.grad_accum) == (6, 16, 12, 2)
+  assert (rl.clip_eps, rl.beta, cfg.likelihood.p_mask_prompt, rl.advantage) == (0.5, 0.04, 0.15, "group_mean")
+  assert (rl.learning_rate, rl.lr_schedule, rl.weight_decay, rl.max_grad_norm) == (3e-6, "constant", 0.1, 0.2)
+  assert (rl.adam_b1, rl.adam_b2, cfg.seed) == (0.9, 0.99, 42)
+  # warmup_ratio 1e-4 of all updates, rounded up; checkpoints every 100 updates
+  assert rl.warmup_steps == -(-rl.steps * 12 // 10_000) and cfg.checkpoint.every == 9
+  assert train_config_from_dict(paper.get_config("d1_countdown")).rl.num_iterations == 8  # sbatch NUM_ITER
+  wd1 = train_config_from_dict(paper.get_config("wd1_sudoku"))
+  assert (wd1.rl.prompts_per_step, wd1.rl.beta, wd1.rl.num_iterations) == (8, 0.0, 8)  # 4 GPUs, no KL
+  gdpo = train_config_from_dict(paper.get_config("gdpo_math500_dps"))
+  assert (gdpo.likelihood.elbo.nodes, gdpo.likelihood.p_mask_prompt, gdpo.rl.beta) == (3, 0.0, 0.0)
+  assert (gdpo.rl.prompts_per_step, gdpo.rl.learning_rate, gdpo.rollout.temperature) == (32, 3e-7, 1.0)
+  json_cfg = train_config_from_dict(paper.get_config("d1_json"))
+  assert json_cfg.task.name == "json_schema" and json_cfg.task.options["source"] == "jsonschemabench"
+
+
+def test_smoke_forms_are_tiny_and_keep_the_recipe():
+  method_fields = ("rl.objective", "rl.credit", "rl.likelihood", "rl.advantage", "rl.clip_eps", "rl.beta",
+                   "rl.learning_rate", "rl.adam_b2", "rl.weight_decay", "rl.max_grad_norm",
+                   "likelihood.p_mask_prompt", "likelihood.elbo.nodes", "rollout.block_length",
+                   "rollout.temperature", "task.name", "task.reward", "model.lora_dropout", "seed")
+  for name in ALL:
+    full = train_config_from_dict(paper.get_config(name))
+    small = train_config_from_dict(paper.get_config(name + ",smoke"))
+    for field in method_fields:
+      get = lambda cfg: __import__("functools").reduce(getattr, field.split("."), cfg)
+      assert get(small) == get(full), (name, field)
+    assert small.model.d_model <= 32 and small.model.n_layers == 1 and small.rl.steps == 2
+    assert small.rollout.gen_length <= 64 and small.rl.prompts_per_step * small.rl.group_size <= 4
+    assert small.task.num_eval_examples <= 4 and small.sft.num_train_examples <= 8
+    assert small.log.plumbing_check and small.rl.num_iterations >= 2 and small.rl.grad_accum == 2
+
+
+def test_every_recipe_line_names_its_source():
+  # each assignment in the recipe functions carries a comment (on its line or the line above)
+  for fn in (paper._d1, paper._wd1, paper._gdpo, paper._arm):
+    previous = ""
+    for line in inspect.getsource(fn).splitlines():
+      if re.match(r"\s*c\.[\w.]+ = ", line):
+        assert "#" in line or previous.strip().startswith("#"), (fn.__name__, line)
+      previous = line
+
+
+def test_config_flags_passes_the_text_after_the_colon():
+  from absl import flags
+  from ml_collections import config_flags
+  fv = flags.FlagValues()
+  config_flags.DEFINE_config_file("config", None, "", flag_values=fv)
+  fv(["prog", f"--config={REPO / 'configs' / 'paper.py'}:d1_gsm8k_daca,smoke"])
+  cfg = train_config_from_dict(fv.config)
+  assert cfg.rl.credit == "dps" and cfg.rl.likelihood == "stratified" and cfg.rl.steps == 2
