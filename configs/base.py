@@ -36,7 +36,6 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.unroll_layers = False  # Unrolled layer stack (slower compile; full XLA FLOP counts).
   c.model.vocab_limit = 0  # The sampler proposes ids below this (0: vocab_size), never [MASK].
   c.model.left_pad_id = -1  # -1: pads attended (LLaDA); an id: leading pads masked out (Dream).
-  c.model.init_checkpoint = ""  # HF LLaDA/Dream folder to start from ("": a random model of the fields above).
 
   c.rollout = ml_collections.ConfigDict()
   c.rollout.gen_length = 20  # L completion tokens (task configs set what their answers need).

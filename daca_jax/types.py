@@ -168,6 +168,7 @@ class ModelConfig:
       ``lora_dropout``; d1 uses 0.05), in [0, 1).
     init_checkpoint: a local Hugging Face checkpoint folder (LLaDA-8B-Instruct / Dream-7B layout) that RL
       starts from; "" starts from the tiny model the job builds (and its SFT warm start).
+      ``experiments/export_hf.py`` writes the trained policy back in its layout.
     logprob_chunk: positions per chunk when target log-probs are gathered from hidden states
       (:func:`daca_jax.likelihood.common.chunked_token_logprobs`); 0 scores all positions at once.
     unroll_layers: compile the layer stack unrolled rather than as one ``lax.scan`` body: longer
@@ -179,9 +180,6 @@ class ModelConfig:
     left_pad_id: -1: every token is attended, pads included (LLaDA's released ``generate`` passes no
       attention mask). An id >= 0: a leading run of this id is left padding, kept out of attention
       and not counted in the positions (Dream's ``diffusion_generate``).
-    init_checkpoint: a local Hugging Face LLaDA / Dream checkpoint folder the run starts from ("": the
-      randomly initialised model of the fields above); ``experiments/export_hf.py`` writes the trained
-      policy back in its layout.
   """
 
   vocab_size: int = 260
@@ -208,7 +206,6 @@ class ModelConfig:
   unroll_layers: bool = False
   vocab_limit: int = 0
   left_pad_id: int = -1
-  init_checkpoint: str = ""
 
   @property
   def kv_heads(self) -> int:
