@@ -34,6 +34,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.unroll_layers = False  # Unrolled layer stack (slower compile; full XLA FLOP counts).
   c.model.vocab_limit = 0  # The sampler proposes ids below this (0: vocab_size), never [MASK].
   c.model.left_pad_id = -1  # -1: pads attended (LLaDA); an id: leading pads masked out (Dream).
+  c.model.lora_dropout = 0.0  # Dropout on the LoRA adapters' input in the update's passes (d1: 0.05).
+  # A local LLaDA / Dream HF folder to start RL from ("" = tiny random model + SFT). Its config.json sets
+  # the architecture fields above (vocab_size .. left_pad_id; leave them unset), SFT is skipped.
+  c.model.init_checkpoint = ""
 
   c.rollout = ml_collections.ConfigDict()
   c.rollout.gen_length = 20  # L completion tokens (task configs set what their answers need).

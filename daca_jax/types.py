@@ -175,6 +175,13 @@ class ModelConfig:
     left_pad_id: -1: every token is attended, pads included (LLaDA's released ``generate`` passes no
       attention mask). An id >= 0: a leading run of this id is left padding, kept out of attention
       and not counted in the positions (Dream's ``diffusion_generate``).
+    lora_dropout: dropout rate on the input of every LoRA adapter (PEFT's ``lora_dropout``; d1 uses
+      0.05), applied only on the update's likelihood passes of the policy (never in rollouts,
+      evaluation or the reference pass); 0 disables it. Needs ``lora_rank > 0``.
+    init_checkpoint: a local LLaDA or Dream Hugging Face folder that RL starts from ("" = the tiny
+      random model and its SFT warm start). The architecture fields
+      (:data:`daca_jax.models.checkpoint_loader.ARCHITECTURE_FIELDS`) then come from its
+      ``config.json`` and the weights from its safetensors; see :mod:`daca_jax.run.init_model`.
   """
 
   vocab_size: int = 260
@@ -199,6 +206,8 @@ class ModelConfig:
   unroll_layers: bool = False
   vocab_limit: int = 0
   left_pad_id: int = -1
+  lora_dropout: float = 0.0
+  init_checkpoint: str = ""
 
   @property
   def kv_heads(self) -> int:
@@ -236,6 +245,11 @@ class ModelConfig:
       raise ConfigError(f"{prefix}.unroll_layers", self.unroll_layers, "True or False")
     if self.lora_rank and not self.lora_alpha > 0:
       raise ConfigError(f"{prefix}.lora_alpha", self.lora_alpha, "a number > 0")
+    if not 0.0 <= self.lora_dropout < 1.0:
+      raise ConfigError(f"{prefix}.lora_dropout", self.lora_dropout, "a rate in [0, 1)")
+    if self.lora_dropout and not self.lora_rank:
+      raise ConfigError(f"{prefix}.lora_dropout", self.lora_dropout,
+                        f"0 when {prefix}.lora_rank=0 (it drops the input of the LoRA adapters)")
     targets = self.lora_target_list
     if not targets or any(t not in _LORA_TARGETS for t in targets):
       raise ConfigError(f"{prefix}.lora_targets", self.lora_targets,
