@@ -181,7 +181,7 @@ class ModelConfig:
     init_checkpoint: a local LLaDA or Dream Hugging Face folder that RL starts from ("" = the tiny
       random model and its SFT warm start). The architecture fields
       (:data:`daca_jax.models.checkpoint_loader.ARCHITECTURE_FIELDS`) then come from its
-      ``config.json`` and the weights from its safetensors; see :mod:`daca_jax.run.init_model`.
+      ``config.json`` and the weights from its safetensors; see :mod:`daca_jax.run.from_checkpoint`.
   """
 
   vocab_size: int = 260

@@ -33,6 +33,7 @@ import re
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
@@ -338,7 +339,8 @@ def load_params(files: CheckpointFiles, cfg: ModelConfig, family: str,
       ``cfg.param_dtype`` slice by slice.
     family: "llada" or "dream" (tensor names, :data:`NAME_MAPS`).
     placement: ``shape -> Sharding`` of each parameter (e.g. FSDP's, :func:`daca_jax.parallel.fsdp_spec`
-      over a mesh); None places everything on the first local device.
+      over a mesh); None: uncommitted arrays on the default device, as :func:`daca_jax.models.init_model`
+      makes them (committed ones would make every jitted step compile again for the adapters it returns).
   Returns:
     ``(graphdef, params)``: params an ``nnx.State`` like :func:`daca_jax.models.init_model`'s, of
     global ``jax.Array``s in ``placement``'s shardings.
@@ -349,7 +351,6 @@ def load_params(files: CheckpointFiles, cfg: ModelConfig, family: str,
   abstract = nnx.eval_shape(lambda: Transformer(cfg, nnx.Rngs(0)))
   graphdef, state = nnx.split(abstract, nnx.Param)
   pure = nnx.to_pure_dict(state)
-  default = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
   reader = _Reader(DTYPES[cfg.param_dtype])
   try:
     for param in plan:
@@ -357,9 +358,11 @@ def load_params(files: CheckpointFiles, cfg: ModelConfig, family: str,
       for k in param.key[:-1]:
         node = node[k]
       shape = tuple(node[param.key[-1]].shape)
-      sharding = default if placement is None else placement(shape)
-      node[param.key[-1]] = jax.make_array_from_callback(
-          shape, sharding, lambda idx, p=param, s=shape: reader.read(p, _slices(idx, s)), dtype=reader.dtype)
+      read = lambda idx, p=param, s=shape: reader.read(p, _slices(idx, s))
+      if placement is None:  # uncommitted, like freshly initialised parameters (one compiled program)
+        node[param.key[-1]] = jnp.asarray(read(()))
+      else:
+        node[param.key[-1]] = jax.make_array_from_callback(shape, placement(shape), read, dtype=reader.dtype)
   finally:
     reader.close()
   left = [jax.tree_util.keystr(p) for p, v in jax.tree_util.tree_flatten_with_path(pure)[0]

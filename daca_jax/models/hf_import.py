@@ -440,7 +440,7 @@ SOURCE_KEYS = {
 }
 
 
-def run_model_config(files: checkpoint_loader.CheckpointFiles, run: ModelConfig, **fallbacks: Any) -> ModelConfig:
+def run_model_config(files: checkpoint_loader.CheckpointFiles, run: ModelConfig) -> ModelConfig:
   """The model a run that starts from checkpoint ``files`` trains: :data:`ARCHITECTURE_FIELDS` from the
   checkpoint, :data:`RUN_FIELDS` from ``run``.
 
@@ -452,16 +452,13 @@ def run_model_config(files: checkpoint_loader.CheckpointFiles, run: ModelConfig,
   Args:
     files: from :func:`daca_jax.models.checkpoint_loader.open_checkpoint`.
     run: the run's ``model`` section.
-    **fallbacks: values for fields ``config.json`` leaves out (LLaDA's ``mask_token_id``, from its
-      tokenizer).
   Raises:
     ConfigError: naming ``model.<field>``, its value, the checkpoint's and where the checkpoint says
       it (``config.json:<key>``), for a contradiction; or a bad ``config.json`` value (see
       :func:`config_from_hf`).
   """
   family = hf_family(files.hf)
-  fields = {k: v for k, v in fallbacks.items() if k not in files.hf or files.hf[k] is None}
-  cfg, _, _ = checkpoint_config(files, **fields, **{f: getattr(run, f) for f in RUN_FIELDS})
+  cfg, _, _ = checkpoint_config(files, **{f: getattr(run, f) for f in RUN_FIELDS})
   default = ModelConfig()
   for f in ARCHITECTURE_FIELDS:
     mine, theirs = getattr(run, f), getattr(cfg, f)
