@@ -177,7 +177,9 @@ class ModelConfig:
       and not counted in the positions (Dream's ``diffusion_generate``).
     lora_dropout: dropout rate on the input of every LoRA adapter (PEFT's ``lora_dropout``; d1 uses
       0.05), applied only on the update's likelihood passes of the policy (never in rollouts,
-      evaluation or the reference pass); 0 disables it. Needs ``lora_rank > 0``.
+      evaluation or the reference pass); 0 disables it. Needs ``lora_rank > 0``. Under
+      ``parallel.strategy="pmap"`` every device draws its rows' masks from the same key (the masks then
+      depend on the device count; FSDP's do not).
     init_checkpoint: a local LLaDA or Dream Hugging Face folder that RL starts from ("" = the tiny
       random model and its SFT warm start). The architecture fields
       (:data:`daca_jax.models.checkpoint_loader.ARCHITECTURE_FIELDS`) then come from its
@@ -222,18 +224,12 @@ class ModelConfig:
     return tuple(t.strip() for t in self.lora_targets.split(",") if t.strip())
 
   def validate(self, prefix: str = "model") -> "ModelConfig":
+    """Checks every field; with ``init_checkpoint`` set, the architecture (:meth:`validate_architecture`)
+    is left to the checkpoint's config.json, which replaces it (the run's tiny-model values of those
+    fields are placeholders then, and their relations to each other mean nothing)."""
     _check_fields(prefix, self)
-    _positive(prefix, self, "vocab_size", "d_model", "n_layers", "n_heads", "mlp_dim")
-    for name in ("rope_theta", "norm_eps"):  # RoPE divides by theta**(i/d); RMSNorm by sqrt(ms + eps)
-      if not getattr(self, name) > 0:
-        raise ConfigError(f"{prefix}.{name}", getattr(self, name), "a number > 0")
-    if self.d_model % self.n_heads:
-      raise ConfigError(f"{prefix}.n_heads", self.n_heads, f"a divisor of d_model={self.d_model}")
-    if self.head_dim % 2:
-      raise ConfigError(f"{prefix}.n_heads", self.n_heads, "a value giving an even head_dim (RoPE)")
-    if self.n_kv_heads < 0 or self.n_heads % self.kv_heads:
-      raise ConfigError(f"{prefix}.n_kv_heads", self.n_kv_heads,
-                        f"0 or a divisor of n_heads={self.n_heads}")
+    if not self.init_checkpoint:
+      self.validate_architecture(prefix)
     _one_of(prefix, self, "dtype", tuple(DTYPES))
     _one_of(prefix, self, "param_dtype", tuple(DTYPES))
     _one_of(prefix, self, "remat", _REMAT)
@@ -254,6 +250,22 @@ class ModelConfig:
     if not targets or any(t not in _LORA_TARGETS for t in targets):
       raise ConfigError(f"{prefix}.lora_targets", self.lora_targets,
                         f"a non-empty comma-separated subset of {list(_LORA_TARGETS)}")
+    return self
+
+  def validate_architecture(self, prefix: str = "model") -> "ModelConfig":
+    """Checks the architecture fields and their relations (sizes, heads, token ids); returns ``self``."""
+    _check_fields(prefix, self)
+    _positive(prefix, self, "vocab_size", "d_model", "n_layers", "n_heads", "mlp_dim")
+    for name in ("rope_theta", "norm_eps"):  # RoPE divides by theta**(i/d); RMSNorm by sqrt(ms + eps)
+      if not getattr(self, name) > 0:
+        raise ConfigError(f"{prefix}.{name}", getattr(self, name), "a number > 0")
+    if self.d_model % self.n_heads:
+      raise ConfigError(f"{prefix}.n_heads", self.n_heads, f"a divisor of d_model={self.d_model}")
+    if self.head_dim % 2:
+      raise ConfigError(f"{prefix}.n_heads", self.n_heads, "a value giving an even head_dim (RoPE)")
+    if self.n_kv_heads < 0 or self.n_heads % self.kv_heads:
+      raise ConfigError(f"{prefix}.n_kv_heads", self.n_kv_heads,
+                        f"0 or a divisor of n_heads={self.n_heads}")
     if not 0 <= self.mask_token_id < self.vocab_size:
       raise ConfigError(f"{prefix}.mask_token_id", self.mask_token_id,
                         f"an id in [0, vocab_size={self.vocab_size})")

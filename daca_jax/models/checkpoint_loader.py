@@ -33,7 +33,6 @@ import re
 from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
@@ -202,7 +201,7 @@ def fingerprint(files: CheckpointFiles) -> dict[str, Any]:
   return {"bytes": files.nbytes, "tensors": len(files.tensors), "files": parts}
 
 
-def _torch_shapes(cfg: ModelConfig) -> dict[tuple[str, ...], tuple[tuple[int, ...], tuple[str, ...]]]:
+def hf_tensor_shapes(cfg: ModelConfig) -> dict[tuple[str, ...], tuple[tuple[int, ...], tuple[str, ...]]]:
   """Per parameter path: (the HF tensor's shape for one layer, the dimension names behind it).
 
   Pure arithmetic on the config, so that a config claiming absurd sizes is refused before any array is
@@ -249,7 +248,7 @@ def check_tensors(files: CheckpointFiles, cfg: ModelConfig, family: str) -> list
       (naming the config.json keys behind each dimension), or a dtype that is not a float.
   """
   keys = _DIM_KEYS[family]
-  expected = _torch_shapes(cfg)
+  expected = hf_tensor_shapes(cfg)
   layer_re = re.compile(re.escape(NAME_MAPS[family][1][1]).replace(r"\{i\}", r"(\d+)") + "$")
   present = sorted(int(m.group(1)) for t in files.tensors if (m := layer_re.match(t)))
   plan = []
@@ -360,7 +359,7 @@ def load_params(files: CheckpointFiles, cfg: ModelConfig, family: str,
       shape = tuple(node[param.key[-1]].shape)
       read = lambda idx, p=param, s=shape: reader.read(p, _slices(idx, s))
       if placement is None:  # uncommitted, like freshly initialised parameters (one compiled program)
-        node[param.key[-1]] = jnp.asarray(read(()))
+        node[param.key[-1]] = jax.device_put(read(()))  # no device: uncommitted (jnp.asarray copies twice)
       else:
         node[param.key[-1]] = jax.make_array_from_callback(shape, placement(shape), read, dtype=reader.dtype)
   finally:
@@ -381,7 +380,7 @@ def unused_tensors(files: CheckpointFiles, cfg: ModelConfig, family: str) -> tup
 
 def param_bytes(cfg: ModelConfig) -> int:
   """Bytes of the model's parameters in ``cfg.param_dtype`` (from the config alone)."""
-  per = {k: math.prod(s) for k, (s, _) in _torch_shapes(cfg).items()}
+  per = {k: math.prod(s) for k, (s, _) in hf_tensor_shapes(cfg).items()}
   n = sum(v * (cfg.n_layers if k[0] == "layers" else 1) for k, v in per.items())
   return n * np.dtype(DTYPES[cfg.param_dtype]).itemsize
 

@@ -315,7 +315,7 @@ def config_from_hf(hf: Mapping[str, Any], **overrides: Any) -> ModelConfig:
   fields.update(overrides)
   if "mask_token_id" not in fields:
     raise ConfigError("config.json:mask_token_id", None, "a mask token id (pass mask_token_id=...)")
-  return ModelConfig(**fields).validate()
+  return ModelConfig(**fields).validate().validate_architecture()
 
 
 def unknown_fields(hf: Mapping[str, Any]) -> tuple[str, ...]:

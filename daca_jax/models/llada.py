@@ -164,7 +164,7 @@ class Transformer(nnx.Module):
   """LLaDA-style masked diffusion LM. Call: ``tokens [B, T] int32 -> logits [B, T, V] float32``."""
 
   def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-    cfg.validate()
+    cfg.validate().validate_architecture()
     self.cfg = cfg
     pdt = _DTYPES[cfg.param_dtype]
     self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=_DTYPES[cfg.dtype], param_dtype=pdt,

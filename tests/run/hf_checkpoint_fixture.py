@@ -55,7 +55,8 @@ def tiny_checkpoint(path: pathlib.Path, family: str, *, layers: int = 2, seed: i
   """Writes a tiny ``family`` checkpoint folder (config.json, safetensors shards + index, tokenizer.json,
   a ``modeling_*.py`` that must never run) and returns it. ``config`` overrides config.json keys."""
   base = LLADA_CFG if family == "llada" else DREAM_CFG
-  cfg = dict(base, **{"n_layers" if family == "llada" else "num_hidden_layers": layers}, **config)
+  cfg = dict(base, **{"n_layers" if family == "llada" else "num_hidden_layers": layers})
+  cfg.update(config)
   w = hf_weights(family, layers, seed)
   if dtype == "bfloat16":
     w = {k: v.astype(ml_dtypes.bfloat16) for k, v in w.items()}
