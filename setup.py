@@ -37,7 +37,8 @@ RUN = TASKS + CKPT + VIZ + [
     "tqdm>=4.66",  # progress bars (daca_jax.run.metrics)
     "tensorboardX>=2.6",  # TensorBoard event files of the training dashboards (daca_jax/run/dashboards.py)
 ]
-HF = ["torch==2.13.0", "transformers>=5.0", "tokenizers>=0.20", "safetensors>=0.4"]
+HF = ["torch==2.13.0", "transformers>=5.0", "tokenizers>=0.20", "safetensors>=0.4",
+      "ml-dtypes>=0.4"]  # bfloat16 host arrays of checkpoint reads (a jax dependency, imported directly)
 WANDB = ["wandb>=0.16"]  # optional W&B dashboards (--config.log.wandb=<project>)
 TEST = RUN + DATA + ["pytest>=8", "hypothesis>=6", "tensorboard>=2.15"]  # tensorboard: reads the event files back
 

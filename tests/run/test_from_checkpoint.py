@@ -191,11 +191,12 @@ def test_dream_run_resumes_exactly(tmp_path):
   _resumed_equals_uninterrupted(tmp_path, "dream")
 
 
+@pytest.mark.slow  # the LoRA run above covers the pipeline; this adds the full fine-tuning branch
 def test_full_fine_tuning_states_the_reference_copy(tmp_path):
   ckpt = tiny_checkpoint(tmp_path / "c", "llada")
   lines = []
-  _run(_cfg(ckpt, model__lora_rank=0, model__lora_dropout=0.0, rl__steps=1, checkpoint__every=1), tmp_path / "wd",
-       lines)
+  _run(_cfg(ckpt, model__lora_rank=0, model__lora_dropout=0.0, rl__steps=1, rl__lr_schedule="constant",
+            checkpoint__every=1), tmp_path / "wd", lines)
   note = [l for l in lines if l.startswith("Full fine-tuning")]
   n_bytes = sum(np.asarray(x).nbytes for x in jax.tree.leaves(load_hf_checkpoint(ckpt)[2]))
   assert note and f"{n_bytes / 2**30:.2f} GiB" in note[0], lines
@@ -281,12 +282,12 @@ def test_fsdp_each_device_reads_its_own_shard_of_the_checkpoint(tmp_path):
 @pytest.mark.slow
 def test_train_py_runs_dream_chat_from_a_checkpoint(tmp_path):
   ckpt = tiny_checkpoint(tmp_path / "ckpt", "dream")
-  cmd = [sys.executable, "experiments/train.py", "--config=configs/sudoku_tiny.py:smoke", "--progress=false",
+  cmd = [sys.executable, "experiments/train.py", "--config=configs/countdown_tiny.py:smoke", "--progress=false",
          f"--workdir={tmp_path / 'wd'}", f"--config.model.init_checkpoint={ckpt}",
          # the smoke preset's tiny sizes: set to the checkpoint's (equal values are no contradiction)
          "--config.model.n_layers=2", "--config.model.n_heads=4",
          "--config.model.lora_rank=4", "--config.model.lora_dropout=0.05", "--config.task.options.prompt_style=chat",
-         "--config.rollout.gen_length=160", "--config.rollout.block_length=32", "--config.rollout.steps=10",
+         "--config.rollout.gen_length=128", "--config.rollout.block_length=32", "--config.rollout.steps=8",
          "--config.rl.steps=2", "--config.rl.credit=uniform", "--config.rl.likelihood=mean_field",
          "--config.sft.num_train_examples=20", "--config.task.num_eval_examples=4", "--config.eval.batch_size=4"]
   proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900)
