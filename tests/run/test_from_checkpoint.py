@@ -302,3 +302,42 @@ def test_train_py_runs_dream_chat_from_a_checkpoint(tmp_path):
                        cwd=REPO, capture_output=True, text=True, timeout=300)
   assert bad.returncode == 2 and "model.n_layers=3 is not allowed" in bad.stderr and "config.json:num_hidden_layers" \
       in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.slow  # 2-3 min: three processes compile the FSDP steps
+def test_two_process_fsdp_run_from_a_checkpoint_equals_one_process(tmp_path):
+  """A LoRA run from a checkpoint, FSDP over 2 processes x 2 CPU devices (each process reads only its
+  devices' shards of the weights), equals the same run in one process with 4 devices."""
+  ckpt = tiny_checkpoint(tmp_path / "ckpt", "llada", dtype="bfloat16")
+  flags = ["--config=configs/sudoku_tiny.py:smoke", "--progress=false", f"--config.model.init_checkpoint={ckpt}",
+           "--config.model.n_layers=2", "--config.model.n_heads=4", "--config.model.lora_rank=4",
+           "--config.model.param_dtype=bfloat16", "--config.parallel.strategy=fsdp", "--config.parallel.fsdp=4",
+           "--config.rl.steps=2", "--config.rl.credit=uniform", "--config.rl.likelihood=mean_field",
+           "--config.sft.num_train_examples=40", "--config.task.num_eval_examples=8", "--config.eval.batch_size=8"]
+  cmd = [sys.executable, str(REPO / "experiments" / "train.py")] + flags
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  import socket
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    port = s.getsockname()[1]
+  multi = dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_COORDINATOR_ADDRESS=f"localhost:{port}",
+               JAX_NUM_PROCESSES="2")
+  procs = [subprocess.Popen(cmd + [f"--workdir={tmp_path / 'one'}"], cwd=REPO, text=True,
+                            env=dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=4"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)]
+  procs += [subprocess.Popen(cmd + [f"--workdir={tmp_path / 'two'}"], cwd=REPO, text=True,
+                             env=dict(multi, JAX_PROCESS_ID=str(i)), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for i in range(2)]
+  outs = [p.communicate(timeout=600) for p in procs]
+  for p, (out, err) in zip(procs, outs):
+    assert p.returncode == 0, err[-3000:]
+  assert "SFT warm start skipped" in outs[1][0] and "Results written" not in outs[2][0]
+  one, two = read_metrics(tmp_path / "one" / "metrics.jsonl"), read_metrics(tmp_path / "two" / "metrics.jsonl")
+  assert [r["step"] for r in two] == [1, 2]
+  for a, b in zip(one, two):
+    assert a["reward_mean"] == b["reward_mean"]
+    for k in ("loss", "kl", "grad_norm"):
+      assert b[k] == pytest.approx(a[k], rel=1e-4, abs=1e-6), k
+  res = {r: json.loads((tmp_path / r / "results.json").read_text()) for r in ("one", "two")}
+  assert res["one"]["eval_before"] == res["two"]["eval_before"]
+  assert res["one"]["eval_after"] == res["two"]["eval_after"]
