@@ -315,13 +315,20 @@ class _Reader:
     return x.T if transpose else x
 
   def read(self, param: _Param, index: tuple[slice, ...]) -> np.ndarray:
-    """The block ``index`` of ``param``'s value (layer axis first when stacked), in ``self.dtype``."""
+    """The block ``index`` of ``param``'s value (layer axis first when stacked), in ``self.dtype``, as
+    one C-contiguous buffer: the rows read from disk are cast and transposed while being copied into it
+    (or are it, when nothing needs doing), never through a second temporary."""
+    shape = tuple(s.stop - s.start for s in index)
     if not param.stacked:
-      return self._one(param.entries[0], index, param.transpose).astype(self.dtype)
-    layers, inner = index[0], index[1:]
-    out = np.empty((layers.stop - layers.start,) + tuple(s.stop - s.start for s in inner), self.dtype)
-    for j, i in enumerate(range(layers.start, layers.stop)):
-      out[j] = self._one(param.entries[i], inner, param.transpose)  # cast on assignment
+      x = self._one(param.entries[0], index, param.transpose)
+      if x.dtype == self.dtype and x.flags.c_contiguous:
+        return x
+      out = np.empty(shape, self.dtype)
+      out[...] = x  # cast and transpose in one pass
+      return out
+    out = np.empty(shape, self.dtype)
+    for j, i in enumerate(range(index[0].start, index[0].stop)):
+      out[j] = self._one(param.entries[i], index[1:], param.transpose)
     return out
 
 

@@ -1,9 +1,10 @@
 """Peak host memory of the checkpoint loader (:func:`daca_jax.models.checkpoint_loader.load_params`),
 measured in a fresh process.
 
-The child process starts JAX (CPU devices, optionally several simulated ones for FSDP), records its
-resident-set high-water mark (``getrusage(RUSAGE_SELF).ru_maxrss``), loads the checkpoint into the
-devices, waits for the arrays, and records the high-water mark again. On CPU the "devices" are host
+The child process starts JAX (CPU devices, optionally several simulated ones for FSDP), resets its
+resident-set high-water mark to its current resident set (Linux: ``5`` into ``/proc/self/clear_refs``, so
+that JAX's own start-up peak does not hide the load's), loads the checkpoint into the devices, waits for
+the arrays, and reads the high-water mark (``VmHWM``). On CPU the "devices" are host
 memory, so the loaded model itself counts: the difference ``peak - before`` is the model plus the
 loader's transient buffers, and ``peak - before - model`` the loader's own overhead (what an
 accelerator run's host would see beyond nothing). Run by ``experiments/loader_memory.py``.
@@ -29,10 +30,10 @@ def measure(folder: str | pathlib.Path, *, param_dtype: str = "bfloat16", fsdp: 
   Returns:
     ``{"checkpoint_bytes", "model_bytes", "rss_before", "rss_peak", "seconds", "added_ratio",
     "overhead_ratio"}``: bytes of tensor data in the files, of the loaded parameters, the child's
-    resident-set high-water mark before and after loading (bytes), the load time, and
+    resident set before loading and its high-water mark during it (bytes), the load time, and
     ``(peak - before) / checkpoint_bytes`` and ``(peak - before - model_bytes) / checkpoint_bytes``.
   Raises:
-    RuntimeError: the child failed (its stderr's last lines).
+    RuntimeError: the child failed (its stderr's last lines), e.g. not on Linux (no /proc).
   """
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   if fsdp > 1:
@@ -50,8 +51,13 @@ def measure(folder: str | pathlib.Path, *, param_dtype: str = "bfloat16", fsdp: 
   return out
 
 
+def _rss() -> tuple[int, int]:
+  """(current resident set, its high-water mark) of this process in bytes, from /proc/self/status."""
+  fields = dict(line.split(":", 1) for line in pathlib.Path("/proc/self/status").read_text().splitlines() if ":" in line)
+  return tuple(int(fields[k].split()[0]) * 1024 for k in ("VmRSS", "VmHWM"))
+
+
 def _child(folder: str, param_dtype: str, fsdp: int) -> None:
-  import resource
   import time
 
   import jax
@@ -62,22 +68,24 @@ def _child(folder: str, param_dtype: str, fsdp: int) -> None:
   from daca_jax.models.hf_import import checkpoint_config
   from daca_jax.types import ParallelConfig
 
-  jax.devices()
+  import numpy as np
+
+  jax.block_until_ready(jax.device_put(np.zeros(8)))  # the runtime's first transfer sets up its allocator
   files = checkpoint_loader.open_checkpoint(folder)
   cfg, family, _ = checkpoint_config(files, param_dtype=param_dtype)
   placement = None
   if fsdp > 1:
     mesh = parallel.make_mesh(ParallelConfig(strategy="fsdp", fsdp=fsdp))
     placement = lambda shape: NamedSharding(mesh, parallel.fsdp_spec(shape, fsdp))
-  kib = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
-  before = kib()
+  pathlib.Path("/proc/self/clear_refs").write_text("5")  # the high-water mark restarts from here
+  before = _rss()[0]
   t0 = time.perf_counter()
   _, params = checkpoint_loader.load_params(files, cfg, family, placement)
   jax.block_until_ready(params)
   seconds = time.perf_counter() - t0
   model = sum(int(x.size) * x.dtype.itemsize for x in jax.tree.leaves(params))
   print(json.dumps({"checkpoint_bytes": files.nbytes, "model_bytes": model, "rss_before": before,
-                    "rss_peak": kib(), "seconds": seconds, "devices": jax.device_count()}))
+                    "rss_peak": _rss()[1], "seconds": seconds, "devices": jax.device_count()}))
 
 
 if __name__ == "__main__":
