@@ -30,15 +30,15 @@ DATA = [
     "importlib_resources>=6",  # TFDS 4.9 builders import it on Python 3.11 too (declared only for < 3.9)
     "grain>=0.2",
 ]
-CKPT = ["orbax-checkpoint>=0.11"]
+CKPT = ["orbax-checkpoint>=0.11",
+        "ml-dtypes>=0.4"]  # bfloat16 host arrays of HF checkpoint reads (a jax dependency, imported directly)
 VIZ = ["matplotlib>=3.8"]
 RUN = TASKS + CKPT + VIZ + [
     "absl-py>=2.0",  # experiments/ flags
     "tqdm>=4.66",  # progress bars (daca_jax.run.metrics)
     "tensorboardX>=2.6",  # TensorBoard event files of the training dashboards (daca_jax/run/dashboards.py)
 ]
-HF = ["torch==2.13.0", "transformers>=5.0", "tokenizers>=0.20", "safetensors>=0.4",
-      "ml-dtypes>=0.4"]  # bfloat16 host arrays of checkpoint reads (a jax dependency, imported directly)
+HF = ["torch==2.13.0", "transformers>=5.0", "tokenizers>=0.20", "safetensors>=0.4"]
 WANDB = ["wandb>=0.16"]  # optional W&B dashboards (--config.log.wandb=<project>)
 TEST = RUN + DATA + ["pytest>=8", "hypothesis>=6", "tensorboard>=2.15"]  # tensorboard: reads the event files back
 

@@ -30,14 +30,12 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.lora_rank = 0  # RL with LoRA adapters of this rank on the SFT model (0: full fine-tuning).
   c.model.lora_alpha = 16.0  # LoRA scale numerator (adapter output × alpha / rank).
   c.model.lora_targets = "q,k,v,o,gate,up,down"  # Projections that get adapters.
+  c.model.lora_dropout = 0.0  # Dropout on the LoRA adapters' input during updates (d1: 0.05).
+  c.model.init_checkpoint = ""  # Local HF checkpoint folder RL starts from ("" = the tiny model + SFT).
   c.model.logprob_chunk = 0  # Gather target log-probs this many positions at a time (0: all at once).
   c.model.unroll_layers = False  # Unrolled layer stack (slower compile; full XLA FLOP counts).
   c.model.vocab_limit = 0  # The sampler proposes ids below this (0: vocab_size), never [MASK].
   c.model.left_pad_id = -1  # -1: pads attended (LLaDA); an id: leading pads masked out (Dream).
-  c.model.lora_dropout = 0.0  # Dropout on the LoRA adapters' input in the update's passes (d1: 0.05).
-  # A local LLaDA / Dream HF folder to start RL from ("" = tiny random model + SFT). Its config.json sets
-  # the architecture fields above (vocab_size .. left_pad_id; leave them unset), SFT is skipped.
-  c.model.init_checkpoint = ""
 
   c.rollout = ml_collections.ConfigDict()
   c.rollout.gen_length = 20  # L completion tokens (task configs set what their answers need).

@@ -164,6 +164,11 @@ class ModelConfig:
     lora_rank: r of the LoRA adapters (0: no LoRA); see :mod:`daca_jax.models.lora`.
     lora_alpha: LoRA scale numerator: the adapter output is multiplied by ``lora_alpha / lora_rank``.
     lora_targets: comma-separated projections that get adapters, from q,k,v,o,gate,up,down.
+    lora_dropout: dropout probability on the LoRA adapters' input during updates (PEFT's
+      ``lora_dropout``; d1 uses 0.05), in [0, 1).
+    init_checkpoint: a local Hugging Face checkpoint folder (LLaDA-8B-Instruct / Dream-7B layout) that RL
+      starts from; "" starts from the tiny model the job builds (and its SFT warm start).
+      ``experiments/export_hf.py`` writes the trained policy back in its layout.
     logprob_chunk: positions per chunk when target log-probs are gathered from hidden states
       (:func:`daca_jax.likelihood.common.chunked_token_logprobs`); 0 scores all positions at once.
     unroll_layers: compile the layer stack unrolled rather than as one ``lax.scan`` body: longer
@@ -175,15 +180,14 @@ class ModelConfig:
     left_pad_id: -1: every token is attended, pads included (LLaDA's released ``generate`` passes no
       attention mask). An id >= 0: a leading run of this id is left padding, kept out of attention
       and not counted in the positions (Dream's ``diffusion_generate``).
-    lora_dropout: dropout rate on the input of every LoRA adapter (PEFT's ``lora_dropout``; d1 uses
-      0.05), applied only on the update's likelihood passes of the policy (never in rollouts,
-      evaluation or the reference pass); 0 disables it. Needs ``lora_rank > 0``. Under
-      ``parallel.strategy="pmap"`` every device draws its rows' masks from the same key (the masks then
-      depend on the device count; FSDP's do not).
-    init_checkpoint: a local LLaDA or Dream Hugging Face folder that RL starts from ("" = the tiny
-      random model and its SFT warm start). The architecture fields
-      (:data:`daca_jax.models.checkpoint_loader.ARCHITECTURE_FIELDS`) then come from its
-      ``config.json`` and the weights from its safetensors; see :mod:`daca_jax.run.from_checkpoint`.
+
+  ``lora_dropout`` drops the adapters' input on the update's likelihood passes of the policy only (never
+  in rollouts, evaluation or the reference pass) and needs ``lora_rank > 0``; under
+  ``parallel.strategy="pmap"`` every device draws its rows' masks from the same key (the masks then
+  depend on the device count; FSDP's do not). With ``init_checkpoint`` the architecture fields
+  (:data:`daca_jax.models.hf_import.ARCHITECTURE_FIELDS`) come from the checkpoint's ``config.json`` and
+  ``tokenizer.json`` (a value set here must agree), the rest (:data:`~daca_jax.models.hf_import.RUN_FIELDS`)
+  stays the run's, and the weights come from its safetensors (:mod:`daca_jax.run.from_checkpoint`).
   """
 
   vocab_size: int = 260
@@ -204,12 +208,12 @@ class ModelConfig:
   lora_rank: int = 0
   lora_alpha: float = 16.0
   lora_targets: str = "q,k,v,o,gate,up,down"
+  lora_dropout: float = 0.0
+  init_checkpoint: str = ""
   logprob_chunk: int = 0
   unroll_layers: bool = False
   vocab_limit: int = 0
   left_pad_id: int = -1
-  lora_dropout: float = 0.0
-  init_checkpoint: str = ""
 
   @property
   def kv_heads(self) -> int:
@@ -239,17 +243,17 @@ class ModelConfig:
         raise ConfigError(f"{prefix}.{name}", v, "an integer >= 0")
     if not isinstance(self.unroll_layers, bool):
       raise ConfigError(f"{prefix}.unroll_layers", self.unroll_layers, "True or False")
+    if not 0.0 <= self.lora_dropout < 1.0:
+      raise ConfigError(f"{prefix}.lora_dropout", self.lora_dropout, "a probability in [0, 1)")
     if self.lora_rank and not self.lora_alpha > 0:
       raise ConfigError(f"{prefix}.lora_alpha", self.lora_alpha, "a number > 0")
-    if not 0.0 <= self.lora_dropout < 1.0:
-      raise ConfigError(f"{prefix}.lora_dropout", self.lora_dropout, "a rate in [0, 1)")
-    if self.lora_dropout and not self.lora_rank:
-      raise ConfigError(f"{prefix}.lora_dropout", self.lora_dropout,
-                        f"0 when {prefix}.lora_rank=0 (it drops the input of the LoRA adapters)")
     targets = self.lora_target_list
     if not targets or any(t not in _LORA_TARGETS for t in targets):
       raise ConfigError(f"{prefix}.lora_targets", self.lora_targets,
                         f"a non-empty comma-separated subset of {list(_LORA_TARGETS)}")
+    if self.lora_dropout and not self.lora_rank:
+      raise ConfigError(f"{prefix}.lora_dropout", self.lora_dropout,
+                        f"0 when {prefix}.lora_rank=0 (it drops the input of the LoRA adapters)")
     return self
 
   def validate_architecture(self, prefix: str = "model") -> "ModelConfig":

@@ -26,7 +26,6 @@ slices), and with a bf16 checkpoint and ``param_dtype="bfloat16"`` no float32 co
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import math
 import pathlib
 import re
@@ -181,24 +180,6 @@ def open_checkpoint(path: str | pathlib.Path) -> CheckpointFiles:
         raise DataError(f"{index}: lists tensor {t!r} in {shard.name}, whose header does not hold it")
       tensors[t] = headers[shard][t]
   return CheckpointFiles(folder, hf, tensors, shards)
-
-
-def fingerprint(files: CheckpointFiles) -> dict[str, Any]:
-  """A cheap identity of a checkpoint's contents: hashes of ``config.json``, the index and every shard's
-  header (names, dtypes, shapes, offsets), and each shard's size; no tensor data is read.
-
-  Two folders with the same fingerprint hold the same tensors at the same offsets; a rewritten value
-  of the same size and layout is not seen (hashing 16 GB per run start is not worth it).
-  """
-  digest = lambda b: hashlib.sha256(b).hexdigest()[:16]
-  parts = {"config.json": digest((files.path / "config.json").read_bytes())}
-  if (files.path / INDEX_FILE).exists():
-    parts[INDEX_FILE] = digest((files.path / INDEX_FILE).read_bytes())
-  for shard in files.shards:
-    with open(shard, "rb") as f:
-      n = int.from_bytes(f.read(8), "little")
-      parts[shard.name] = f"{shard.stat().st_size} bytes, header {digest(f.read(n))}"
-  return {"bytes": files.nbytes, "tensors": len(files.tensors), "files": parts}
 
 
 def hf_tensor_shapes(cfg: ModelConfig) -> dict[tuple[str, ...], tuple[tuple[int, ...], tuple[str, ...]]]:

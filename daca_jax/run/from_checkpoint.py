@@ -15,8 +15,9 @@ What such a run does differently from the tiny model's (:func:`daca_jax.run.pipe
 * **SFT** is skipped (:data:`SFT_SKIPPED` says why); with LoRA the reference policy is the checkpoint
   with the adapters off, with full fine-tuning the frozen initial weights (:func:`reference_note`).
 * **resume**: the workdir's ``config.json`` holds the resolved config (so another checkpoint path is
-  refused like any training change) and ``init_checkpoint.json`` a fingerprint of the folder's files
-  (:func:`check_fingerprint`: a checkpoint changed under a run is refused).
+  refused like any training change) and ``init_checkpoint.json`` the folder's fingerprint
+  (:func:`record_source`, :mod:`daca_jax.models.hf_fingerprint`: a checkpoint changed under a run is
+  refused; the export checks the same record).
 """
 from __future__ import annotations
 
@@ -30,14 +31,13 @@ import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from daca_jax import io_utils, parallel
-from daca_jax.errors import ConfigError, DataError
-from daca_jax.models import checkpoint_loader
+from daca_jax import parallel
+from daca_jax.errors import DataError
+from daca_jax.models import checkpoint_loader, hf_fingerprint
 from daca_jax.models.hf_import import hf_family, run_model_config
 from daca_jax.tasks.base import Task
 from daca_jax.types import ModelConfig, TrainConfig
 
-FINGERPRINT_FILE = "init_checkpoint.json"
 SFT_SKIPPED = ("SFT warm start skipped: RL starts from the pretrained checkpoint {path} "
                "(model.init_checkpoint), whose weights are the initial policy. The SFT phase exists to teach "
                "the tiny random model the task's answer format; the sft.* settings other than "
@@ -52,13 +52,11 @@ class CheckpointStart:
     files: the validated folder (:func:`daca_jax.models.checkpoint_loader.open_checkpoint`).
     family: "llada" or "dream".
     tokenizer: the checkpoint's tokenizer (:func:`checkpoint_tokenizer`).
-    fingerprint: :func:`daca_jax.models.checkpoint_loader.fingerprint` of the folder.
   """
 
   files: checkpoint_loader.CheckpointFiles
   family: str
   tokenizer: Any
-  fingerprint: dict[str, Any]
 
 
 def checkpoint_tokenizer(path: str | pathlib.Path, cfg: ModelConfig) -> Any:
@@ -111,7 +109,7 @@ def resolve_config(cfg: TrainConfig, log: Callable[[str], None] = print) -> tupl
   log(f"Model: {family} checkpoint {checkpoint_loader.describe(files)}; d_model {model.d_model}, "
       f"{model.n_layers} layers, vocab {model.vocab_size}, held in {model.param_dtype}"
       + (f", LoRA rank {model.lora_rank}" if model.lora_rank else ", full fine-tuning"))
-  return cfg, CheckpointStart(files, family, tok, checkpoint_loader.fingerprint(files))
+  return cfg, CheckpointStart(files, family, tok)
 
 
 def use_tokenizer(task: Task, tok: Any, cfg: TrainConfig) -> Task:
@@ -180,23 +178,16 @@ def reference_note(cfg: TrainConfig, params: Any) -> str:
           f"({_gib(_device_bytes(params))} per device) in {cfg.model.param_dtype}.")
 
 
-def check_fingerprint(workdir: pathlib.Path, start: CheckpointStart, has_saved_state: bool) -> None:
-  """Records the checkpoint's fingerprint in ``workdir/init_checkpoint.json``; refuses to resume a run
-  whose checkpoint folder changed since it started.
+def record_source(workdir: pathlib.Path, start: CheckpointStart, has_saved_state: bool) -> None:
+  """Records the checkpoint folder's fingerprint in ``workdir/init_checkpoint.json``
+  (:func:`daca_jax.models.hf_fingerprint.record_source`, what the export checks); a run resumed from
+  saved state first checks that the folder is unchanged since the run started.
 
   Raises:
-    ConfigError: ``workdir`` holds saved state of a run started from a folder with other files.
+    DataError: ``workdir`` holds saved state of a run whose checkpoint folder's files changed since
+      (the message names them).
   """
-  path = workdir / FINGERPRINT_FILE
-  record = {"path": str(start.files.path), "fingerprint": start.fingerprint}
-  if path.exists() and has_saved_state:
-    old = io_utils.read_json(path, fix="it records which checkpoint the run in this workdir started "
-                             "from: restore it, or use a new --workdir")
-    if old.get("fingerprint") != record["fingerprint"]:
-      before, now = old.get("fingerprint", {}).get("files", {}), start.fingerprint["files"]
-      changed = sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
-      raise ConfigError("model.init_checkpoint", str(start.files.path),
-                        f"the checkpoint the run in --workdir={workdir} started from, unchanged (its files "
-                        f"{changed} differ from when the run started); use a new --workdir")
+  if has_saved_state and (workdir / hf_fingerprint.RECORD_FILE).exists():
+    hf_fingerprint.check_source(workdir, start.files.path)
   if parallel.is_primary():
-    io_utils.atomic_write_json(path, record)
+    hf_fingerprint.record_source(workdir, start.files.path)

@@ -475,7 +475,7 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   workdir.mkdir(parents=True, exist_ok=True)  # only now: a config refused above leaves no workdir
   check_workdir_config(workdir, cfg)  # after everything that can reject the config up front
   if start is not None:
-    from_checkpoint.check_fingerprint(workdir, start, _has_saved_state(workdir))
+    from_checkpoint.record_source(workdir, start, _has_saved_state(workdir))
   dashboard = Dashboard(workdir, cfg.log, cfg.to_dict()) if parallel.is_primary() else None
   try:
     return _run_phases(cfg, task, workdir, pathlib.Path(sft_dir) if sft_dir is not None else workdir / "sft",
