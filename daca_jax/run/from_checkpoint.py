@@ -106,8 +106,12 @@ def resolve_config(cfg: TrainConfig, log: Callable[[str], None] = print) -> tupl
   tok = checkpoint_tokenizer(files.path, model)
   _check_tokenizer(tok, model, files)
   cfg = dataclasses.replace(cfg, model=model).validate()
+  stored = sorted({e.dtype for e in files.tensors.values()})
+  wider = model.param_dtype == "float32" and "F32" not in stored
   log(f"Model: {family} checkpoint {checkpoint_loader.describe(files)}; d_model {model.d_model}, "
       f"{model.n_layers} layers, vocab {model.vocab_size}, held in {model.param_dtype}"
+      + (f" (the checkpoint stores {'/'.join(stored)}: float32 takes twice its size; "
+         "model.param_dtype=bfloat16 keeps it)" if wider else "")
       + (f", LoRA rank {model.lora_rank}" if model.lora_rank else ", full fine-tuning"))
   return cfg, CheckpointStart(files, family, tok)
 
