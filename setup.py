@@ -30,7 +30,8 @@ DATA = [
     "importlib_resources>=6",  # TFDS 4.9 builders import it on Python 3.11 too (declared only for < 3.9)
     "grain>=0.2",
 ]
-CKPT = ["orbax-checkpoint>=0.11"]
+CKPT = ["orbax-checkpoint>=0.11",
+        "ml-dtypes>=0.4"]  # bfloat16 host arrays of HF checkpoint reads (a jax dependency, imported directly)
 VIZ = ["matplotlib>=3.8"]
 RUN = TASKS + CKPT + VIZ + [
     "absl-py>=2.0",  # experiments/ flags

@@ -180,6 +180,14 @@ class ModelConfig:
     left_pad_id: -1: every token is attended, pads included (LLaDA's released ``generate`` passes no
       attention mask). An id >= 0: a leading run of this id is left padding, kept out of attention
       and not counted in the positions (Dream's ``diffusion_generate``).
+
+  ``lora_dropout`` drops the adapters' input on the update's likelihood passes of the policy only (never
+  in rollouts, evaluation or the reference pass) and needs ``lora_rank > 0``; under
+  ``parallel.strategy="pmap"`` every device draws its rows' masks from the same key (the masks then
+  depend on the device count; FSDP's do not). With ``init_checkpoint`` the architecture fields
+  (:data:`daca_jax.models.hf_import.ARCHITECTURE_FIELDS`) come from the checkpoint's ``config.json`` and
+  ``tokenizer.json`` (a value set here must agree), the rest (:data:`~daca_jax.models.hf_import.RUN_FIELDS`)
+  stays the run's, and the weights come from its safetensors (:mod:`daca_jax.run.from_checkpoint`).
   """
 
   vocab_size: int = 260
@@ -220,18 +228,12 @@ class ModelConfig:
     return tuple(t.strip() for t in self.lora_targets.split(",") if t.strip())
 
   def validate(self, prefix: str = "model") -> "ModelConfig":
+    """Checks every field; with ``init_checkpoint`` set, the architecture (:meth:`validate_architecture`)
+    is left to the checkpoint's config.json, which replaces it (the run's tiny-model values of those
+    fields are placeholders then, and their relations to each other mean nothing)."""
     _check_fields(prefix, self)
-    _positive(prefix, self, "vocab_size", "d_model", "n_layers", "n_heads", "mlp_dim")
-    for name in ("rope_theta", "norm_eps"):  # RoPE divides by theta**(i/d); RMSNorm by sqrt(ms + eps)
-      if not getattr(self, name) > 0:
-        raise ConfigError(f"{prefix}.{name}", getattr(self, name), "a number > 0")
-    if self.d_model % self.n_heads:
-      raise ConfigError(f"{prefix}.n_heads", self.n_heads, f"a divisor of d_model={self.d_model}")
-    if self.head_dim % 2:
-      raise ConfigError(f"{prefix}.n_heads", self.n_heads, "a value giving an even head_dim (RoPE)")
-    if self.n_kv_heads < 0 or self.n_heads % self.kv_heads:
-      raise ConfigError(f"{prefix}.n_kv_heads", self.n_kv_heads,
-                        f"0 or a divisor of n_heads={self.n_heads}")
+    if not self.init_checkpoint:
+      self.validate_architecture(prefix)
     _one_of(prefix, self, "dtype", tuple(DTYPES))
     _one_of(prefix, self, "param_dtype", tuple(DTYPES))
     _one_of(prefix, self, "remat", _REMAT)
@@ -249,6 +251,25 @@ class ModelConfig:
     if not targets or any(t not in _LORA_TARGETS for t in targets):
       raise ConfigError(f"{prefix}.lora_targets", self.lora_targets,
                         f"a non-empty comma-separated subset of {list(_LORA_TARGETS)}")
+    if self.lora_dropout and not self.lora_rank:
+      raise ConfigError(f"{prefix}.lora_dropout", self.lora_dropout,
+                        f"0 when {prefix}.lora_rank=0 (it drops the input of the LoRA adapters)")
+    return self
+
+  def validate_architecture(self, prefix: str = "model") -> "ModelConfig":
+    """Checks the architecture fields and their relations (sizes, heads, token ids); returns ``self``."""
+    _check_fields(prefix, self)
+    _positive(prefix, self, "vocab_size", "d_model", "n_layers", "n_heads", "mlp_dim")
+    for name in ("rope_theta", "norm_eps"):  # RoPE divides by theta**(i/d); RMSNorm by sqrt(ms + eps)
+      if not getattr(self, name) > 0:
+        raise ConfigError(f"{prefix}.{name}", getattr(self, name), "a number > 0")
+    if self.d_model % self.n_heads:
+      raise ConfigError(f"{prefix}.n_heads", self.n_heads, f"a divisor of d_model={self.d_model}")
+    if self.head_dim % 2:
+      raise ConfigError(f"{prefix}.n_heads", self.n_heads, "a value giving an even head_dim (RoPE)")
+    if self.n_kv_heads < 0 or self.n_heads % self.kv_heads:
+      raise ConfigError(f"{prefix}.n_kv_heads", self.n_kv_heads,
+                        f"0 or a divisor of n_heads={self.n_heads}")
     if not 0 <= self.mask_token_id < self.vocab_size:
       raise ConfigError(f"{prefix}.mask_token_id", self.mask_token_id,
                         f"an id in [0, vocab_size={self.vocab_size})")

@@ -65,6 +65,9 @@ class ModelFns:
     lora: ``graph`` is the base of a LoRA policy (``params = {"base", "lora"}``): the K/V cache and
       the split apply the adapters.
     returns_hidden: ``logits`` returns ``(logits, hidden)``.
+    train: ``key -> ModelFns``: the same model for one training pass under a PRNG key (LoRA dropout,
+      :func:`daca_jax.models.lora.make_lora_logits_fn`), or None when training passes compute what
+      inference passes compute. Only the update's likelihood passes use it (:meth:`for_training`).
 
   Raises:
     ConfigError: ``logits`` not callable, ``hidden`` without ``head`` (or the reverse), or
@@ -79,6 +82,7 @@ class ModelFns:
   graph: Any = None
   lora: bool = False
   returns_hidden: bool = False
+  train: Callable[[jax.Array], "ModelFns"] | None = None
 
   def __post_init__(self):
     if not callable(self.logits):
@@ -111,6 +115,10 @@ class ModelFns:
   @property
   def head_fn(self) -> Callable[..., jax.Array] | None:
     return self.head
+
+  def for_training(self, key: jax.Array) -> "ModelFns":
+    """The model of one training pass under ``key`` (``train(key)``), or itself when it has none."""
+    return self if self.train is None else self.train(key)
 
   def model_config(self, params: Any) -> Any:
     """The graph's ModelConfig, or None for a model without one."""

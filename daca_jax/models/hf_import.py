@@ -21,65 +21,35 @@ with a ``ConfigError`` naming the field. ``tokenizer.json`` next to the weights 
 ``diffusion_generate`` does; LLaDA attends to pads as its ``generate`` does).
 
 Torch ``Linear`` weights are ``[out, in]`` and become ``[in, out]`` kernels; per-layer tensors are stacked
-on the leading layer axis of the scanned blocks. Shards are opened lazily (``safetensors.safe_open``)
-one tensor at a time, converted to the parameter dtype on the host (bf16 checkpoints included) and
-only the finished stacked arrays are placed on the device.
+on the leading layer axis of the scanned blocks. The folder is hostile input: its files are validated and
+the weights read slice by slice straight into their devices by
+:mod:`daca_jax.models.checkpoint_loader` (never a ``.py`` file imported, never the whole model on the
+host). Every numeric ``config.json`` value is checked (type, range, divisibility) and a bad one is a
+``ConfigError`` naming ``config.json:<key>``.
+
+A training run that starts from a checkpoint (``model.init_checkpoint``) takes the fields listed in
+:data:`ARCHITECTURE_FIELDS` from the checkpoint and the :data:`RUN_FIELDS` from its own config
+(:func:`run_model_config`).
 """
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
+import math
+import numbers
 import pathlib
 from typing import Any, Mapping
 
-import jax
-import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from daca_jax.errors import ConfigError, DataError
-from daca_jax.models.llada import Params, Transformer
-from daca_jax.types import DTYPES, ModelConfig
+from daca_jax.models import checkpoint_loader
+from daca_jax.models.checkpoint_loader import NAME_MAPS  # noqa: F401  (re-exported: the tensor names)
+from daca_jax.models.llada import Params
+from daca_jax.types import INT_MAX, ModelConfig
 
 log = logging.getLogger(__name__)
 
-# (path in the nnx state, HF tensor name with {i} for the layer, transpose torch [out, in] -> [in, out])
-_LLADA_NAMES = (
-    (("embed", "embedding"), "model.transformer.wte.weight", False),
-    (("layers", "attn_norm", "scale"), "model.transformer.blocks.{i}.attn_norm.weight", False),
-    (("layers", "q_proj", "kernel"), "model.transformer.blocks.{i}.q_proj.weight", True),
-    (("layers", "k_proj", "kernel"), "model.transformer.blocks.{i}.k_proj.weight", True),
-    (("layers", "v_proj", "kernel"), "model.transformer.blocks.{i}.v_proj.weight", True),
-    (("layers", "q_proj", "bias"), "model.transformer.blocks.{i}.q_proj.bias", False),  # include_qkv_bias
-    (("layers", "k_proj", "bias"), "model.transformer.blocks.{i}.k_proj.bias", False),
-    (("layers", "v_proj", "bias"), "model.transformer.blocks.{i}.v_proj.bias", False),
-    (("layers", "o_proj", "kernel"), "model.transformer.blocks.{i}.attn_out.weight", True),
-    (("layers", "mlp_norm", "scale"), "model.transformer.blocks.{i}.ff_norm.weight", False),
-    (("layers", "gate_proj", "kernel"), "model.transformer.blocks.{i}.ff_proj.weight", True),
-    (("layers", "up_proj", "kernel"), "model.transformer.blocks.{i}.up_proj.weight", True),
-    (("layers", "down_proj", "kernel"), "model.transformer.blocks.{i}.ff_out.weight", True),
-    (("final_norm", "scale"), "model.transformer.ln_f.weight", False),
-    (("lm_head", "kernel"), "model.transformer.ff_out.weight", True),
-)
-_DREAM_NAMES = (
-    (("embed", "embedding"), "model.embed_tokens.weight", False),
-    (("layers", "attn_norm", "scale"), "model.layers.{i}.input_layernorm.weight", False),
-    (("layers", "q_proj", "kernel"), "model.layers.{i}.self_attn.q_proj.weight", True),
-    (("layers", "q_proj", "bias"), "model.layers.{i}.self_attn.q_proj.bias", False),
-    (("layers", "k_proj", "kernel"), "model.layers.{i}.self_attn.k_proj.weight", True),
-    (("layers", "k_proj", "bias"), "model.layers.{i}.self_attn.k_proj.bias", False),
-    (("layers", "v_proj", "kernel"), "model.layers.{i}.self_attn.v_proj.weight", True),
-    (("layers", "v_proj", "bias"), "model.layers.{i}.self_attn.v_proj.bias", False),
-    (("layers", "o_proj", "kernel"), "model.layers.{i}.self_attn.o_proj.weight", True),
-    (("layers", "mlp_norm", "scale"), "model.layers.{i}.post_attention_layernorm.weight", False),
-    (("layers", "gate_proj", "kernel"), "model.layers.{i}.mlp.gate_proj.weight", True),
-    (("layers", "up_proj", "kernel"), "model.layers.{i}.mlp.up_proj.weight", True),
-    (("layers", "down_proj", "kernel"), "model.layers.{i}.mlp.down_proj.weight", True),
-    (("final_norm", "scale"), "model.norm.weight", False),
-    (("lm_head", "kernel"), "lm_head.weight", True),
-)
-NAME_MAPS = {"llada": _LLADA_NAMES, "dream": _DREAM_NAMES}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,8 +186,41 @@ def _reader(hf: Mapping[str, Any], family: str):
 
 
 def _integer(name: str, value: Any) -> int:
-  if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-    raise ConfigError(f"config.json:{name}", value, "a positive integer")
+  if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= INT_MAX:
+    raise ConfigError(f"config.json:{name}", value, f"a positive integer <= {INT_MAX}")
+  return value
+
+
+def _number(name: str, value: Any) -> float:
+  """A finite positive real (RoPE theta, norm epsilon)."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+    raise ConfigError(f"config.json:{name}", value, "a finite number > 0")
+  return float(value)
+
+
+def _token_id(name: str, value: Any, rows: int, optional: bool = False) -> int | None:
+  """A token id within the embedding table's ``rows`` (None allowed when ``optional``)."""
+  if value is None and optional:
+    return None
+  if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < rows:
+    raise ConfigError(f"config.json:{name}", value, f"a token id in [0, {rows}) (the embedding rows)"
+                      + (" or null" if optional else ""))
+  return value
+
+
+def _check_heads(d_model: int, n_heads: int, n_kv: int, keys: tuple[str, str, str]) -> None:
+  """Heads that split ``d_model`` into even head widths (RoPE) and key/value heads that divide them."""
+  d_key, h_key, kv_key = keys
+  if d_model % n_heads or (d_model // n_heads) % 2:
+    raise ConfigError(f"config.json:{h_key}", n_heads, f"a divisor of config.json:{d_key}={d_model} giving "
+                      "an even head width (RoPE rotates pairs)")
+  if n_heads % n_kv:
+    raise ConfigError(f"config.json:{kv_key}", n_kv, f"a divisor of config.json:{h_key}={n_heads}")
+
+
+def _flag(name: str, value: Any) -> bool:
+  if not isinstance(value, bool):
+    raise ConfigError(f"config.json:{name}", value, "true or false")
   return value
 
 
@@ -237,16 +240,20 @@ def _llada_fields(get) -> dict[str, Any]:
   elif mqa is not None and n_kv != (1 if mqa else n_heads):
     raise ConfigError("config.json:n_kv_heads", n_kv, f"{1 if mqa else n_heads} with multi_query_attention={mqa} "
                       "(the reference refuses both set differently)")
+  n_kv = _integer("n_kv_heads", n_kv)
+  _check_heads(d_model, n_heads, n_kv, ("d_model", "n_heads", "n_kv_heads"))
   mlp = get("mlp_hidden_size")
-  mlp = _integer("mlp_ratio", get("mlp_ratio")) * d_model if mlp is None else _integer("mlp_hidden_size", mlp)
-  vocab = get("vocab_size")
+  mlp = (_integer("mlp_hidden_size", _integer("mlp_ratio", get("mlp_ratio")) * d_model) if mlp is None
+         else _integer("mlp_hidden_size", mlp))
+  vocab = _integer("vocab_size", get("vocab_size"))
   table = get("embedding_size")
-  table = vocab if table is None else table
-  return dict(vocab_size=_integer("embedding_size", table), d_model=d_model,
-              n_layers=_integer("n_layers", get("n_layers")), n_heads=n_heads, n_kv_heads=_integer("n_kv_heads", n_kv),
-              mlp_dim=mlp, rope_theta=float(get("rope_theta")), norm_eps=float(get("rms_norm_eps")),
-              tie_embeddings=bool(get("weight_tying")), qkv_bias=bool(get("include_qkv_bias")),
-              _tokenizer_ids=_integer("vocab_size", vocab))
+  table = vocab if table is None else _integer("embedding_size", table)
+  return dict(vocab_size=table, d_model=d_model,
+              n_layers=_integer("n_layers", get("n_layers")), n_heads=n_heads, n_kv_heads=n_kv,
+              mlp_dim=mlp, rope_theta=_number("rope_theta", get("rope_theta")),
+              norm_eps=_number("rms_norm_eps", get("rms_norm_eps")),
+              tie_embeddings=_flag("weight_tying", get("weight_tying")),
+              qkv_bias=_flag("include_qkv_bias", get("include_qkv_bias")), _tokenizer_ids=vocab)
 
 
 def _dream_fields(get) -> dict[str, Any]:
@@ -254,19 +261,22 @@ def _dream_fields(get) -> dict[str, Any]:
     get(name)
   d_model = _integer("hidden_size", get("hidden_size"))
   n_heads = _integer("num_attention_heads", get("num_attention_heads"))
-  head_dim = get("head_dim")
-  if head_dim is not None and head_dim * n_heads != d_model:
-    raise ConfigError("config.json:head_dim", head_dim, f"hidden_size / num_attention_heads = {d_model // n_heads}")
   n_kv = get("num_key_value_heads")
-  pad = get("pad_token_id")
-  return dict(vocab_size=_integer("vocab_size", get("vocab_size")), d_model=d_model,
+  n_kv = n_heads if n_kv is None else _integer("num_key_value_heads", n_kv)
+  _check_heads(d_model, n_heads, n_kv, ("hidden_size", "num_attention_heads", "num_key_value_heads"))
+  head_dim = get("head_dim")
+  if head_dim is not None and head_dim != d_model // n_heads:
+    raise ConfigError("config.json:head_dim", head_dim, f"hidden_size / num_attention_heads = {d_model // n_heads}")
+  vocab = _integer("vocab_size", get("vocab_size"))
+  pad = _token_id("pad_token_id", get("pad_token_id"), vocab, optional=True)
+  return dict(vocab_size=vocab, d_model=d_model,
               n_layers=_integer("num_hidden_layers", get("num_hidden_layers")), n_heads=n_heads,
-              n_kv_heads=n_heads if n_kv is None else _integer("num_key_value_heads", n_kv),
-              mlp_dim=_integer("intermediate_size", get("intermediate_size")),
-              rope_theta=float(get("rope_theta")), norm_eps=float(get("rms_norm_eps")),
-              tie_embeddings=bool(get("tie_word_embeddings")), qkv_bias=True, shift_logits=True,
-              mask_token_id=int(get("mask_token_id")), left_pad_id=-1 if pad is None else int(pad),
-              _tokenizer_ids=0)
+              n_kv_heads=n_kv, mlp_dim=_integer("intermediate_size", get("intermediate_size")),
+              rope_theta=_number("rope_theta", get("rope_theta")),
+              norm_eps=_number("rms_norm_eps", get("rms_norm_eps")),
+              tie_embeddings=_flag("tie_word_embeddings", get("tie_word_embeddings")), qkv_bias=True,
+              shift_logits=True, mask_token_id=_token_id("mask_token_id", get("mask_token_id"), vocab),
+              left_pad_id=-1 if pad is None else pad, _tokenizer_ids=0)
 
 
 def config_from_hf(hf: Mapping[str, Any], **overrides: Any) -> ModelConfig:
@@ -295,7 +305,7 @@ def config_from_hf(hf: Mapping[str, Any], **overrides: Any) -> ModelConfig:
   # LLaDA's mask id only when given: the reference default (50256) is GPT-2's EOS, and LLaDA's
   # generate hard-codes 126336.
   if family == "llada" and hf.get("mask_token_id") is not None:
-    fields["mask_token_id"] = int(hf["mask_token_id"])
+    fields["mask_token_id"] = _token_id("mask_token_id", hf["mask_token_id"], fields["vocab_size"])
   if tokenizer_ids and tokenizer_ids < fields["vocab_size"]:
     fields["vocab_limit"] = tokenizer_ids
   for name, spec in FAMILY_FIELDS[family].items():
@@ -305,7 +315,7 @@ def config_from_hf(hf: Mapping[str, Any], **overrides: Any) -> ModelConfig:
   fields.update(overrides)
   if "mask_token_id" not in fields:
     raise ConfigError("config.json:mask_token_id", None, "a mask token id (pass mask_token_id=...)")
-  return ModelConfig(**fields).validate()
+  return ModelConfig(**fields).validate().validate_architecture()
 
 
 def unknown_fields(hf: Mapping[str, Any]) -> tuple[str, ...]:
@@ -315,56 +325,49 @@ def unknown_fields(hf: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def tokenizer_size(ckpt: pathlib.Path) -> int | None:
-  """1 + the largest id of the checkpoint's ``tokenizer.json`` (added tokens included), or None."""
+  """1 + the largest id of the checkpoint's ``tokenizer.json`` (added tokens included), or None.
+
+  Raises:
+    DataError: a ``tokenizer.json`` that the ``tokenizers`` library cannot parse.
+  """
   path = ckpt / "tokenizer.json"
   if not path.exists():
     return None
   from tokenizers import Tokenizer
 
-  vocab = Tokenizer.from_file(str(path)).get_vocab(with_added_tokens=True)
+  try:
+    vocab = Tokenizer.from_file(str(path)).get_vocab(with_added_tokens=True)
+  except Exception as e:  # the Rust parser raises a bare Exception for malformed files
+    raise DataError(f"{path}: not a tokenizer the 'tokenizers' library can read ({str(e)[:200]})") from None
   return 1 + max(vocab.values()) if vocab else None
 
 
-def _open_tensors(ckpt: pathlib.Path) -> dict[str, pathlib.Path]:
-  """HF tensor name -> shard file, from the index or the single ``model.safetensors``."""
-  index = ckpt / "model.safetensors.index.json"
-  if index.exists():
-    weight_map = json.loads(index.read_text()).get("weight_map")
-    if not isinstance(weight_map, dict) or not weight_map:
-      raise DataError(f"{index}: no 'weight_map' of tensor names to shard files")
-    return {name: ckpt / shard for name, shard in weight_map.items()}
-  single = ckpt / "model.safetensors"
-  if not single.exists():
-    raise DataError(f"{ckpt}: neither model.safetensors.index.json nor model.safetensors found")
-  from safetensors import safe_open
+def checkpoint_config(files: checkpoint_loader.CheckpointFiles, **overrides: Any
+                      ) -> tuple[ModelConfig, str, tuple[int, str]]:
+  """The :class:`ModelConfig` of a validated checkpoint folder: ``config.json`` (:func:`config_from_hf`)
+  with ``vocab_limit`` from ``tokenizer.json`` when its ids stop short of the embedding table.
 
-  with safe_open(str(single), framework="numpy") as f:
-    return {name: single for name in f.keys()}
-
-
-class _ShardReader:
-  """Reads one tensor at a time as host numpy, keeping each shard open once (lazy, memory-mapped)."""
-
-  def __init__(self, files: Mapping[str, pathlib.Path]):
-    self.files = files
-    self.open: dict[pathlib.Path, Any] = {}
-
-  def shape(self, name: str) -> tuple[int, ...]:
-    return tuple(self._handle(name).get_slice(name).get_shape())
-
-  def read(self, name: str) -> np.ndarray:
-    # The "flax" framework understands bf16 (numpy alone does not); tensors land on the host CPU.
-    return np.asarray(self._handle(name).get_tensor(name))
-
-  def _handle(self, name: str) -> Any:
-    from safetensors import safe_open
-
-    path = self.files[name]
-    if path not in self.open:
-      if not path.exists():
-        raise DataError(f"shard {path} listed for tensor {name!r} does not exist")
-      self.open[path] = safe_open(str(path), framework="flax", device="cpu")
-    return self.open[path]
+  Returns:
+    ``(cfg, family, (vocab_limit, where it came from))``.
+  Raises:
+    ConfigError: see :func:`config_from_hf`.
+  """
+  hf = files.hf
+  family = hf_family(hf)
+  extra = unknown_fields(hf)
+  if extra:
+    log.warning("%s: config.json fields the %s reference config does not define (ignored): %s", files.path,
+                family, list(extra))
+  limit_source = "config.json"
+  if "vocab_limit" not in overrides:
+    ids = tokenizer_size(files.path)
+    if ids is not None:
+      overrides = dict(overrides, vocab_limit=ids if ids < _table_rows(hf, family) else 0)
+      limit_source = "tokenizer.json"
+  else:
+    limit_source = "override"
+  cfg = config_from_hf(hf, **overrides)
+  return cfg, family, (cfg.vocab_limit, limit_source)
 
 
 def load_hf_checkpoint(path: str | pathlib.Path, **overrides: Any
@@ -372,86 +375,95 @@ def load_hf_checkpoint(path: str | pathlib.Path, **overrides: Any
   """Reads a local LLaDA or Dream checkpoint directory into ``(cfg, graphdef, params, report)``.
 
   ``params`` is an ``nnx.State`` like :func:`daca_jax.models.init_model`'s, in ``cfg.param_dtype``
-  (float32 unless overridden, e.g. ``param_dtype="bfloat16"`` for an 8B model on one device), ready
-  for :func:`daca_jax.models.make_logits_fn(graphdef)`.
+  (float32 unless overridden, e.g. ``param_dtype="bfloat16"`` for an 8B model on one device), on the
+  first local device, ready for :func:`daca_jax.models.make_logits_fn(graphdef)`. The weights are read
+  slice by slice (:func:`daca_jax.models.checkpoint_loader.load_params`).
 
   Args:
     path: the checkpoint directory.
     **overrides: ModelConfig fields set on top of ``config.json`` (see :func:`config_from_hf`).
   Raises:
-    DataError: a missing file, a tensor the model needs that the checkpoint lacks, or a tensor whose
-      shape differs (the message names the tensor, the expected and the found shape).
-    ConfigError: an unsupported config (see :func:`config_from_hf`).
+    DataError: a missing or malformed file, a tensor the model needs that the checkpoint lacks, or a
+      tensor whose shape or dtype differs (the message names the tensor, the expected and the found
+      shape), a non-finite weight.
+    ConfigError: an unsupported or malformed config (see :func:`config_from_hf`).
   """
-  ckpt = pathlib.Path(path)
-  cfg_file = ckpt / "config.json"
-  if not cfg_file.exists():
-    raise DataError(f"{ckpt}: no config.json (expected a Hugging Face checkpoint directory)")
-  hf = json.loads(cfg_file.read_text())
-  family = hf_family(hf)
-  extra = unknown_fields(hf)
-  if extra:
-    log.warning("%s: config.json fields the %s reference config does not define (ignored): %s", ckpt,
-                family, list(extra))
-  limit_source = "config.json"
-  if "vocab_limit" not in overrides:
-    ids = tokenizer_size(ckpt)
-    if ids is not None:
-      overrides = dict(overrides, vocab_limit=ids if ids < _table_rows(hf, family) else 0)
-      limit_source = "tokenizer.json"
-  else:
-    limit_source = "override"
-  cfg = config_from_hf(hf, **overrides)
-  pdt = np.dtype(DTYPES[cfg.param_dtype])
-  abstract = nnx.eval_shape(lambda: Transformer(cfg, nnx.Rngs(0)))
-  graphdef, abstract_state = nnx.split(abstract, nnx.Param)
-  pure = nnx.to_pure_dict(abstract_state)
-  reader = _ShardReader(_open_tensors(ckpt))
-  used: set[str] = set()
-
-  def fetch(name: str, want: tuple[int, ...], transpose: bool) -> np.ndarray:
-    if name not in reader.files:
-      raise DataError(f"{ckpt}: tensor {name!r} is missing from the checkpoint (expected shape "
-                      f"{want if not transpose else want[::-1]})")
-    found = reader.shape(name)
-    expect = want[::-1] if transpose else want
-    if found != expect:
-      raise DataError(f"{ckpt}: tensor {name!r} has shape {found}, expected {expect} "
-                      f"(model {cfg.n_layers} layers, d_model {cfg.d_model}, vocab {cfg.vocab_size})")
-    used.add(name)
-    x = reader.read(name)
-    return (x.T if transpose else x).astype(pdt)
-
-  for key, template, transpose in NAME_MAPS[family]:
-    node = pure
-    for k in key[:-1]:
-      node = node.get(k) if isinstance(node, dict) else None
-    if not isinstance(node, dict) or key[-1] not in node:
-      continue  # a parameter this config does not have (tied head, no biases)
-    want = tuple(node[key[-1]].shape)
-    if key[0] == "layers":
-      out = np.empty(want, pdt)
-      for i in range(cfg.n_layers):
-        out[i] = fetch(template.format(i=i), want[1:], transpose)
-    else:
-      out = fetch(template, want, transpose)
-    node[key[-1]] = out
-  left = [jax.tree_util.keystr(p) for p, v in jax.tree_util.tree_flatten_with_path(pure)[0]
-          if not isinstance(v, np.ndarray)]
-  if left:
-    raise DataError(f"{ckpt}: no checkpoint tensor maps to model parameters {left}")
-  unexpected = tuple(sorted(set(reader.files) - used))
+  files = checkpoint_loader.open_checkpoint(path)
+  cfg, family, limit = checkpoint_config(files, **overrides)
+  graphdef, params = checkpoint_loader.load_params(files, cfg, family)
+  unexpected = checkpoint_loader.unused_tensors(files, cfg, family)
   if unexpected:
-    log.warning("%s: %d checkpoint tensors unused by the model: %s", ckpt, len(unexpected),
+    log.warning("%s: %d checkpoint tensors unused by the model: %s", files.path, len(unexpected),
                 list(unexpected[:10]))
-  nnx.replace_by_pure_dict(abstract_state, jax.tree.map(jnp.asarray, pure))
-  report = ImportReport(family, len(used), unexpected, extra, (cfg.vocab_limit, limit_source))
-  return cfg, graphdef, abstract_state, report
+  used = len(files.tensors) - len(unexpected)
+  return cfg, graphdef, params, ImportReport(family, used, unexpected, unknown_fields(files.hf), limit)
 
 
 def _table_rows(hf: Mapping[str, Any], family: str) -> int:
   """Embedding rows the config declares (LLaDA ``embedding_size`` or ``vocab_size``; Dream ``vocab_size``)."""
   get = _reader(hf, family)
-  if family == "llada":
-    return int(get("embedding_size") or get("vocab_size"))
-  return int(get("vocab_size"))
+  if family == "llada" and get("embedding_size") is not None:
+    return _integer("embedding_size", get("embedding_size"))
+  return _integer("vocab_size", get("vocab_size"))
+
+
+# --- a training run's model: architecture from the checkpoint, the rest from the run -------------------
+
+# ModelConfig fields a checkpoint determines (``model.init_checkpoint``): the run's own value must be
+# left at its default or equal the checkpoint's.
+ARCHITECTURE_FIELDS = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "mlp_dim", "rope_theta",
+                       "norm_eps", "tie_embeddings", "mask_token_id", "qkv_bias", "shift_logits",
+                       "vocab_limit", "left_pad_id")
+# ModelConfig fields that stay the run's choice: how the weights are held and computed, and the adapters.
+RUN_FIELDS = ("dtype", "param_dtype", "remat", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout",
+              "logprob_chunk", "unroll_layers", "init_checkpoint")
+# Where each architecture field comes from, per family (the error message names it).
+SOURCE_KEYS = {
+    "llada": {"vocab_size": "config.json:embedding_size", "d_model": "config.json:d_model",
+              "n_layers": "config.json:n_layers", "n_heads": "config.json:n_heads",
+              "n_kv_heads": "config.json:n_kv_heads", "mlp_dim": "config.json:mlp_hidden_size",
+              "rope_theta": "config.json:rope_theta", "norm_eps": "config.json:rms_norm_eps",
+              "tie_embeddings": "config.json:weight_tying", "mask_token_id": "config.json:mask_token_id",
+              "qkv_bias": "config.json:include_qkv_bias",
+              "shift_logits": "config.json:model_type (LLaDA reads position i's logits at i)",
+              "vocab_limit": "tokenizer.json (its largest id + 1)",
+              "left_pad_id": "config.json:model_type (LLaDA attends to its pads)"},
+    "dream": {"vocab_size": "config.json:vocab_size", "d_model": "config.json:hidden_size",
+              "n_layers": "config.json:num_hidden_layers", "n_heads": "config.json:num_attention_heads",
+              "n_kv_heads": "config.json:num_key_value_heads", "mlp_dim": "config.json:intermediate_size",
+              "rope_theta": "config.json:rope_theta", "norm_eps": "config.json:rms_norm_eps",
+              "tie_embeddings": "config.json:tie_word_embeddings", "mask_token_id": "config.json:mask_token_id",
+              "qkv_bias": "config.json:model_type (Dream's Qwen2 blocks have q/k/v biases)",
+              "shift_logits": "config.json:model_type (Dream predicts token i at position i - 1)",
+              "vocab_limit": "tokenizer.json (its largest id + 1)",
+              "left_pad_id": "config.json:pad_token_id"},
+}
+
+
+def run_model_config(files: checkpoint_loader.CheckpointFiles, run: ModelConfig) -> ModelConfig:
+  """The model a run that starts from checkpoint ``files`` trains: :data:`ARCHITECTURE_FIELDS` from the
+  checkpoint, :data:`RUN_FIELDS` from ``run``.
+
+  An architecture field of ``run`` still at :class:`ModelConfig`'s default (the tiny model's, which
+  ``configs/base.py`` repeats) counts as unset; a value set to anything else must equal the
+  checkpoint's. (So a field set explicitly to the tiny default, e.g. ``model.d_model=128``, is not
+  noticed: it is indistinguishable from an unset one, and the checkpoint's value is used.)
+
+  Args:
+    files: from :func:`daca_jax.models.checkpoint_loader.open_checkpoint`.
+    run: the run's ``model`` section.
+  Raises:
+    ConfigError: naming ``model.<field>``, its value, the checkpoint's and where the checkpoint says
+      it (``config.json:<key>``), for a contradiction; or a bad ``config.json`` value (see
+      :func:`config_from_hf`).
+  """
+  family = hf_family(files.hf)
+  cfg, _, _ = checkpoint_config(files, **{f: getattr(run, f) for f in RUN_FIELDS})
+  default = ModelConfig()
+  for f in ARCHITECTURE_FIELDS:
+    mine, theirs = getattr(run, f), getattr(cfg, f)
+    if mine != getattr(default, f) and mine != theirs:
+      raise ConfigError(f"model.{f}", mine, f"{theirs!r}, which {SOURCE_KEYS[family][f]} of "
+                        f"model.init_checkpoint={files.path} sets (the checkpoint fixes the architecture: "
+                        f"leave model.{f} unset)")
+  return cfg

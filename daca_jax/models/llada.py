@@ -34,6 +34,7 @@ Adapters = Any
 # Short LoRA target names (ModelConfig.lora_targets) -> the Block's projection attributes.
 LORA_MODULES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "o_proj", "gate": "gate_proj",
                 "up": "up_proj", "down": "down_proj"}
+_LORA_INDEX = {t: i for i, t in enumerate(LORA_MODULES)}  # folds each target's dropout key apart
 
 _REMAT_POLICIES = {
     "full": None,  # save nothing: recompute the whole block in the backward pass
@@ -96,33 +97,43 @@ class Block(nnx.Module):
     self.up_proj = lin(cfg.d_model, cfg.mlp_dim)
     self.down_proj = lin(cfg.mlp_dim, cfg.d_model)
 
-  def proj(self, target: str, h: jax.Array, lora: Adapters | None = None) -> jax.Array:
+  def proj(self, target: str, h: jax.Array, lora: Adapters | None = None,
+           dropout_key: jax.Array | None = None) -> jax.Array:
     """Projection ``target`` (a key of ``LORA_MODULES``) of ``h [B, T, in]``, plus its LoRA term.
 
     With adapters ``{"a": [in, r], "b": [r, out]}`` for ``target`` the output is
-    ``h W + (lora_alpha / lora_rank) (h A) B`` (Hu et al. 2021), in the compute dtype.
+    ``h W + (lora_alpha / lora_rank) (drop(h) A) B`` (Hu et al. 2021), in the compute dtype. ``drop`` is
+    inverted dropout at ``cfg.lora_dropout`` with ``dropout_key`` (one independent mask per target, as
+    PEFT's per-module ``lora_dropout``); the identity when the key is None (rollouts, evaluation).
     """
     y = getattr(self, LORA_MODULES[target])(h)
     if lora is not None and target in lora:
       dt = y.dtype
-      delta = (h.astype(dt) @ lora[target]["a"].astype(dt)) @ lora[target]["b"].astype(dt)
+      x = h.astype(dt)
+      rate = self.cfg.lora_dropout
+      if dropout_key is not None and rate > 0:
+        keep = jax.random.bernoulli(jax.random.fold_in(dropout_key, _LORA_INDEX[target]), 1.0 - rate, x.shape)
+        x = jnp.where(keep, x / (1.0 - rate), jnp.zeros((), dt)).astype(dt)
+      delta = (x @ lora[target]["a"].astype(dt)) @ lora[target]["b"].astype(dt)
       y = y + (self.cfg.lora_alpha / self.cfg.lora_rank) * delta
     return y
 
-  def qkv(self, x: jax.Array, positions: jax.Array,
-          lora: Adapters | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Pre-norm projections of ``x [B, T, D]``: q [B, T, H, Dh], k and v [B, T, Hkv, Dh] (RoPE on q, k)."""
+  def qkv(self, x: jax.Array, positions: jax.Array, lora: Adapters | None = None,
+          dropout_key: jax.Array | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Pre-norm projections of ``x [B, T, D]``: q [B, T, H, Dh], k and v [B, T, Hkv, Dh] (RoPE on q, k).
+    ``dropout_key``: LoRA dropout (:meth:`proj`)."""
     cfg = self.cfg
     b, t, _ = x.shape
     hd = cfg.head_dim
     h = self.attn_norm(x)
-    q = rope(self.proj("q", h, lora).reshape(b, t, cfg.n_heads, hd), positions, cfg.rope_theta)
-    k = rope(self.proj("k", h, lora).reshape(b, t, cfg.kv_heads, hd), positions, cfg.rope_theta)
-    v = self.proj("v", h, lora).reshape(b, t, cfg.kv_heads, hd)
+    q = rope(self.proj("q", h, lora, dropout_key).reshape(b, t, cfg.n_heads, hd), positions, cfg.rope_theta)
+    k = rope(self.proj("k", h, lora, dropout_key).reshape(b, t, cfg.kv_heads, hd), positions, cfg.rope_theta)
+    v = self.proj("v", h, lora, dropout_key).reshape(b, t, cfg.kv_heads, hd)
     return q, k, v
 
   def mix(self, x: jax.Array, q: jax.Array, k: jax.Array, v: jax.Array,
-          lora: Adapters | None = None, key_mask: jax.Array | None = None) -> jax.Array:
+          lora: Adapters | None = None, key_mask: jax.Array | None = None,
+          dropout_key: jax.Array | None = None) -> jax.Array:
     """Attention of the queries of ``x [B, T, D]`` over keys/values of any length S ([B, S, Hkv, Dh];
     a K/V cache passes its own), residual, then the MLP. Returns [B, T, D].
 
@@ -133,14 +144,14 @@ class Block(nnx.Module):
     b, t, _ = x.shape
     mask = None if key_mask is None else key_mask[:, None, None, :]
     attn = jax.nn.dot_product_attention(q, k, v, mask=mask, scale=cfg.head_dim ** -0.5)
-    x = x + self.proj("o", attn.reshape(b, t, cfg.n_heads * cfg.head_dim), lora)
+    x = x + self.proj("o", attn.reshape(b, t, cfg.n_heads * cfg.head_dim), lora, dropout_key)
     h = self.mlp_norm(x)
-    x = x + self.proj("down", jax.nn.silu(self.proj("gate", h, lora)) * self.proj("up", h, lora), lora)
-    return x
+    inner = jax.nn.silu(self.proj("gate", h, lora, dropout_key)) * self.proj("up", h, lora, dropout_key)
+    return x + self.proj("down", inner, lora, dropout_key)
 
   def __call__(self, x: jax.Array, positions: jax.Array, lora: Adapters | None = None,
-               key_mask: jax.Array | None = None) -> jax.Array:
-    return self.mix(x, *self.qkv(x, positions, lora), lora, key_mask)
+               key_mask: jax.Array | None = None, dropout_key: jax.Array | None = None) -> jax.Array:
+    return self.mix(x, *self.qkv(x, positions, lora, dropout_key), lora, key_mask, dropout_key)
 
 
 def shift_right(x: jax.Array) -> jax.Array:
@@ -153,7 +164,7 @@ class Transformer(nnx.Module):
   """LLaDA-style masked diffusion LM. Call: ``tokens [B, T] int32 -> logits [B, T, V] float32``."""
 
   def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
-    cfg.validate()
+    cfg.validate().validate_architecture()
     self.cfg = cfg
     pdt = _DTYPES[cfg.param_dtype]
     self.embed = nnx.Embed(cfg.vocab_size, cfg.d_model, dtype=_DTYPES[cfg.dtype], param_dtype=pdt,
@@ -188,31 +199,36 @@ class Transformer(nnx.Module):
     return positions, real
 
   def residual(self, tokens: jax.Array, positions: jax.Array | None = None,
-               lora: Adapters | None = None) -> jax.Array:
+               lora: Adapters | None = None, dropout_key: jax.Array | None = None) -> jax.Array:
     """Embedding and all blocks: ``tokens [B, T] int32 -> residual [B, T, D]`` (compute dtype).
 
     ``positions`` (int32 [B, T]) overrides :meth:`layout`'s; the key mask always comes from the tokens.
     With ``cfg.shift_logits`` the result is shifted one position right (:func:`shift_right`), so
-    that position i is predicted from the state at i - 1 as Dream does.
+    that position i is predicted from the state at i - 1 as Dream does. ``dropout_key`` turns on LoRA
+    dropout (``cfg.lora_dropout``, :meth:`Block.proj`), one key per layer split from it.
     """
     cfg = self.cfg
     own_positions, key_mask = self.layout(tokens)
     positions = own_positions if positions is None else positions
     x = self.embed(tokens)
     graphdef, layer_state = nnx.split(self.layers)
+    layer_keys = None
+    if dropout_key is not None and lora is not None and cfg.lora_dropout > 0:
+      layer_keys = jax.random.split(dropout_key, cfg.n_layers)
 
     def body(h, xs):
-      state, layer_lora = xs
-      return nnx.merge(graphdef, state)(h, positions, layer_lora, key_mask), None
+      state, layer_lora, key = xs
+      return nnx.merge(graphdef, state)(h, positions, layer_lora, key_mask, key), None
 
     if cfg.remat != "none":
       body = jax.checkpoint(body, policy=_REMAT_POLICIES[cfg.remat])
-    x, _ = jax.lax.scan(body, x, (layer_state, lora), unroll=cfg.n_layers if cfg.unroll_layers else 1)
+    x, _ = jax.lax.scan(body, x, (layer_state, lora, layer_keys),
+                        unroll=cfg.n_layers if cfg.unroll_layers else 1)
     return shift_right(x) if cfg.shift_logits else x
 
   def __call__(self, tokens: jax.Array, positions: jax.Array | None = None,
-               return_hidden: bool = False, lora: Adapters | None = None):
-    logits, hidden = self.head(self.residual(tokens, positions, lora))
+               return_hidden: bool = False, lora: Adapters | None = None, dropout_key: jax.Array | None = None):
+    logits, hidden = self.head(self.residual(tokens, positions, lora, dropout_key))
     return (logits, hidden) if return_hidden else logits
 
   def head(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -11,7 +11,8 @@ adapters only. The reference policy is the same base with the adapters off
 ``disable_adapter``. :data:`LORA_SPLIT` tells the compiled update to return the adapters only (no copy
 of the base per step).
 
-Targets and sizes come from ``ModelConfig.lora_rank / lora_alpha / lora_targets``.
+Targets and sizes come from ``ModelConfig.lora_rank / lora_alpha / lora_targets``; ``lora_dropout`` drops
+each adapter's input on the update's likelihood passes only (:func:`make_lora_logits_fn`'s ``train``).
 """
 from __future__ import annotations
 
@@ -72,34 +73,41 @@ def reference_params(params: dict[str, Any]) -> dict[str, Any]:
 
 
 def make_lora_logits_fn(graphdef: nnx.GraphDef, return_hidden: bool = False,
-                        logprob_chunk: int = 0) -> ModelFns:
+                        logprob_chunk: int = 0, dropout_key: jax.Array | None = None) -> ModelFns:
   """``logits_fn(params, tokens[B, T] int32, positions=None) -> logits [B, T, V] float32`` of a LoRA
   policy, ``params = {"base": nnx.State, "lora": adapters or None}``.
 
   The base parameters are frozen (``stop_gradient``): gradients reach the adapters only.
   Returned as a :class:`~daca_jax.contracts.ModelFns` (callable as that function); ``return_hidden``
   and ``logprob_chunk`` as in :func:`daca_jax.models.make_logits_fn`. Its model split (``hidden``,
-  ``head``) and K/V cache (``lora=True``) apply the adapters too.
+  ``head``) and K/V cache (``lora=True``) apply the adapters too. Its ``train(key)`` is the same policy
+  with LoRA dropout (``ModelConfig.lora_dropout``, PEFT's: on each adapter's input) under ``key``,
+  which the update's likelihood passes use (:func:`daca_jax.rl.update.make_scores_fn`); ``dropout_key``
+  builds that variant directly. Passes with ``lora=None`` (the reference policy) have no dropout.
   """
 
   def base_model(params: dict[str, Any]) -> nnx.Module:
     return nnx.merge(graphdef, jax.lax.stop_gradient(params["base"]))
 
   def logits_fn(params: dict[str, Any], tokens: jax.Array, positions: jax.Array | None = None):
-    return base_model(params)(tokens, positions, return_hidden=return_hidden, lora=params["lora"])
+    return base_model(params)(tokens, positions, return_hidden=return_hidden, lora=params["lora"],
+                              dropout_key=dropout_key)
 
   def hidden_fn(params: dict[str, Any], tokens: jax.Array, positions: jax.Array | None = None):
     model = base_model(params)
-    return model.final_norm(model.residual(tokens, positions, params["lora"]))
+    return model.final_norm(model.residual(tokens, positions, params["lora"], dropout_key))
 
   def head_fn(params: dict[str, Any], hidden: jax.Array) -> jax.Array:
     return base_model(params).output(hidden)
+
+  def train(key: jax.Array) -> ModelFns:
+    return make_lora_logits_fn(graphdef, return_hidden, logprob_chunk, dropout_key=key)
 
   # lora=True: the K/V-cache rollout must build its LoRA variant (daca_jax.models.kv_cache.kv_fns_for),
   # never run the base without the adapters.
   return ModelFns(logits=logits_fn, hidden=hidden_fn, head=head_fn, logprob_chunk=int(logprob_chunk),
                   config=lambda params: model_config(graphdef, params["base"]), graph=graphdef, lora=True,
-                  returns_hidden=return_hidden)
+                  returns_hidden=return_hidden, train=train if dropout_key is None else None)
 
 
 def lora_optimizer(inner: optax.GradientTransformation) -> optax.GradientTransformation:

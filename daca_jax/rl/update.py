@@ -26,6 +26,8 @@ from daca_jax.rl.objectives import OBJECTIVES
 from daca_jax.rl.optim import read_grad_agreement
 from daca_jax.types import TrainConfig
 
+# Folded into a likelihood key for the model's own training noise (ModelFns.train: LoRA dropout).
+_TRAIN_NOISE_STREAM = 0x4C6F5241
 # (params, ref_params, traj, rewards, weights, key, old_params=None, advantages=None) -> (grads, aux)
 ObjectiveGradFn = Callable[..., tuple[Any, dict[str, jax.Array]]]
 # (params, opt_state, ref_params, traj, rewards, weights, key) -> (params, opt_state, metrics)
@@ -60,7 +62,8 @@ def check_rollout_batch(cfg: TrainConfig, traj: Trajectory, rewards: Any, weight
 def make_scores_fn(logits_fn: Any, cfg: TrainConfig, *, mask_id: int,
                    estimator: LikelihoodFn | None = None) -> Callable[..., TokenScores]:
   """``scores(params, traj, key) -> TokenScores`` of the configured estimator on a rollout (under
-  ``parallel.strategy="pmap"`` each device scores its own rows). ``estimator`` replaces the
+  ``parallel.strategy="pmap"`` each device scores its own rows), through the model's training variant
+  (:meth:`~daca_jax.contracts.ModelFns.for_training`, e.g. LoRA dropout) under a key derived from ``key``. ``estimator`` replaces the
   registry's ``LIKELIHOOD[rl.likelihood]`` (same signature; e.g. one wrapped by
   :func:`daca_jax.parallel.per_sequence_keys`)."""
   cfg = with_trajectory_steps(cfg)
@@ -69,7 +72,10 @@ def make_scores_fn(logits_fn: Any, cfg: TrainConfig, *, mask_id: int,
     estimator = parallel.wrap_likelihood(LIKELIHOOD.get(cfg.rl.likelihood), cfg.parallel)
 
   def scores(params: Any, traj: Trajectory, key: jax.Array) -> TokenScores:
-    return estimator(fns, params, traj.tokens, traj.prompt_len, key, cfg.likelihood, mask_id=mask_id,
+    # A training pass (LoRA dropout): its noise, like the estimator's masks, is shared by the passes
+    # of θ, θ_old and θ_ref under one key; θ_ref (adapters off) has none.
+    model = fns.for_training(jax.random.fold_in(key, _TRAIN_NOISE_STREAM))
+    return estimator(model, params, traj.tokens, traj.prompt_len, key, cfg.likelihood, mask_id=mask_id,
                      commit_step=traj.commit_step, commit_conf=traj.commit_conf,
                      completion_mask=traj.completion_mask)
 

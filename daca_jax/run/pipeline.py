@@ -22,7 +22,7 @@ import optax
 
 from daca_jax import configure, parallel
 from daca_jax import io_utils
-from daca_jax.run import guards
+from daca_jax.run import from_checkpoint, guards
 from daca_jax.run.checkpoint import Checkpointer
 from daca_jax.credit import CREDIT, TAGGERS
 from daca_jax.diffusion.rollout import make_rollout_fn
@@ -140,9 +140,13 @@ def task_kwargs(cfg: TrainConfig) -> dict[str, Any]:
   return kwargs
 
 
-def build_task(cfg: TrainConfig) -> Task:
-  """Instantiates the configured task and checks that model and sampler fit its tokenizer."""
+def build_task(cfg: TrainConfig, tokenizer: Any = None) -> Task:
+  """Instantiates the configured task and checks that model and sampler fit its tokenizer.
+
+  ``tokenizer`` replaces the task's own (a checkpoint's, :func:`daca_jax.run.from_checkpoint.use_tokenizer`)."""
   task = make_task(cfg.task.name, **task_kwargs(cfg))
+  if tokenizer is not None:
+    task = from_checkpoint.use_tokenizer(task, tokenizer, cfg)
   tok = task.tokenizer
   if cfg.model.vocab_size < tok.vocab_size:
     raise ConfigError("model.vocab_size", cfg.model.vocab_size, f">= the tokenizer's {tok.vocab_size}")
@@ -404,19 +408,28 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   every batch, arrays are global over ``cfg.parallel``'s mesh, and process 0 alone writes the files
   and prints.
 
+  With ``model.init_checkpoint`` the model, its weights and the task's tokenizer come from that
+  checkpoint folder and the SFT phase is skipped (:mod:`daca_jax.run.from_checkpoint`).
+
   Returns:
     The results dict written to ``workdir/results.json``:
     ``{"eval_before", "eval_after", "config", "eval_source", "timings"}``.
   Raises:
     ConfigError: a config value that does not fit the task, or a workdir holding another run.
     FileNotFoundError: an explicitly configured data path that does not exist.
+    DataError: a checkpoint folder (``model.init_checkpoint``) with missing or malformed files.
   """
   workdir = pathlib.Path(workdir)
-  task = build_task(cfg)  # before creating the workdir: a bad path leaves nothing behind
+  start = None
+  if cfg.model.init_checkpoint:  # the architecture from the checkpoint, every file checked, no weights read
+    cfg, start = from_checkpoint.resolve_config(cfg, log if parallel.is_primary() else (lambda *_: None))
+  # before creating the workdir: a bad path leaves nothing behind
+  task = build_task(cfg, start.tokenizer if start is not None else None)
   mesh = None
   if cfg.parallel.strategy != "none":
     mesh = parallel.make_mesh(cfg.parallel)  # a mesh that does not fit the devices fails before any work
   check_batches_fit(cfg, mesh)  # batches that do not split over processes/devices: before any work
+  placement_mesh = mesh  # where a checkpoint's weights go, also in one process
   if parallel.is_multiprocess():
     if not parallel.is_primary():
       log, show_progress = (lambda *_: None), False
@@ -451,8 +464,11 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   if cfg.rl.steps and cfg.rl.prompts_per_step > len(train_examples):
     raise ConfigError("rl.prompts_per_step", cfg.rl.prompts_per_step,
                       f"<= the {len(train_examples)} training prompts (sft.num_train_examples)")
-  graphdef, params = init_model(cfg.model, cfg.seed)
-  if mesh is not None:  # the same initial values on every process, as global arrays
+  if start is not None:  # each device reads its own shard of the weights
+    graphdef, params = from_checkpoint.initial_params(cfg, start, placement_mesh, log)
+  else:
+    graphdef, params = init_model(cfg.model, cfg.seed)
+  if mesh is not None and start is None:  # the same initial values on every process, as global arrays
     params = parallel.to_global(params, mesh, parallel.fsdp_shardings(params, mesh)
                                 if cfg.parallel.strategy == "fsdp" else None)
   logits_fn = make_logits_fn(graphdef, logprob_chunk=cfg.model.logprob_chunk)
@@ -460,6 +476,8 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
       f"{time.perf_counter() - t_prep:.1f} s.")
   workdir.mkdir(parents=True, exist_ok=True)  # only now: a config refused above leaves no workdir
   check_workdir_config(workdir, cfg)  # after everything that can reject the config up front
+  if start is not None:
+    from_checkpoint.record_source(workdir, start, _has_saved_state(workdir))
   dashboard = Dashboard(workdir, cfg.log, cfg.to_dict()) if parallel.is_primary() else None
   try:
     return _run_phases(cfg, task, workdir, pathlib.Path(sft_dir) if sft_dir is not None else workdir / "sft",
@@ -479,10 +497,13 @@ def _run_phases(cfg: TrainConfig, task: Task, workdir: pathlib.Path, sft_dir: pa
   timings: dict[str, float] = {}
 
   t0 = time.perf_counter()
-  params, did_work = run_sft(cfg, task, train_examples, logits_fn, params, sft_dir,
-                             show_progress=show_progress, log=log, mesh=mesh, dashboard=dashboard)
-  if did_work:
-    timings["sft_s"] = time.perf_counter() - t0
+  if cfg.model.init_checkpoint:
+    log(from_checkpoint.SFT_SKIPPED.format(path=cfg.model.init_checkpoint))
+  else:
+    params, did_work = run_sft(cfg, task, train_examples, logits_fn, params, sft_dir,
+                               show_progress=show_progress, log=log, mesh=mesh, dashboard=dashboard)
+    if did_work:
+      timings["sft_s"] = time.perf_counter() - t0
 
   # RL policy: the full model, or (model.lora_rank > 0) the SFT model frozen plus LoRA adapters that
   # start at zero, with the reference = the same base with adapters off (no copy of the weights).
@@ -496,7 +517,10 @@ def _run_phases(cfg: TrainConfig, task: Task, workdir: pathlib.Path, sft_dir: pa
     hidden_logits_fn = lora.make_lora_logits_fn(graphdef, return_hidden=True)
     optimizer_wrapper, param_split = lora.lora_optimizer, lora.LORA_SPLIT
     log(f"LoRA: rank {cfg.model.lora_rank} on {','.join(cfg.model.lora_target_list)}: "
-        f"{lora.trainable_count(adapters):,} trainable parameters")
+        f"{lora.trainable_count(adapters):,} trainable parameters"
+        + (f", dropout {cfg.model.lora_dropout} on their input in the update" if cfg.model.lora_dropout else ""))
+  elif cfg.model.init_checkpoint:
+    log(from_checkpoint.reference_note(cfg, params))
 
   eval_rollout = make_rollout_fn(logits_fn, dataclasses.replace(cfg.rollout, temperature=cfg.eval.temperature),
                                  mask_id=tok.mask_id, eos_id=tok.eos_id)

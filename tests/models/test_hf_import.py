@@ -221,8 +221,11 @@ def test_unexpected_tensors_reported_and_bad_configs(tmp_path):
     load_hf_checkpoint(_write_ckpt(tmp_path / "b", dict(LLADA_CFG, include_bias=True), w))
   with pytest.raises(ConfigError, match=r"model_type"):
     load_hf_checkpoint(_write_ckpt(tmp_path / "c", {"model_type": "gpt2"}, w))
-  with pytest.raises(DataError, match=r"no config\.json"):
+  with pytest.raises(DataError, match=r"nowhere: not a directory"):
     load_hf_checkpoint(tmp_path / "nowhere")
+  (tmp_path / "empty").mkdir()
+  with pytest.raises(DataError, match=r"empty: no config\.json"):
+    load_hf_checkpoint(tmp_path / "empty")
 
 
 # --- config.json fields: refuse what is not implemented, follow the reference defaults ----------------

@@ -186,3 +186,81 @@ def test_model_split_applies_adapters_for_the_chunked_gather():
   assert float(jnp.abs(full - base_only).max()) > 1e-3
   np.testing.assert_allclose(np.asarray(chunked), np.asarray(full), rtol=1e-5, atol=1e-5)
   assert not hasattr(lora.make_lora_logits_fn(gd), "graphdef")  # the K/V cache must refuse it
+
+
+# --- LoRA dropout (model.lora_dropout): the update's likelihood passes only -----------------------------
+
+
+def test_lora_dropout_on_the_adapter_input_matches_numpy():
+  cfg = dataclasses.replace(CFG, lora_dropout=0.25)
+  blk = Block(cfg, nnx.Rngs(0))
+  rng = np.random.default_rng(3)
+  h = rng.normal(size=(2, 5, 32)).astype(np.float32)
+  a = rng.normal(size=(32, 4)).astype(np.float32)
+  b = rng.normal(size=(4, 48)).astype(np.float32)
+  ad = {"gate": {"a": jnp.asarray(a), "b": jnp.asarray(b)}, "up": {"a": jnp.asarray(a), "b": jnp.asarray(b)}}
+  key = jax.random.key(5)
+  w = np.asarray(blk.gate_proj.kernel[...])
+  plain = h @ w + 2.0 * (h @ a) @ b
+  np.testing.assert_allclose(np.asarray(blk.proj("gate", jnp.asarray(h), ad)), plain, rtol=1e-5, atol=1e-5)
+  got = np.asarray(blk.proj("gate", jnp.asarray(h), ad, key))
+  x = h @ w  # the base path sees the whole input; only the adapter's input is dropped, and rescaled
+  adapter = (got - x) / 2.0  # = (drop(h) a) b
+  keep = np.asarray(jax.random.bernoulli(jax.random.fold_in(key, 4), 0.75, h.shape))  # "gate" is target 4
+  assert 0.6 < keep.mean() < 0.9
+  np.testing.assert_allclose(adapter, (np.where(keep, h / 0.75, 0.0) @ a) @ b, rtol=1e-4, atol=1e-4)
+  other = np.asarray(blk.proj("up", jnp.asarray(h), ad, key)) - h @ np.asarray(blk.up_proj.kernel[...])
+  assert not np.allclose(other, got - x, atol=1e-3)  # each target draws its own mask (PEFT: one module each)
+
+
+def test_lora_dropout_only_in_training_passes_and_not_for_the_reference():
+  cfg, gd, base, ad = _setup(b_scale=0.1)
+  gd_drop, _ = init_model(dataclasses.replace(cfg, lora_dropout=0.3), seed=1)
+  params = lora.lora_params(base, ad)
+  plain, fns = lora.make_lora_logits_fn(gd), lora.make_lora_logits_fn(gd_drop)
+  inference = np.asarray(fns(params, X))
+  np.testing.assert_array_equal(inference, np.asarray(plain(params, X)))  # rollouts / evaluation: no dropout
+  k1, k2 = jax.random.key(1), jax.random.key(2)
+  t1 = np.asarray(fns.for_training(k1)(params, X))
+  assert float(np.abs(t1 - inference).max()) > 1e-3
+  np.testing.assert_array_equal(t1, np.asarray(fns.for_training(k1)(params, X)))  # a key is one mask
+  assert float(np.abs(t1 - np.asarray(fns.for_training(k2)(params, X))).max()) > 1e-3
+  ref = lora.reference_params(params)  # adapters off: nothing to drop
+  np.testing.assert_array_equal(np.asarray(fns.for_training(k1)(ref, X)), np.asarray(fns(ref, X)))
+  # rate 0 (and the plain model without adapters) trains on exactly the inference logits
+  np.testing.assert_array_equal(np.asarray(plain.for_training(k1)(params, X)), inference)
+  no_adapters = make_logits_fn(gd)
+  assert no_adapters.train is None and no_adapters.for_training(k1) is no_adapters
+
+
+def test_update_applies_lora_dropout_and_rollouts_do_not():
+  from daca_jax.rl import GRPOLearner
+  from daca_jax.types import LikelihoodConfig, RLConfig, RolloutConfig, StratifiedConfig, TrainConfig
+
+  _, gd, base, ad = _setup(b_scale=0.05)
+  grads, trajs = {}, {}
+  for rate in (0.0, 0.3):
+    cfg = dataclasses.replace(CFG, lora_dropout=rate)
+    gd, _ = init_model(cfg, seed=1)
+    tc = TrainConfig(model=cfg, rollout=RolloutConfig(gen_length=4, block_length=4, steps=2),
+                     likelihood=LikelihoodConfig(stratified=StratifiedConfig(num_strata=2)),
+                     rl=RLConfig(group_size=2, prompts_per_step=2, beta=0.04, warmup_steps=0))
+    learner = GRPOLearner(lora.make_lora_logits_fn(gd), tc, mask_id=39, eos_id=38,
+                          optimizer_wrapper=lora.lora_optimizer)
+    params = lora.lora_params(base, ad)
+    prompts = jnp.asarray(np.random.default_rng(1).integers(0, 30, (4, 3)), jnp.int32)
+    trajs[rate] = traj = learner.rollout(params, prompts, jax.random.key(0))
+    grads[rate], _ = learner.objective_grad(params, lora.reference_params(params), traj,
+                                            jnp.asarray([1.0, 0.0, 0.0, 1.0]), learner.credit_weights(traj),
+                                            jax.random.key(1))
+  np.testing.assert_array_equal(np.asarray(trajs[0.0].tokens), np.asarray(trajs[0.3].tokens))
+  diff = max(float(jnp.abs(a - b).max()) for a, b in zip(jax.tree.leaves(grads[0.0]["lora"]),
+                                                        jax.tree.leaves(grads[0.3]["lora"])))
+  assert diff > 1e-4
+
+
+def test_lora_dropout_config():
+  with pytest.raises(ConfigError, match=r"model\.lora_dropout=1\.0 .*a probability in \[0, 1\)"):
+    dataclasses.replace(CFG, lora_dropout=1.0).validate()
+  with pytest.raises(ConfigError, match=r"model\.lora_dropout=0\.05 .*0 when model\.lora_rank=0"):
+    dataclasses.replace(CFG, lora_dropout=0.05, lora_rank=0).validate()

@@ -33,4 +33,5 @@ def test_new_fields_refuse_bad_values_naming_the_field():
                        ("rl__rollout_batch", -1), ("model__lora_dropout", 1.0)):
     with pytest.raises(ConfigError, match=field.replace("__", r"\.")):
       smoke(**{field: value})
-  assert smoke(rl__adam_b2=0.99, rl__grad_accum=2, model__lora_dropout=0.05).rl.adam_b2 == 0.99
+  assert smoke(rl__adam_b2=0.99, rl__grad_accum=2, model__lora_rank=4,
+               model__lora_dropout=0.05).rl.adam_b2 == 0.99

@@ -1,0 +1,81 @@
+"""Random-weight checkpoints in a family's Hugging Face layout, of any size (memory measurements of the
+loader, GPU checks of an 8B-shaped run on a machine that cannot download the weights).
+
+The folder holds ``config.json`` (the given config, e.g. LLaDA-8B-Instruct's with other sizes), one
+safetensors shard per layer plus one for the embedding, final norm and head, and
+``model.safetensors.index.json``, as :mod:`daca_jax.models.checkpoint_loader` reads them. Tensors are
+generated and written one shard at a time, so writing never holds more than one layer on the host.
+No tokenizer is written (the caller adds one when a run needs it).
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Any, Mapping
+
+import numpy as np
+
+from daca_jax.models.checkpoint_loader import INDEX_FILE, NAME_MAPS, hf_tensor_shapes
+from daca_jax.models.hf_import import config_from_hf, hf_family
+
+_STORAGE = {"bfloat16": "bfloat16", "float32": "float32", "float16": "float16"}
+
+# GSAI-ML/LLaDA-8B-Instruct's config.json (sizes as in daca_jax.types.llada_8b_config; the other keys as
+# the released file sets them, see tests/models/test_hf_import.py: LLADA_CFG).
+LLADA_8B_CONFIG = {
+    "model_type": "llada", "architectures": ["LLaDAModelLM"], "d_model": 4096, "n_layers": 32, "n_heads": 32,
+    "n_kv_heads": 32, "mlp_hidden_size": 12288, "mlp_ratio": 4, "vocab_size": 126464, "embedding_size": 126464,
+    "rope_theta": 500000.0, "rms_norm_eps": 1e-5, "weight_tying": False, "include_bias": False,
+    "include_qkv_bias": False, "bias_for_layer_norm": False, "block_type": "llama", "block_group_size": 1,
+    "activation_type": "silu", "layer_norm_type": "rms", "layer_norm_with_affine": True, "rope": True,
+    "rope_full_precision": True, "alibi": False, "attention_layer_norm": False, "input_emb_norm": False,
+    "scale_logits": False, "attention_dropout": 0.0, "residual_dropout": 0.0, "embedding_dropout": 0.0,
+    "max_sequence_length": 4096, "mask_token_id": 126336, "eos_token_id": 126081, "pad_token_id": 126081,
+    "torch_dtype": "bfloat16",
+}
+
+
+def write_random_checkpoint(folder: str | pathlib.Path, hf_config: Mapping[str, Any], *, dtype: str = "bfloat16",
+                            seed: int = 0, std: float = 0.02) -> pathlib.Path:
+  """Writes a checkpoint of ``hf_config`` (a LLaDA or Dream ``config.json`` dict) with N(0, std) weights
+  (norm scales 1) stored in ``dtype``; returns the folder.
+
+  Raises:
+    ConfigError: ``hf_config`` is not a config this library implements (:func:`config_from_hf`).
+    ValueError: an unknown ``dtype``.
+  """
+  import ml_dtypes
+  from safetensors.numpy import save_file
+
+  if dtype not in _STORAGE:
+    raise ValueError(f"dtype={dtype!r}: one of {sorted(_STORAGE)}")
+  np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
+  cfg = config_from_hf(hf_config)
+  family = hf_family(hf_config)
+  folder = pathlib.Path(folder)
+  folder.mkdir(parents=True, exist_ok=True)
+  shapes = hf_tensor_shapes(cfg)
+  rng = np.random.default_rng(seed)
+  names = [(k, t) for k, t, _ in NAME_MAPS[family] if k in shapes]
+  n_shards = cfg.n_layers + 1
+  weight_map = {}
+
+  def value(key: tuple[str, ...]) -> np.ndarray:
+    shape = shapes[key][0]
+    if key[-1] == "scale":
+      return np.ones(shape, np_dtype)
+    return (rng.standard_normal(shape, np.float32) * std).astype(np_dtype)
+
+  for shard in range(n_shards):
+    fname = f"model-{shard + 1:05d}-of-{n_shards:05d}.safetensors"
+    if shard < cfg.n_layers:
+      part = {t.format(i=shard): value(k) for k, t in names if k[0] == "layers"}
+    else:
+      part = {t: value(k) for k, t in names if k[0] != "layers"}
+    save_file(part, str(folder / fname))
+    weight_map.update({name: fname for name in part})
+  total = sum(int(np.prod(shapes[k][0])) * (cfg.n_layers if k[0] == "layers" else 1) for k, _ in names)
+  meta = {"total_size": total * np.dtype(np_dtype).itemsize}
+  (folder / INDEX_FILE).write_text(json.dumps({"metadata": meta, "weight_map": weight_map}, indent=1))
+  (folder / "config.json").write_text(json.dumps(dict(hf_config), indent=1))
+  return folder

@@ -1,0 +1,197 @@
+"""Starting RL from a Hugging Face LLaDA / Dream checkpoint (``model.init_checkpoint``).
+
+What such a run does differently from the tiny model's (:func:`daca_jax.run.pipeline.run_main_job`):
+
+* **config** (:func:`resolve_config`): the architecture fields
+  (:data:`daca_jax.models.hf_import.ARCHITECTURE_FIELDS`) come from the checkpoint's ``config.json``
+  and ``tokenizer.json``; a field the run set to something else is a ConfigError naming both. The
+  run's own choices (:data:`~daca_jax.models.hf_import.RUN_FIELDS`: dtypes, remat, LoRA, chunking)
+  stay. ``model.init_checkpoint`` is recorded as the folder's absolute path. Every file is validated
+  and every tensor's shape and dtype checked against the config before any work starts.
+* **tokenizer** (:func:`checkpoint_tokenizer`): the checkpoint's own, built in that one function;
+  the task uses it for prompts, targets and decoding (:func:`use_tokenizer`).
+* **weights** (:func:`initial_params`): read slice by slice straight into the run's shardings
+  (:func:`daca_jax.models.checkpoint_loader.load_params`); the policy starts as the checkpoint.
+* **SFT** is skipped (:data:`SFT_SKIPPED` says why); with LoRA the reference policy is the checkpoint
+  with the adapters off, with full fine-tuning the frozen initial weights (:func:`reference_note`).
+* **resume**: the workdir's ``config.json`` holds the resolved config (so another checkpoint path is
+  refused like any training change) and ``init_checkpoint.json`` the folder's fingerprint
+  (:func:`record_source`, :mod:`daca_jax.models.hf_fingerprint`: a checkpoint changed under a run is
+  refused; the export checks the same record).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import pathlib
+import time
+from typing import Any, Callable
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from daca_jax import parallel
+from daca_jax.errors import DataError
+from daca_jax.models import checkpoint_loader, hf_fingerprint
+from daca_jax.models.hf_import import hf_family, run_model_config
+from daca_jax.tasks.base import Task
+from daca_jax.types import ModelConfig, TrainConfig
+
+SFT_SKIPPED = ("SFT warm start skipped: RL starts from the pretrained checkpoint {path} "
+               "(model.init_checkpoint), whose weights are the initial policy. The SFT phase exists to teach "
+               "the tiny random model the task's answer format; the sft.* settings other than "
+               "sft.num_train_examples (the training pool) are not used.")
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointStart:
+  """What a run that starts from a checkpoint read before any work.
+
+  Attributes:
+    files: the validated folder (:func:`daca_jax.models.checkpoint_loader.open_checkpoint`).
+    family: "llada" or "dream".
+    tokenizer: the checkpoint's tokenizer (:func:`checkpoint_tokenizer`).
+  """
+
+  files: checkpoint_loader.CheckpointFiles
+  family: str
+  tokenizer: Any
+
+
+def checkpoint_tokenizer(path: str | pathlib.Path, cfg: ModelConfig) -> Any:
+  """The task tokenizer of a run that starts from checkpoint ``path`` (model ``cfg``).
+
+  The one place the run builds it: today LLaDA's special tokens (``HFTokenizer.for_llada``), which a
+  Dream folder does not have; the checkpoint's own roles from ``tokenizer_config.json`` replace this
+  call when ``HFTokenizer.from_checkpoint`` lands.
+
+  Raises:
+    DataError: no ``tokenizer.json``, or a special token missing from it.
+  """
+  from daca_jax.tasks.hf_tokenizer import HFTokenizer
+
+  return HFTokenizer.for_llada(path, vocab_size=cfg.vocab_size)
+
+
+def _check_tokenizer(tok: Any, cfg: ModelConfig, files: checkpoint_loader.CheckpointFiles) -> None:
+  """The tokenizer's mask and padding ids agree with what ``config.json`` gave the model."""
+  where = f"{files.path}/tokenizer.json"
+  if tok.mask_id != cfg.mask_token_id:
+    raise DataError(f"{where}: the mask token has id {tok.mask_id}, but config.json:mask_token_id is "
+                    f"{cfg.mask_token_id}")
+  if cfg.left_pad_id >= 0 and tok.pad_id != cfg.left_pad_id:
+    raise DataError(f"{where}: the padding token has id {tok.pad_id}, but config.json:pad_token_id is "
+                    f"{cfg.left_pad_id} (the model keeps that id's left padding out of attention)")
+  if tok.vocab_size > cfg.vocab_size:
+    raise DataError(f"{where}: {tok.vocab_size} ids, more than the model's {cfg.vocab_size} embedding rows")
+
+
+def resolve_config(cfg: TrainConfig, log: Callable[[str], None] = print) -> tuple[TrainConfig, CheckpointStart]:
+  """``cfg`` with its model from ``cfg.model.init_checkpoint``, and what was read to decide it.
+
+  Reads only ``config.json``, the index, the shard headers and ``tokenizer.json`` (no weights), and
+  checks every tensor the model needs (shape and dtype) against them.
+
+  Raises:
+    ConfigError: an architecture field of ``cfg.model`` contradicting the checkpoint (names both), or a
+      bad ``config.json`` value (names ``config.json:<key>``).
+    DataError: a missing or malformed file, a tensor of the wrong shape or dtype, a tokenizer whose
+      mask / pad ids differ from ``config.json``'s.
+  """
+  files = checkpoint_loader.open_checkpoint(cfg.model.init_checkpoint)
+  family = hf_family(files.hf)
+  model = run_model_config(files, dataclasses.replace(cfg.model, init_checkpoint=str(files.path)))
+  checkpoint_loader.check_tensors(files, model, family)
+  tok = checkpoint_tokenizer(files.path, model)
+  _check_tokenizer(tok, model, files)
+  cfg = dataclasses.replace(cfg, model=model).validate()
+  stored = sorted({e.dtype for e in files.tensors.values()})
+  wider = model.param_dtype == "float32" and "F32" not in stored
+  log(f"Model: {family} checkpoint {checkpoint_loader.describe(files)}; d_model {model.d_model}, "
+      f"{model.n_layers} layers, vocab {model.vocab_size}, held in {model.param_dtype}"
+      + (f" (the checkpoint stores {'/'.join(stored)}: float32 takes twice its size; "
+         "model.param_dtype=bfloat16 keeps it)" if wider else "")
+      + (f", LoRA rank {model.lora_rank}" if model.lora_rank else ", full fine-tuning"))
+  return cfg, CheckpointStart(files, family, tok)
+
+
+def use_tokenizer(task: Task, tok: Any, cfg: TrainConfig) -> Task:
+  """``task`` set to encode and decode with ``tok``; returns it.
+
+  Its fixed prompt length and minimal completion length are recomputed with ``tok`` over the evaluation
+  set and the run's training pool (a task that computes them from its tokenizer on first use is left
+  to do so), and byte-position token rewards are turned off (they count the byte tokenizer's
+  positions). Until tasks take a ``tokenizer=`` argument this is the one call that swaps it
+  (:func:`daca_jax.run.pipeline.build_task`).
+  """
+  task.tokenizer = tok
+  examples = task.eval_examples()[0] + task.train_examples(
+      cfg.sft.num_train_examples + cfg.task.num_val_examples, cfg.seed)
+  for name, texts in (("prompt_len", [ex.prompt for ex in examples]),
+                      ("min_gen_length", [ex.target for ex in examples])):
+    if isinstance(getattr(type(task), name, None), (property, functools.cached_property)):
+      continue  # computed from task.tokenizer when first read
+    setattr(task, name, 1 + max(len(tok.encode(t)) for t in texts))
+  task.has_token_rewards = False
+  return task
+
+
+def initial_params(cfg: TrainConfig, start: CheckpointStart, mesh: Any,
+                   log: Callable[[str], None] = print) -> tuple[Any, Any]:
+  """The checkpoint's weights as the initial policy, each parameter read straight into its sharding.
+
+  Args:
+    cfg: the resolved config (:func:`resolve_config`).
+    start: what :func:`resolve_config` read.
+    mesh: the run's device mesh (``parallel.strategy`` fsdp: FSDP shardings, pmap: replicated), or
+      None (one device).
+  Returns:
+    ``(graphdef, params)`` as :func:`daca_jax.models.init_model` returns them, params global arrays.
+  """
+  placement = None
+  if mesh is not None and cfg.parallel.strategy == "fsdp":
+    placement = lambda shape: NamedSharding(mesh, parallel.fsdp_spec(shape, mesh.shape["fsdp"]))
+  elif mesh is not None:
+    placement = lambda shape: NamedSharding(mesh, P())
+  t0 = time.perf_counter()
+  graphdef, params = checkpoint_loader.load_params(start.files, cfg.model, start.family, placement)
+  log(f"Loaded the checkpoint's weights in {time.perf_counter() - t0:.1f} s: "
+      f"{_gib(_total_bytes(params))} in {cfg.model.param_dtype}, {_gib(_device_bytes(params))} per device.")
+  return graphdef, params
+
+
+def _total_bytes(tree: Any) -> int:
+  return sum(int(x.size) * x.dtype.itemsize for x in jax.tree.leaves(tree))
+
+
+def _device_bytes(tree: Any) -> int:
+  """Bytes one device holds of ``tree`` (its first addressable shard of every leaf)."""
+  return sum(int(np.prod(x.addressable_shards[0].data.shape)) * x.dtype.itemsize for x in jax.tree.leaves(tree))
+
+
+def _gib(n: int) -> str:
+  return f"{n / 2**30:.2f} GiB"
+
+
+def reference_note(cfg: TrainConfig, params: Any) -> str:
+  """The log line on the reference policy of a full fine-tuning run (``model.lora_rank=0``): a frozen
+  copy of the initial weights, and what it costs."""
+  return (f"Full fine-tuning (model.lora_rank=0): the reference policy is a frozen copy of the initial "
+          f"weights, kept beside the trained policy and Adam's two moments: {_gib(_total_bytes(params))} "
+          f"({_gib(_device_bytes(params))} per device) in {cfg.model.param_dtype}.")
+
+
+def record_source(workdir: pathlib.Path, start: CheckpointStart, has_saved_state: bool) -> None:
+  """Records the checkpoint folder's fingerprint in ``workdir/init_checkpoint.json``
+  (:func:`daca_jax.models.hf_fingerprint.record_source`, what the export checks); a run resumed from
+  saved state first checks that the folder is unchanged since the run started.
+
+  Raises:
+    DataError: ``workdir`` holds saved state of a run whose checkpoint folder's files changed since
+      (the message names them).
+  """
+  if has_saved_state and (workdir / hf_fingerprint.RECORD_FILE).exists():
+    hf_fingerprint.check_source(workdir, start.files.path)
+  if parallel.is_primary():
+    hf_fingerprint.record_source(workdir, start.files.path)
