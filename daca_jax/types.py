@@ -608,6 +608,19 @@ class RLConfig:
     downsample: which ``group_size`` of the n: "max_variance" (PODS: the subset whose rewards
       vary most) or "random" (the control at the same batch sizes); :mod:`daca_jax.rl.downsample`.
     num_iterations: μ, policy updates per rollout batch (new likelihood mask each).
+    grad_accum: micro-batches per optimizer update: the rollout batch's B rows are scored and
+      differentiated ``B / grad_accum`` rows at a time inside the compiled update (``lax.scan``, the
+      activations of one micro-batch live at a time) and their gradients summed before one optimizer
+      step. Every normalisation spans the whole batch (token counts, group and batch-whitened
+      advantages, REINFORCE++'s KL-shaped whitening, the gradient-agreement monitor), so the update
+      equals ``grad_accum = 1`` with per-row likelihood keys (:mod:`daca_jax.rl.accumulate`). B must
+      be a multiple of ``grad_accum``, and each micro-batch whole groups of ``group_size`` rows split
+      evenly over the ``parallel.data x parallel.fsdp`` devices. d1's recipe: 6 rows per device x 2.
+    rollout_batch: rows sampled at once: the rollout of an iteration's ``prompts_per_step x
+      sample_group_size`` (or ``group_size``) rows runs as consecutive calls of one compiled sampler of
+      this many rows, whose noise is the matching rows of the full batch's draws, so the trajectories
+      equal one call's (:func:`daca_jax.diffusion.rollout.rollout_in_micro_batches`). 0: all rows at
+      once. Must divide the sampled batch and split over the batch devices.
     clip_eps: ε of the ratio clip.
     beta: β of the k3 KL penalty to the reference policy (0 disables the reference pass).
     normalize_adv_std: divide group advantages by the group std (d1 does not); the same as
@@ -642,6 +655,8 @@ class RLConfig:
   sample_group_size: int = 0
   downsample: str = "max_variance"
   num_iterations: int = 1
+  grad_accum: int = 1
+  rollout_batch: int = 0
   clip_eps: float = 0.5
   beta: float = 0.04
   normalize_adv_std: bool = False
@@ -663,15 +678,24 @@ class RLConfig:
         raise ConfigError(f"{prefix}.normalize_adv_std", self.normalize_adv_std,
                           f"False with {prefix}.advantage={self.advantage!r} (normalize_adv_std=True "
                           f"means {prefix}.advantage='group_std')")
-    _positive(prefix, self, "prompts_per_step", "group_size", "num_iterations")
+    _positive(prefix, self, "prompts_per_step", "group_size", "num_iterations", "grad_accum")
     _non_negative(prefix, self, "steps", "clip_eps", "beta", "learning_rate", "warmup_steps",
-                  "weight_decay", "max_grad_norm", "adam_eps", "eval_every")
+                  "weight_decay", "max_grad_norm", "adam_eps", "eval_every", "rollout_batch")
     if self.group_size < 2:
       raise ConfigError(f"{prefix}.group_size", self.group_size, ">= 2 (group advantages)")
+    if self.prompts_per_step % self.grad_accum:
+      raise ConfigError(f"{prefix}.grad_accum", self.grad_accum,
+                        f"a divisor of {prefix}.prompts_per_step={self.prompts_per_step} (every micro-batch "
+                        f"holds whole groups of {prefix}.group_size={self.group_size} rows)")
     if not isinstance(self.sample_group_size, int) or isinstance(self.sample_group_size, bool) or (
         self.sample_group_size and self.sample_group_size < self.group_size):
       raise ConfigError(f"{prefix}.sample_group_size", self.sample_group_size,
                         f"0 (no down-sampling) or an int >= {prefix}.group_size={self.group_size}")
+    sampled = self.prompts_per_step * (self.sample_group_size or self.group_size)
+    if self.rollout_batch and sampled % self.rollout_batch:
+      raise ConfigError(f"{prefix}.rollout_batch", self.rollout_batch,
+                        f"0 (all rows at once) or a divisor of the {sampled} rows sampled per iteration "
+                        f"({prefix}.prompts_per_step x {prefix}.sample_group_size or group_size)")
     _one_of(prefix, self, "downsample", DOWNSAMPLE_RULES)
     _one_of(prefix, self, "lr_schedule", LR_SCHEDULES)
     if not 0.0 <= self.rldf_tau <= 1.0:
