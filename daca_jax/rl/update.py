@@ -127,8 +127,9 @@ def make_objective_grad(logits_fn: Any, cfg: TrainConfig, *, mask_id: int,
            old_params: Any = None, advantages: jax.Array | None = None) -> tuple[Any, dict[str, jax.Array]]:
     b, _ = check_rollout_batch(cfg, traj, rewards, weights)
     weights, token_adv = weights if isinstance(weights, tuple) else (weights, None)
-    if accumulated is not None:
-      check_grad_accum(b, rl.grad_accum, rl.group_size)
+    if accumulated is not None:  # under pmap each micro-batch splits over the devices (shard_rows)
+      check_grad_accum(b, rl.grad_accum, rl.group_size,
+                       jax.lax.axis_size(parallel.BATCH_AXES) if cfg.parallel.strategy == "pmap" else 1)
       return accumulated(params, ref_params, traj, rewards, weights, token_adv, key, old_params, advantages)
     adv = advantages
     if adv is None and not advantage.needs_kl:
