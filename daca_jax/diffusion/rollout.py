@@ -206,6 +206,20 @@ def micro_batched(rollout_fn: Any, rollout_batch: int, shards: int = 1) -> Any:
   return fn
 
 
+def whole_batch_struct(traj: Trajectory, batch: int) -> Trajectory:
+  """The abstract trajectory (``jax.ShapeDtypeStruct`` leaves) of a whole batch of ``batch`` rows from
+  one micro-batch's (e.g. the ``out_info`` of :func:`micro_batched`'s ``lower``: memory planning)."""
+
+  def grow(name, x):
+    axis = _ROW_AXIS.get(name, 0)
+    if x is None or axis is None:
+      return x
+    return jax.ShapeDtypeStruct((*x.shape[:axis], batch, *x.shape[axis + 1:]), x.dtype)
+
+  return traj.replace(**{f.name: grow(f.name, getattr(traj, f.name))
+                         for f in dataclasses.fields(Trajectory) if not f.metadata.get("static")})
+
+
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))
 def _take_micro_batch(x: jax.Array, k: int, m: int, n: int) -> jax.Array:
   return x.reshape(n, m, -1, *x.shape[1:])[:, k].reshape(-1, *x.shape[1:])

@@ -78,3 +78,8 @@ def test_learner_rollout_batch_gives_the_same_trajectories():
     assert (getattr(learner.rollout, "rollout_batch", 0)) == rb
   _same(*trajs)
   assert trajs[1].step_conf.shape == (4, 16, 8)  # DPS's records, rows in batch order
+  # Memory planning lowers one micro-batch's sampler; the whole batch's shapes follow from it.
+  abstract = lambda t: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), t)
+  lowered = learner.rollout.lower(abstract(params), abstract(jnp.asarray(prompts)), abstract(jax.random.PRNGKey(5)))
+  assert lowered.out_info.tokens.shape == (4, P + 8)
+  assert abstract(R.whole_batch_struct(abstract(lowered.out_info), 16)) == abstract(trajs[1])

@@ -162,10 +162,11 @@ def test_no_watch_no_handler():
 @pytest.mark.slow  # three runs of 2 processes x 2 CPU devices (~3 min)
 def test_sigterm_to_one_of_two_processes_stops_both_at_the_same_step(tmp_path):
   """SIGTERM reaches process 1 only (as a TPU host's maintenance notice would): both processes save the
-  same step and exit 75; the rerun equals an uninterrupted two-process run."""
+  same step and exit 75; the rerun equals an uninterrupted two-process run. The runs sample and
+  differentiate in micro-batches (rl.rollout_batch, rl.grad_accum: one row per device at a time)."""
   from tests.parallel.test_parallel import _free_port
 
-  flags = FLAGS + ["--config.parallel.strategy=pmap"]
+  flags = FLAGS + ["--config.parallel.strategy=pmap", "--config.rl.rollout_batch=4", "--config.rl.grad_accum=2"]
   env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2",
              JAX_NUM_PROCESSES="2")
 
