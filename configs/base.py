@@ -96,8 +96,6 @@ def get_config() -> ml_collections.ConfigDict:
   c.rl.sample_group_size = 0  # n >= G sampled per prompt, G of them trained on (PODS); 0: n = G.
   c.rl.downsample = "max_variance"  # Which G of the n: max_variance (PODS) | random.
   c.rl.num_iterations = 1  # μ updates per rollout batch (d1 uses 12 at scale; 1 is cheapest on a CPU).
-  c.rl.grad_accum = 1  # Micro-batches per update (gradients summed, same update as 1; d1: 6 rows/device x 2).
-  c.rl.rollout_batch = 0  # Rows sampled per sampler call (same trajectories as one call); 0: all rows at once.
   c.rl.clip_eps = 0.5  # PPO ratio clip ε (d1).
   c.rl.beta = 0.04  # k3 KL penalty to the SFT reference (d1).
   c.rl.normalize_adv_std = False  # d1 uses r - mean(r) without dividing by the std.
@@ -110,6 +108,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.rl.weight_decay = 0.0  # AdamW weight decay.
   c.rl.max_grad_norm = 1.0  # Global-norm gradient clip.
   c.rl.adam_eps = 1e-8  # Adam epsilon.
+  c.rl.grad_accum = 1  # Micro-batches per update, gradients summed before one optimizer step (d1: 2).
+  c.rl.rollout_batch = 0  # Rows per rollout call (0: the whole batch at once).
   c.rl.rldf_tau = 0.6  # rldf: drop (state, token) targets below this probability unless committed there.
   c.rl.eval_every = 0  # Evaluate on the validation split every N iterations (0: never; needs task.num_val_examples).
   c.rl.grad_agreement = True  # Log grad_cos: cosine of successive batches' gradients (one params-sized buffer).

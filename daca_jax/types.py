@@ -608,19 +608,6 @@ class RLConfig:
     downsample: which ``group_size`` of the n: "max_variance" (PODS: the subset whose rewards
       vary most) or "random" (the control at the same batch sizes); :mod:`daca_jax.rl.downsample`.
     num_iterations: μ, policy updates per rollout batch (new likelihood mask each).
-    grad_accum: micro-batches per optimizer update: the rollout batch's B rows are scored and
-      differentiated ``B / grad_accum`` rows at a time inside the compiled update (``lax.scan``, the
-      activations of one micro-batch live at a time) and their gradients summed before one optimizer
-      step. Every normalisation spans the whole batch (token counts, group and batch-whitened
-      advantages, REINFORCE++'s KL-shaped whitening, the gradient-agreement monitor), so the update
-      equals ``grad_accum = 1`` with per-row likelihood keys (:mod:`daca_jax.rl.accumulate`). B must
-      be a multiple of ``grad_accum``, and each micro-batch whole groups of ``group_size`` rows split
-      evenly over the ``parallel.data x parallel.fsdp`` devices. d1's recipe: 6 rows per device x 2.
-    rollout_batch: rows sampled at once: the rollout of an iteration's ``prompts_per_step x
-      sample_group_size`` (or ``group_size``) rows runs as consecutive calls of one compiled sampler of
-      this many rows, whose noise is the matching rows of the full batch's draws, so the trajectories
-      equal one call's (:func:`daca_jax.diffusion.rollout.rollout_in_micro_batches`). 0: all rows at
-      once. Must divide the sampled batch and split over the batch devices.
     clip_eps: ε of the ratio clip.
     beta: β of the k3 KL penalty to the reference policy (0 disables the reference pass).
     normalize_adv_std: divide group advantages by the group std (d1 does not); the same as
@@ -637,6 +624,19 @@ class RLConfig:
     weight_decay: AdamW weight decay.
     max_grad_norm: global-norm gradient clip.
     adam_eps: Adam's epsilon.
+    grad_accum: micro-batches per optimizer update: the rollout batch's B rows are scored and
+      differentiated ``B / grad_accum`` rows at a time inside the compiled update (``lax.scan``, the
+      activations of one micro-batch live at a time) and their gradients summed before one optimizer
+      step. Every normalisation spans the whole batch (token counts, group and batch-whitened
+      advantages, REINFORCE++'s KL-shaped whitening, the gradient-agreement monitor), so the update
+      equals ``grad_accum = 1`` with per-row likelihood keys (:mod:`daca_jax.rl.accumulate`). B must
+      be a multiple of ``grad_accum``, and each micro-batch whole groups of ``group_size`` rows split
+      evenly over the ``parallel.data x parallel.fsdp`` devices. d1's recipe: 6 rows per device x 2.
+    rollout_batch: rows sampled at once: the rollout of an iteration's ``prompts_per_step x
+      sample_group_size`` (or ``group_size``) rows runs as consecutive calls of one compiled sampler of
+      this many rows, whose noise is the matching rows of the full batch's draws, so the trajectories
+      equal one call's (:func:`daca_jax.diffusion.rollout.rollout_in_micro_batches`). 0: all rows at
+      once. Must divide the sampled batch and split over the batch devices.
     eval_every: evaluate on the validation split (``task.num_val_examples``) every N iterations and
       at the end (0: no periodic evaluation). The test set is evaluated only before and after RL.
     grad_agreement: log ``grad_cos``, the cosine between successive rollout batches' gradients (its
@@ -655,8 +655,6 @@ class RLConfig:
   sample_group_size: int = 0
   downsample: str = "max_variance"
   num_iterations: int = 1
-  grad_accum: int = 1
-  rollout_batch: int = 0
   clip_eps: float = 0.5
   beta: float = 0.04
   normalize_adv_std: bool = False
@@ -667,6 +665,8 @@ class RLConfig:
   weight_decay: float = 0.0
   max_grad_norm: float = 1.0
   adam_eps: float = 1e-8
+  grad_accum: int = 1
+  rollout_batch: int = 0
   eval_every: int = 0
   grad_agreement: bool = True
   rldf_tau: float = 0.6
@@ -679,8 +679,8 @@ class RLConfig:
                           f"False with {prefix}.advantage={self.advantage!r} (normalize_adv_std=True "
                           f"means {prefix}.advantage='group_std')")
     _positive(prefix, self, "prompts_per_step", "group_size", "num_iterations", "grad_accum")
-    _non_negative(prefix, self, "steps", "clip_eps", "beta", "learning_rate", "warmup_steps",
-                  "weight_decay", "max_grad_norm", "adam_eps", "eval_every", "rollout_batch")
+    _non_negative(prefix, self, "rollout_batch", "steps", "clip_eps", "beta", "learning_rate", "warmup_steps",
+                  "weight_decay", "max_grad_norm", "adam_eps", "eval_every")
     if self.group_size < 2:
       raise ConfigError(f"{prefix}.group_size", self.group_size, ">= 2 (group advantages)")
     if self.prompts_per_step % self.grad_accum:

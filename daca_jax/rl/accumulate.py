@@ -76,10 +76,10 @@ def _rows(x: jax.Array) -> jax.Array:
 
 def make_accumulated_grad(scores_fn: RowScoresFn, objective: Callable[..., Any], advantage: AdvantageEstimator,
                           cfg: TrainConfig, param_split: ParamSplit | None = None) -> Callable[..., Any]:
-  """``grad(params, ref_params, traj, rewards, weights, key, old_params=None, advantages=None) ->
-  (grads, aux)`` over ``cfg.rl.grad_accum`` micro-batches (module docstring), with the arguments and
-  results of :func:`daca_jax.rl.update.make_objective_grad`'s (``weights`` already split into
-  ``(weights, token advantages or None)``; the caller checks shapes).
+  """``grad(params, ref_params, traj, rewards, weights, token_adv, key, old_params=None, advantages=None)
+  -> (grads, aux)`` over ``cfg.rl.grad_accum`` micro-batches (module docstring), with the arguments and
+  results of :func:`daca_jax.rl.update.make_objective_grad`'s (its ``weights`` split into ``weights``
+  and ``token_adv``, the token advantages or None; the caller checks shapes).
 
   Args:
     scores_fn: the configured estimator on a micro-batch whose first row is row ``row_offset`` of the

@@ -15,6 +15,7 @@ from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.parallel import per_sequence_keys
 from daca_jax.rl import OBJECTIVES, GRPOLearner, make_objective_grad, make_update
+from daca_jax.rl.accumulate import check_grad_accum
 from daca_jax.types import LikelihoodConfig, RLConfig, RLDFConfig, RolloutConfig, StratifiedConfig, TrainConfig
 from tests.fixed_logit_model import jax_logits, make_params
 
@@ -138,6 +139,14 @@ def test_mu_inner_updates_with_accumulation_equal_the_whole_batch(objective):
       np.testing.assert_allclose(float(m2[k]), float(m1[k]), rtol=1e-5, atol=1e-6, err_msg=k)
   for k in ("C", "E"):  # frozen under the split
     np.testing.assert_array_equal(np.asarray(out[2, "split"][0][k]), np.asarray(params[k]))
+
+
+def test_micro_batches_must_split_over_the_batch_devices():
+  check_grad_accum(16, 2, 4, 8)  # 8 rows per micro-batch, 1 per device
+  with pytest.raises(ConfigError, match=r"rl\.grad_accum=4.*multiple of the 8 batch shards.*16 rows / 4 = 4"):
+    check_grad_accum(16, 4, 4, 8)
+  with pytest.raises(ConfigError, match=r"rl\.grad_accum=8.*divisor of the 4 groups"):
+    check_grad_accum(16, 8, 4)
 
 
 def test_grad_accum_must_leave_whole_groups():
