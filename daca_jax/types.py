@@ -656,10 +656,19 @@ class RLConfig:
     adam_eps: Adam's epsilon.
     adam_b1: Adam's first-moment decay β1, in [0, 1).
     adam_b2: Adam's second-moment decay β2, in [0, 1) (d1: 0.99).
-    grad_accum: micro-batches each update's batch is split into, gradients summed over them before
-      one optimizer step (d1: 2).
-    rollout_batch: rows per rollout call; a step's rollouts run in micro-batches of this many rows so
-      they fit in memory (0: the whole batch in one call).
+    grad_accum: micro-batches per optimizer update: the rollout batch's B rows are scored and
+      differentiated ``B / grad_accum`` rows at a time inside the compiled update (``lax.scan``, the
+      activations of one micro-batch live at a time) and their gradients summed before one optimizer
+      step. Every normalisation spans the whole batch (token counts, group and batch-whitened
+      advantages, REINFORCE++'s KL-shaped whitening, the gradient-agreement monitor), so the update
+      equals ``grad_accum = 1`` with per-row likelihood keys (:mod:`daca_jax.rl.accumulate`). B must
+      be a multiple of ``grad_accum``, and each micro-batch whole groups of ``group_size`` rows split
+      evenly over the ``parallel.data x parallel.fsdp`` devices. d1's recipe: 6 rows per device x 2.
+    rollout_batch: rows sampled at once: the rollout of an iteration's ``prompts_per_step x
+      sample_group_size`` (or ``group_size``) rows runs as consecutive calls of one compiled sampler of
+      this many rows, whose noise is the matching rows of the full batch's draws, so the trajectories
+      equal one call's (:func:`daca_jax.diffusion.rollout.rollout_in_micro_batches`). 0: all rows at
+      once. Must divide the sampled batch and split over the batch devices.
     eval_every: evaluate on the validation split (``task.num_val_examples``) every N iterations and
       at the end (0: no periodic evaluation). The test set is evaluated only before and after RL.
     grad_agreement: log ``grad_cos``, the cosine between successive rollout batches' gradients (its
@@ -708,10 +717,19 @@ class RLConfig:
                   "weight_decay", "max_grad_norm", "adam_eps", "eval_every")
     if self.group_size < 2:
       raise ConfigError(f"{prefix}.group_size", self.group_size, ">= 2 (group advantages)")
+    if self.prompts_per_step % self.grad_accum:
+      raise ConfigError(f"{prefix}.grad_accum", self.grad_accum,
+                        f"a divisor of {prefix}.prompts_per_step={self.prompts_per_step} (every micro-batch "
+                        f"holds whole groups of {prefix}.group_size={self.group_size} rows)")
     if not isinstance(self.sample_group_size, int) or isinstance(self.sample_group_size, bool) or (
         self.sample_group_size and self.sample_group_size < self.group_size):
       raise ConfigError(f"{prefix}.sample_group_size", self.sample_group_size,
                         f"0 (no down-sampling) or an int >= {prefix}.group_size={self.group_size}")
+    sampled = self.prompts_per_step * (self.sample_group_size or self.group_size)
+    if self.rollout_batch and sampled % self.rollout_batch:
+      raise ConfigError(f"{prefix}.rollout_batch", self.rollout_batch,
+                        f"0 (all rows at once) or a divisor of the {sampled} rows sampled per iteration "
+                        f"({prefix}.prompts_per_step x {prefix}.sample_group_size or group_size)")
     _one_of(prefix, self, "downsample", DOWNSAMPLE_RULES)
     _one_of(prefix, self, "lr_schedule", LR_SCHEDULES)
     if not 0.0 <= self.rldf_tau <= 1.0:

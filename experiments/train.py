@@ -3,7 +3,9 @@
   python experiments/train.py --config=configs/sudoku_tiny.py --workdir=runs/sudoku [--config.a.b=v]
 
 Writes ``WORKDIR/results.json``, ``metrics.jsonl``, ``reward_curve.png`` and checkpoints; running the
-same command again resumes (or reuses) what is already there.
+same command again resumes (or reuses) what is already there. On SIGTERM (preemption, a time limit) it
+saves the checkpoint of the current SFT/RL step and exits with status 75, "rerun me"
+(:mod:`daca_jax.run.preemption`); exit statuses 1-3 are errors (:mod:`daca_jax.run.cli_errors`).
 """
 import pathlib as _pathlib
 import sys as _sys
@@ -15,6 +17,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from daca_jax import parallel
+from daca_jax.run import preemption
 from daca_jax.run.cli_errors import reported_errors
 from daca_jax.run.pipeline import run_main_job
 from daca_jax.configure import train_config_from_dict
@@ -31,7 +34,8 @@ def main(argv):
   with reported_errors():  # bad input, a diverging run, a full/read-only disk: `error: <one line>`
     cfg = train_config_from_dict(_CONFIG.value)
     parallel.maybe_initialize(cfg.parallel)  # multi-host: before anything touches a device
-    run_main_job(cfg, _WORKDIR.value, show_progress=_PROGRESS.value)
+    with preemption.watching():  # SIGTERM: checkpoint at the next step, `preempted: <line>`, exit 75
+      run_main_job(cfg, _WORKDIR.value, show_progress=_PROGRESS.value)
 
 
 if __name__ == "__main__":

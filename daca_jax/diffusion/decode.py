@@ -65,6 +65,19 @@ class DecodeState(NamedTuple):
   hidden: jax.Array | None = None
 
 
+class RowWindow(NamedTuple):
+  """Where a rollout's B rows sit in a larger batch whose random draws they take (a rollout sampled in
+  micro-batches, ``rl.rollout_batch``).
+
+  ids: int32 [B] the rows' indices in the larger batch (traced: one compiled sampler serves every
+  micro-batch), or None when the rows are the whole batch; total: the larger batch's row count
+  (static; 0 with ``ids`` None).
+  """
+
+  ids: jax.Array | None = None
+  total: int = 0
+
+
 class ModelView(NamedTuple):
   """What one model pass gives the sampler for the completion positions ``[lo, lo + W)``.
 
@@ -104,13 +117,14 @@ def chunk_size(block_length: int, batch: int, vocab: int) -> int:
 
 
 def _window_stats(view: ModelView, ok: np.ndarray, k_gumbel: jax.Array, blk: jax.Array, *, lo: int,
-                  length: int, cfg: RolloutConfig, record_conf: bool, record_entropy: bool
-                  ) -> dict[str, jax.Array]:
+                  length: int, cfg: RolloutConfig, record_conf: bool, record_entropy: bool,
+                  rows: RowWindow) -> dict[str, jax.Array]:
   """The current block's candidates and the window's records, chunk by chunk.
 
   Returns {"x0": int32 [B, bl], "cand": float32 [B, bl]} for block ``blk`` (its candidate and that
   candidate's probability) and, when recorded, {"conf"/"entropy": float32 [B, W]} for the whole window.
-  The Gumbel noise of a chunk is that chunk's slice of the full [B, L, V] draw. Without records only
+  The Gumbel noise of a chunk is that chunk's slice of the full [B, L, V] draw (of the whole batch's
+  ``rows.total`` rows, at ``rows.ids``, for a micro-batch). Without records only
   the block's chunks are projected through the output head (a pass over the whole window would
   project ``W / bl`` times as many positions for nothing: 8x at d1's L 256, block 32).
   """
@@ -125,7 +139,7 @@ def _window_stats(view: ModelView, ok: np.ndarray, k_gumbel: jax.Array, blk: jax
 
   def candidates(logits, logz, start):
     if cfg.temperature > 0:
-      noise = gumbel_window(k_gumbel, (b, length, logits.shape[-1]), lo + start, c)
+      noise = gumbel_window(k_gumbel, (rows.total or b, length, logits.shape[-1]), lo + start, c, rows.ids)
       x0 = proposals.safe_argmax(logits + cfg.temperature * noise, ok)
     else:
       x0 = proposals.safe_argmax(logits, ok)
@@ -167,8 +181,8 @@ def _window_stats(view: ModelView, ok: np.ndarray, k_gumbel: jax.Array, blk: jax
 
 def decode_step(view: ModelView, state: DecodeState, s: jax.Array, blk: jax.Array, k: jax.Array,
                 step_key: jax.Array, *, lo: int, prompt_len: int, cfg: RolloutConfig, mask_id: int,
-                ok: np.ndarray, record_step_conf: bool, record_step_entropy: bool
-                ) -> tuple[DecodeState, dict]:
+                ok: np.ndarray, record_step_conf: bool, record_step_entropy: bool,
+                rows: RowWindow | None = None) -> tuple[DecodeState, dict]:
   """One remasking step from the model's view of the completion positions ``[lo, lo+W)``.
 
   Args:
@@ -177,6 +191,8 @@ def decode_step(view: ModelView, state: DecodeState, s: jax.Array, blk: jax.Arra
     state: the carry; s: global step index; blk: its block; k: tokens the schedule commits.
     step_key: this step's key (split as in the module docstring).
     ok: bool [V] proposable ids (:func:`daca_jax.diffusion.proposals.proposable_ids`).
+    rows: where these B rows sit in the batch whose draws they take (:class:`RowWindow`); None:
+      they are the whole batch.
   Returns:
     (new state, records {"conf"/"entropy": float32 [B, L], 0 where already committed}).
   """
@@ -184,17 +200,22 @@ def decode_step(view: ModelView, state: DecodeState, s: jax.Array, blk: jax.Arra
   b, length = commit_step.shape
   bl = cfg.block_length
   w = view.rows.shape[1]
+  rows = RowWindow() if rows is None else rows
   k_gumbel, k_remask = jax.random.split(step_key)
   comp = x[:, prompt_len:]
   masked_all = comp == mask_id  # [B, L]
   stats = _window_stats(view, ok, k_gumbel, blk, lo=lo, length=length, cfg=cfg,
-                        record_conf=record_step_conf, record_entropy=record_step_entropy)
+                        record_conf=record_step_conf, record_entropy=record_step_entropy, rows=rows)
   b0 = blk * bl  # the block's first completion position (traced in a full pass)
   rel = b0 - lo
   x0, cand_prob = stats["x0"], stats["cand"]  # [B, bl]
-  # The random rule draws at [B, L]: place the block in a full row so that it gets the same draw.
+  # The random rule draws at [B, L] (B of the whole batch): place the block in full rows, and these rows
+  # at their places in the whole batch, so that it gets the same draw.
   full = jax.lax.dynamic_update_slice_in_dim(jnp.zeros((b, length), jnp.float32), cand_prob, b0, axis=1)
-  score = jax.lax.dynamic_slice_in_dim(REMASKING.get(cfg.remasking)(full, k_remask), b0, bl, axis=1)
+  if rows.ids is not None:
+    full = jnp.zeros((rows.total, length), jnp.float32).at[rows.ids].set(full)
+  score = REMASKING.get(cfg.remasking)(full, k_remask)
+  score = jax.lax.dynamic_slice_in_dim(score if rows.ids is None else score[rows.ids], b0, bl, axis=1)
   eligible = jax.lax.dynamic_slice_in_dim(masked_all, b0, bl, axis=1)
   # Every still-masked in-block position is eligible with a finite score (NaN logits included), so
   # the schedule's k per step commit each block completely.
@@ -293,6 +314,22 @@ def finish_trajectory(state: DecodeState, rec: dict, executed: jax.Array, *, pro
       finished=proposals.finished(comp, state.commit_step, mask_id),
       mask_id=mask_id,
   )
+
+
+def row_window(prompts: jax.Array, rows: jax.Array | None, total_rows: int) -> RowWindow:
+  """The :class:`RowWindow` of a rollout's ``rows`` (trace-time checks).
+
+  Raises:
+    ShapeError: ``rows`` is not an integer ``[B]`` array for ``prompts [B, P]``.
+    ConfigError: ``total_rows`` is smaller than B.
+  """
+  if rows is None:
+    return RowWindow()
+  check_shape("rows", rows, (prompts.shape[0],), "[B]: each prompt row's index in the whole batch")
+  check_integer("rows", rows)
+  if total_rows < prompts.shape[0]:
+    raise ConfigError("total_rows", total_rows, f">= the {prompts.shape[0]} rows of this micro-batch")
+  return RowWindow(jnp.asarray(rows, jnp.int32), total_rows)
 
 
 def record_keys(record_step_conf: bool, record_step_entropy: bool) -> tuple[str, ...]:

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from daca_jax.contracts import check_integer, check_shape
 from daca_jax.diffusion.decode import (ModelView, Trajectory, decode_step, finish_trajectory, init_state,
-                                      maybe_skip, record_keys, sampling_setup, tokens_per_step)
+                                      maybe_skip, record_keys, row_window, sampling_setup, tokens_per_step)
 from daca_jax.models.kv_cache import kv_fns_for
 from daca_jax.types import RolloutConfig
 
@@ -30,7 +30,8 @@ from daca_jax.types import RolloutConfig
 def cached_rollout(logits_fn: Any, params: Any, prompts: jax.Array, key: jax.Array, cfg: RolloutConfig,
                    *, mask_id: int, eos_id: int, record_step_conf: bool = False,
                    record_step_entropy: bool = False, record_commit_hidden: bool = False,
-                   kv_fns: Any = None, vocab_limit: int | None = None) -> Trajectory:
+                   kv_fns: Any = None, vocab_limit: int | None = None, rows: jax.Array | None = None,
+                   total_rows: int = 0) -> Trajectory:
   """:func:`daca_jax.diffusion.rollout.rollout` with ``cfg.kv_cache`` in ("prefix", "dual").
 
   ``Trajectory.model_calls`` counts every forward pass (full or cached); ``num_blocks`` of them are
@@ -41,11 +42,12 @@ def cached_rollout(logits_fn: Any, params: Any, prompts: jax.Array, key: jax.Arr
   kv = kv_fns if kv_fns is not None else kv_fns_for(logits_fn)
   check_shape("prompts", prompts, ("B", "P"), "[B, P] prompt token ids")
   check_integer("prompts", prompts)
+  window = row_window(prompts, rows, total_rows)
   p = prompts.shape[1]
   length, bl, spb = cfg.gen_length, cfg.block_length, cfg.steps_per_block
   keys = record_keys(record_step_conf, record_step_entropy)
   opts = dict(prompt_len=p, cfg=cfg, mask_id=mask_id)
-  rec_opts = dict(record_step_conf=record_step_conf, record_step_entropy=record_step_entropy)
+  rec_opts = dict(record_step_conf=record_step_conf, record_step_entropy=record_step_entropy, rows=window)
   k_sched = jnp.asarray(tokens_per_step(cfg))
   step_keys = jax.random.split(key, cfg.steps)
   state = init_state(prompts, length, mask_id)

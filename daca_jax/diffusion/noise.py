@@ -1,4 +1,4 @@
-"""Gumbel noise for a window of positions, equal to a slice of the full-canvas draw.
+"""Gumbel noise for a window of positions (and a subset of rows), equal to a slice of the full draw.
 
 The sampler's documented PRNG use draws ``jax.random.gumbel(key, [B, L, V], float32)`` at every step
 (:mod:`daca_jax.diffusion.rollout`); at LLaDA-8B size that array alone is 8 GB (B 64, L 256,
@@ -7,8 +7,9 @@ V 126464). Only positions where a token can be committed need it. With JAX's par
 function of the key and of ``n`` alone (its row-major index is the Threefry counter, split in two
 32-bit words), so :func:`gumbel_window` computes just the window's elements and returns bit for bit
 ``jax.random.gumbel(key, shape)[:, start:start + size]``: the tokens drawn for a given key do not change.
-For any other key implementation or setting it draws the full array and slices it (same values, full
-memory).
+The same holds for a subset of the rows (``rows``), which is how a rollout sampled in micro-batches
+(``rl.rollout_batch``) draws exactly the noise of its rows in the whole batch's draw. For any other key
+implementation or setting it draws the full array and slices it (same values, full memory).
 """
 from __future__ import annotations
 
@@ -48,34 +49,39 @@ def _mul_add_wide(a: jax.Array, b: int, c: jax.Array) -> tuple[jax.Array, jax.Ar
   return hi, new_lo
 
 
-def counters(shape: tuple[int, int, int], start: jax.Array | int, size: int) -> tuple[jax.Array, jax.Array]:
-  """Threefry counters (high, low uint32 [B, size, V]) of the elements ``[:, start:start+size, :]`` of
-  a ``shape = (B, L, V)`` draw: their row-major flat indices as two 32-bit words."""
+def counters(shape: tuple[int, int, int], start: jax.Array | int, size: int,
+             rows: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+  """Threefry counters (high, low uint32 [R, size, V]) of the elements ``[rows, start:start+size, :]``
+  of a ``shape = (B, L, V)`` draw (``rows`` int32 [R] row indices; None: all B rows): their row-major
+  flat indices as two 32-bit words."""
   b, length, v = shape
   if b * length >= 2 ** 32 or v >= 2 ** 32:
     raise ValueError(f"gumbel_window: shape {shape} has more than 2**32 rows or columns")
-  rows = (jnp.arange(b, dtype=_U32)[:, None] * _U32(length)
+  row = jnp.arange(b, dtype=_U32) if rows is None else jnp.asarray(rows).astype(_U32)
+  rows = (row[:, None] * _U32(length)
           + jnp.asarray(start).astype(_U32) + jnp.arange(size, dtype=_U32)[None, :])
   return _mul_add_wide(rows[:, :, None], v, jnp.arange(v, dtype=_U32)[None, None, :])
 
 
 def gumbel_window(key: jax.Array, shape: tuple[int, int, int], start: jax.Array | int,
-                  size: int) -> jax.Array:
-  """``jax.random.gumbel(key, shape, float32)[:, start:start + size]`` without drawing the rest.
+                  size: int, rows: jax.Array | None = None) -> jax.Array:
+  """``jax.random.gumbel(key, shape, float32)[rows, start:start + size]`` without drawing the rest.
 
   Args:
     key: a PRNG key (raw uint32 [2] or typed).
     shape: (B, L, V) of the full draw (static).
     start: first position of the window (int or int32 [] traced); ``start + size <= L``.
     size: window length (static).
+    rows: int32 [R] indices (< B) of the rows wanted (may be traced); None: all B rows.
   Returns:
-    float32 [B, size, V], bit-identical to the slice of the full draw.
+    float32 [R, size, V] (R = B without ``rows``), bit-identical to the slice of the full draw.
   """
   if not exact_window_supported(key):
     full = jax.random.gumbel(key, shape, jnp.float32)
-    return jax.lax.dynamic_slice_in_dim(full, start, size, axis=1)
+    window = jax.lax.dynamic_slice_in_dim(full, start, size, axis=1)
+    return window if rows is None else window[jnp.asarray(rows)]
   data = jax.random.key_data(key) if jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key) else key
-  hi, lo = counters(shape, start, size)
+  hi, lo = counters(shape, start, size, rows)
   bits1, bits2 = threefry2x32_p.bind(data[0], data[1], hi, lo)
   bits = bits1 ^ bits2
   # jax.random.uniform(minval=tiny, maxval=1) for float32: 23 random mantissa bits in [1, 2), minus 1.

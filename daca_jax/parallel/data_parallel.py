@@ -42,12 +42,21 @@ def per_sequence_keys(estimator: LikelihoodFn, row_offset: jax.Array | int = 0) 
   Same signature and outputs as ``estimator`` (a :class:`~daca_jax.contracts.TokenScores`, whose
   leaves all lead with B); rows are ``jax.vmap``-ed, so the model still sees one batched call per
   pass. Array keyword arguments (``commit_step``, ``commit_conf``, ...) are per-row. An estimator
-  that couples rows (e.g. one masking rate drawn for the whole batch) becomes per-sequence.
+  that couples rows (e.g. one masking rate drawn for the whole batch, or stratified's
+  ``partition="per_prompt"``, whose G rows of a prompt share their strata) becomes per-sequence.
+  The returned function also takes ``row_offset=`` (int or int32 [], added to this one) when called:
+  the first row's index in a larger batch, for a micro-batch of it (``rl.grad_accum``); it is marked
+  ``row_keyed``.
   """
+  if getattr(estimator, "row_keyed", False):
+    raise ValueError("per_sequence_keys: the estimator already draws per row (per_sequence_keys or "
+                     "shard_rows); pass its row_offset when calling it instead")
+  base_offset = row_offset
 
   @functools.wraps(estimator)
-  def fn(logits_fn, params, tokens, prompt_len, key, cfg, *, mask_id, **rows_kw):
-    rows = row_offset + jnp.arange(tokens.shape[0], dtype=jnp.int32)
+  def fn(logits_fn, params, tokens, prompt_len, key, cfg, *, mask_id, row_offset: jax.Array | int = 0,
+         **rows_kw):
+    rows = base_offset + row_offset + jnp.arange(tokens.shape[0], dtype=jnp.int32)
     keys = jax.vmap(jax.random.fold_in, (None, 0))(key, rows)
     kw = {k: v for k, v in rows_kw.items() if v is not None}
     none = {k: None for k, v in rows_kw.items() if v is None}
@@ -59,6 +68,7 @@ def per_sequence_keys(estimator: LikelihoodFn, row_offset: jax.Array | int = 0) 
 
     return jax.vmap(one)(tokens, keys, kw)
 
+  fn.row_keyed = True
   return fn
 
 
@@ -85,14 +95,17 @@ def shard_rows(estimator: LikelihoodFn, axes: tuple[str, ...] = BATCH_AXES) -> L
   Device i (linear index over ``axes``) takes rows ``[i·b, (i+1)·b)`` of the replicated ``tokens``,
   scores them with :func:`per_sequence_keys` (global row numbers), and all-gathers the result, so
   every device returns the full ``logp [B, L]`` (every leaf of a tree output). Gradients reach
-  ``params`` as the pmean of the per-device gradients (module docstring).
+  ``params`` as the pmean of the per-device gradients (module docstring). Called with
+  ``row_offset=`` (a micro-batch of a larger batch, ``rl.grad_accum``), the rows' keys are those of
+  their places in the larger batch (``row_keyed``, as :func:`per_sequence_keys`).
 
   Raises:
     ConfigError: B is not a multiple of the number of devices over ``axes``.
   """
 
   @functools.wraps(estimator)
-  def fn(logits_fn, params, tokens, prompt_len, key, cfg, *, mask_id, **rows_kw):
+  def fn(logits_fn, params, tokens, prompt_len, key, cfg, *, mask_id, row_offset: jax.Array | int = 0,
+         **rows_kw):
     n = jax.lax.axis_size(axes)
     batch = tokens.shape[0]
     if batch % n:
@@ -102,10 +115,11 @@ def shard_rows(estimator: LikelihoodFn, axes: tuple[str, ...] = BATCH_AXES) -> L
     start = jax.lax.axis_index(axes) * b
     take = lambda x: jax.lax.dynamic_slice_in_dim(x, start, b, axis=0)
     local = per_sequence_keys(estimator, start)(logits_fn, _pmean_grads(params, axes), take(tokens),
-                                                prompt_len, key, cfg, mask_id=mask_id,
+                                                prompt_len, key, cfg, mask_id=mask_id, row_offset=row_offset,
                                                 **jax.tree.map(take, rows_kw))
     return jax.tree.map(lambda x: jax.lax.all_gather(x, axes, axis=0, tiled=True), local)
 
+  fn.row_keyed = True
   return fn
 
 

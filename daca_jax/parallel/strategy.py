@@ -66,10 +66,12 @@ def shard_rollout(rollout_fn: Callable[..., Any], cfg: ParallelConfig,
                   mesh: Mesh | None = None) -> Callable[..., Any]:
   """Places a rollout's inputs so that the jitted sampler runs split over the batch.
 
-  ``rollout_fn(params, prompts[B, P], key) -> Trajectory`` (already jitted, e.g.
+  ``rollout_fn(params, prompts[B, P], key, **rows) -> Trajectory`` (already jitted, e.g.
   ``make_rollout_fn``) is partitioned by the compiler from its input shardings: prompts over
   ``('data', 'fsdp')``, parameters replicated (``pmap``) or FSDP-sharded (``fsdp``). Samples equal
   the one-device rollout's (``jax_threefry_partitionable`` makes the Gumbel noise layout-free).
+  ``rows`` (a micro-batch's ``rows`` int32 [B], placed like the prompts, and ``total_rows``) pass
+  through (:func:`daca_jax.diffusion.rollout.rollout_in_micro_batches`).
 
   The returned function's ``lower(params, prompts, key)`` lowers the sampler for abstract arguments
   (``ShapeDtypeStruct``s) placed the same way, nothing allocated (memory planning).
@@ -86,17 +88,23 @@ def shard_rollout(rollout_fn: Callable[..., Any], cfg: ParallelConfig,
     p_sh = fsdp_shardings(params, mesh) if cfg.strategy == "fsdp" else replicated(mesh)
     return p_sh, batch_shardings(prompts, mesh, prompts.shape[0]), replicated(mesh)
 
-  def call(params, prompts, key):
-    params, prompts, key = jax.device_put((params, prompts, key), shardings(params, prompts))
-    with jax.set_mesh(mesh):
-      return rollout_fn(params, prompts, key)
+  def rows_kw(rows, total_rows, place):
+    if rows is None:
+      return {}
+    return {"rows": place(rows, batch_shardings(rows, mesh, rows.shape[0])), "total_rows": total_rows}
 
-  def lower(params, prompts, key):
+  def call(params, prompts, key, *, rows=None, total_rows=0):
+    params, prompts, key = jax.device_put((params, prompts, key), shardings(params, prompts))
+    extra = rows_kw(rows, total_rows, jax.device_put)
+    with jax.set_mesh(mesh):
+      return rollout_fn(params, prompts, key, **extra)
+
+  def lower(params, prompts, key, *, rows=None, total_rows=0):
     """``lower`` of the jitted sampler for abstract arguments placed as ``call`` places them."""
     p_sh, pr_sh, k_sh = shardings(params, prompts)
     args = (abstract_placed(params, p_sh), abstract_placed(prompts, pr_sh), abstract_placed(key, k_sh))
     with jax.set_mesh(mesh):
-      return rollout_fn.lower(*args)
+      return rollout_fn.lower(*args, **rows_kw(rows, total_rows, abstract_placed))
 
   call.lower = lower
   return call

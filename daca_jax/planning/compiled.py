@@ -19,6 +19,7 @@ from flax import nnx
 
 from daca_jax.run import benchmarking as bm
 from daca_jax import parallel
+from daca_jax.diffusion.rollout import whole_batch_struct
 from daca_jax.models import lora
 from daca_jax.models.llada import Transformer, make_logits_fn
 from daca_jax.planning.spec import PlanSpec, train_config
@@ -90,6 +91,8 @@ def compile_rollout(built: Built) -> tuple[Program, Any]:
   """Compiles the learner's sampler; returns (program, the abstract Trajectory it returns)."""
   lowered = built.learner.rollout.lower(built.params, built.prompts, built.key)
   traj = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), lowered.out_info)
+  if getattr(built.learner.rollout, "rollout_batch", 0):  # one micro-batch's sampler (rl.rollout_batch)
+    traj = whole_batch_struct(traj, built.prompts.shape[0])
   return Program.of(lowered), traj
 
 

@@ -21,7 +21,7 @@ from daca_jax import parallel
 from daca_jax.credit import CREDIT, TAGGERS, CreditInputs, CreditOutput, group_agreement_mask
 from daca_jax.credit.base import RECORDS
 from daca_jax.contracts import ParamSplit, TokenScores, Trajectory, as_model_fns, check_shape
-from daca_jax.diffusion.rollout import make_rollout_fn
+from daca_jax.diffusion.rollout import make_rollout_fn, micro_batched
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.rl.advantages import ADVANTAGES, advantage_name
@@ -54,14 +54,16 @@ class GRPOLearner:
       number of model calls.
 
   Attributes:
-    rollout: ``(params, prompts[B, P], key) -> Trajectory`` (jitted, sharded per ``parallel``).
+    rollout: ``(params, prompts[B, P], key) -> Trajectory`` (jitted, sharded per ``parallel``; with
+      ``rl.rollout_batch`` sampled that many rows per call, the same trajectory:
+      :func:`daca_jax.diffusion.rollout.micro_batched`).
     objective_grad: ``(params, ref_params, traj, rewards, weights, key, old_params=None,
       advantages=None) -> (grads, aux)``, the direction of every update step
       (:func:`daca_jax.rl.update.make_objective_grad`), exposed so that studies can compare it with
       the true policy gradient (:mod:`daca_jax.studies.gradient_study`).
     update: ``(params, opt_state, ref_params, traj, rewards, weights, key) -> (params, opt_state,
-      metrics)``, the μ inner updates compiled for ``parallel.strategy``
-      (:func:`daca_jax.rl.update.make_update`).
+      metrics)``, the μ inner updates compiled for ``parallel.strategy``, each over ``rl.grad_accum``
+      micro-batches (:func:`daca_jax.rl.update.make_update`).
 
   Raises:
     ConfigError: the configured credit assigner needs a tokenizer or hidden states that were not
@@ -124,9 +126,12 @@ class GRPOLearner:
     self.credit_weights = jax.jit(lambda traj: self.credit(traj, cfg.credit, cfg.rollout))
     self._assign = jax.jit(self._assign_credit)
     self.rollout = parallel.shard_rollout(self.rollout, cfg.parallel)
+    if cfg.rl.rollout_batch:  # sampled a micro-batch at a time, the same trajectories
+      shards = 1 if cfg.parallel.strategy == "none" else parallel.num_batch_shards(parallel.make_mesh(cfg.parallel))
+      self.rollout = micro_batched(self.rollout, cfg.rl.rollout_batch, shards)
     # The update step is a pure function (daca_jax.rl.update); the learner only holds it.
-    self.objective_grad = make_objective_grad(logits_fn, cfg, mask_id=mask_id)
-    self._update = make_update(logits_fn, cfg, self.optimizer, mask_id=mask_id)
+    self.objective_grad = make_objective_grad(logits_fn, cfg, mask_id=mask_id, param_split=param_split)
+    self._update = make_update(logits_fn, cfg, self.optimizer, mask_id=mask_id, param_split=param_split)
     self.update = parallel.compile_update(self._update, cfg.parallel, param_split=param_split)
 
   def init_opt_state(self, params: Any) -> optax.OptState:

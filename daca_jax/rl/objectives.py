@@ -9,6 +9,11 @@ options it sees (diffu-GRPO: ``clip_eps`` and ``beta``), with the defaults of
 (:func:`daca_jax.registry.config_fields`). Every objective checks its inputs at trace time
 (:func:`daca_jax.contracts.check_policy_batch`): a field of the wrong shape is a
 :class:`daca_jax.errors.ShapeError`, never a silent broadcast.
+
+Every objective is *row-local*: the derivative of its loss with respect to row r of ``logp`` depends on
+the other rows only through ``batch`` (normalisers are token counts, group or row counts, never the
+other rows' ``logp``). Gradient accumulation relies on it (:mod:`daca_jax.rl.accumulate`; a new
+objective is checked by adding it to ``tests/rl/test_grad_accum.py``, which covers every registered one).
 """
 from __future__ import annotations
 

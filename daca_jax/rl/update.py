@@ -10,6 +10,7 @@ their registries once (``rl.likelihood`` → ``LIKELIHOOD``, ``rl.objective`` �
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, Callable
 
 import jax
@@ -17,10 +18,11 @@ import jax.numpy as jnp
 import optax
 
 from daca_jax import parallel
-from daca_jax.contracts import (PolicyBatch, TokenScores, Trajectory, as_model_fns, check_optional_shape,
-                                check_shape, check_trajectory, objective_inputs)
+from daca_jax.contracts import (ParamSplit, PolicyBatch, TokenScores, Trajectory, as_model_fns,
+                                check_optional_shape, check_shape, check_trajectory, objective_inputs)
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.likelihood.base import LikelihoodFn
+from daca_jax.rl.accumulate import check_grad_accum, make_accumulated_grad
 from daca_jax.rl.advantages import ADVANTAGES, advantage_name, zero_std_group_fraction
 from daca_jax.rl.objectives import OBJECTIVES
 from daca_jax.rl.optim import read_grad_agreement
@@ -59,31 +61,62 @@ def check_rollout_batch(cfg: TrainConfig, traj: Trajectory, rewards: Any, weight
   return b, length
 
 
+def training_passes(estimator: LikelihoodFn) -> LikelihoodFn:
+  """``estimator`` with its model passes run through the model's training variant
+  (:meth:`~daca_jax.contracts.ModelFns.for_training`: LoRA dropout) under ``fold_in(key, stream)`` of
+  the key it is called with. Wrapped inside :func:`daca_jax.parallel.per_sequence_keys`, each row's
+  noise follows from its own row key, so a micro-batched update (``rl.grad_accum``) draws what one
+  whole-batch call draws. Same signature; attributes (``row_keyed``) carried over, and marked
+  ``training_noise`` (wrappers such as ``per_sequence_keys`` carry the mark outwards)."""
+
+  @functools.wraps(estimator)
+  def fn(fns: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array, cfg: Any,
+         **kwargs: Any) -> TokenScores:
+    model = as_model_fns(fns).for_training(jax.random.fold_in(key, _TRAIN_NOISE_STREAM))
+    return estimator(model, params, tokens, prompt_len, key, cfg, **kwargs)
+
+  fn.training_noise = True
+  return fn
+
+
 def make_scores_fn(logits_fn: Any, cfg: TrainConfig, *, mask_id: int,
                    estimator: LikelihoodFn | None = None) -> Callable[..., TokenScores]:
-  """``scores(params, traj, key) -> TokenScores`` of the configured estimator on a rollout (under
-  ``parallel.strategy="pmap"`` each device scores its own rows), through the model's training variant
-  (:meth:`~daca_jax.contracts.ModelFns.for_training`, e.g. LoRA dropout) under a key derived from ``key``. ``estimator`` replaces the
-  registry's ``LIKELIHOOD[rl.likelihood]`` (same signature; e.g. one wrapped by
-  :func:`daca_jax.parallel.per_sequence_keys`)."""
+  """``scores(params, traj, key, row_offset=None) -> TokenScores`` of the configured estimator on a
+  rollout (under ``parallel.strategy="pmap"`` each device scores its own rows). ``estimator`` replaces
+  the registry's ``LIKELIHOOD[rl.likelihood]`` (same signature; e.g. one wrapped by
+  :func:`daca_jax.parallel.per_sequence_keys`).
+
+  The passes run through the model's training variant (:meth:`~daca_jax.contracts.ModelFns.for_training`,
+  e.g. LoRA dropout) under a key derived from the estimator's own key (:func:`training_passes`): like the
+  estimator's masks, that noise is shared by the passes of θ, θ_old and θ_ref under one key (θ_ref,
+  adapters off, has none), and it is drawn per row wherever the estimator's key is.
+
+  With ``rl.grad_accum > 1`` the estimator draws per row (:func:`daca_jax.parallel.per_sequence_keys`
+  unless it already does), and ``row_offset`` (int32 []) is the index of ``traj``'s first row in the
+  whole batch, for a micro-batch of it (:mod:`daca_jax.rl.accumulate`)."""
   cfg = with_trajectory_steps(cfg)
   fns = as_model_fns(logits_fn)
   if estimator is None:
-    estimator = parallel.wrap_likelihood(LIKELIHOOD.get(cfg.rl.likelihood), cfg.parallel)
+    estimator = parallel.wrap_likelihood(training_passes(LIKELIHOOD.get(cfg.rl.likelihood)), cfg.parallel)
+  elif not getattr(estimator, "training_noise", False):
+    # a caller's estimator: its passes get training noise here (shared by its rows if it already
+    # draws per row; wrap the per-row estimator around training_passes for per-row noise)
+    estimator = training_passes(estimator)
+  if cfg.rl.grad_accum > 1 and not getattr(estimator, "row_keyed", False):
+    estimator = parallel.per_sequence_keys(estimator)
 
-  def scores(params: Any, traj: Trajectory, key: jax.Array) -> TokenScores:
-    # A training pass (LoRA dropout): its noise, like the estimator's masks, is shared by the passes
-    # of θ, θ_old and θ_ref under one key; θ_ref (adapters off) has none.
-    model = fns.for_training(jax.random.fold_in(key, _TRAIN_NOISE_STREAM))
-    return estimator(model, params, traj.tokens, traj.prompt_len, key, cfg.likelihood, mask_id=mask_id,
+  def scores(params: Any, traj: Trajectory, key: jax.Array, row_offset: jax.Array | None = None) -> TokenScores:
+    rows = {} if row_offset is None else {"row_offset": row_offset}
+    return estimator(fns, params, traj.tokens, traj.prompt_len, key, cfg.likelihood, mask_id=mask_id,
                      commit_step=traj.commit_step, commit_conf=traj.commit_conf,
-                     completion_mask=traj.completion_mask)
+                     completion_mask=traj.completion_mask, **rows)
 
   return scores
 
 
 def make_objective_grad(logits_fn: Any, cfg: TrainConfig, *, mask_id: int,
-                        estimator: LikelihoodFn | None = None) -> ObjectiveGradFn:
+                        estimator: LikelihoodFn | None = None,
+                        param_split: ParamSplit | None = None) -> ObjectiveGradFn:
   """The gradient of the configured objective for one rollout batch under one likelihood key.
 
   The returned ``grad(params, ref_params, traj, rewards, weights, key, old_params=None,
@@ -100,19 +133,34 @@ def make_objective_grad(logits_fn: Any, cfg: TrainConfig, *, mask_id: int,
     logp_ref).
 
   ``estimator`` replaces the registry's (:func:`make_scores_fn`). It returns the gradient of the loss
-  (a descent direction) and the objective's metrics with ``loss``; a trajectory that disagrees with ``cfg.rollout`` or rewards / weights of the wrong shape
-  raise :class:`~daca_jax.errors.ShapeError` at trace time.
+  (a descent direction) and the objective's metrics with ``loss``; a trajectory that disagrees with
+  ``cfg.rollout`` or rewards / weights of the wrong shape raise :class:`~daca_jax.errors.ShapeError`
+  at trace time.
+
+  With ``rl.grad_accum = M > 1`` the gradient is summed over M micro-batches of the rows inside the
+  function (:mod:`daca_jax.rl.accumulate`: the same gradient and metrics as the whole batch's under
+  the same per-row masks); ``param_split`` (LoRA's adapters) limits the accumulated gradient to the
+  trainable part (the rest is zeros, as the frozen base's gradient otherwise).
+
+  Raises:
+    ConfigError: B does not split into ``rl.grad_accum`` micro-batches of whole groups.
   """
   cfg = with_trajectory_steps(cfg)
   rl = cfg.rl
   scores_fn = make_scores_fn(logits_fn, cfg, mask_id=mask_id, estimator=estimator)
   objective = OBJECTIVES.get(rl.objective)
   advantage = ADVANTAGES.get(advantage_name(rl.objective, rl.advantage, rl.normalize_adv_std))
+  accumulated = (make_accumulated_grad(scores_fn, objective, advantage, cfg, param_split)
+                 if rl.grad_accum > 1 else None)
 
   def grad(params: Any, ref_params: Any, traj: Trajectory, rewards: jax.Array, weights: Any, key: jax.Array,
            old_params: Any = None, advantages: jax.Array | None = None) -> tuple[Any, dict[str, jax.Array]]:
-    check_rollout_batch(cfg, traj, rewards, weights)
+    b, _ = check_rollout_batch(cfg, traj, rewards, weights)
     weights, token_adv = weights if isinstance(weights, tuple) else (weights, None)
+    if accumulated is not None:  # under pmap each micro-batch splits over the devices (shard_rows)
+      check_grad_accum(b, rl.grad_accum, rl.group_size,
+                       jax.lax.axis_size(parallel.BATCH_AXES) if cfg.parallel.strategy == "pmap" else 1)
+      return accumulated(params, ref_params, traj, rewards, weights, token_adv, key, old_params, advantages)
     adv = advantages
     if adv is None and not advantage.needs_kl:
       adv = advantage(rewards, rl.group_size)
@@ -147,7 +195,8 @@ def make_objective_grad(logits_fn: Any, cfg: TrainConfig, *, mask_id: int,
 
 
 def make_update(logits_fn: Any, cfg: TrainConfig, optimizer: optax.GradientTransformation, *,
-                mask_id: int, estimator: LikelihoodFn | None = None) -> UpdateFn:
+                mask_id: int, estimator: LikelihoodFn | None = None,
+                param_split: ParamSplit | None = None) -> UpdateFn:
   """μ = ``rl.num_iterations`` policy updates on one rollout batch, as one pure function.
 
   The returned ``update(params, opt_state, ref_params, traj, rewards, weights, key) -> (params,
@@ -157,11 +206,14 @@ def make_update(logits_fn: Any, cfg: TrainConfig, optimizer: optax.GradientTrans
   (except REINFORCE++'s, which read each update's KL). Inner iterations 2..μ run in one ``lax.scan``.
   The metrics are the objective's, averaged over the μ iterations, with ``grad_norm``,
   ``zero_std_groups``, ``weight_std``, ``adv_std`` and (with ``rl.grad_agreement``) ``grad_cos``.
-  ``estimator`` replaces the registry's (:func:`make_scores_fn`).
+  ``estimator`` replaces the registry's (:func:`make_scores_fn`). With ``rl.grad_accum > 1`` every
+  inner update's gradient is accumulated over micro-batches (:func:`make_objective_grad`, with
+  ``param_split``), then one optimizer step is taken; θ_old's and θ_ref's log-probs are passes over the
+  micro-batches too.
   """
   cfg = with_trajectory_steps(cfg)
   rl = cfg.rl
-  grad_fn = make_objective_grad(logits_fn, cfg, mask_id=mask_id, estimator=estimator)
+  grad_fn = make_objective_grad(logits_fn, cfg, mask_id=mask_id, estimator=estimator, param_split=param_split)
   advantage = ADVANTAGES.get(advantage_name(rl.objective, rl.advantage, rl.normalize_adv_std))
 
   def update(params: Any, opt_state: optax.OptState, ref_params: Any, traj: Trajectory, rewards: jax.Array,

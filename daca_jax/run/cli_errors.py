@@ -1,5 +1,5 @@
 """One ``error: <line>`` and a non-zero exit for the failures a user can act on (the scripts in
-``experiments/``).
+``experiments/``), and one ``preempted: <line>`` with exit 75 for a run stopped by SIGTERM.
 
 Reported in one line, without traceback:
 
@@ -12,6 +12,10 @@ error                                              exit  examples
 :class:`~daca_jax.errors.NonFiniteError`            3     a diverging run (NaN/inf loss, gradient,
                                                           parameters)
 other ``OSError``                                   1     a read-only or full disk, no permission
+:class:`~daca_jax.run.preemption.Preempted`         75    SIGTERM (preemption, a time limit): the
+                                                          checkpoint of the current step is saved;
+                                                          the same command resumes (``preempted:``
+                                                          instead of ``error:``)
 =================================================  ====  ==========================================
 
 Anything else is a bug and keeps its traceback.
@@ -25,6 +29,7 @@ import sys
 from typing import Iterator
 
 from daca_jax.errors import ConfigError, DataError, NonFiniteError
+from daca_jax.run.preemption import EXIT_PREEMPTED, Preempted
 
 EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OS_ERROR = 2, 3, 1
 
@@ -53,6 +58,8 @@ def exit_code(e: BaseException) -> int | None:
     return EXIT_BAD_INPUT
   if isinstance(e, NonFiniteError):
     return EXIT_DIVERGED
+  if isinstance(e, Preempted):
+    return EXIT_PREEMPTED
   if isinstance(e, OSError):
     return EXIT_OS_ERROR
   return None
@@ -71,5 +78,5 @@ def reported_errors() -> Iterator[None]:
     # leaves asyncio futures holding the same error; collected at interpreter shutdown, they log "Future
     # exception was never retrieved" with a traceback after this line.
     logging.getLogger("asyncio").setLevel(logging.CRITICAL + 1)
-    print(f"error: {one_line(e)}", file=sys.stderr, flush=True)
+    print(f"{'preempted' if code == EXIT_PREEMPTED else 'error'}: {one_line(e)}", file=sys.stderr, flush=True)
     sys.exit(code)

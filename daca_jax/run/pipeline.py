@@ -22,7 +22,7 @@ import optax
 
 from daca_jax import configure, parallel
 from daca_jax import io_utils
-from daca_jax.run import from_checkpoint, guards
+from daca_jax.run import from_checkpoint, guards, preemption
 from daca_jax.run.checkpoint import Checkpointer
 from daca_jax.credit import CREDIT, TAGGERS
 from daca_jax.diffusion.rollout import make_rollout_fn
@@ -249,8 +249,21 @@ def run_sft(cfg: TrainConfig, task: Task, examples: list[Example], logits_fn: Ca
         bar.set_postfix(loss=f"{m['loss']:.3f}", acc=f"{m['token_acc']:.3f}")
       if done % cfg.checkpoint.sft_every == 0 or done == sft.steps:
         ckpt.save(done, state, metadata={"phase": "sft", "step": done})
+      if preemption.stop_requested():
+        guards.check("SFT", flag, ckpt)
+        _save_and_stop(ckpt, "SFT", done, state, sft_dir, log)
   ckpt.close()
   return state["params"], True
+
+
+def _save_and_stop(ckpt: Checkpointer, phase: str, step: int, state: dict[str, Any], directory: pathlib.Path,
+                   log: Callable[[str], None]) -> None:
+  """Saves ``state`` as checkpoint ``step`` (unless the schedule just did), waits until it is on disk and
+  raises :class:`~daca_jax.run.preemption.Preempted`."""
+  log(f"{phase}: SIGTERM received; saving the checkpoint of step {step} and stopping.")
+  ckpt.save(step, state, metadata={"phase": phase.lower(), "step": step})
+  ckpt.close()
+  raise preemption.Preempted(phase, step, directory)
 
 
 def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOLearner, params: Any,
@@ -362,6 +375,8 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
       bar.set_postfix(reward=f"{m['reward_mean']:.3f}", kl=f"{m['kl']:.4f}")
       if done % cfg.checkpoint.every == 0 or done == rl.steps:
         ckpt.save(done, state, metadata={"phase": "rl", "step": done})
+      if preemption.stop_requested():
+        _save_and_stop(ckpt, "RL", done, state, workdir / "rl", log)
   ckpt.close()
   return state["params"], True
 

@@ -11,7 +11,9 @@ import jax
 from jax.sharding import Mesh
 
 from daca_jax.errors import ConfigError
+from daca_jax.diffusion.rollout import micro_batch_rows
 from daca_jax.parallel import check_batch_size, is_multiprocess, num_batch_shards, process_slice
+from daca_jax.rl.accumulate import check_grad_accum
 from daca_jax.types import TrainConfig
 
 
@@ -19,7 +21,8 @@ def check_batches_fit(cfg: TrainConfig, mesh: Mesh | None) -> None:
   """Raises unless every batch of ``cfg`` splits over ``mesh`` (None: ``parallel.strategy='none'``).
 
   Checked: the RL batch ``rl.prompts_per_step * rl.group_size`` over the ``data x fsdp`` devices
-  (rollout and update, one process or several) and the sampled batch ``rl.prompts_per_step *
+  (rollout and update, one process or several), its ``rl.grad_accum`` micro-batches and the sampler's
+  ``rl.rollout_batch`` rows too, and the sampled batch ``rl.prompts_per_step *
   rl.sample_group_size`` (down-sampling, one process only); multi-host, also ``rl.prompts_per_step`` and
   ``sft.batch_size`` over the processes and ``sft.batch_size`` over the devices. Evaluation
   batches are padded to fit, so they need no check.
@@ -44,6 +47,11 @@ def check_batches_fit(cfg: TrainConfig, mesh: Mesh | None) -> None:
     if cfg.rl.sample_group_size:
       check_batch_size(cfg.rl.prompts_per_step * cfg.rl.sample_group_size, mesh,
                        "rl.prompts_per_step * rl.sample_group_size")
+    shards = num_batch_shards(mesh)
+    check_grad_accum(cfg.rl.prompts_per_step * cfg.rl.group_size, cfg.rl.grad_accum, cfg.rl.group_size, shards)
+    if cfg.rl.rollout_batch:
+      micro_batch_rows(cfg.rl.prompts_per_step * (cfg.rl.sample_group_size or cfg.rl.group_size),
+                       cfg.rl.rollout_batch, shards)
   if multi and cfg.sft.steps:
     process_slice(cfg.sft.batch_size, field="sft.batch_size")
     shards = num_batch_shards(mesh)

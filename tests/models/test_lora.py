@@ -264,3 +264,46 @@ def test_lora_dropout_config():
     dataclasses.replace(CFG, lora_dropout=1.0).validate()
   with pytest.raises(ConfigError, match=r"model\.lora_dropout=0\.05 .*0 when model\.lora_rank=0"):
     dataclasses.replace(CFG, lora_dropout=0.05, lora_rank=0).validate()
+
+
+def test_lora_dropout_per_row_under_gradient_accumulation():
+  """With rl.grad_accum each row's dropout mask follows from its own row key, so the accumulated
+  gradient equals the whole batch's under per-row keys (the oracle: one pass of per_sequence_keys over
+  the estimator with its training passes inside); a mask shared by all rows would not."""
+  from daca_jax.likelihood import LIKELIHOOD
+  from daca_jax.parallel import per_sequence_keys
+  from daca_jax.rl import GRPOLearner, make_objective_grad
+  from daca_jax.rl.update import training_passes
+  from daca_jax.types import LikelihoodConfig, RLConfig, RolloutConfig, StratifiedConfig, TrainConfig
+
+  _, _, base, ad = _setup(b_scale=0.1)
+  cfg = dataclasses.replace(CFG, lora_dropout=0.3)
+  gd, _ = init_model(cfg, seed=1)
+  fns = lora.make_lora_logits_fn(gd)
+
+  def train_cfg(grad_accum):
+    return TrainConfig(model=cfg, rollout=RolloutConfig(gen_length=4, block_length=4, steps=2),
+                       likelihood=LikelihoodConfig(stratified=StratifiedConfig(num_strata=2)),
+                       rl=RLConfig(group_size=2, prompts_per_step=4, beta=0.04, warmup_steps=0,
+                                   grad_accum=grad_accum))
+
+  params = lora.lora_params(base, ad)
+  learner = GRPOLearner(fns, train_cfg(1), mask_id=39, eos_id=38, optimizer_wrapper=lora.lora_optimizer)
+  prompts = jnp.asarray(np.random.default_rng(1).integers(0, 30, (8, 3)), jnp.int32)
+  traj = learner.rollout(params, prompts, jax.random.key(0))
+  rewards = jnp.asarray([1.0, 0.0, 0.0, 1.0, 0.5, 0.0, 1.0, 1.0])
+  weights = learner.credit_weights(traj)
+  ref, key = lora.reference_params(params), jax.random.key(3)
+  est = LIKELIHOOD.get("stratified")
+
+  def grads(grad_accum, estimator=None):
+    g = make_objective_grad(fns, train_cfg(grad_accum), mask_id=39, estimator=estimator)
+    return jax.jit(g)(params, ref, traj, rewards, weights, key)[0]["lora"]
+
+  want = grads(1, per_sequence_keys(training_passes(est)))
+  shared = grads(1, per_sequence_keys(est))  # one dropout draw for every row
+  got = grads(2)
+  diff = lambda a, b: max(float(jnp.abs(x - y).max()) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+  scale = max(float(jnp.abs(x).max()) for x in jax.tree.leaves(want))
+  assert diff(got, want) < 1e-5 * scale
+  assert diff(shared, want) > 1e-3 * scale

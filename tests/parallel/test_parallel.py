@@ -88,8 +88,9 @@ def child() -> dict:
 
   assert jax.device_count() == 8, jax.devices()
   cfg, logits_fn, params, prompts = _setup()
-  make = lambda pcfg: GRPOLearner(logits_fn, dataclasses.replace(cfg, parallel=pcfg),
-                                  mask_id=cfg.model.mask_token_id, eos_id=258)
+  make = lambda pcfg, **rl: GRPOLearner(logits_fn, dataclasses.replace(cfg, parallel=pcfg,
+                                                                       rl=dataclasses.replace(cfg.rl, **rl)),
+                                        mask_id=cfg.model.mask_token_id, eos_id=258)
   one = make(ParallelConfig())
   key = jax.random.PRNGKey(3)
   traj = one.rollout(params, prompts, key)
@@ -118,10 +119,21 @@ def child() -> dict:
           # where the updated parameters live: all 8 devices; FSDP-sharded leaves (0 = replicated)
           "devices": len(set().union(*(x.sharding.device_set for x in jax.tree.leaves(got)))),
           "sharded_leaves": sum(not x.sharding.is_fully_replicated for x in jax.tree.leaves(got))}
-  # The rollout split over 2 x 4 devices with FSDP-sharded parameters samples the same tokens.
-  sharded = make(ParallelConfig(strategy="fsdp", data=2, fsdp=4)).rollout
-  out["rollout_tokens_differing"] = int(np.sum(np.asarray(sharded(params, prompts, key).tokens)
-                                               != np.asarray(traj.tokens)))
+  # Gradient accumulation (rl.grad_accum = 2: micro-batches of 8 rows, each split over the 8 devices)
+  # takes the update of the one-device reference with per-sequence keys.
+  out["grad_accum"] = {}
+  for strategy, shape in (("pmap", (8, 1, 1)), ("fsdp", (2, 4, 1))):
+    learner = make(ParallelConfig(strategy=strategy, data=shape[0], fsdp=shape[1]), grad_accum=2)
+    metrics, got = _run(learner.update, params, opt0, batch)
+    ref_m, ref_p = refs["pmap"]
+    out["grad_accum"][strategy] = {"loss": max(abs(m["loss"] - r["loss"]) for m, r in zip(metrics, ref_m)),
+                                   "metrics": max(abs(m[k] - r[k]) for m, r in zip(metrics, ref_m) for k in r),
+                                   "params": _max_diff(got, ref_p)}
+  # The rollout split over 2 x 4 devices with FSDP-sharded parameters samples the same tokens, in one
+  # call and in micro-batches of 8 rows (rl.rollout_batch).
+  for name, rl in (("rollout_tokens_differing", {}), ("micro_rollout_tokens_differing", {"rollout_batch": 8})):
+    sharded = make(ParallelConfig(strategy="fsdp", data=2, fsdp=4), **rl).rollout
+    out[name] = int(np.sum(np.asarray(sharded(params, prompts, key).tokens) != np.asarray(traj.tokens)))
   try:  # 12 rows do not split over 8 devices: a ConfigError before anything is compiled
     learner.update(params, opt0, params, traj, rewards[:12], batch[2][:12], key)
     out["bad_batch_error"] = ""
@@ -147,7 +159,10 @@ def test_pmap_and_fsdp_match_one_device_on_8_devices():
   assert res["pmap"]["8x1x1"]["sharded_leaves"] == 0, res
   for name, fsdp in (("8x1x1", 1), ("2x4x1", 4), ("1x8x1", 8)):
     assert (res["fsdp"][name]["sharded_leaves"] > 0) == (fsdp > 1), res
-  assert res["rollout_tokens_differing"] == 0, res
+  assert res["rollout_tokens_differing"] == 0 and res["micro_rollout_tokens_differing"] == 0, res
+  for strategy in ("pmap", "fsdp"):
+    for what in ("loss", "metrics", "params"):
+      assert res["grad_accum"][strategy][what] < TOL, (strategy, what, res["grad_accum"])
   assert "rl.prompts_per_step * rl.group_size=12" in res["bad_batch_error"], res
   assert "8 batch shards" in res["bad_batch_error"], res
 

@@ -1,0 +1,109 @@
+"""Preemption: a SIGTERM becomes a checkpoint at the next step boundary and exit code 75.
+
+Pods and clusters stop a job with SIGTERM: a TPU VM's maintenance or preemption notice, SLURM at the
+time limit (with ``#SBATCH --signal=TERM@<seconds>`` ahead of it), Kubernetes when a pod is evicted. Within
+:func:`watching` (``experiments/train.py`` enters it), the first SIGTERM only sets a flag; the SFT and RL
+loops (:mod:`daca_jax.run.pipeline`) call :func:`stop_requested` at every step boundary, and where it
+says so they save a checkpoint of that step, wait until it is on disk and raise :class:`Preempted`, which
+``experiments/train.py`` turns into one line on stderr and exit status :data:`EXIT_PREEMPTED`. Running
+the same command again resumes from that checkpoint and continues the run exactly (data order and keys
+are functions of (seed, step)). Further SIGTERMs, e.g. one arriving while the checkpoint is written,
+change nothing: the save completes (orbax writes into a temporary directory renamed when complete, so
+even a SIGKILL midway leaves the previous checkpoints intact).
+
+Several processes (``jax.distributed``) stop at the same step: at each boundary every process
+contributes its flag to one all-gather (``jax.experimental.multihost_utils.process_allgather``), so a
+SIGTERM that reaches one host stops all of them after the same step. JAX's own preemption service
+(``multihost_utils.reached_preemption_sync_point``) needs no per-step exchange, but its step counter is
+also set by orbax at every checkpoint save (``CheckpointManager.save`` calls it with the checkpoint's step),
+which our SFT and RL step numbers (each phase counting from 1) would contradict; the Python handler
+installed here replaces its C++ SIGTERM handler, so orbax never sees a notice either.
+
+Exit status 75 is ``EX_TEMPFAIL`` of BSD's ``sysexits.h``, "a temporary failure; the user is invited to
+retry": a requeue wrapper can tell it from a failure (1, 2, 3: :mod:`daca_jax.run.cli_errors`) and
+from a process killed by the signal before it could save (143 = 128 + SIGTERM), e.g. SLURM
+``python experiments/train.py ...; [ $? -eq 75 ] && scontrol requeue $SLURM_JOB_ID``, or a Kubernetes Job
+whose ``podFailurePolicy`` rule ``onExitCodes: {operator: In, values: [75]}`` has ``action: Ignore``.
+"""
+from __future__ import annotations
+
+import contextlib
+import pathlib
+import signal
+import threading
+from typing import Iterator
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
+# sysexits.h EX_TEMPFAIL: stopped on request with a checkpoint of the current step; rerun to resume.
+EXIT_PREEMPTED = 75
+
+
+class Preempted(Exception):
+  """The run stopped after a SIGTERM at a step boundary, with a checkpoint of that step on disk.
+
+  Attributes:
+    phase: "SFT" or "RL"; step: the step whose checkpoint was saved; directory: the phase's checkpoints.
+  """
+
+  def __init__(self, phase: str, step: int, directory: str | pathlib.Path):
+    self.phase, self.step, self.directory = phase, step, pathlib.Path(directory)
+    super().__init__(f"stopped by SIGTERM after {phase} step {step}; its checkpoint is in {self.directory}. "
+                     f"Run the same command to resume (exit status {EXIT_PREEMPTED})")
+
+
+class _Watch:
+  """The state of :func:`watching`: SIGTERMs received by this process."""
+
+  def __init__(self) -> None:
+    self.signals = 0
+
+  def handle(self, signum: int, frame: object) -> None:
+    del signum, frame
+    self.signals += 1  # nothing else: the handler may run in the middle of a checkpoint write
+
+
+_active: _Watch | None = None
+
+
+@contextlib.contextmanager
+def watching() -> Iterator[None]:
+  """Within this block a SIGTERM is a request to stop at the next step boundary (module docstring).
+
+  The previous handler is restored on exit. Outside the main thread (where Python cannot install signal
+  handlers) the block watches nothing: a SIGTERM then has its usual effect.
+  """
+  global _active
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  watch, outer = _Watch(), _active
+  previous = signal.signal(signal.SIGTERM, watch.handle)
+  _active = watch
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGTERM, previous)
+    _active = outer
+
+
+def signals_received() -> int:
+  """SIGTERMs this process received within :func:`watching` (0 outside it)."""
+  return 0 if _active is None else _active.signals
+
+
+def stop_requested() -> bool:
+  """Whether the run stops at this step boundary: within :func:`watching`, a SIGTERM reached this
+  process or, in a multi-process run, any process. Every process must call it at every step boundary:
+  there it is a collective (every process enters :func:`watching` alike, e.g. in ``train.py``)."""
+  if _active is None:
+    return False
+  local = _active.signals > 0
+  if jax.process_count() == 1:
+    return local
+  return bool(np.any(multihost_utils.process_allgather(np.asarray(local, np.int32))))
+
+
+__all__ = ["EXIT_PREEMPTED", "Preempted", "signals_received", "stop_requested", "watching"]
