@@ -307,9 +307,9 @@ def _update_time(bench, learner, traj, repeats):
   return out
 
 
-def _logprob_time(bench, learner, tokens, repeats):
-  fn = jax.jit(lambda prm, t, kk: learner.logprobs(prm, t, bench.p, kk))
-  return bm.compile_and_time(fn, bench.params, tokens, bench.key, repeats=repeats)
+def _logprob_time(bench, learner, traj, repeats):
+  fn = jax.jit(learner.logprobs)
+  return bm.compile_and_time(fn, bench.params, traj, bench.key, repeats=repeats)
 
 
 def section_likelihood(bench, res):
@@ -326,8 +326,8 @@ def section_likelihood(bench, res):
   for label, name, kk, sb, tr in variants:
     learner = _learner(bench, name, kk, strata_batch=sb)
     if tr is traj and sb != 1:
-      lp = _logprob_time(bench, learner, traj.tokens, 1)
-      runs[f"{label}_logprob"] = functools.partial(lp["compiled"], bench.params, traj.tokens, bench.key)
+      lp = _logprob_time(bench, learner, traj, 1)
+      runs[f"{label}_logprob"] = functools.partial(lp["compiled"], bench.params, traj, bench.key)
     upd = _update_time(bench, learner, tr, 1)
     res[f"{label}_update_compile_s"] = upd["compile_s"]
     res[f"{label}_update_compiled_peak_mb"] = upd["memory"]["peak_bytes"] / 2**20
