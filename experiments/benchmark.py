@@ -354,10 +354,12 @@ def section_memory(bench, res):
   gd_big, params_big = init_model(big, 0)
   big_fn = make_logits_fn(gd_big)
   toks = jnp.zeros((8, 64), jnp.int32)
+  # A left-to-right commit order of the 32 completion positions, two per step (commit-order strata read it).
+  commit_step = jnp.broadcast_to(jnp.arange(32, dtype=jnp.int32) // 2, (8, 32))
   sml = lambda sb: (lambda prm, t, kk: LIKELIHOOD.get("stratified")(
       big_fn, prm, t, 32, kk, dataclasses.replace(
           cfg.likelihood, stratified=dataclasses.replace(cfg.likelihood.stratified, num_strata=4), strata_batch=sb),
-      mask_id=big.mask_token_id))
+      mask_id=big.mask_token_id, commit_step=commit_step))
   res["sml_v32k_full_logits_mb"] = 4 * 8 * 64 * 32768 * 4 / 2**20
   res["sml_v32k_vmap_temp_mb"] = bm.compiled_temp_bytes(sml(0), params_big, toks, bench.key) / 2**20
   res["sml_v32k_strata_batch1_temp_mb"] = bm.compiled_temp_bytes(sml(1), params_big, toks, bench.key) / 2**20
