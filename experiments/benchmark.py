@@ -395,8 +395,7 @@ def section_scaling(bench, res):
   for k in (1, 2, 4, 8):
     if k > rc.gen_length:
       continue
-    res[f"scaling_K{k}_sml_logprob_s"] = _logprob_time(bench, _learner(bench, "stratified", k),
-                                                      traj.tokens, r)["best_s"]
+    res[f"scaling_K{k}_sml_logprob_s"] = _logprob_time(bench, _learner(bench, "stratified", k), traj, r)["best_s"]
   prompts_per_step = max(1, bench.b // 16)
   for g in (4, 8, 16):
     b = prompts_per_step * g

@@ -205,8 +205,12 @@ def flag_values(argv: tuple[str, ...]) -> dict[str, str]:
 
 
 def _set(argv: list[str], flag: str, value: str) -> list[str]:
-  kept = [w for w in argv if not (w == flag or w.startswith(flag + "="))]
-  return kept + [f"{flag}={value}"]
+  """``flag=value`` in place of the flag's first occurrence (absl reads ``--config.x`` overrides only
+  after ``--config``), or appended; later occurrences dropped."""
+  at = [i for i, w in enumerate(argv) if w == flag or w.startswith(flag + "=")]
+  if not at:
+    return argv + [f"{flag}={value}"]
+  return [f"{flag}={value}" if i == at[0] else w for i, w in enumerate(argv) if i == at[0] or i not in at]
 
 
 def _with_smoke(spec: str) -> str:

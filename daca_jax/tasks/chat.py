@@ -18,8 +18,8 @@
   ``mask_token``; those the tokenizer does not define are not set).
 
 :data:`LLADA_CHAT_TEMPLATE` is LLaDA-8B-Instruct's released template; the byte tokenizer of the tiny
-models renders it with an empty ``bos_token`` (its BOS is an id that the task prepends), which gives
-exactly the prompts of :func:`daca_jax.tasks.hf_tokenizer.llada_chat_prompt` with ``bos=""``.
+models renders it with an empty ``bos_token`` (its BOS is an id the tokenizer puts first), which gives
+exactly the chat prompts the tasks wrote before templates came from the tokenizer (a test checks it).
 """
 from __future__ import annotations
 
