@@ -86,9 +86,9 @@ RULES: dict[str, Rule] = {
                                               "--arms": "base"}, smoke=("--configs",),
                                      replace={"--preset": "quick", "--num_val_examples": "8"}, set={"--seeds": "0"},
                                      first=("--bases", "--arms"), fast={"--table_from": None}),
-    "experiments/alignment_study.py": Rule(smoke=("--config",), set={"--num_batches": "1", "--preset": "quick"},
+    "experiments/alignment_study.py": Rule(smoke=("--config",), set={"--num_batches": "2", "--preset": "quick"},
                                            fast={"--table_from": None}),
-    "experiments/gradient_study.py": Rule(set={"--num_batches": "1", "--train_steps": "2", "--num_prompts": "2",
+    "experiments/gradient_study.py": Rule(set={"--num_batches": "2", "--train_steps": "24", "--num_prompts": "2",
                                                "--group_size": "2"}, fast={"--table_from": None}),
 }
 # The run that stands in for one the documentation reads but no documented command writes
