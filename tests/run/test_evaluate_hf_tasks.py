@@ -16,8 +16,7 @@ HEAD = {"llada": "<|startoftext|><|start_header_id|>user<|end_header_id|>\n\n",
         "dream": "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("family", ["llada", "dream"])
+@pytest.mark.parametrize("family", [pytest.param("llada", marks=pytest.mark.slow), "dream"])  # ~30 s each
 def test_every_task_evaluates_with_the_checkpoints_tokenizer(tmp_path, family):
   pytest.importorskip("tokenizers")
   data = write_tiny_data(tmp_path / "data", n=2)
