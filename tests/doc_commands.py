@@ -214,7 +214,17 @@ def _set(argv: list[str], flag: str, value: str) -> list[str]:
 
 
 def _with_smoke(spec: str) -> str:
-  return ",".join(f"{s.partition(':')[0]}:smoke" for s in spec.split(","))
+  """The smoke form of a ``--config`` value: ``file.py`` / ``file.py:default`` -> ``file.py:smoke`` (the
+  tiny configs), ``file.py:<name>`` -> ``file.py:<name>,smoke`` (configs/paper.py's presets)."""
+  path, _, preset = spec.partition(":")
+  if preset in ("", "default", "smoke") or preset.endswith(",smoke"):
+    return spec if preset.endswith("smoke") else f"{path}:smoke"
+  return f"{spec},smoke"
+
+
+def _with_smoke_list(specs: str) -> str:
+  """:func:`_with_smoke` of each config file of a comma-separated ``--configs`` list."""
+  return ",".join(_with_smoke(s) for s in specs.split(","))
 
 
 def _path(value: str) -> str:
@@ -256,7 +266,7 @@ def plan(cmd: DocCommand) -> Plan:
   for flag in rule.smoke:
     value = flag_values(tuple(argv)).get(flag)
     if value is not None:
-      argv = _set(argv, flag, _with_smoke(value))
+      argv = _set(argv, flag, _with_smoke_list(value) if flag == "--configs" else _with_smoke(value))
   for flag in rule.first:
     if flag in given:
       argv = _set(argv, flag, given[flag].split(",")[0])
