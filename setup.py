@@ -24,6 +24,7 @@ TASKS = [
     "referencing>=0.28",  # imported directly by the json_schema task (jsonschema's $ref resolution)
     "jsonschema-specifications>=2023.3",  # the bundled meta-schemas, imported directly as well
     "google-re2>=1.1",  # linear-time regexes for untrusted schema patterns (json_schema grading)
+    "jinja2>=3.1.6",  # chat templates (daca_jax.tasks.chat; older releases have sandbox escapes)
 ]
 DATA = [
     "tensorflow-datasets>=4.9",

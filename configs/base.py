@@ -134,7 +134,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.task.eval_size = 500  # Size of the generated fallback evaluation set.
   c.task.num_eval_examples = 0  # Evaluate on the first N examples only (0 = all).
   c.task.num_val_examples = 0  # Validation split held out of the training pool (rl.eval_every uses it).
-  c.task.options = ml_collections.ConfigDict()  # Task-specific constructor arguments.
+  c.task.options = ml_collections.ConfigDict()  # Task options: the names the task declares (its OPTIONS).
   c.task.reward = ""  # RL's reward: "" = the task's graded reward | d1 | d1_dotall (d1's training rewards).
 
   c.data = ml_collections.ConfigDict()

@@ -23,6 +23,8 @@ import ml_collections
 
 from configs import base
 
+PRESETS = ("default", "smoke")
+
 
 def get_config(preset: str = "default") -> ml_collections.ConfigDict:
   """Returns the config for ``preset`` ("default" or "smoke")."""

@@ -788,9 +788,10 @@ class TaskConfig:
     num_val_examples: size of the validation split: this many items drawn with the training pool
       (generated, so disjoint from the evaluation set) and held out of training; ``rl.eval_every``
       evaluates on it, so choices are made without touching the test set (0: none).
-    options: task-specific constructor arguments (e.g. ``{"max_depth": 2}`` for json_schema), passed
-      to the task class as keyword arguments; an argument the task does not take is a ConfigError
-      naming ``task.options.<name>``. ``num_blanks`` is forwarded only to tasks that take it.
+    options: task-specific options (e.g. ``{"prompt_style": "chat"}``), passed to the task class as
+      keyword arguments; an option the task does not declare (its ``OPTIONS`` table) is a ConfigError
+      naming ``task.options.<name>`` and listing the declared ones. ``num_blanks``, ``eval_path`` and
+      ``eval_size`` are forwarded only to tasks that declare them.
     reward: the reward RL trains on: "" = the task's own graded reward (the one evaluation uses);
       "d1" = d1's training rewards as released, "d1_dotall" = with d1's later DOTALL format patterns
       (:mod:`daca_jax.tasks.training_rewards`, which also checks that the task has one).

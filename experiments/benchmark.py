@@ -307,9 +307,9 @@ def _update_time(bench, learner, traj, repeats):
   return out
 
 
-def _logprob_time(bench, learner, tokens, repeats):
-  fn = jax.jit(lambda prm, t, kk: learner.logprobs(prm, t, bench.p, kk))
-  return bm.compile_and_time(fn, bench.params, tokens, bench.key, repeats=repeats)
+def _logprob_time(bench, learner, traj, repeats):
+  fn = jax.jit(learner.logprobs)
+  return bm.compile_and_time(fn, bench.params, traj, bench.key, repeats=repeats)
 
 
 def section_likelihood(bench, res):
@@ -326,8 +326,8 @@ def section_likelihood(bench, res):
   for label, name, kk, sb, tr in variants:
     learner = _learner(bench, name, kk, strata_batch=sb)
     if tr is traj and sb != 1:
-      lp = _logprob_time(bench, learner, traj.tokens, 1)
-      runs[f"{label}_logprob"] = functools.partial(lp["compiled"], bench.params, traj.tokens, bench.key)
+      lp = _logprob_time(bench, learner, traj, 1)
+      runs[f"{label}_logprob"] = functools.partial(lp["compiled"], bench.params, traj, bench.key)
     upd = _update_time(bench, learner, tr, 1)
     res[f"{label}_update_compile_s"] = upd["compile_s"]
     res[f"{label}_update_compiled_peak_mb"] = upd["memory"]["peak_bytes"] / 2**20
@@ -354,10 +354,12 @@ def section_memory(bench, res):
   gd_big, params_big = init_model(big, 0)
   big_fn = make_logits_fn(gd_big)
   toks = jnp.zeros((8, 64), jnp.int32)
+  # A left-to-right commit order of the 32 completion positions, two per step (commit-order strata read it).
+  commit_step = jnp.broadcast_to(jnp.arange(32, dtype=jnp.int32) // 2, (8, 32))
   sml = lambda sb: (lambda prm, t, kk: LIKELIHOOD.get("stratified")(
       big_fn, prm, t, 32, kk, dataclasses.replace(
           cfg.likelihood, stratified=dataclasses.replace(cfg.likelihood.stratified, num_strata=4), strata_batch=sb),
-      mask_id=big.mask_token_id))
+      mask_id=big.mask_token_id, commit_step=commit_step))
   res["sml_v32k_full_logits_mb"] = 4 * 8 * 64 * 32768 * 4 / 2**20
   res["sml_v32k_vmap_temp_mb"] = bm.compiled_temp_bytes(sml(0), params_big, toks, bench.key) / 2**20
   res["sml_v32k_strata_batch1_temp_mb"] = bm.compiled_temp_bytes(sml(1), params_big, toks, bench.key) / 2**20
@@ -393,8 +395,7 @@ def section_scaling(bench, res):
   for k in (1, 2, 4, 8):
     if k > rc.gen_length:
       continue
-    res[f"scaling_K{k}_sml_logprob_s"] = _logprob_time(bench, _learner(bench, "stratified", k),
-                                                      traj.tokens, r)["best_s"]
+    res[f"scaling_K{k}_sml_logprob_s"] = _logprob_time(bench, _learner(bench, "stratified", k), traj, r)["best_s"]
   prompts_per_step = max(1, bench.b // 16)
   for g in (4, 8, 16):
     b = prompts_per_step * g

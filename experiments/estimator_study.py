@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 from absl import app, flags, logging
 
+from daca_jax.run.cli_errors import reported_errors
 from daca_jax.studies import estimator_study as es
 from daca_jax.diffusion import make_rollout_fn
 from daca_jax.io_utils import atomic_write_json, atomic_write_text
@@ -29,6 +30,11 @@ LENGTH = 6
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
+  with reported_errors():  # a bad flag value: `error: <one line>`
+    _run()
+
+
+def _run():
   work = pathlib.Path(_WORKDIR.value)
   work.mkdir(parents=True, exist_ok=True)
   tok = ByteTokenizer()

@@ -13,6 +13,7 @@ import pathlib
 
 from absl import app, flags, logging
 
+from daca_jax.run.cli_errors import reported_errors
 from daca_jax.studies import gradient_study as gs
 from daca_jax.io_utils import atomic_write_json, atomic_write_text
 from daca_jax.tasks.tokenizer import ByteTokenizer
@@ -45,6 +46,11 @@ def _tables(out, only: str = "") -> str:
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
+  with reported_errors():  # a bad flag value: `error: <one line>`
+    _run()
+
+
+def _run():
   if _TABLE_FROM.value:
     print(_tables(json.loads(pathlib.Path(_TABLE_FROM.value).read_text()), _STUDY.value))
     return

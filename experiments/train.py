@@ -10,7 +10,8 @@ saves the checkpoint of the current SFT/RL step and exits with status 75, "rerun
 import pathlib as _pathlib
 import sys as _sys
 
-_sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))  # configs/*.py import configs.base
+_ROOT = _pathlib.Path(__file__).resolve().parents[1]
+_sys.path.insert(0, str(_ROOT))  # configs/*.py import configs.base
 import sys
 
 from absl import app, flags, logging
@@ -20,6 +21,7 @@ from daca_jax import parallel
 from daca_jax.run import preemption
 from daca_jax.run.cli_errors import reported_errors
 from daca_jax.run.pipeline import run_main_job
+from daca_jax.run.presets import presets_help
 from daca_jax.configure import train_config_from_dict
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:preset]).")
@@ -39,6 +41,9 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  if any(a.split("=")[0].lstrip("-") in ("help", "helpshort", "helpfull", "h", "?") for a in sys.argv[1:]):
+    __doc__ = f"{__doc__}\n{presets_help(_ROOT / 'configs')}\n"  # absl's usage() prints the module doc
+  app.define_help_flags()  # --help / --helpshort / --helpfull, as under app.run
   try:  # parse once up front so that a bad --config override is one line, not a traceback
     flags.FLAGS(sys.argv)
   except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:

@@ -325,14 +325,18 @@ def unknown_fields(hf: Mapping[str, Any]) -> tuple[str, ...]:
 
 
 def tokenizer_size(ckpt: pathlib.Path) -> int | None:
-  """1 + the largest id of the checkpoint's ``tokenizer.json`` (added tokens included), or None.
+  """1 + the largest id the checkpoint's tokenizer knows (added tokens included), or None without one.
+
+  Read from ``tokenizer.json`` (LLaDA), else from the slow tokenizer's files that Dream releases
+  instead: ``vocab.json``, ``added_tokens.json`` and ``tokenizer_config.json``'s ``added_tokens_decoder``.
 
   Raises:
-    DataError: a ``tokenizer.json`` that the ``tokenizers`` library cannot parse.
+    DataError: a ``tokenizer.json`` that the ``tokenizers`` library cannot parse, or a ``vocab.json`` /
+      ``added_tokens.json`` / ``tokenizer_config.json`` that is not the JSON mapping it should be.
   """
   path = ckpt / "tokenizer.json"
   if not path.exists():
-    return None
+    return _slow_tokenizer_size(ckpt)
   from tokenizers import Tokenizer
 
   try:
@@ -340,6 +344,25 @@ def tokenizer_size(ckpt: pathlib.Path) -> int | None:
   except Exception as e:  # the Rust parser raises a bare Exception for malformed files
     raise DataError(f"{path}: not a tokenizer the 'tokenizers' library can read ({str(e)[:200]})") from None
   return 1 + max(vocab.values()) if vocab else None
+
+
+def _slow_tokenizer_size(ckpt: pathlib.Path) -> int | None:
+  """:func:`tokenizer_size` of a folder with ``vocab.json`` (+ added tokens) and no ``tokenizer.json``."""
+  if not (ckpt / "vocab.json").is_file():
+    return None
+  ids: list[int] = []
+  for name, key in (("vocab.json", None), ("added_tokens.json", None), ("tokenizer_config.json", "added_tokens_decoder")):
+    f = ckpt / name
+    if not f.is_file():
+      continue
+    try:
+      data = json.loads(f.read_text())
+      table = data if key is None else data.get(key) or {}
+      found = [int(i) for i in (table.keys() if key else table.values())]
+    except (ValueError, TypeError, AttributeError) as e:
+      raise DataError(f"{f}: not a JSON mapping of tokens and integer ids ({e})") from None
+    ids.extend(found)
+  return 1 + max(ids) if ids else None
 
 
 def checkpoint_config(files: checkpoint_loader.CheckpointFiles, **overrides: Any

@@ -198,11 +198,25 @@ class GRPOLearner:
   def _check_rollout_batch(self, traj: Trajectory, rewards: Any, weights: Any = None) -> tuple[int, int]:
     return check_rollout_batch(self.cfg, traj, rewards, weights)
 
-  def logprobs(self, params: Any, traj_tokens: jax.Array, prompt_len: int, key: jax.Array,
-               commit_step: jax.Array | None = None, *, commit_conf: jax.Array | None = None,
-               completion_mask: jax.Array | None = None) -> TokenScores:
-    """The configured estimator's :class:`~daca_jax.contracts.TokenScores` under ``params`` and
-    ``key`` (every estimator takes the same rows and ignores those it does not read)."""
-    return self.likelihood(self.logits_fn, params, traj_tokens, prompt_len, key, self.cfg.likelihood,
-                           mask_id=self.mask_id, commit_step=commit_step, commit_conf=commit_conf,
-                           completion_mask=completion_mask)
+  def logprobs(self, params: Any, traj: Trajectory, key: jax.Array) -> TokenScores:
+    """The configured estimator's :class:`~daca_jax.contracts.TokenScores` of the rollout ``traj`` under
+    ``params`` and ``key``.
+
+    Every row an estimator may read comes from the trajectory (the commit steps that commit-order strata
+    and the trajectory estimators need, the commit confidences, the completion mask), so this works
+    under every valid config; each estimator ignores the rows it does not read.
+
+    Args:
+      params: the policy's parameters.
+      traj: the rollout (``tokens`` [B, P+L], ``prompt_len``, ``commit_step`` / ``commit_conf`` /
+        ``completion_mask`` [B, L]).
+      key: the likelihood key (the same key gives the same masks for θ, θ_old and θ_ref).
+    Raises:
+      TypeError: ``traj`` is not a :class:`~daca_jax.contracts.Trajectory`.
+    """
+    if not isinstance(traj, Trajectory):
+      raise TypeError(f"GRPOLearner.logprobs(params, traj, key) takes the rollout's Trajectory (its commit "
+                      f"steps are part of what an estimator reads), got {type(traj).__name__}")
+    return self.likelihood(self.logits_fn, params, traj.tokens, traj.prompt_len, key, self.cfg.likelihood,
+                           mask_id=self.mask_id, commit_step=traj.commit_step, commit_conf=traj.commit_conf,
+                           completion_mask=traj.completion_mask)

@@ -9,7 +9,7 @@ What such a run does differently from the tiny model's (:func:`daca_jax.run.pipe
   stay. ``model.init_checkpoint`` is recorded as the folder's absolute path. Every file is validated
   and every tensor's shape and dtype checked against the config before any work starts.
 * **tokenizer** (:func:`checkpoint_tokenizer`): the checkpoint's own, built in that one function;
-  the task uses it for prompts, targets and decoding (:func:`use_tokenizer`).
+  the task is built with it for prompts, chat template, targets and decoding.
 * **weights** (:func:`initial_params`): read slice by slice straight into the run's shardings
   (:func:`daca_jax.models.checkpoint_loader.load_params`); the policy starts as the checkpoint.
 * **SFT** is skipped (:data:`SFT_SKIPPED` says why); with LoRA the reference policy is the checkpoint
@@ -22,7 +22,6 @@ What such a run does differently from the tiny model's (:func:`daca_jax.run.pipe
 from __future__ import annotations
 
 import dataclasses
-import functools
 import pathlib
 import time
 from typing import Any, Callable
@@ -35,7 +34,6 @@ from daca_jax import parallel
 from daca_jax.errors import DataError
 from daca_jax.models import checkpoint_loader, hf_fingerprint
 from daca_jax.models.hf_import import hf_family, run_model_config
-from daca_jax.tasks.base import Task
 from daca_jax.types import ModelConfig, TrainConfig
 
 SFT_SKIPPED = ("SFT warm start skipped: RL starts from the pretrained checkpoint {path} "
@@ -60,18 +58,17 @@ class CheckpointStart:
 
 
 def checkpoint_tokenizer(path: str | pathlib.Path, cfg: ModelConfig) -> Any:
-  """The task tokenizer of a run that starts from checkpoint ``path`` (model ``cfg``).
-
-  The one place the run builds it: today LLaDA's special tokens (``HFTokenizer.for_llada``), which a
-  Dream folder does not have; the checkpoint's own roles from ``tokenizer_config.json`` replace this
-  call when ``HFTokenizer.from_checkpoint`` lands.
+  """The task tokenizer of a run that starts from checkpoint ``path`` (model ``cfg``): the folder's own
+  tokenizer, special tokens by role and chat template
+  (:meth:`daca_jax.tasks.hf_tokenizer.HFTokenizer.from_checkpoint`).
 
   Raises:
-    DataError: no ``tokenizer.json``, or a special token missing from it.
+    DataError: missing tokenizer files (one message naming them), or a special token missing from the
+      vocabulary.
   """
   from daca_jax.tasks.hf_tokenizer import HFTokenizer
 
-  return HFTokenizer.for_llada(path, vocab_size=cfg.vocab_size)
+  return HFTokenizer.from_checkpoint(path, vocab_size=cfg.vocab_size)
 
 
 def _check_tokenizer(tok: Any, cfg: ModelConfig, files: checkpoint_loader.CheckpointFiles) -> None:
@@ -114,27 +111,6 @@ def resolve_config(cfg: TrainConfig, log: Callable[[str], None] = print) -> tupl
          "model.param_dtype=bfloat16 keeps it)" if wider else "")
       + (f", LoRA rank {model.lora_rank}" if model.lora_rank else ", full fine-tuning"))
   return cfg, CheckpointStart(files, family, tok)
-
-
-def use_tokenizer(task: Task, tok: Any, cfg: TrainConfig) -> Task:
-  """``task`` set to encode and decode with ``tok``; returns it.
-
-  Its fixed prompt length and minimal completion length are recomputed with ``tok`` over the evaluation
-  set and the run's training pool (a task that computes them from its tokenizer on first use is left
-  to do so), and byte-position token rewards are turned off (they count the byte tokenizer's
-  positions). Until tasks take a ``tokenizer=`` argument this is the one call that swaps it
-  (:func:`daca_jax.run.pipeline.build_task`).
-  """
-  task.tokenizer = tok
-  examples = task.eval_examples()[0] + task.train_examples(
-      cfg.sft.num_train_examples + cfg.task.num_val_examples, cfg.seed)
-  for name, texts in (("prompt_len", [ex.prompt for ex in examples]),
-                      ("min_gen_length", [ex.target for ex in examples])):
-    if isinstance(getattr(type(task), name, None), (property, functools.cached_property)):
-      continue  # computed from task.tokenizer when first read
-    setattr(task, name, 1 + max(len(tok.encode(t)) for t in texts))
-  task.has_token_rewards = False
-  return task
 
 
 def initial_params(cfg: TrainConfig, start: CheckpointStart, mesh: Any,

@@ -120,10 +120,7 @@ def measure(cfg: TrainConfig, methods: Sequence[Method] = DEFAULT_METHODS, *, ba
     credit = learner.assign_credit(traj, rewards, state) if timed or m.credit != "uniform" else None
     weights = traj.completion_mask if credit is None else credit.weights
     opt_state = learner.init_opt_state(params)
-    p = traj.prompt_len
-    logp = jax.jit(lambda prm, t, k, cs, cc, cm: learner.logprobs(prm, t, p, k, cs, commit_conf=cc,
-                                                                  completion_mask=cm))
-    lik_flops = _flops(logp, params, traj.tokens, key, traj.commit_step, traj.commit_conf, traj.completion_mask)
+    lik_flops = _flops(jax.jit(learner.logprobs), params, traj, key)
     update_args = (params, opt_state, params, traj, rewards, weights, key)
     update, update_flops = _compile(learner.update, *update_args)
     ref_update = update_flops if ref_update is None else ref_update

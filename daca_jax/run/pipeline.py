@@ -9,7 +9,6 @@ uninterrupted run.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import pathlib
 import time
@@ -36,7 +35,8 @@ from daca_jax.run.preflight import check_batches_fit
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.rl.downsample import select_rows, take_rows
 from daca_jax.rl.optim import make_optimizer
-from daca_jax.tasks.base import TASKS, Example, Task, make_task
+from daca_jax.tasks.base import CONFIG_FIELD_OPTIONS, TASKS, Example, Task, declared_options, make_task
+from daca_jax.tasks.tokenizer import Tokenizer
 from daca_jax.tasks.training_rewards import training_rewards
 from daca_jax.types import TrainConfig
 
@@ -118,35 +118,30 @@ def check_workdir_config(workdir: pathlib.Path, cfg: TrainConfig) -> None:
 
 
 def task_kwargs(cfg: TrainConfig) -> dict[str, Any]:
-  """Constructor arguments of the configured task: the common ones, the ``TaskConfig`` fields the
-  task's ``__init__`` takes, and ``task.options``.
+  """Options of the configured task, from what it declares (``OPTIONS``): ``data.data_dir``, the
+  ``TaskConfig`` fields it declares (``eval_path``, ``eval_size``, ``num_blanks``) and ``task.options``.
 
   Raises:
-    ConfigError: an entry of ``task.options`` that the task's constructor does not take.
+    ConfigError: an entry of ``task.options`` that the task does not declare (the message lists the
+      ones it does).
   """
-  cls = TASKS.get(cfg.task.name)
-  params = inspect.signature(cls.__init__).parameters
-  takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-  kwargs: dict[str, Any] = {"data_dir": cfg.data.data_dir}
-  for name in ("eval_path", "eval_size", "num_blanks"):
-    if name in params:
+  declared = declared_options(cfg.task.name)
+  kwargs: dict[str, Any] = {"data_dir": cfg.data.data_dir} if "data_dir" in declared else {}
+  for name in CONFIG_FIELD_OPTIONS:
+    if name in declared:
       kwargs[name] = getattr(cfg.task, name)
-  accepted = sorted(n for n in params if n not in ("self", "data_dir"))
+  allowed = sorted(n for n in declared if n != "data_dir")
   for name, value in cfg.task.options.items():
-    if name not in params and not takes_any:
-      raise ConfigError(f"task.options.{name}", value,
-                        f"an argument of task {cfg.task.name!r}: {accepted}")
+    if name not in allowed:
+      raise ConfigError(f"task.options.{name}", value, f"one of the options task {cfg.task.name!r} declares: {allowed}")
     kwargs[name] = value
   return kwargs
 
 
-def build_task(cfg: TrainConfig, tokenizer: Any = None) -> Task:
-  """Instantiates the configured task and checks that model and sampler fit its tokenizer.
-
-  ``tokenizer`` replaces the task's own (a checkpoint's, :func:`daca_jax.run.from_checkpoint.use_tokenizer`)."""
-  task = make_task(cfg.task.name, **task_kwargs(cfg))
-  if tokenizer is not None:
-    task = from_checkpoint.use_tokenizer(task, tokenizer, cfg)
+def build_task(cfg: TrainConfig, tokenizer: Tokenizer | None = None) -> Task:
+  """Instantiates the configured task with ``tokenizer`` (None: the byte tokenizer) and checks that
+  model and sampler fit the tokenizer."""
+  task = make_task(cfg.task.name, tokenizer=tokenizer, **task_kwargs(cfg))
   tok = task.tokenizer
   if cfg.model.vocab_size < tok.vocab_size:
     raise ConfigError("model.vocab_size", cfg.model.vocab_size, f">= the tokenizer's {tok.vocab_size}")

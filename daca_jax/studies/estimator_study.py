@@ -17,6 +17,7 @@ import numpy as np
 import optax
 
 from daca_jax.diffusion import sft_loss
+from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD, any_order_logprob
 from daca_jax.models import init_model, make_logits_fn
 from daca_jax.tasks.tokenizer import ByteTokenizer
@@ -74,12 +75,21 @@ def encode(tok: ByteTokenizer, prompts: Sequence[str], targets: Sequence[str], l
   return np.asarray(rows, np.int32)
 
 
+_WARMUP = 20  # SFT warmup steps of train_tiny_model
+
+
 def train_tiny_model(model_cfg: ModelConfig, tokens: np.ndarray, prompt_len: int, steps: int,
                      seed: int = 0, batch_size: int = 64, lr: float = 2e-3) -> tuple[Callable, Any]:
-  """Briefly trains the model with the masked-diffusion SFT loss; returns (logits_fn, params)."""
+  """Briefly trains the model with the masked-diffusion SFT loss; returns (logits_fn, params).
+
+  Raises:
+    ConfigError: naming ``--train_steps`` when ``steps`` does not exceed the schedule's warmup.
+  """
+  if steps <= _WARMUP:
+    raise ConfigError("--train_steps", steps, f"an int > {_WARMUP} (the SFT schedule warms up for {_WARMUP} steps)")
   gd, params = init_model(model_cfg, seed)
   logits_fn = make_logits_fn(gd)
-  opt = optax.adamw(optax.warmup_cosine_decay_schedule(0.0, lr, 20, steps), weight_decay=0.01)
+  opt = optax.adamw(optax.warmup_cosine_decay_schedule(0.0, lr, _WARMUP, steps), weight_decay=0.01)
   state = opt.init(params)
 
   @jax.jit

@@ -4,24 +4,35 @@ A task bundles prompt formatting, a tokenizer, reward functions, evaluation metr
 source. Tasks are selected by name through :data:`TASKS` (config field
 ``task.name``) and built with :func:`make_task`.
 
+A task is built for one model's tokenizer (constructor argument ``tokenizer``; None: the
+:class:`~daca_jax.tasks.tokenizer.ByteTokenizer` of the tiny models, or e.g. a checkpoint's
+:class:`~daca_jax.tasks.hf_tokenizer.HFTokenizer`); its chat prompt style renders the tokenizer's own
+chat template. Every other constructor argument is an option the task DECLARES in its ``OPTIONS``
+table (name -> default): configs (``task.options``) and the evaluation harness read that table.
+
 Token layout shared by every task (see :meth:`Task.encode_prompts` / :meth:`Task.encode_targets`):
 
-* prompt: ``[pad, ..., pad, bos, prompt bytes...]``, exactly ``prompt_len`` tokens (left-padded);
-* completion / SFT target: ``[target bytes..., eos, eos, ...]``, exactly ``gen_length`` tokens.
+* prompt: ``[pad, ..., pad, prompt ids...]``, exactly ``prompt_len`` tokens (left-padded); the prompt
+  ids are the tokenizer's :meth:`prompt_ids` (byte tokenizer: ``bos`` + the prompt's bytes);
+* completion / SFT target: ``[target tokens..., eos, eos, ...]``, exactly ``gen_length`` tokens.
 """
 from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, Mapping, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
 from daca_jax.errors import ConfigError
 from daca_jax.registry import Registry
-from daca_jax.tasks.tokenizer import ByteTokenizer
+from daca_jax.tasks.chat import ChatTemplate, require_chat_template
+from daca_jax.tasks.tokenizer import ByteTokenizer, Tokenizer
 
-
+# Options every file-backed task declares (name -> default).
+DATA_OPTIONS = {"data_dir": None, "eval_path": ""}
+# Options that come from TaskConfig fields (task.<name>) rather than task.options.
+CONFIG_FIELD_OPTIONS = ("eval_path", "eval_size", "num_blanks")
 
 @dataclasses.dataclass(frozen=True)
 class Example:
@@ -52,8 +63,11 @@ class Task(abc.ABC):
 
   Attributes:
     name: registry name of the task (value of ``task.name``).
+    OPTIONS: the constructor arguments the task takes besides ``tokenizer``, name -> default (a test
+      checks it against the constructor). ``task.options`` may set any but ``data_dir``.
     tokenizer: the tokenizer used by :meth:`encode_prompts` / :meth:`encode_targets`.
-    prompt_len: fixed number of prompt tokens P (bos + encoded prompt, left-padded with pad_id).
+    prompt_style: the prompt format ("plain", or "chat": the tokenizer's chat template).
+    prompt_len: fixed number of prompt tokens P (the prompt ids, left-padded with pad_id).
     min_gen_length: smallest completion length (tokens, including one EOS) that can hold a full
       answer.
     primary_metric: the key of :meth:`metrics` that tables and the reproduction grid report.
@@ -64,12 +78,30 @@ class Task(abc.ABC):
   """
 
   name: str
+  OPTIONS: ClassVar[Mapping[str, Any]] = {}
   primary_metric: str = "accuracy"
   prompt_styles: tuple[str, ...] = ()
+  prompt_style: str = "plain"
   num_bound_hits: int = 0
-  tokenizer: ByteTokenizer
+  tokenizer: Tokenizer
   prompt_len: int
   min_gen_length: int
+
+  def _set_tokenizer(self, tokenizer: Tokenizer | None) -> None:
+    """Sets ``tokenizer`` (None: the byte tokenizer); with the chat prompt style it must have a chat
+    template (ConfigError naming ``task.options.prompt_style`` otherwise). Call after ``prompt_style``."""
+    self.tokenizer = ByteTokenizer() if tokenizer is None else tokenizer
+    if self.prompt_style == "chat":
+      require_chat_template(self.tokenizer, self.name)
+
+  @property
+  def chat_template(self) -> ChatTemplate:
+    """The tokenizer's chat template (ConfigError if it has none)."""
+    return require_chat_template(self.tokenizer, self.name)
+
+  def prompt_ids(self, prompt: str) -> list[int]:
+    """The ids of one prompt text: the tokenizer's :meth:`prompt_ids` in this task's prompt style."""
+    return self.tokenizer.prompt_ids(prompt, chat=self.prompt_style == "chat")
 
   @abc.abstractmethod
   def train_examples(self, num: int, seed: int) -> list[Example]:
@@ -109,27 +141,28 @@ class Task(abc.ABC):
     """
     raise NotImplementedError(f"task {self.name!r} defines no token rewards")
 
-  def encode_prompts(self, examples: Sequence[Example]) -> np.ndarray:
-    """Tokenizes prompts as ``bos + encode(prompt)``, left-padded with ``pad_id``.
+  def encode_prompts(self, examples: Sequence[Example], prompt_len: int | None = None) -> np.ndarray:
+    """Tokenizes prompts with :meth:`prompt_ids`, left-padded with ``pad_id``.
 
     Args:
       examples: N examples.
+      prompt_len: P (None: the task's ``prompt_len``).
 
     Returns:
-      int32 array ``[N, prompt_len]``.
+      int32 array ``[N, P]``.
 
     Raises:
-      ValueError: a prompt needs more than ``prompt_len`` tokens; the message names the example.
+      ValueError: a prompt needs more than P tokens; the message names the example.
     """
     tok = self.tokenizer
-    p = int(self.prompt_len)
+    p = int(self.prompt_len if prompt_len is None else prompt_len)
     out = np.full((len(examples), p), tok.pad_id, dtype=np.int32)
     for i, ex in enumerate(examples):
-      ids = [tok.bos_id] + tok.encode(ex.prompt)
+      ids = self.prompt_ids(ex.prompt)
       if len(ids) > p:
         raise ValueError(
-            f"task {self.name!r}: {_describe(ex, i)} needs {len(ids)} prompt tokens "
-            f"(bos + {len(ids) - 1}), more than prompt_len={p}")
+            f"task {self.name!r}: {_describe(ex, i)} needs {len(ids)} prompt tokens, more than "
+            f"prompt_len={p}")
       out[i, p - len(ids):] = ids
     return out
 
@@ -181,7 +214,7 @@ def make_task(name: str, **kwargs: Any) -> Task:
 
   Args:
     name: a registered task name (config field ``task.name``), e.g. ``"sudoku4x4"``.
-    **kwargs: forwarded to the task's constructor.
+    **kwargs: forwarded to the task's constructor (its declared ``OPTIONS`` and ``tokenizer``).
 
   Returns:
     The task instance.
@@ -191,3 +224,12 @@ def make_task(name: str, **kwargs: Any) -> Task:
   """
   # The built-in tasks are registered: importing this module ran daca_jax/tasks/__init__.py first.
   return TASKS.get(name)(**kwargs)
+
+
+def declared_options(name: str) -> Mapping[str, Any]:
+  """The options task ``name`` declares (its ``OPTIONS``: name -> default).
+
+  Raises:
+    ConfigError: ``name`` is not registered.
+  """
+  return TASKS.get(name).OPTIONS

@@ -18,7 +18,7 @@ Prompt styles (``prompt_style``):
 * ``"plain"`` (tiny byte-level models): code completion. The prompt ends with the problem's code
   header (HumanEval: its ``prompt``; MBPP: the question, then the header) and the completion is the
   function body. HumanEval's SFT target is the canonical body.
-* ``"chat"`` (LLaDA-8B-Instruct): the chat template around a request for the complete function in
+* ``"chat"`` (instruction-tuned checkpoints): the tokenizer's chat template around a request for the complete function in
   one ```` ```python ```` block (the d1 convention of a fixed output layout, here a code fence). The
   SFT target is the header + canonical body inside a fence.
 
@@ -55,12 +55,11 @@ import numpy as np
 from daca_jax import local_data
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import reasoning_format as fmt
-from daca_jax.tasks.hf_tokenizer import llada_chat_prompt
 from daca_jax.tasks import sandbox
 from daca_jax.tasks.sandbox import judge
 from daca_jax.tasks import text_scan
-from daca_jax.tasks.base import TASKS, Example, Task
-from daca_jax.tasks.tokenizer import ByteTokenizer
+from daca_jax.tasks.base import DATA_OPTIONS, TASKS, Example, Task
+from daca_jax.tasks.tokenizer import Tokenizer
 
 MBPP_EVAL_FILE = "mbpp/test.json"
 MBPP_TRAIN_FILE = "mbpp/train.json"
@@ -151,21 +150,25 @@ class CodeTask(Task):
     timeout_s: wall-clock (and CPU) seconds per program.
     memory_mb: address-space limit per program.
     max_workers: concurrent sandboxes; 0 = the number of CPUs.
+    tokenizer: the model's tokenizer (None: the byte tokenizer).
 
   Raises:
-    ConfigError: a bad argument; the message names ``task.options.<name>``.
+    ConfigError: a bad argument; the message names ``task.options.<name>`` (also the chat style with a
+      tokenizer that has no chat template).
     FileNotFoundError: ``eval_path`` or ``data_dir`` is given but does not exist.
   """
 
   _CACHE_SIZE = 4096
   prompt_styles = fmt.PROMPT_STYLES
+  OPTIONS = {**DATA_OPTIONS, "prompt_style": "chat", "format_weight": 0.1, "prompt_len": 0, "min_gen_length": 0,
+             "timeout_s": 5.0, "memory_mb": 1024, "max_workers": 0}
 
   def __init__(self, data_dir: str | os.PathLike[str] | None = None, eval_path: str = "",
                prompt_style: str = "chat", format_weight: float = 0.1, prompt_len: int = 0,
                min_gen_length: int = 0, timeout_s: float = 5.0, memory_mb: int = 1024,
-               max_workers: int = 0):
-    self.tokenizer = ByteTokenizer()
+               max_workers: int = 0, tokenizer: Tokenizer | None = None):
     self.prompt_style = fmt.check_prompt_style(prompt_style, self.prompt_styles)
+    self._set_tokenizer(tokenizer)
     if (isinstance(format_weight, bool) or not isinstance(format_weight, (int, float))
         or not 0 <= format_weight < 1):
       raise ConfigError("task.options.format_weight", format_weight, "a number in [0, 1)")
@@ -231,7 +234,7 @@ class CodeTask(Task):
   def prompt_len(self) -> int:  # type: ignore[override]
     if self._fixed_prompt_len:
       return self._fixed_prompt_len
-    return 1 + max(len(self.tokenizer.encode(ex.prompt)) for ex in self.eval_examples()[0])
+    return max(len(self.prompt_ids(ex.prompt)) for ex in self.eval_examples()[0])
 
   @property
   def min_gen_length(self) -> int:  # type: ignore[override]
@@ -262,8 +265,7 @@ class CodeTask(Task):
       target = body
     else:
       ask = (f"{question}\n\n" if question else "Complete the following Python function.\n\n")
-      # BOS is added as an id by encode_prompts, so the template's BOS text is left out.
-      prompt = llada_chat_prompt(f"{ask}```python\n{header}```\n\n{CHAT_INSTRUCTION}", bos="")
+      prompt = self.chat_template.user_turn(f"{ask}```python\n{header}```\n\n{CHAT_INSTRUCTION}")
       target = f"```python\n{header}{body}```" if body else ""
     try:  # the tests are checked (parsed, rewritten) before any grading starts
       judge.make_suite(header, test, entry_point)

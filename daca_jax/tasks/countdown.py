@@ -63,8 +63,8 @@ from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import reasoning_format as fmt
 from daca_jax.tasks import text_scan
 from daca_jax.tasks.arith import ExpressionError, parse_expression, solve_three, three_number_expressions
-from daca_jax.tasks.base import TASKS, Example, Task
-from daca_jax.tasks.tokenizer import ByteTokenizer
+from daca_jax.tasks.base import DATA_OPTIONS, TASKS, Example, Task
+from daca_jax.tasks.tokenizer import Tokenizer
 
 D1_TEST_FILE = "countdown/d1_cd3_test.jsonl"  # relative to the data dir (../shared/data/SOURCES.md)
 MIN_NUMBER, MAX_NUMBER = 1, 100  # range of d1's numbers and targets
@@ -221,19 +221,23 @@ class CountdownTask(Task):
     eval_size: size of the generated fallback evaluation set.
     seed: seed of the generated fallback evaluation set.
     prompt_style: ``"plain"`` or ``"chat"`` (see module docstring).
+    tokenizer: the model's tokenizer (None: the byte tokenizer).
 
   Raises:
-    ConfigError: bad ``eval_size`` or ``prompt_style``.
+    ConfigError: bad ``eval_size`` or ``prompt_style``, or the chat style with a tokenizer that has no
+      chat template.
     FileNotFoundError: ``eval_path`` or ``data_dir`` is given but does not exist.
   """
 
   name = "countdown"
   prompt_styles = fmt.PROMPT_STYLES
+  OPTIONS = {**DATA_OPTIONS, "eval_size": 256, "seed": 1234, "prompt_style": "plain"}
 
   def __init__(self, data_dir: str | os.PathLike[str] | None = None, eval_path: str = "",
-               eval_size: int = 256, seed: int = 1234, prompt_style: str = "plain"):
-    self.tokenizer = ByteTokenizer()
+               eval_size: int = 256, seed: int = 1234, prompt_style: str = "plain",
+               tokenizer: Tokenizer | None = None):
     self.prompt_style = fmt.check_prompt_style(prompt_style, self.prompt_styles)
+    self._set_tokenizer(tokenizer)
     if isinstance(eval_size, bool) or not isinstance(eval_size, (int, np.integer)) or eval_size < 1:
       raise ConfigError("task.eval_size", eval_size, "a positive int")
     self.eval_size, self.seed = int(eval_size), int(seed)
@@ -241,9 +245,10 @@ class CountdownTask(Task):
     if self.eval_path and not pathlib.Path(self.eval_path).expanduser().is_file():
       raise FileNotFoundError(f"task.eval_path={self.eval_path!r}: file does not exist")
     self.data_dir = None if data_dir is None else local_data.resolve_data_dir(str(data_dir))
-    # Longest prompt / answer: three 3-digit numbers, e.g. "(100-100)/100" (13 characters).
+    # Longest prompt: the numbers are separate words, so the prompt with every number n has the most
+    # tokens for some n in 1..100 (bytes: n = 100). Longest answer: "(100-100)/100" (13 characters).
+    self.prompt_len = max(len(self.prompt_ids(self._prompt((n, n, n), n))) for n in range(1, 101))
     widest = self.make_example((100, 100, 100), 100, "(100-100)/100")
-    self.prompt_len = len(self.tokenizer.encode(widest.prompt)) + 1
     self.min_gen_length = len(self.tokenizer.encode(widest.target)) + 1
     self._eval: tuple[list[Example], str] | None = None
     self.num_bound_hits = 0
@@ -257,12 +262,17 @@ class CountdownTask(Task):
       solution = solutions[0]
     meta = {"numbers": tuple(int(x) for x in numbers), "target": int(target)}
     if self.prompt_style == "plain":
-      return Example(prompt=f"{' '.join(map(str, numbers))}={target}", target=solution, meta=meta)
-    question = f"Numbers: {[int(x) for x in numbers]}\nTarget: {int(target)}"  # d1's layout
+      return Example(prompt=self._prompt(numbers, target), target=solution, meta=meta)
     value = parse_expression(solution).value
     reasoning = f"Try {solution}: it uses {', '.join(map(str, numbers))} once each and equals {value}."
-    return Example(prompt=fmt.d1_chat_prompt(SYSTEM_PROMPT, question),
+    return Example(prompt=self._prompt(numbers, target),
                    target=fmt.reasoning_target(reasoning, f"\\boxed{{{solution}}}"), meta=meta)
+
+  def _prompt(self, numbers: Sequence[int], target: int) -> str:
+    if self.prompt_style == "plain":
+      return f"{' '.join(map(str, numbers))}={target}"
+    question = f"Numbers: {[int(x) for x in numbers]}\nTarget: {int(target)}"  # d1's layout
+    return fmt.d1_chat_prompt(self.chat_template, SYSTEM_PROMPT, question)
 
   def eval_examples(self) -> tuple[list[Example], str]:
     """Returns ``(examples, source)``: ``eval_path``, else d1's test file, else a GENERATED set."""

@@ -18,8 +18,9 @@ SFT targets: ``"plain"`` = the gold solution (calculator annotations ``<<...>>``
 """
 from __future__ import annotations
 
+import os
 import re
-from typing import Any, Sequence
+from typing import Sequence
 
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import reasoning_format as fmt
@@ -27,6 +28,7 @@ from daca_jax.tasks import text_scan
 from daca_jax.tasks.base import TASKS, Example
 from daca_jax.tasks.math_answers import extract_gsm8k_answer, gsm8k_gold
 from daca_jax.tasks.qa_base import ReasoningQATask
+from daca_jax.tasks.tokenizer import Tokenizer
 
 _CALCULATOR_RE = re.compile(r"<<[^>]*>>")
 
@@ -51,9 +53,13 @@ class GSM8KTask(ReasoningQATask):
   TRAIN_FILE = "gsm8k/train.jsonl"
   DESCRIPTION = "GSM8K (openai/grade-school-math)"
   SYSTEM_PROMPT = SYSTEM_PROMPT
+  OPTIONS = {**ReasoningQATask.OPTIONS, "last_number_fallback": False}
 
-  def __init__(self, *args: Any, last_number_fallback: bool = False, **kwargs: Any):
-    super().__init__(*args, **kwargs)
+  def __init__(self, data_dir: str | os.PathLike[str] | None = None, eval_path: str = "",
+               prompt_style: str = "chat", format_weight: float = 0.1, prompt_len: int = 0,
+               last_number_fallback: bool = False, tokenizer: Tokenizer | None = None):
+    super().__init__(data_dir=data_dir, eval_path=eval_path, prompt_style=prompt_style,
+                     format_weight=format_weight, prompt_len=prompt_len, tokenizer=tokenizer)
     if not isinstance(last_number_fallback, bool):
       raise ConfigError("task.options.last_number_fallback", last_number_fallback, "True or False")
     self.last_number_fallback = last_number_fallback

@@ -15,6 +15,7 @@ hold no worked solutions, so SFT targets only state the boxed gold answer.
 """
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
 from daca_jax.errors import ConfigError, DataError
@@ -23,6 +24,7 @@ from daca_jax.tasks import text_scan
 from daca_jax.tasks.base import TASKS, Example
 from daca_jax.tasks.math_answers import MathVerifier, extract_math_answer
 from daca_jax.tasks.qa_base import ReasoningQATask
+from daca_jax.tasks.tokenizer import Tokenizer
 
 # d1's MATH500 evaluation system prompt (dllm-reasoning/d1 eval/math500.py, MATH500_SYSTEM_PROMPT),
 # verbatim, the stray '" ' after the closing tag included.
@@ -48,9 +50,13 @@ class Math500Task(ReasoningQATask):
   TRAIN_FILE = "math500/math_train.json"
   DESCRIPTION = "MATH500 (ant-research/Drift data/MATH500.json)"
   SYSTEM_PROMPT = SYSTEM_PROMPT
+  OPTIONS = {**ReasoningQATask.OPTIONS, "verify_timeout_s": 0.8}
 
-  def __init__(self, *args, verify_timeout_s: float = 0.8, **kwargs):
-    super().__init__(*args, **kwargs)
+  def __init__(self, data_dir: str | os.PathLike[str] | None = None, eval_path: str = "",
+               prompt_style: str = "chat", format_weight: float = 0.1, prompt_len: int = 0,
+               verify_timeout_s: float = 0.8, tokenizer: Tokenizer | None = None):
+    super().__init__(data_dir=data_dir, eval_path=eval_path, prompt_style=prompt_style,
+                     format_weight=format_weight, prompt_len=prompt_len, tokenizer=tokenizer)
     if isinstance(verify_timeout_s, bool) or not isinstance(verify_timeout_s, (int, float)) or not (
         verify_timeout_s > 0):
       raise ConfigError("task.options.verify_timeout_s", verify_timeout_s, "a number of seconds > 0")

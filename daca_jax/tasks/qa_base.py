@@ -1,7 +1,8 @@
 """Shared base of the question-answer reasoning tasks read from benchmark files (gsm8k, math500).
 
-Prompts: ``"chat"`` is d1's evaluation prompt (the subclass's ``SYSTEM_PROMPT`` + the question, see
-:func:`daca_jax.tasks.reasoning_format.d1_chat_prompt`); ``"plain"`` is the bare question.
+Prompts: ``"chat"`` is d1's evaluation prompt (the subclass's ``SYSTEM_PROMPT`` + the question in the
+tokenizer's chat template, see :func:`daca_jax.tasks.reasoning_format.d1_chat_prompt`); ``"plain"`` is
+the bare question.
 
 Rewards: ``correct`` (1.0 or 0.0) plus, for the ``"chat"`` prompt style, ``format_weight`` times the
 d1 strict + soft format rewards (each 0 or 0.5; see :mod:`daca_jax.tasks.reasoning_format`), so a
@@ -25,8 +26,8 @@ from daca_jax import local_data
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import reasoning_format as fmt
 from daca_jax.tasks import text_scan
-from daca_jax.tasks.base import Example, Task
-from daca_jax.tasks.tokenizer import ByteTokenizer
+from daca_jax.tasks.base import DATA_OPTIONS, Example, Task
+from daca_jax.tasks.tokenizer import Tokenizer
 
 
 class ReasoningQATask(Task):
@@ -37,10 +38,12 @@ class ReasoningQATask(Task):
     eval_path: explicit evaluation file (same layout as ``EVAL_FILE``); overrides ``data_dir``.
     prompt_style: ``"plain"`` or ``"chat"``.
     format_weight: weight of the format rewards (chat style only), in [0, 1).
-    prompt_len: fixed prompt length in tokens; 0 = the longest prompt of the data files plus bos.
+    prompt_len: fixed prompt length in tokens; 0 = the longest prompt of the data files.
+    tokenizer: the model's tokenizer (None: the byte tokenizer).
 
   Raises:
-    ConfigError: bad ``prompt_style``, ``format_weight`` or ``prompt_len``.
+    ConfigError: bad ``prompt_style``, ``format_weight`` or ``prompt_len``, or the chat style with a
+      tokenizer that has no chat template.
     FileNotFoundError: ``eval_path`` or ``data_dir`` is given but does not exist.
   """
 
@@ -49,11 +52,13 @@ class ReasoningQATask(Task):
   DESCRIPTION: str = ""
   SYSTEM_PROMPT: str = ""  # d1's system prompt of the task (chat style)
   prompt_styles = fmt.PROMPT_STYLES
+  OPTIONS = {**DATA_OPTIONS, "prompt_style": "chat", "format_weight": 0.1, "prompt_len": 0}
 
   def __init__(self, data_dir: str | os.PathLike[str] | None = None, eval_path: str = "",
-               prompt_style: str = "chat", format_weight: float = 0.1, prompt_len: int = 0):
-    self.tokenizer = ByteTokenizer()
+               prompt_style: str = "chat", format_weight: float = 0.1, prompt_len: int = 0,
+               tokenizer: Tokenizer | None = None):
     self.prompt_style = fmt.check_prompt_style(prompt_style, self.prompt_styles)
+    self._set_tokenizer(tokenizer)
     if isinstance(format_weight, bool) or not isinstance(format_weight, (int, float)) or not (
         0 <= format_weight < 1):
       raise ConfigError("task.options.format_weight", format_weight, "a number in [0, 1)")
@@ -143,7 +148,7 @@ class ReasoningQATask(Task):
       return self._fixed_prompt_len
     kinds = ["eval"] + (["train"] if self.data_dir is not None
                         and (self.data_dir / self.TRAIN_FILE).is_file() else [])
-    return 1 + max(len(self.tokenizer.encode(ex.prompt)) for k in kinds for ex in self._load(k)[0])
+    return max(len(self.prompt_ids(ex.prompt)) for k in kinds for ex in self._load(k)[0])
 
   @functools.cached_property
   def min_gen_length(self) -> int:  # type: ignore[override]
@@ -153,7 +158,7 @@ class ReasoningQATask(Task):
   def format_prompt(self, question: str) -> str:
     """The prompt text of ``question`` in this task's prompt style."""
     if self.prompt_style == "chat":
-      return fmt.d1_chat_prompt(self.SYSTEM_PROMPT, question)
+      return fmt.d1_chat_prompt(self.chat_template, self.SYSTEM_PROMPT, question)
     return f"{question}\n"
 
   # --- grading -------------------------------------------------------------------------------------

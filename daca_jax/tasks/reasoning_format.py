@@ -4,8 +4,8 @@ Two prompt styles (constructor argument ``prompt_style`` of countdown, gsm8k, ma
 
 * ``"plain"``: a compact prompt for tiny byte-level models; the completion is the bare answer.
 * ``"chat"``: d1's evaluation prompt (dllm-reasoning/d1 ``eval/*.py``, ``create_prompt``): one user
-  turn ``system_prompt + "\\n\\n" + question`` in LLaDA-8B-Instruct's chat template
-  (:func:`daca_jax.tasks.hf_tokenizer.llada_chat_prompt`), followed by :data:`GENERATION_PREFIX`
+  turn ``system_prompt + "\\n\\n" + question`` in the tokenizer's chat template (the checkpoint's own;
+  LLaDA-8B-Instruct's for the byte tokenizer, :mod:`daca_jax.tasks.chat`), followed by :data:`GENERATION_PREFIX`
   (``"<reasoning>"``, d1's ``add_reasoning=True``), so the completion continues the reasoning and
   then gives the answer inside ``<answer>`` tags. Each task holds d1's system prompt for it.
 
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from daca_jax.errors import ConfigError
 from daca_jax.tasks import text_scan
-from daca_jax.tasks.hf_tokenizer import llada_chat_prompt
+from daca_jax.tasks.chat import ChatTemplate
 
 PROMPT_STYLES = ("plain", "chat")
 
@@ -52,14 +52,10 @@ def check_prompt_style(prompt_style: str, allowed: tuple[str, ...] = PROMPT_STYL
   return prompt_style
 
 
-def d1_chat_prompt(system_prompt: str, question: str) -> str:
-  """d1's evaluation prompt: ``system_prompt + "\\n\\n" + question`` as one user turn in LLaDA's chat
-  template, then :data:`GENERATION_PREFIX`.
-
-  The template's leading ``<|startoftext|>`` is left out: :meth:`Task.encode_prompts` prepends the
-  tokenizer's BOS id itself.
-  """
-  return llada_chat_prompt(f"{system_prompt}\n\n{question}", bos="") + GENERATION_PREFIX
+def d1_chat_prompt(template: ChatTemplate, system_prompt: str, question: str) -> str:
+  """d1's evaluation prompt: ``system_prompt + "\\n\\n" + question`` as one user turn in ``template``
+  (the tokenizer's chat template, rendered with the generation prompt), then :data:`GENERATION_PREFIX`."""
+  return template.user_turn(f"{system_prompt}\n\n{question}") + GENERATION_PREFIX
 
 
 def reasoning_target(reasoning: str, answer: str) -> str:

@@ -55,8 +55,8 @@ from daca_jax import local_data
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import reasoning_format as fmt
 from daca_jax.tasks import text_scan
-from daca_jax.tasks.base import TASKS, Example, Task
-from daca_jax.tasks.tokenizer import ByteTokenizer
+from daca_jax.tasks.base import DATA_OPTIONS, TASKS, Example, Task
+from daca_jax.tasks.tokenizer import Tokenizer
 
 NUM_CELLS = 16
 NUM_SOLUTION_GRIDS = 288  # documented fact; all_solution_grids() computes it.
@@ -450,17 +450,20 @@ class Sudoku4x4Task(Task):
     eval_size: size of the generated fallback evaluation set.
     seed: seed of the generated fallback evaluation set.
     prompt_style: ``"plain"`` or ``"chat"`` (d1's prompt and answer format; see module docstring).
+    tokenizer: the model's tokenizer (None: the byte tokenizer).
 
   Raises:
     FileNotFoundError: ``eval_path`` is given but does not exist (message names
       ``task.eval_path``), or ``data_dir`` is given but does not exist (names ``data.data_dir``).
-    ConfigError: bad ``num_blanks`` / ``eval_size`` / ``prompt_style``.
+    ConfigError: bad ``num_blanks`` / ``eval_size`` / ``prompt_style``, or the chat style with a
+      tokenizer that has no chat template.
   """
 
   primary_metric = "strict_solved"
 
   name = "sudoku4x4"
   prompt_styles = fmt.PROMPT_STYLES
+  OPTIONS = {**DATA_OPTIONS, "num_blanks": 8, "eval_size": 500, "seed": 1234, "prompt_style": "plain"}
 
   def __init__(
       self,
@@ -470,9 +473,10 @@ class Sudoku4x4Task(Task):
       eval_size: int = 500,
       seed: int = 1234,
       prompt_style: str = "plain",
+      tokenizer: Tokenizer | None = None,
   ):
-    self.tokenizer = ByteTokenizer()
     self.prompt_style = fmt.check_prompt_style(prompt_style, self.prompt_styles)
+    self._set_tokenizer(tokenizer)
     _check_num_blanks(num_blanks)
     if (isinstance(eval_size, bool) or not isinstance(eval_size, (int, np.integer))
         or eval_size < 1):
@@ -488,15 +492,17 @@ class Sudoku4x4Task(Task):
     self._eval: tuple[list[Example], str] | None = None
     self.num_bound_hits = 0
     self.has_token_rewards = self.prompt_style == "plain"
-    # Prompts and targets have one length for every puzzle (16 digits each).
-    probe = self._examples([("0" * NUM_CELLS, "1" * NUM_CELLS)])[0]
-    self.prompt_len = 1 + len(self.tokenizer.encode(probe.prompt))
-    self.min_gen_length = 1 + len(self.tokenizer.encode(probe.target))
+    # Prompts and targets have one length in bytes for every puzzle (16 digits each); another tokenizer
+    # may merge digits, so each digit's run is probed.
+    probes = self._examples([(d * NUM_CELLS, "1" * NUM_CELLS) for d in "01234"])
+    self.prompt_len = max(len(self.prompt_ids(probe.prompt)) for probe in probes)
+    self.min_gen_length = 1 + len(self.tokenizer.encode(probes[0].target))
 
   def _examples(self, rows: Sequence[tuple[str, str]]) -> list[Example]:
     if self.prompt_style == "plain":
       return [Example(prompt=p, target=s, meta={"puzzle": p, "solution": s}) for p, s in rows]
-    return [Example(prompt=fmt.d1_chat_prompt(SYSTEM_PROMPT, f"Solve the following Sudoku puzzle: {p}\n"),
+    return [Example(prompt=fmt.d1_chat_prompt(self.chat_template, SYSTEM_PROMPT,
+                                              f"Solve the following Sudoku puzzle: {p}\n"),
                     target=fmt.reasoning_target(_CHAT_REASONING, s),
                     meta={"puzzle": p, "solution": s}) for p, s in rows]
 

@@ -11,22 +11,57 @@ name       id    use
 ``bos``    259   first token of every prompt
 =========  ====  ==========================================================
 
-``vocab_size`` is 260.
+``vocab_size`` is 260. Prompts are ``[bos] + bytes`` (:meth:`ByteTokenizer.prompt_ids`); the chat prompt
+style renders LLaDA-8B-Instruct's chat template with an empty ``bos_token`` (the BOS is the id).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from daca_jax.tasks.chat import LLADA_CHAT_TEMPLATE, ChatTemplate
+
 _NUM_BYTES = 256
+# LLaDA-8B-Instruct's template without its BOS text: the byte tokenizer's BOS is an id (prompt_ids).
+BYTE_CHAT_TEMPLATE = ChatTemplate(LLADA_CHAT_TEMPLATE, {"bos_token": ""},
+                                  origin="LLaDA-8B-Instruct's template, BOS as an id (byte tokenizer)")
+
+
+class Tokenizer(Protocol):
+  """What a task needs of a tokenizer (:class:`ByteTokenizer`, :class:`~daca_jax.tasks.hf_tokenizer.HFTokenizer`).
+
+  Attributes:
+    pad_id, mask_id, eos_id, bos_id: special ids (``bos_id`` -1 when the tokenizer has none).
+    vocab_size: ids the model's table must hold.
+    chat_template: the chat template prompts of the "chat" style render (None: none).
+  """
+
+  pad_id: int
+  mask_id: int
+  eos_id: int
+  bos_id: int
+  vocab_size: int
+  chat_template: ChatTemplate | None
+
+  @property
+  def special_ids(self) -> tuple[int, ...]: ...
+
+  def encode(self, text: str) -> list[int]: ...
+
+  def prompt_ids(self, text: str, chat: bool) -> list[int]: ...
+
+  def decode(self, ids: Any, stop_at_eos: bool = True) -> str: ...
+
+  def decode_batch(self, ids: Any, stop_at_eos: bool = True) -> list[str]: ...
 
 
 class ByteTokenizer:
   """UTF-8 byte tokenizer with ``pad``/``mask``/``eos``/``bos`` special ids.
 
-  Stateless: every instance is equivalent. ``encode`` never adds special tokens; callers (see
-  :meth:`daca_jax.tasks.base.Task.encode_prompts`) add ``bos``/``eos``/``pad`` themselves.
+  Stateless: every instance is equivalent. ``encode`` never adds special tokens; :meth:`prompt_ids`
+  puts ``bos`` first, and :meth:`daca_jax.tasks.base.Task.encode_prompts` / ``encode_targets`` add the
+  ``pad`` / ``eos`` padding.
   """
 
   pad_id: int = 256
@@ -34,6 +69,7 @@ class ByteTokenizer:
   eos_id: int = 258
   bos_id: int = 259
   vocab_size: int = 260
+  chat_template: ChatTemplate = BYTE_CHAT_TEMPLATE
 
   @property
   def special_ids(self) -> tuple[int, ...]:
@@ -55,6 +91,12 @@ class ByteTokenizer:
     if not isinstance(text, str):
       raise TypeError(f"ByteTokenizer.encode expects a str, got {type(text).__name__}")
     return list(text.encode("utf-8"))
+
+  def prompt_ids(self, text: str, chat: bool) -> list[int]:
+    """``[bos] + encode(text)`` for either prompt style (``chat`` is accepted for the shared interface:
+    a chat prompt's template text carries no BOS here)."""
+    del chat
+    return [self.bos_id] + self.encode(text)
 
   def decode(self, ids: Any, stop_at_eos: bool = True) -> str:
     """Decodes one sequence of ids back to text.

@@ -357,7 +357,10 @@ def test_chunked_gathering_is_taken_for_llada_and_lora_and_through_the_learner(l
   learner = GRPOLearner(chunked, tcfg, mask_id=MASK, eos_id=EOS)
   assert learner.logits_fn is chunked
   seen.clear()
-  learner.logprobs(params, tok, P, jax.random.key(0))
+  rows = jnp.zeros((2, tok.shape[1] - P), jnp.float32)
+  traj = Trajectory(tokens=tok, completion_mask=rows + 1, commit_step=rows.astype(jnp.int32), commit_conf=rows,
+                    prompt_len=P)
+  learner.logprobs(params, traj, jax.random.key(0))
   assert seen and all(s[1] == 2 for s in seen)
 
 

@@ -14,6 +14,7 @@ from daca_jax.models import make_logits_fn
 from daca_jax.models.hf_import import DREAM_FIELDS, LLADA_FIELDS, config_from_hf, load_hf_checkpoint
 from daca_jax.models.kv_cache import make_kv_fns
 from daca_jax.types import RolloutConfig
+from tests.hf_fixtures import random_llama_weights, to_llada_names, write_safetensors_checkpoint
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
@@ -46,53 +47,17 @@ DREAM_CFG = {"model_type": "Dream", "architectures": ["DreamModel"], "hidden_siz
 
 def _random_weights(seed, layers=LAYERS):
   """Random weights in Llama (torch) names and layout: {name: [out, in] float32}."""
-  rng = np.random.default_rng(seed)
-  n = lambda *s: rng.normal(0, 0.2, s).astype(np.float32)
-  hd = D // H
-  w = {"model.embed_tokens.weight": n(V, D), "model.norm.weight": 1 + n(D), "lm_head.weight": n(V, D)}
-  for i in range(layers):
-    p = f"model.layers.{i}."
-    w.update({p + "self_attn.q_proj.weight": n(H * hd, D), p + "self_attn.k_proj.weight": n(KV * hd, D),
-              p + "self_attn.v_proj.weight": n(KV * hd, D), p + "self_attn.o_proj.weight": n(D, H * hd),
-              p + "self_attn.q_proj.bias": n(H * hd), p + "self_attn.k_proj.bias": n(KV * hd),
-              p + "self_attn.v_proj.bias": n(KV * hd),
-              p + "mlp.gate_proj.weight": n(F, D), p + "mlp.up_proj.weight": n(F, D),
-              p + "mlp.down_proj.weight": n(D, F), p + "input_layernorm.weight": 1 + n(D),
-              p + "post_attention_layernorm.weight": 1 + n(D)})
-  return w
+  return random_llama_weights(seed, layers=layers, d_model=D, n_heads=H, n_kv_heads=KV, mlp=F, vocab=V)
 
 
 def _llada_names(w, layers=LAYERS, qkv_bias=False):
   """The same weights under LLaDA's (OLMo) names; LLaDA has no biases (unless include_qkv_bias)."""
-  out = {"model.transformer.wte.weight": w["model.embed_tokens.weight"],
-         "model.transformer.ln_f.weight": w["model.norm.weight"],
-         "model.transformer.ff_out.weight": w["lm_head.weight"]}
-  ren = {"self_attn.q_proj.weight": "q_proj.weight", "self_attn.k_proj.weight": "k_proj.weight",
-         "self_attn.v_proj.weight": "v_proj.weight", "self_attn.o_proj.weight": "attn_out.weight",
-         "mlp.gate_proj.weight": "ff_proj.weight", "mlp.up_proj.weight": "up_proj.weight",
-         "mlp.down_proj.weight": "ff_out.weight", "input_layernorm.weight": "attn_norm.weight",
-         "post_attention_layernorm.weight": "ff_norm.weight"}
-  if qkv_bias:
-    ren.update({f"self_attn.{x}_proj.bias": f"{x}_proj.bias" for x in "qkv"})
-  for i in range(layers):
-    for a, b in ren.items():
-      out[f"model.transformer.blocks.{i}.{b}"] = w[f"model.layers.{i}.{a}"]
-  return out
+  return to_llada_names(w, layers, qkv_bias)
 
 
 def _write_ckpt(path, config, tensors, shards=2):
   """config.json + safetensors shards + model.safetensors.index.json, as HF writes them."""
-  path.mkdir(parents=True, exist_ok=True)
-  (path / "config.json").write_text(json.dumps(config))
-  names = sorted(tensors)
-  weight_map = {}
-  for s in range(shards):
-    fname = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
-    part = {k: tensors[k] for k in names[s::shards]}
-    safetensors_numpy.save_file(part, str(path / fname))
-    weight_map.update({k: fname for k in part})
-  (path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
-  return path
+  return write_safetensors_checkpoint(path, config, tensors, shards=shards)
 
 
 def _torch_logits(model_cls, config_cls, w, tokens, attention_bias, key_mask=None, layers=LAYERS):

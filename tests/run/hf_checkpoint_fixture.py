@@ -3,10 +3,12 @@ from a checkpoint (``model.init_checkpoint``).
 
 The one place these tests make checkpoints: the weights and configs are those of
 ``tests/models/test_hf_import.py`` (which checks them against transformers), the tokenizer a
-character-level WordLevel ``tokenizer.json`` whose special tokens carry LLaDA's names at the config's
-ids (mask 47; EOS/pad 46 for LLaDA, 45 for Dream, as each family's config.json says), so that a random
-model writes digits a Sudoku grader can score. (``tests/hf_fixtures.py: write_tiny_checkpoint`` will
-replace this helper, with each family's released special tokens and chat template.)
+character-level WordLevel ``tokenizer.json`` of 48 ids whose special tokens carry each family's
+released names at the config's ids (mask 47; EOS/pad 46 for LLaDA, 45 for Dream, as each family's
+config.json says), with a ``tokenizer_config.json`` naming them by role and holding the family's
+released chat template, so that a random model writes digits a Sudoku grader can score. These
+checkpoints keep the vocabulary tiny for fast RL runs; ``tests/hf_fixtures.py:
+write_tiny_checkpoint`` writes the release layout itself (full vocabulary, released ids and files).
 """
 from __future__ import annotations
 
@@ -19,22 +21,33 @@ import numpy as np
 from tests.models.test_hf_import import DREAM_CFG, LLADA_CFG, V, _llada_names, _random_weights, _write_ckpt
 
 CHARS = "0123456789 \nabcdefghijklmnopqrstuvwxyz="  # ids 1..39 (0 is <unk>)
-CHAT = {"<|start_header_id|>": 40, "<|end_header_id|>": 41, "<|eot_id|>": 42, "<": 43, ">": 44}
+CHAT = {"llada": {"<|start_header_id|>": 40, "<|end_header_id|>": 41, "<|eot_id|>": 42, "<": 43, ">": 44},
+        "dream": {"<|im_start|>": 40, "<|im_end|>": 41, "<|eot_id|>": 42, "<": 43, ">": 44}}
 SPECIAL = {"llada": {"<|startoftext|>": 45, "<|endoftext|>": 46, "<|mdm_mask|>": 47},
-           "dream": {"<|endoftext|>": 45, "<|startoftext|>": 46, "<|mdm_mask|>": 47}}
+           "dream": {"<|endoftext|>": 45, "<|beginoftext|>": 46, "<|mask|>": 47}}
+# Roles as each release's tokenizer_config.json names them (LLaDA's mask comes from config.json).
+ROLES = {"llada": {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>"},
+         "dream": {"bos_token": "<|beginoftext|>", "eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
+                   "mask_token": "<|mask|>"}}
 
 
 def write_tokenizer(path: pathlib.Path, family: str) -> None:
-  """A character-level ``tokenizer.json`` of :data:`V` ids with the family's special-token ids."""
+  """A character-level ``tokenizer.json`` of :data:`V` ids with the family's special-token ids, and a
+  ``tokenizer_config.json`` with the family's roles and released chat template."""
   from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+  from tests.hf_fixtures import tokenizer_config
 
-  vocab = {"<unk>": 0, **{c: 1 + i for i, c in enumerate(CHARS)}, **CHAT, **SPECIAL[family]}
+  vocab = {"<unk>": 0, **{c: 1 + i for i, c in enumerate(CHARS)}, **CHAT[family], **SPECIAL[family]}
   assert sorted(vocab.values()) == list(range(V))
   tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
   tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
   tok.decoder = decoders.Fuse()
   tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in vocab if t.startswith("<|")])
   tok.save(str(path / "tokenizer.json"))
+  released = tokenizer_config(family)
+  config = {**ROLES[family], "chat_template": released["chat_template"],
+            "added_tokens_decoder": {str(i): {"content": t, "special": True} for t, i in vocab.items() if t.startswith("<|")}}
+  (path / "tokenizer_config.json").write_text(json.dumps(config))
 
 
 def hf_weights(family: str, layers: int = 2, seed: int = 0) -> dict[str, np.ndarray]:

@@ -201,28 +201,40 @@ def test_byte_model_with_an_hf_tokenizer_is_refused(tiny_model, tmp_path):
     eh.run_evaluation(model, ["countdown"], SMALL, tmp_path / "o", show_progress=False)
 
 
-def test_hf_checkpoint_uses_its_tokenizer_chat_prompts_and_context(tmp_path):
-  from tests.models.test_hf_import import LLADA_CFG, _llada_names, _random_weights, _write_ckpt
+@pytest.mark.parametrize("family", ["llada", "dream"])
+def test_hf_checkpoint_uses_its_tokenizer_chat_template_and_context(tmp_path, family):
+  """A tiny checkpoint in the family's released layout: tasks are built with its tokenizer, chat prompts
+  are its own template, prompts are as long as the longest of the evaluation set."""
+  from tests.hf_fixtures import write_tiny_checkpoint
 
-  words = ["Using", "the", "numbers", "write", "an", "<answer>", "</answer>", "1", "2", "+"]
-  ckpt = _write_ckpt(tmp_path / "llada", dict(LLADA_CFG, mask_token_id=1, max_sequence_length=4096),
-                     _llada_names(_random_weights(0)))
-  _wordlevel_tokenizer(ckpt, words)
+  ckpt = write_tiny_checkpoint(tmp_path / family, family, layers=1)
   model = eh.load_model(hf_checkpoint=str(ckpt), hf_dtype="float32")
-  assert model.identity["kind"] == "hf" and model.prompt_style == "chat"
-  protocol = dataclasses.replace(SMALL, num_examples=3, batch_size=3)
+  assert model.identity["kind"] == "hf" and model.identity["family"] == family and model.prompt_style == "chat"
+  protocol = dataclasses.replace(SMALL, num_examples=2, batch_size=2)
   summary = eh.run_evaluation(model, ["countdown"], protocol, tmp_path / "o", show_progress=False)
   rows = _rows(tmp_path / "o" / "countdown" / "gen32.jsonl")
-  assert all(r["prompt"].startswith("<|start_header_id|>user") for r in rows)  # LLaDA chat template
-  task = make_task("countdown", data_dir="", prompt_style="chat")
+  head = {"llada": "<|startoftext|><|start_header_id|>user<|end_header_id|>\n\n",
+          "dream": "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"}[family]
+  assert all(r["prompt"].startswith(head) and r["prompt"].endswith("<reasoning>") for r in rows)
+  task = make_task("countdown", data_dir="", prompt_style="chat", tokenizer=model.tokenizer)
   prepared = eh.prepare_task("countdown", model)
-  longest = max(len(model.tokenizer.encode(ex.prompt)) for ex in task.eval_examples()[0])
-  assert prepared.prompts.shape[1] == longest + 1  # bos + the longest prompt, in HF tokens
+  assert prepared.task.tokenizer is model.tokenizer
+  longest = max(len(model.tokenizer.prompt_ids(ex.prompt, chat=True)) for ex in task.eval_examples()[0])
+  assert prepared.prompts.shape[1] == longest  # the checkpoint's tokens, no BOS id added
   assert summary["tasks"]["countdown"]["lengths"]["32"]["metrics"] == task.metrics(
-      [r["completion"] for r in rows], task.eval_examples()[0][:3])
+      [r["completion"] for r in rows], task.eval_examples()[0][:2])
   short = dataclasses.replace(model, max_seq_len=prepared.prompts.shape[1] + 16)
   with pytest.raises(ConfigError, match=r"--gen_lengths=32 .*<= 16: the model's context"):
     eh.run_evaluation(short, ["countdown"], protocol, tmp_path / "o2", show_progress=False)
+
+
+def test_hf_checkpoint_without_tokenizer_files_is_one_error(tmp_path):
+  from tests.hf_fixtures import write_tiny_checkpoint
+
+  ckpt = write_tiny_checkpoint(tmp_path / "llada", "llada", layers=1)
+  (ckpt / "tokenizer_config.json").unlink()
+  with pytest.raises(DataError, match=r"the tokenizer files are missing: tokenizer_config\.json"):
+    eh.load_model(hf_checkpoint=str(ckpt), hf_dtype="float32")
 
 
 def test_prompt_style_a_task_does_not_have_is_refused_naming_the_task_and_its_styles():
@@ -242,8 +254,10 @@ def test_prompt_style_a_task_does_not_have_is_refused_naming_the_task_and_its_st
     class FixedPrompt(Sudoku4x4Task):  # pylint: disable=unused-variable
       """Takes no prompt_style: one fixed prompt format (sudoku's plain one)."""
 
-      def __init__(self, data_dir=None):
-        super().__init__(data_dir=data_dir)
+      OPTIONS = {"data_dir": None}
+
+      def __init__(self, data_dir=None, tokenizer=None):
+        super().__init__(data_dir=data_dir, tokenizer=tokenizer)
 
   with pytest.raises(ConfigError, match=r"--prompt_style='chat' .*task 'fixed_prompt_probe': it has no "
                                         r"prompt styles"):

@@ -97,9 +97,10 @@ def test_a_contradicting_model_field_names_both(tmp_path, family, field, value, 
 def test_missing_and_mismatched_tokenizer(tmp_path):
   ckpt = tiny_checkpoint(tmp_path / "c", "llada")
   (ckpt / "tokenizer.json").unlink()
-  with pytest.raises(DataError, match=r"tokenizer\.json: tokenizer\.json not found"):
+  with pytest.raises(DataError, match=r"the tokenizer files are missing: tokenizer\.json"):
     from_checkpoint.resolve_config(_cfg(ckpt), log=lambda _: None)
-  ckpt = tiny_checkpoint(tmp_path / "d", "llada", mask_token_id=44)
+  # Dream's tokenizer files name the mask token (LLaDA's take it from config.json's mask_token_id)
+  ckpt = tiny_checkpoint(tmp_path / "d", "dream", mask_token_id=44)
   with pytest.raises(DataError, match=r"tokenizer\.json: the mask token has id 47, but config\.json:mask_token_id is 44"):
     from_checkpoint.resolve_config(_cfg(ckpt), log=lambda _: None)
   ckpt = tiny_checkpoint(tmp_path / "e", "dream", pad_token_id=40)

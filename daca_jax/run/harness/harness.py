@@ -34,12 +34,13 @@ def check_length(prepared: PreparedTask, model: EvalModel, protocol: EvalProtoco
 
   Raises:
     ConfigError: naming ``--gen_lengths`` (or the protocol flag at fault): a length below the task's
-      longest answer (own tokenizer), beyond the model's context with the task's prompts, or not a
-      multiple of the block length.
+      longest answer (a model of the task's own byte tokenizer, trained on its answer layout; a
+      checkpoint's instruction-tuned model is not held to it), beyond the model's context with the
+      task's prompts, or not a multiple of the block length.
   """
   name = prepared.task.name
   rcfg = protocol.rollout_config(gen_length)
-  if prepared.tokenizer is prepared.task.tokenizer and gen_length < prepared.task.min_gen_length:
+  if model.tokenizer is None and gen_length < prepared.task.min_gen_length:
     raise ConfigError("--gen_lengths", gen_length,
                       f">= {prepared.task.min_gen_length} for task {name!r} (its longest answer plus EOS)")
   plen = prepared.prompts.shape[1]

@@ -29,8 +29,8 @@ class EvalModel:
     model_cfg: the architecture (vocab size and mask id are checked against each task's tokenizer).
     identity: JSON-able description of the checkpoint (path, phase, step, ...); part of the
       fingerprint that guards resumption.
-    tokenizer: tokenizer to use instead of each task's own (byte) tokenizer, e.g. an HFTokenizer;
-      None keeps the task's.
+    tokenizer: the model's tokenizer, which every task is built with (e.g. a checkpoint's
+      HFTokenizer); None: the tasks' byte tokenizer.
     prompt_style: ``task.options.prompt_style`` given to every task that takes one (None: task
       default, or what the training run used).
     task_options: ``task name -> constructor kwargs`` for tasks built with specific options (a
@@ -220,11 +220,12 @@ def model_from_random_init(cfg: TrainConfig, tokenizer: Any = None) -> EvalModel
 
 def model_from_hf(path: str | os.PathLike, *, dtype: str = "bfloat16", param_dtype: str = "bfloat16",
                   prompt_style: str = "chat", data_dir: str = "") -> EvalModel:
-  """A local LLaDA (or Dream) Hugging Face directory with its tokenizer.json and chat prompts.
+  """A local LLaDA or Dream Hugging Face directory with its own tokenizer (special tokens by role, chat
+  template) and chat prompts.
 
   Raises:
     DataError / ConfigError: see :func:`daca_jax.models.hf_import.load_hf_checkpoint` and
-      :class:`daca_jax.tasks.hf_tokenizer.HFTokenizer` (missing files, mismatched tensors).
+      :meth:`daca_jax.tasks.hf_tokenizer.HFTokenizer.from_checkpoint` (missing files, mismatched tensors).
   """
   from daca_jax.models.hf_import import load_hf_checkpoint
   from daca_jax.tasks.hf_tokenizer import HFTokenizer
@@ -232,8 +233,9 @@ def model_from_hf(path: str | os.PathLike, *, dtype: str = "bfloat16", param_dty
   p = pathlib.Path(path).expanduser().resolve()
   if not p.is_dir():
     raise DataError(f"--hf_checkpoint={path}: not a directory")
+  tok = HFTokenizer.from_checkpoint(p)  # the tokenizer files are checked before the weights are read
   cfg, graphdef, params, report = load_hf_checkpoint(p, dtype=dtype, param_dtype=param_dtype)
-  tok = HFTokenizer.for_llada(p, vocab_size=cfg.vocab_size)
+  tok.vocab_size = max(tok.vocab_size, cfg.vocab_size)  # rows past the tokenizer's ids decode to nothing
   hf = read_json(p / "config.json", fix="it is the checkpoint's model config: download it again")
   max_len = int(hf.get("max_sequence_length") or hf.get("max_position_embeddings") or 0)
   return EvalModel(make_logits_fn(graphdef), params, cfg,
@@ -248,8 +250,10 @@ def load_model(*, workdir: str = "", phase: str = "latest", hf_checkpoint: str =
   ``experiments/evaluate.py``).
 
   Args:
-    tokenizer: a tokenizer.json (or its folder) to use instead of each task's own tokenizer
-      (workdir and random-init models; HF checkpoints always use their own).
+    tokenizer: a checkpoint folder whose tokenizer files to use (:meth:`HFTokenizer.from_checkpoint`),
+      or a bare tokenizer.json (file or folder without tokenizer_config.json: LLaDA's special tokens,
+      no chat template), instead of the tasks' byte tokenizer (workdir and random-init models; HF
+      checkpoints always use their own).
     prompt_style: overrides ``task.options.prompt_style`` for every task that takes one.
     data_dir: overrides the benchmark folder.
   Raises:
@@ -266,7 +270,9 @@ def load_model(*, workdir: str = "", phase: str = "latest", hf_checkpoint: str =
       raise ConfigError("--tokenizer", tokenizer, "unset with --hf_checkpoint (it uses its own tokenizer.json)")
     from daca_jax.tasks.hf_tokenizer import HFTokenizer
 
-    tok = HFTokenizer.for_llada(tokenizer, vocab_size=None)
+    folder = pathlib.Path(tokenizer).expanduser()
+    tok = (HFTokenizer.from_checkpoint(folder) if (folder / "tokenizer_config.json").is_file()
+           else HFTokenizer.for_llada(folder, vocab_size=None))
   if hf_checkpoint:
     model = model_from_hf(hf_checkpoint, dtype=hf_dtype, param_dtype=hf_dtype, data_dir=data_dir)
   elif workdir:

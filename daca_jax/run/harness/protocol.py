@@ -3,8 +3,6 @@ for one model's tokenizer and prompt style (:func:`prepare_task`)."""
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import types
 from typing import Any
 
 import numpy as np
@@ -94,8 +92,8 @@ class PreparedTask:
     examples: the evaluated examples (the first ``num_examples``).
     source: the task's description of its evaluation set.
     prompts: int32 [N, P] encoded prompts.
-    tokenizer: the tokenizer used for prompts and completions.
-    options: the task's constructor kwargs (recorded in the fingerprint).
+    tokenizer: the tokenizer used for prompts and completions (the task's).
+    options: the task's options (recorded in the fingerprint).
   """
 
   task: Task
@@ -110,10 +108,11 @@ class PreparedTask:
 
 
 def prepare_task(name: str, model: EvalModel, num_examples: int = 0) -> PreparedTask:
-  """Builds task ``name`` for ``model`` and encodes its prompts.
+  """Builds task ``name`` with ``model``'s tokenizer (the task's byte tokenizer when the model has none)
+  and encodes its prompts.
 
   With the model's own tokenizer (HF checkpoints) the prompt length is the longest prompt of the whole
-  evaluation set plus BOS, so it does not change with ``num_examples``.
+  evaluation set, so it does not change with ``num_examples``.
 
   Raises:
     ConfigError: an unknown task (``--tasks``), a prompt style the task does not have
@@ -125,8 +124,8 @@ def prepare_task(name: str, model: EvalModel, num_examples: int = 0) -> Prepared
   options = dict(model.task_options.get(name) or {"data_dir": model.data_dir})
   if model.prompt_style is not None:
     options["prompt_style"] = check_prompt_style(cls, name, model.prompt_style)
-  task = make_task(name, **options)
-  tok = model.tokenizer if model.tokenizer is not None else task.tokenizer
+  task = make_task(name, tokenizer=model.tokenizer, **options)
+  tok = task.tokenizer
   where = f"task {name!r} with tokenizer {tok!r} (checkpoint {model.identity.get('path', model.identity['kind'])})"
   if model.model_cfg.vocab_size < tok.vocab_size:
     raise ConfigError("model.vocab_size", model.model_cfg.vocab_size, f">= {tok.vocab_size} for {where}")
@@ -134,17 +133,13 @@ def prepare_task(name: str, model: EvalModel, num_examples: int = 0) -> Prepared
     raise ConfigError("model.mask_token_id", model.model_cfg.mask_token_id, f"{tok.mask_id} for {where}")
   all_examples, source = task.eval_examples()
   examples = all_examples[:num_examples] if num_examples else all_examples
-  if tok is task.tokenizer:
-    prompts = task.encode_prompts(examples)
-  else:
-    plen = 1 + max(len(tok.encode(ex.prompt)) for ex in all_examples)
-    view = types.SimpleNamespace(tokenizer=tok, prompt_len=plen, name=name)
-    prompts = Task.encode_prompts(view, examples)  # the task's layout with another tokenizer
+  plen = None if model.tokenizer is None else max(len(task.prompt_ids(ex.prompt)) for ex in all_examples)
+  prompts = task.encode_prompts(examples, prompt_len=plen)
   return PreparedTask(task, examples, source, prompts, tok, jsonable(options))
 
 
 def check_prompt_style(cls: type[Task], name: str, prompt_style: str) -> str:
-  """``prompt_style`` if task class ``cls`` (registered as ``name``) takes it.
+  """``prompt_style`` if task class ``cls`` (registered as ``name``) declares it (``cls.OPTIONS``).
 
   Raises:
     ConfigError: naming ``--prompt_style``, the task and the styles it has, when the task has no
@@ -152,7 +147,7 @@ def check_prompt_style(cls: type[Task], name: str, prompt_style: str) -> str:
       format it was not asked for scores it near chance.
   """
   styles = tuple(getattr(cls, "prompt_styles", ()))
-  takes = "prompt_style" in inspect.signature(cls.__init__).parameters
+  takes = "prompt_style" in cls.OPTIONS
   if not takes or not styles:
     raise ConfigError("--prompt_style", prompt_style,
                       f"unset for task {name!r}: it has no prompt styles (one fixed prompt format); "

@@ -32,7 +32,7 @@ Sources (constructor arg ``source``, config ``task.options.source``):
   ``subset/file``; SFT targets are generated instances where the generator covers the schema.
 
 Prompt styles (``prompt_style``): ``"plain"`` (the compact schema JSON) and ``"chat"`` (an
-instruction plus the schema in LLaDA's chat format, for instruction-tuned checkpoints).
+instruction plus the schema in the tokenizer's chat template, for instruction-tuned checkpoints).
 
 Metrics: ``schema_adherence`` (fraction of completions that parse and validate, i.e. JSONSchemaBench's
 compliance rate), ``json_parse_rate``, ``validator_errors`` (validations that raised, or examples
@@ -60,7 +60,7 @@ from daca_jax.tasks.json_schema.validation import (  # noqa: F401  (re-exported:
     compile_schema, parse_json)
 from daca_jax.tasks.json_schema.bench import (BENCH_DIR, BENCH_SUBSETS, BenchSchema, LoadReport,  # noqa: F401
                                              compact, in_eval_split, load_jsonschemabench)
-from daca_jax.tasks.tokenizer import ByteTokenizer
+from daca_jax.tasks.tokenizer import Tokenizer
 
 SOURCES = ("generated", "jsonschemabench")
 PROMPT_STYLES = ("plain", "chat")
@@ -73,9 +73,6 @@ MAX_COMPLETION_CHARS = text_scan.MAX_COMPLETION_CHARS  # longer completions scor
 GENERATED_MAX_SCHEMA_CHARS = 128
 GENERATED_MAX_TARGET_CHARS = 31
 
-# LLaDA-8B-Instruct's chat template (the tokenizer adds <|startoftext|> = bos itself).
-_CHAT_TEMPLATE = ("<|start_header_id|>user<|end_header_id|>\n\n{}<|eot_id|>"
-                  "<|start_header_id|>assistant<|end_header_id|>\n\n")
 _INSTRUCTION = "Reply with only a JSON value that is valid under this JSON Schema:\n{}"
 
 
@@ -105,15 +102,20 @@ class JSONSchemaTask(Task):
     grade_timeout_s: CPU seconds per graded completion in the grading worker (> 0, at most 10); a
       completion that needs more scores 0 and is a grader bound hit.
     worker_memory_mb: address-space cap of the grading worker (MiB, >= 256).
+    tokenizer: the model's tokenizer (None: the byte tokenizer).
 
   Raises:
-    ConfigError: a bad option (the message names ``task.options.<name>``).
+    ConfigError: a bad option (the message names ``task.options.<name>``), or the chat style with a
+      tokenizer that has no chat template.
     DataError / FileNotFoundError: ``source="jsonschemabench"`` without the data folder.
   """
 
   name = "json_schema"
   primary_metric = "schema_adherence"
   prompt_styles = PROMPT_STYLES
+  OPTIONS = {"data_dir": None, "source": "generated", "prompt_style": "plain", "eval_size": 200, "seed": 1234,
+             "subsets": BENCH_SUBSETS, "eval_fraction": 0.5, "max_schema_chars": 0, "parse_reward": 0.0,
+             "target_style": "minimal", "grade_timeout_s": 0.6, "worker_memory_mb": 2048}
 
   def __init__(
       self,
@@ -129,8 +131,8 @@ class JSONSchemaTask(Task):
       target_style: str = "minimal",
       grade_timeout_s: float = 0.6,
       worker_memory_mb: int = 2048,
+      tokenizer: Tokenizer | None = None,
   ):
-    self.tokenizer = ByteTokenizer()
     if source not in SOURCES:
       raise ConfigError("task.options.source", source, f"one of {list(SOURCES)}")
     if prompt_style not in PROMPT_STYLES:
@@ -156,6 +158,7 @@ class JSONSchemaTask(Task):
                         f"a non-empty list of folder names, e.g. {list(BENCH_SUBSETS)}")
     self.source = source
     self.prompt_style = prompt_style
+    self._set_tokenizer(tokenizer)
     self.eval_size = int(eval_size)
     self.seed = int(seed)
     self.subsets = tuple(subsets)
@@ -175,14 +178,15 @@ class JSONSchemaTask(Task):
     self._sent: set[str] = set()  # schema keys the current worker process has compiled
     self._generated_texts: set[str] = set()  # schemas of this task's own generator (trusted)
     self._sent_generation = -1
-    overhead = len(self.tokenizer.encode(self.format_prompt("")))
+    # The prompt around a schema (probed with "{}": the chat template trims an empty one away); a
+    # schema's compact JSON is ASCII, at most one token per character.
+    overhead = len(self.prompt_ids(self.format_prompt("{}"))) - len(self.tokenizer.encode("{}"))
     if source == "generated":
-      self.prompt_len = 1 + overhead + GENERATED_MAX_SCHEMA_CHARS
+      self.prompt_len = overhead + GENERATED_MAX_SCHEMA_CHARS
       self.min_gen_length = GENERATED_MAX_TARGET_CHARS + 1
     else:
       bench_eval, bench_train, _ = self._bench_splits()
-      longest = max(len(self.tokenizer.encode(ex.prompt)) for ex in bench_eval + bench_train)
-      self.prompt_len = 1 + longest
+      self.prompt_len = max(len(self.prompt_ids(ex.prompt)) for ex in bench_eval + bench_train)
       self.min_gen_length = 3  # "{}" + EOS: the shortest useful answer; real answers are longer
 
   # ----- prompts and data -----
@@ -190,7 +194,7 @@ class JSONSchemaTask(Task):
   def format_prompt(self, schema_text: str) -> str:
     """The prompt for a compact schema text in this task's ``prompt_style``."""
     if self.prompt_style == "chat":
-      return _CHAT_TEMPLATE.format(_INSTRUCTION.format(schema_text))
+      return self.chat_template.user_turn(_INSTRUCTION.format(schema_text))
     return schema_text
 
   def _example(self, key: str, compiled: CompiledSchema, target: Any) -> Example:

@@ -1,0 +1,74 @@
+"""The config files of ``configs/`` and the presets each declares (``--config=configs/<file>.py[:<preset>]``).
+
+A config file is a module with ``get_config(preset)``; it declares its presets in a module-level
+``PRESETS`` (a sequence of names, the first the default). A ``get_config()`` without a preset argument
+(``configs/base.py``: the defaults) has no presets. ``experiments/train.py --help`` lists them and the
+tests build every one.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import pathlib
+import sys
+from typing import Any, Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigFile:
+  """One config file.
+
+  Attributes:
+    path: the file (``configs/<stem>.py``).
+    presets: its declared presets (``()`` when it declares none).
+    get_config: its ``get_config([preset]) -> ConfigDict``.
+    takes_preset: whether ``get_config`` takes a preset.
+  """
+
+  path: pathlib.Path
+  presets: tuple[str, ...]
+  get_config: Callable[..., Any]
+  takes_preset: bool
+
+  def build(self, preset: str | None = None) -> Any:
+    """``get_config(preset)``, or ``get_config()`` for a file without presets (``preset`` None)."""
+    return self.get_config(preset) if preset is not None else self.get_config()
+
+  @property
+  def flag(self) -> str:
+    """``configs/<stem>.py``: how ``--config`` names it."""
+    return f"{self.path.parent.name}/{self.path.name}"
+
+
+def config_files(directory: str | pathlib.Path) -> list[ConfigFile]:
+  """The config files in ``directory`` (a package beside the repository's ``daca_jax``, e.g. ``configs``),
+  sorted by name; modules without ``get_config`` (``base.py``, study arms) are not configs.
+
+  Raises:
+    ImportError: a config file does not import.
+  """
+  directory = pathlib.Path(directory).resolve()
+  root = str(directory.parent)
+  if root not in sys.path:
+    sys.path.insert(0, root)  # configs/*.py import configs.base
+  found = []
+  for path in sorted(directory.glob("*.py")):
+    if path.name.startswith("_"):
+      continue
+    module = importlib.import_module(f"{directory.name}.{path.stem}")
+    if callable(getattr(module, "get_config", None)):
+      takes = bool(inspect.signature(module.get_config).parameters)
+      found.append(ConfigFile(path, tuple(getattr(module, "PRESETS", ())), module.get_config, takes))
+  return found
+
+
+def presets_help(directory: str | pathlib.Path) -> str:
+  """The config files and their presets, for ``--help``."""
+  lines = ["Configs (--config=<file>[:<preset>], the first preset is the default):"]
+  for cf in config_files(directory):
+    presets = (", ".join(cf.presets) if cf.presets else
+               "(no PRESETS declared)" if cf.takes_preset else "(no presets: the defaults)")
+    lines.append(f"  {cf.flag}: {presets}")
+  lines.append("Every field, with its meaning, is in configs/base.py; override one with --config.<field>=<value>.")
+  return "\n".join(lines)

