@@ -349,21 +349,22 @@ def to_llada_names(w: dict[str, np.ndarray], layers: int, qkv_bias: bool = False
 
 
 def write_safetensors_checkpoint(path: str | pathlib.Path, config: dict[str, Any], tensors: dict[str, np.ndarray],
-                                 shards: int = 2, dtype: str = "float32") -> pathlib.Path:
+                                 shards: int = 2, dtype: str | None = "float32") -> pathlib.Path:
   """``config.json`` + ``model-0000k-of-0000n.safetensors`` shards + ``model.safetensors.index.json``, as
-  transformers' ``save_pretrained`` writes them (tensors in sorted order, dealt round-robin)."""
+  transformers' ``save_pretrained`` writes them (tensors in sorted order, dealt round-robin), in ``dtype``
+  ("float32" or "bfloat16"; None: each tensor's own)."""
   import ml_dtypes
   from safetensors.numpy import save_file
 
   path = pathlib.Path(path)
   path.mkdir(parents=True, exist_ok=True)
   (path / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-  np_dtype = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16}[dtype]
+  np_dtype = {"float32": np.float32, "bfloat16": ml_dtypes.bfloat16, None: None}[dtype]
   names = sorted(tensors)
   weight_map, total = {}, 0
   for s in range(shards):
     fname = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
-    part = {k: np.ascontiguousarray(tensors[k].astype(np_dtype)) for k in names[s::shards]}
+    part = {k: np.ascontiguousarray(tensors[k].astype(np_dtype or tensors[k].dtype)) for k in names[s::shards]}
     save_file(part, str(path / fname), metadata={"format": "pt"})
     weight_map.update({k: fname for k in part})
     total += sum(a.nbytes for a in part.values())

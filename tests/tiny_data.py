@@ -50,3 +50,22 @@ def write_tiny_humaneval(path: str | pathlib.Path, n: int = 2) -> pathlib.Path:
   path.parent.mkdir(parents=True, exist_ok=True)
   path.write_text("".join(json.dumps(p) + "\n" for p in problems), encoding="utf-8")
   return path
+
+
+def write_synthetic_gsm8k(path: str | pathlib.Path, n_train: int = 16, n_test: int = 8) -> pathlib.Path:
+  """``<path>/gsm8k/{train,test}.jsonl`` of short made-up word problems in GSM8K's layout (``question``,
+  ``answer`` = a worked line with a calculator annotation, then ``#### <number>``), so that a test needs
+  no benchmark files. Record ``i`` asks for ``i + 2`` plus (test: times) ``i + 3``."""
+  path = pathlib.Path(path)
+  (path / "gsm8k").mkdir(parents=True, exist_ok=True)
+  for split, n, op in (("train", n_train, "+"), ("test", n_test, "*")):
+    rows = []
+    for i in range(n):
+      a, b = i + 2, i + 3
+      c = a + b if op == "+" else a * b
+      question = (f"Tom has {a} apples and buys {b} more. How many apples does he have?" if op == "+"
+                  else f"Tom has {a} bags of {b} apples. How many apples does he have?")
+      rows.append({"question": question,
+                   "answer": f"{a} {op} {b} = <<{a}{op}{b}={c}>>{c}\n#### {c}"})
+    (path / "gsm8k" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+  return path

@@ -18,6 +18,9 @@ What such a run does differently from the tiny model's (:func:`daca_jax.run.pipe
   refused like any training change) and ``init_checkpoint.json`` the folder's fingerprint
   (:func:`record_source`, :mod:`daca_jax.models.hf_fingerprint`: a checkpoint changed under a run is
   refused; the export checks the same record).
+* **RL checkpoints** of a LoRA run (:class:`RLCheckpointLayout`) hold the adapters, optimizer and credit
+  state but not the frozen base, which is the folder's weights, read again at every start (at 8B, 16 GB
+  less per save). Readers rebuild it from the folder (:func:`frozen_base`).
 """
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from typing import Any, Callable
 
 import jax
 import numpy as np
+from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from daca_jax import parallel
@@ -135,6 +139,61 @@ def initial_params(cfg: TrainConfig, start: CheckpointStart, mesh: Any,
   log(f"Loaded the checkpoint's weights in {time.perf_counter() - t0:.1f} s: "
       f"{_gib(_total_bytes(params))} in {cfg.model.param_dtype}, {_gib(_device_bytes(params))} per device.")
   return graphdef, params
+
+
+@dataclasses.dataclass(frozen=True)
+class RLCheckpointLayout:
+  """What an RL checkpoint stores of the run's state ``{"params", "opt_state"[, "credit"]}``.
+
+  A LoRA run from ``model.init_checkpoint`` trains adapters over a base that never changes and is, bit for
+  bit, the folder's weights in ``model.param_dtype`` (read again at every start, the folder checked
+  against the workdir's fingerprint record by :func:`record_source`): its checkpoints store ``params =
+  {"lora": adapters}`` and the restore puts the base back. Every other run stores its whole state: a full
+  fine-tuning run trains the base, and a tiny-model run's base (its SFT result, or the random initial
+  model when ``sft.steps`` is 0) may live outside the workdir (``experiments/reproduce.py`` shares one SFT
+  folder) or be pruned with the SFT checkpoints, while it costs little to store.
+
+  Attributes:
+    base: the frozen base left out of the checkpoints (an ``nnx.State``), or None: nothing left out.
+  """
+
+  base: Any = None
+
+  def saved(self, state: dict[str, Any]) -> dict[str, Any]:
+    """The part of ``state`` a checkpoint holds (the same arrays, not copies)."""
+    if self.base is None:
+      return state
+    return dict(state, params={"lora": state["params"]["lora"]})
+
+  def full(self, saved: dict[str, Any]) -> dict[str, Any]:
+    """The run's state from what a checkpoint holds (:meth:`saved`'s inverse)."""
+    if self.base is None:
+      return saved
+    return dict(saved, params={"base": self.base, "lora": saved["params"]["lora"]})
+
+
+def rl_checkpoint_layout(cfg: TrainConfig, params: Any) -> RLCheckpointLayout:
+  """The layout of ``cfg``'s RL checkpoints, given the policy's initial ``params`` (the frozen base of a
+  LoRA run from a checkpoint is left out)."""
+  if cfg.model.init_checkpoint and cfg.model.lora_rank:
+    return RLCheckpointLayout(base=params["base"])
+  return RLCheckpointLayout()
+
+
+def frozen_base(workdir: str | pathlib.Path, cfg: TrainConfig) -> Any:
+  """The frozen base of a LoRA run from ``cfg.model.init_checkpoint`` as its RL checkpoints leave it out:
+  the folder's weights in ``cfg.model.param_dtype`` on the default device, as a pure dict
+  (``nnx.to_pure_dict``'s layout, as :func:`daca_jax.run.harness.loaders.read_trained_params` returns a
+  stored base), after the folder is checked against ``workdir``'s fingerprint record.
+
+  Raises:
+    DataError: the folder moved, changed since the run started, or was never recorded
+      (:func:`daca_jax.models.hf_fingerprint.check_source`); a malformed file.
+  """
+  hf_fingerprint.check_source(workdir, cfg.model.init_checkpoint)
+  files = checkpoint_loader.open_checkpoint(cfg.model.init_checkpoint)
+  _, params = checkpoint_loader.load_params(files, cfg.model, hf_family(files.hf))
+  return nnx.to_pure_dict(params)
 
 
 def _total_bytes(tree: Any) -> int:

@@ -267,6 +267,8 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
            dashboard: Dashboard | None = None) -> Any:
   """GRPO iterations with checkpoints in ``workdir/rl`` and one ``metrics.jsonl`` line per iteration
   (mirrored to ``dashboard``'s run ``rl``, with a trajectory image every ``log.trajectory_every``).
+  A LoRA run from ``model.init_checkpoint`` leaves its frozen base out of the checkpoints
+  (:class:`~daca_jax.run.from_checkpoint.RLCheckpointLayout`).
 
   In a multi-process run (``mesh`` given) every process draws the same prompts for a step, rolls
   out and grades its own share of them (whole groups), and the rewards form one global batch."""
@@ -278,7 +280,9 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
   if credit_state is not None:  # e.g. DTCA's entropy baseline: part of the run's resumable state
     template["credit"] = credit_state
   template = parallel.to_global(template, mesh)
-  ckpt, state, start = _open_phase(workdir / "rl", template, cfg.checkpoint.max_to_keep, log)
+  layout = from_checkpoint.rl_checkpoint_layout(cfg, template["params"])  # a LoRA run's frozen base left out
+  ckpt, saved, start = _open_phase(workdir / "rl", layout.saved(template), cfg.checkpoint.max_to_keep, log)
+  state = layout.full(saved)
   if start > rl.steps:
     ckpt.close()
     raise ConfigError("rl.steps", rl.steps, f">= {start}, the iteration this run already reached in "
@@ -369,9 +373,9 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
                                                            batch_examples[0].prompt, done))
       bar.set_postfix(reward=f"{m['reward_mean']:.3f}", kl=f"{m['kl']:.4f}")
       if done % cfg.checkpoint.every == 0 or done == rl.steps:
-        ckpt.save(done, state, metadata={"phase": "rl", "step": done})
+        ckpt.save(done, layout.saved(state), metadata={"phase": "rl", "step": done})
       if preemption.stop_requested():
-        _save_and_stop(ckpt, "RL", done, state, workdir / "rl", log)
+        _save_and_stop(ckpt, "RL", done, layout.saved(state), workdir / "rl", log)
   ckpt.close()
   return state["params"], True
 

@@ -53,7 +53,7 @@ def visualize_checkpoint(*, workdir: str = "", phase: str = "latest", random_ini
   cfg_in = train_config_from_dict(random_init) if random_init is not None else None
   model = load_model(workdir=workdir, phase=phase, random_init=cfg_in)
   cfg = model.train_config
-  task = build_task(cfg)
+  task = build_task(cfg, model.tokenizer)  # a run from a checkpoint folder: that folder's tokenizer
   examples, _ = task.eval_examples()
   if num_prompts > len(examples):
     raise ConfigError("--num_prompts", num_prompts, f"<= the {len(examples)} evaluation examples")

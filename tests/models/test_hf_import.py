@@ -56,8 +56,9 @@ def _llada_names(w, layers=LAYERS, qkv_bias=False):
 
 
 def _write_ckpt(path, config, tensors, shards=2):
-  """config.json + safetensors shards + model.safetensors.index.json, as HF writes them."""
-  return write_safetensors_checkpoint(path, config, tensors, shards=shards)
+  """config.json + safetensors shards + model.safetensors.index.json, as HF writes them (each tensor in
+  its own dtype)."""
+  return write_safetensors_checkpoint(path, config, tensors, shards=shards, dtype=None)
 
 
 def _torch_logits(model_cls, config_cls, w, tokens, attention_bias, key_mask=None, layers=LAYERS):

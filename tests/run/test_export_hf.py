@@ -34,9 +34,11 @@ from tests.models.test_hf_import import (D, DREAM_CFG, F, H, KV, LAYERS, LLADA_C
 pytest.importorskip("safetensors.numpy")  # the [hf] extra
 pytest.importorskip("tokenizers")
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-# Side files of a released checkpoint; the remote code fails loudly if anything ever imports it.
-SIDE_FILES = {"tokenizer_config.json": '{"model_max_length": 4096, "chat_template": "{{ messages }}"}',
-              "special_tokens_map.json": '{"eos_token": "<eos>"}',
+# Side files of a released checkpoint (the tokenizer's roles name ids of the WordLevel vocabulary below;
+# the mask is config.json's mask_token_id); the remote code fails loudly if anything ever imports it.
+SIDE_FILES = {"tokenizer_config.json": '{"model_max_length": 4096, "chat_template": "{{ messages }}", '
+                                       '"eos_token": "t46", "pad_token": "t46"}',
+              "special_tokens_map.json": '{"eos_token": "t46"}',
               "generation_config.json": '{"_from_model_config": true, "eos_token_id": 46}',
               "modeling_tiny.py": 'raise RuntimeError("remote code was imported")\n',
               "LICENSE": "MIT\n"}
@@ -305,13 +307,19 @@ def _tensors_of(file):
     return {k: h.get_tensor(k) for k in h.keys()}
 
 
-def test_evaluation_reads_a_lora_workdir_with_its_adapters(tmp_path):
+@pytest.mark.parametrize("store_base", [True, False])
+def test_evaluation_reads_a_lora_workdir_with_its_adapters(tmp_path, store_base):
   ckpt = _source(tmp_path / "src", "llada")
-  wd, logits_fn, params = _workdir(tmp_path / "wd", ckpt, lora_rank=4)
+  wd, logits_fn, params = _workdir(tmp_path / "wd", ckpt, lora_rank=4, store_base=store_base)
   model = model_from_workdir(wd)
   x = _tokens()
   np.testing.assert_allclose(np.asarray(model.logits_fn(model.params, x)), np.asarray(logits_fn(params, x)),
                              atol=1e-5)
+  assert (model.tokenizer.eos_id, model.tokenizer.mask_id, model.max_seq_len) == (46, 47, 4096)  # the source's
+  if not store_base:  # the base comes from the source folder, which must be the one the run started from
+    (ckpt / "config.json").write_text(json.dumps(dict(LLADA_CFG, rope_theta=10000.0)))
+    with pytest.raises(DataError, match=r"not the folder the run started from .*changed: \['config.json'\]"):
+      model_from_workdir(wd)
 
 
 # --- refusals: one clear error each, before anything is written ---------------------------------------

@@ -22,6 +22,7 @@ from daca_jax.models import lora, make_logits_fn
 from daca_jax.models.hf_import import ARCHITECTURE_FIELDS, RUN_FIELDS, load_hf_checkpoint
 from daca_jax.run import from_checkpoint
 from daca_jax.run.checkpoint import load_pytree
+from daca_jax.run.harness.loaders import model_from_workdir
 from daca_jax.run.metrics import read_metrics
 from daca_jax.run.pipeline import run_main_job
 from daca_jax.types import ModelConfig
@@ -148,11 +149,14 @@ def _resumed_equals_uninterrupted(tmp_path, family):
   record = json.loads((split / "init_checkpoint.json").read_text())  # what the export checks
   assert record["path"] == str(ckpt.resolve()) and "model.safetensors.index.json" in record["files"]
   saved = _state(split, 2)["params"]
-  _, _, hf_params, _ = load_hf_checkpoint(ckpt)
-  hf = nnx.to_pure_dict(hf_params)
-  for a, b in zip(jax.tree.leaves(saved["base"]), jax.tree.leaves(hf)):
-    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # the base stays the checkpoint
+  assert set(saved) == {"lora"}  # the frozen base is the checkpoint folder's: not stored again
   assert max(float(np.abs(np.asarray(x["b"])).max()) for x in saved["lora"].values()) > 0  # trained
+  # Evaluation rebuilds the policy from the folder and the adapters: the base stays the checkpoint.
+  _, _, hf_params, _ = load_hf_checkpoint(ckpt)
+  model = model_from_workdir(split)
+  for a, b in zip(jax.tree.leaves(model.params["base"]), jax.tree.leaves(hf_params)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert model.tokenizer.mask_id == 47 and model.params["lora"].keys() == saved["lora"].keys()
   records = read_metrics(split / "metrics.jsonl")
   assert min(r["zero_std_groups"] for r in records) < 1.0, "no reward spread: the run trained on nothing"
   resumed = []

@@ -163,6 +163,9 @@ def model_from_workdir(workdir: str | os.PathLike, phase: str = "latest",
   """The latest checkpoint of an ``experiments/train.py`` workdir and the run's config.
 
   A LoRA policy is evaluated with its adapters applied (:func:`daca_jax.models.lora.make_lora_logits_fn`).
+  A run from ``model.init_checkpoint`` is evaluated with that folder's tokenizer (unless ``tokenizer`` is
+  given) and, when its checkpoint leaves the frozen base out, the folder's weights as the base
+  (:func:`daca_jax.run.from_checkpoint.frozen_base`; the folder is checked against the run's record).
 
   Args:
     workdir: the run's ``--workdir`` (holds ``config.json``, ``sft/`` and ``rl/``).
@@ -170,20 +173,30 @@ def model_from_workdir(workdir: str | os.PathLike, phase: str = "latest",
     tokenizer: optional tokenizer replacing the tasks' own (see :class:`EvalModel`).
   Raises:
     DataError: see :func:`read_trained_params`; also parameters that do not match the run's model
-      config, or a LoRA checkpoint that does not store its base.
+      config, a LoRA checkpoint without its base from a run that did not start from a checkpoint folder,
+      or a source folder that moved or changed since the run started.
     ConfigError: an unknown ``phase`` (``--phase``).
   """
   from daca_jax.models import lora
+  from daca_jax.run import from_checkpoint
   from daca_jax.run.pipeline import task_kwargs
 
   trained = read_trained_params(workdir, phase)
   cfg = trained.config
-  if trained.base is None:
+  base, max_len = trained.base, 0
+  if cfg.model.init_checkpoint:
+    source = pathlib.Path(cfg.model.init_checkpoint)
+    if base is None:
+      base = from_checkpoint.frozen_base(trained.workdir, cfg)
+    if tokenizer is None:
+      tokenizer = from_checkpoint.checkpoint_tokenizer(source, cfg.model)
+    max_len = _context_length(source)
+  if base is None:
     raise DataError(f"--workdir={workdir}: checkpoint {trained.phase}/{trained.step} stores the LoRA adapters "
                     "without their base model")
   graphdef, abstract = _abstract_params(cfg.model)
   try:
-    nnx.replace_by_pure_dict(abstract, jax.tree.map(jax.numpy.asarray, trained.base))
+    nnx.replace_by_pure_dict(abstract, jax.tree.map(jax.numpy.asarray, base))
   except (KeyError, ValueError) as e:
     raise DataError(f"--workdir={workdir}: checkpoint params do not match model config ({e})") from None
   logits_fn, params = make_logits_fn(graphdef), abstract
@@ -194,7 +207,7 @@ def model_from_workdir(workdir: str | os.PathLike, phase: str = "latest",
                    {"kind": "workdir", "path": str(trained.workdir), "phase": trained.phase,
                     "step": trained.step},
                    tokenizer=tokenizer, task_options={cfg.task.name: task_kwargs(cfg)},
-                   data_dir=cfg.data.data_dir, train_config=cfg)
+                   data_dir=cfg.data.data_dir, max_seq_len=max_len, train_config=cfg)
 
 
 def _strip_value(tree: Any) -> Any:
@@ -236,11 +249,16 @@ def model_from_hf(path: str | os.PathLike, *, dtype: str = "bfloat16", param_dty
   tok = HFTokenizer.from_checkpoint(p)  # the tokenizer files are checked before the weights are read
   cfg, graphdef, params, report = load_hf_checkpoint(p, dtype=dtype, param_dtype=param_dtype)
   tok.vocab_size = max(tok.vocab_size, cfg.vocab_size)  # rows past the tokenizer's ids decode to nothing
-  hf = read_json(p / "config.json", fix="it is the checkpoint's model config: download it again")
-  max_len = int(hf.get("max_sequence_length") or hf.get("max_position_embeddings") or 0)
   return EvalModel(make_logits_fn(graphdef), params, cfg,
                    {"kind": "hf", "path": str(p), "family": report.family, "dtype": dtype},
-                   tokenizer=tok, prompt_style=prompt_style, data_dir=data_dir, max_seq_len=max_len)
+                   tokenizer=tok, prompt_style=prompt_style, data_dir=data_dir, max_seq_len=_context_length(p))
+
+
+def _context_length(folder: pathlib.Path) -> int:
+  """The context length a Hugging Face checkpoint's ``config.json`` gives (LLaDA ``max_sequence_length``,
+  Dream ``max_position_embeddings``), 0 if none."""
+  hf = read_json(folder / "config.json", fix="it is the checkpoint's model config: download it again")
+  return int(hf.get("max_sequence_length") or hf.get("max_position_embeddings") or 0)
 
 
 def load_model(*, workdir: str = "", phase: str = "latest", hf_checkpoint: str = "",
