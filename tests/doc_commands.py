@@ -59,6 +59,12 @@ class Rule:
     fast: the command runs in the default suite: True; False (slow-marked); or ``{flag: value}``, fast
       when it gives one of these flags (value None: any value).
     fast_set: flags of an extra default-suite variant of a slow command (the script's fast one).
+    outputs: flags naming a folder the command writes; a relative path goes into the temporary folder.
+    prepared: the runs it reads are prepared by the test as a LoRA run from a tiny checkpoint leaves them
+      (the family its name says, else LLaDA; tests/run/test_export_hf.py ``_workdir``: config, the
+      source's fingerprint record, an RL checkpoint of trained adapters without the frozen base), not
+      made by train.py: a run of the tiny byte model has nothing to export, and a run from a checkpoint
+      takes minutes (tests/run/test_paper_e2e.py trains and exports one for real).
   """
 
   set: Mapping[str, str] = dataclasses.field(default_factory=dict)
@@ -70,6 +76,8 @@ class Rule:
   reads: tuple[str, ...] = ()
   fast: bool | Mapping[str, str | None] = False
   fast_set: Mapping[str, str] | None = None
+  outputs: tuple[str, ...] = ()
+  prepared: bool = False
 
 
 RULES: dict[str, Rule] = {
@@ -90,6 +98,7 @@ RULES: dict[str, Rule] = {
                                            fast={"--table_from": None}),
     "experiments/gradient_study.py": Rule(set={"--num_batches": "2", "--train_steps": "24", "--num_prompts": "2",
                                                "--group_size": "2"}, fast={"--table_from": None}),
+    "experiments/export_hf.py": Rule(reads=("--workdir",), outputs=("--output_dir",), prepared=True, fast=True),
 }
 # The run that stands in for one the documentation reads but no documented command writes
 # (e.g. compare.py's runs/dps_s0 ... runs/d1_s1).
@@ -187,6 +196,7 @@ class Plan:
       a shell command (``shell``).
     shell: the shell text, rewritten, for bash.
     reads: README run paths to make before it runs.
+    prepared: whether the test prepares them (:attr:`Rule.prepared`) instead of running their producer.
     fast: whether it runs in the default suite.
     needs_data: whether it needs ../shared/data.
   """
@@ -195,6 +205,7 @@ class Plan:
   argv: tuple[str, ...] | None = None
   shell: str = ""
   reads: tuple[str, ...] = ()
+  prepared: bool = False
   fast: bool = False
   needs_data: bool = False
 
@@ -288,6 +299,8 @@ def plan(cmd: DocCommand) -> Plan:
       flag, value = w.split("=", 1)
       if flag in OUTPUT_FILES and "/" not in value:
         value = "{tmp}/" + value
+      elif flag in rule.outputs and not value.startswith(("/", "runs/")):
+        value = "{tmp}/" + value
       w = f"{flag}={_path(value)}"
     else:
       w = _path(w)
@@ -296,7 +309,7 @@ def plan(cmd: DocCommand) -> Plan:
     fast = rule.fast
   else:
     fast = any(f in given and (v is None or given[f] == v) for f, v in rule.fast.items())
-  return Plan(argv=tuple(out), reads=reads, fast=fast, needs_data=hf)
+  return Plan(argv=tuple(out), reads=reads, prepared=rule.prepared, fast=fast, needs_data=hf)
 
 
 def fast_variant(cmd: DocCommand) -> Plan | None:

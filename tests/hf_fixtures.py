@@ -383,7 +383,8 @@ def tiny_config(family: str, *, layers: int = 2, d_model: int = 32, n_heads: int
 
 def write_tiny_checkpoint(path: str | pathlib.Path, family: str, *, layers: int = 2, d_model: int = 32,
                           n_heads: int = 4, n_kv_heads: int = 2, mlp: int = 64, seed: int = 0,
-                          dtype: str = "float32", shards: int = 2) -> pathlib.Path:
+                          dtype: str = "float32", shards: int = 2, favour: tuple[int, ...] = (),
+                          favour_logit: float = 25.0, favour_context: tuple[int, ...] = ()) -> pathlib.Path:
   """A tiny random checkpoint of ``family`` ("llada" or "dream") in the release's layout.
 
   Args:
@@ -393,6 +394,14 @@ def write_tiny_checkpoint(path: str | pathlib.Path, family: str, *, layers: int 
     seed: seed of the random weights (normal, std 0.2; norms 1 + that).
     dtype: "float32" or "bfloat16" (the releases store bfloat16).
     shards: number of safetensors shards (listed in ``model.safetensors.index.json``).
+    favour: token ids the random model should write: their output-head rows are set to one shared vector
+      along the (final-norm scaled) embeddings of the mask token and of ``favour_context``'s ids, of norm
+      ``favour_logit`` / sqrt(d_model), so that the logits read at those tokens' positions (a masked
+      position; e.g. a prompt's last token, where Dream reads its first completion token) are large for
+      them and tie with each other: sampling writes each of them about equally often, and RL sees
+      rewards that vary.
+    favour_logit: see ``favour`` (about the logit at a masked position when the context is the mask only).
+    favour_context: see ``favour``.
   Returns:
     ``pathlib.Path(path)``.
   Raises:
@@ -410,6 +419,11 @@ def write_tiny_checkpoint(path: str | pathlib.Path, family: str, *, layers: int 
   rows = config["embedding_size"] if family == "llada" else config["vocab_size"]
   w = random_llama_weights(seed, layers=layers, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads,
                            mlp=mlp, vocab=rows)
+  if favour:
+    along = w["model.embed_tokens.weight"][[config["mask_token_id"], *favour_context]] * w["model.norm.weight"]
+    direction = (along / np.linalg.norm(along, axis=1, keepdims=True)).sum(0)
+    direction *= favour_logit / np.sqrt(d_model) / np.linalg.norm(direction)
+    w["lm_head.weight"][list(favour)] = direction
   tensors = to_llada_names(w, layers) if family == "llada" else w
   write_safetensors_checkpoint(path, config, tensors, shards=shards, dtype=dtype)
   write_tokenizer_files(path, family)

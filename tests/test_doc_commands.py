@@ -1,6 +1,7 @@
 """Every shell command of README.md and docs/**/*.md runs as written, shrunk to CPU size by the rewrites
 of tests/doc_commands.py (its table says which commands are skipped and why; a command covered by no
 rule fails here). Slow commands are slow-marked; every script keeps one in the default suite."""
+import json
 import os
 import pathlib
 import shutil
@@ -42,7 +43,9 @@ class _Env:
     if family not in self.ckpts:
       from tests.hf_fixtures import write_tiny_checkpoint
 
-      self.ckpts[family] = write_tiny_checkpoint(self.tmp / "ckpt" / family, family, layers=1)
+      # the smoke shape of configs/paper.py (equal fields are no contradiction of the checkpoint)
+      self.ckpts[family] = write_tiny_checkpoint(self.tmp / "ckpt" / family, family, layers=1, n_heads=2,
+                                                 n_kv_heads=2)
     return self.ckpts[family]
 
   def tiny_data(self) -> pathlib.Path:
@@ -59,6 +62,16 @@ class _Env:
     d = self.tmp / f"cmd{self.count}"
     d.mkdir()
     return d
+
+  def prepared(self, run: str) -> pathlib.Path:
+    """A LoRA run from the tiny checkpoint of the family ``run`` names (else LLaDA), as training leaves it
+    (:attr:`tests.doc_commands.Rule.prepared`), made once."""
+    if run not in self.runs:
+      from tests.run.test_export_hf import _workdir
+
+      family = "dream" if "dream" in run.lower() else "llada"
+      self.runs[run], _, _ = _workdir(self.fresh() / "prepared", self.ckpt(family), lora_rank=4, store_base=False)
+    return self.runs[run]
 
   def made(self, run: str) -> pathlib.Path:
     """The folder of a documented run, made once by the command that writes it (or the stand-in's)."""
@@ -85,7 +98,7 @@ def _execute(p: dc.Plan, env: _Env, tmp: pathlib.Path, timeout: float = 3600) ->
     target = tmp / run
     if not target.exists():
       target.parent.mkdir(parents=True, exist_ok=True)
-      shutil.copytree(env.made(run), target)
+      shutil.copytree(env.prepared(run) if p.prepared else env.made(run), target)
   child = dict(os.environ, PYTHONPATH=str(dc.ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
   if p.argv is None:
     return subprocess.run(["bash", "-c", _fill(p.shell, env, tmp).replace("python ", f"{sys.executable} ")],
@@ -161,3 +174,20 @@ def test_extraction_and_rewrites_of_the_readme_shorthands():
                                                                            "--x=1")))
   with pytest.raises(dc.Uncovered, match="must name its family"):
     dc.plan(dc.DocCommand("Y.md:2", "", ("python", "experiments/evaluate.py", "--hf_checkpoint=/ckpt/Other-7B")))
+
+
+@pytest.mark.parametrize("extra", [(), ("--adapter_only",)])
+def test_export_rule_runs_a_readme_export_command(env, extra):
+  """The rule that runs README's export commands (none yet): on a prepared LoRA run from a checkpoint, the
+  output folder moved into the temporary folder."""
+  argv = ("python", "experiments/export_hf.py", "--workdir=runs/d1_gsm8k_daca", "--output_dir=exports/x", *extra)
+  cmd = dc.DocCommand("X.md:1", " ".join(argv), argv)
+  p = dc.plan(cmd)
+  assert p.fast and p.prepared and p.reads == ("runs/d1_gsm8k_daca",)
+  assert p.argv[2:4] == ("--workdir={tmp}/runs/d1_gsm8k_daca", "--output_dir={tmp}/exports/x")
+  tmp = env.fresh()
+  _check(_execute(p, env, tmp), cmd)
+  provenance = json.loads((tmp / "exports" / "x" / "daca_export.json").read_text())
+  assert provenance["kind"] == ("peft_adapter" if extra else "merged") and provenance["source"] == str(env.ckpt("llada"))
+  assert (tmp / "exports" / "x" / ("adapter_model.safetensors" if extra else "model.safetensors.index.json")).is_file()
+  assert not (dc.ROOT / "exports").exists()

@@ -34,6 +34,7 @@ A training run that starts from a checkpoint (``model.init_checkpoint``) takes t
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import numbers

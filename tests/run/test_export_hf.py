@@ -28,8 +28,8 @@ from daca_jax.run.checkpoint import Checkpointer
 from daca_jax.run.export import PROVENANCE_FILE, export_workdir, parse_shard_size
 from daca_jax.run.harness.loaders import model_from_workdir
 from daca_jax.types import TrainConfig
-from tests.models.test_hf_import import (D, DREAM_CFG, F, H, KV, LAYERS, LLADA_CFG, V, _llada_names,
-                                         _random_weights, _write_ckpt)
+from tests.models.test_hf_import import (DREAM_CFG, LAYERS, LLADA_CFG, V, _llada_names, _random_weights,
+                                         _write_ckpt)
 
 pytest.importorskip("safetensors.numpy")  # the [hf] extra
 pytest.importorskip("tokenizers")
@@ -99,21 +99,31 @@ def _tokens():
   return jnp.asarray(np.random.default_rng(7).integers(0, 44, (2, 9)), jnp.int32)
 
 
+# Each family's config.json keys of the transformers config fields (Llama's for LLaDA, Qwen2's for Dream).
+_HF_KEYS = {"llada": {"hidden_size": "d_model", "intermediate_size": "mlp_hidden_size", "num_hidden_layers": "n_layers",
+                      "num_attention_heads": "n_heads", "num_key_value_heads": "n_kv_heads",
+                      "vocab_size": "embedding_size", "rms_norm_eps": "rms_norm_eps", "rope_theta": "rope_theta"},
+            "dream": {k: k for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                                     "num_key_value_heads", "vocab_size", "rms_norm_eps", "rope_theta")}}
+
+
 def _hf_model(folder, family):
   """transformers' Llama (LLaDA's names mapped) / Qwen2 (Dream's own names) loaded from ``folder`` by
-  ``from_pretrained``, in float32, run bidirectionally as in tests/models/test_hf_import.py."""
+  ``from_pretrained``, in float32, run bidirectionally as in tests/models/test_hf_import.py; sizes from
+  the folder's config.json."""
   torch = pytest.importorskip("torch")
   transformers = pytest.importorskip("transformers")
-  common = dict(hidden_size=D, intermediate_size=F, num_hidden_layers=LAYERS, num_attention_heads=H,
-                num_key_value_heads=KV, vocab_size=V, tie_word_embeddings=False, hidden_act="silu")
+  hf = json.loads((pathlib.Path(folder) / "config.json").read_text())
+  common = dict({k: hf[key] for k, key in _HF_KEYS[family].items()}, tie_word_embeddings=False, hidden_act="silu")
+  layers = common["num_hidden_layers"]
   if family == "llada":
     cls = transformers.LlamaForCausalLM
-    config = transformers.LlamaConfig(rms_norm_eps=1e-5, rope_theta=500000.0, attention_bias=False, **common)
-    llama = _random_weights(0)
-    mapping = {"^" + k.replace(".", r"\.") + "$": v for k, v in _llada_names({k: k for k in llama}).items()}
+    config = transformers.LlamaConfig(attention_bias=False, **common)
+    llama = _random_weights(0, layers)  # for its tensor names
+    mapping = {"^" + k.replace(".", r"\.") + "$": v for k, v in _llada_names({k: k for k in llama}, layers).items()}
   else:
     cls = transformers.Qwen2ForCausalLM
-    config = transformers.Qwen2Config(rms_norm_eps=1e-6, rope_theta=1000000.0, **common)
+    config = transformers.Qwen2Config(**common)
     mapping = None
   config._attn_implementation = "eager"
   config.is_causal = False
