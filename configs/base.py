@@ -32,6 +32,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.model.lora_targets = "q,k,v,o,gate,up,down"  # Projections that get adapters.
   c.model.lora_dropout = 0.0  # Dropout on the LoRA adapters' input during updates (d1: 0.05).
   c.model.init_checkpoint = ""  # Local HF checkpoint folder RL starts from ("" = the tiny model + SFT).
+  c.model.require_checkpoint = False  # True: refuse to run without model.init_checkpoint (configs/paper.py's recipes).
   c.model.logprob_chunk = 0  # Gather target log-probs this many positions at a time (0: all at once).
   c.model.unroll_layers = False  # Unrolled layer stack (slower compile; full XLA FLOP counts).
   c.model.vocab_limit = 0  # The sampler proposes ids below this (0: vocab_size), never [MASK].
@@ -136,6 +137,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.task.num_val_examples = 0  # Validation split held out of the training pool (rl.eval_every uses it).
   c.task.options = ml_collections.ConfigDict()  # Task options: the names the task declares (its OPTIONS).
   c.task.reward = ""  # RL's reward: "" = the task's graded reward | d1 | d1_dotall (d1's training rewards).
+  # RL's prompt style when it differs from evaluation's (task.options.prompt_style): "" = the same | d1_train
+  # (d1's training prompts). The job then builds a training and an evaluation view of the task.
+  c.task.train_prompt_style = ""
 
   c.data = ml_collections.ConfigDict()
   c.data.data_dir = ""  # "" = $DACA_DATA_DIR or ../shared/data beside the repository.
@@ -143,6 +147,12 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval = ml_collections.ConfigDict()
   c.eval.batch_size = 250  # Prompts per decoding call.
   c.eval.temperature = 0.0  # d1 protocol: greedy.
+  # rollout: decode at rollout.* (gen_length, block, steps) | d1: d1's protocol at each of eval.gen_lengths
+  # (low-confidence remasking, eval.block_length, eval.steps), every length reported as <metric>@<L>.
+  c.eval.protocol = "rollout"
+  c.eval.gen_lengths = "128,256,512"  # d1 protocol: completion lengths (comma-separated; d1's tables).
+  c.eval.block_length = 32  # d1 protocol: semi-autoregressive block.
+  c.eval.steps = 0  # d1 protocol: denoising steps at every length (0: length / 2, d1's).
 
   c.parallel = ml_collections.ConfigDict()
   c.parallel.strategy = "none"  # none (one device) | pmap (data-parallel) | fsdp (sharded params + Adam).

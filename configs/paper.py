@@ -20,22 +20,34 @@ ratio, DeepSpeed) is ``docs/paper_recipes.md``. The DACA paper's own hyper-param
 clip, SML's K) are not available offline (only its abstract is): the arms use this library's defaults
 (``credit.dps.*`` and ``likelihood.stratified.*`` in ``configs/base.py``) and say so.
 
-Evaluation follows d1's protocol (:data:`D1_EVAL`; the main job evaluates at ``rollout.gen_length``
-for now, and on a validation split every ``rl.eval_every`` iterations as wd1 does). The model's shape
-is LLaDA-8B-Instruct's, so plans compile without a checkpoint; a checkpoint's ``config.json`` is what
-RL starts from. Launch on several devices with ``--config.parallel.strategy=fsdp`` (and
+The presets set the run's choices only (dtypes, remat, LoRA, lengths, the RL recipe, data, evaluation),
+never the model's architecture: that comes from the checkpoint's ``config.json``
+(:mod:`daca_jax.run.from_checkpoint`), so one preset serves LLaDA-8B-Instruct, Dream-7B or a tiny test
+checkpoint. They set ``model.require_checkpoint``: a run without ``--config.model.init_checkpoint`` is
+refused before any work (the ``,smoke`` form too: it needs a tiny checkpoint, e.g.
+``tests/hf_fixtures.py``'s). LLaDA-8B-Instruct's shape, for plans without a checkpoint, is
+:func:`daca_jax.types.llada_8b_config`.
+
+Prompts: d1, wd1 and GDPO train on d1's training prompts (``task.train_prompt_style="d1_train"``,
+:mod:`daca_jax.tasks.d1_train_prompts`) with d1's training rewards (``task.reward="d1"``) on the four
+tasks d1 trains (GSM8K, MATH, Countdown, Sudoku), and evaluate on d1's evaluation prompts
+(``task.options.prompt_style="chat"``) with the library's graders. Code and JSON have no d1 training
+prompt or reward: they train and evaluate on the chat prompts and the task's graded reward.
+
+Evaluation follows d1's protocol (``eval.protocol="d1"``, :data:`D1_EVAL`: greedy, lengths
+128/256/512, blocks of 32, length / 2 steps) on the test set before and after RL, and on a validation
+split every ``rl.eval_every`` iterations (wd1's cadence); ``results.json`` reports every length
+(``L<length>/<metric>``). Launch on several devices with ``--config.parallel.strategy=fsdp`` (and
 ``parallel.fsdp``) as ``experiments/plan.py`` advises; the presets do not fix a device count.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import ml_collections
 
 from configs import base
 from daca_jax.errors import ConfigError
-from daca_jax.types import llada_8b_config
 
 BASES = ("d1", "wd1", "gdpo")
 TASKS = ("gsm8k", "math500", "countdown", "sudoku", "humaneval", "mbpp", "json")
@@ -56,9 +68,9 @@ SOURCES = {
 # The library's task names; the names of a preset are the short forms.
 _TASK_NAMES = {"sudoku": "sudoku4x4", "json": "json_schema"}
 
-# d1's evaluation protocol (dllm-reasoning/d1 @ 837888f eval/eval.py, eval/generate.py, eval/run_eval.sh),
-# for the evaluation entry point to read: greedy low-confidence decoding of each length, blocks of 32,
-# length/2 steps, the "<reasoning>" prefill, its system prompts (the library's "chat" prompt style).
+# d1's evaluation protocol (dllm-reasoning/d1 @ 837888f eval/eval.py, eval/generate.py, eval/run_eval.sh):
+# greedy low-confidence decoding of each length, blocks of 32, length/2 steps, the "<reasoning>" prefill,
+# its system prompts (the library's "chat" prompt style). The presets' eval.* fields are these values.
 D1_EVAL = dict(
     gen_lengths=(128, 256, 512),  # the d1 paper's tables; run_eval.sh's loop lists 128 and 256 (512 only in its batch-size branch)
     block_length=32,  # eval.py --block_length default
@@ -86,11 +98,13 @@ _POOL = {"gsm8k": (7223, 250), "math500": (8271, 250), "countdown": (20000, 250)
 _D1_MU = {"gsm8k": 12, "math500": 12, "countdown": 8, "sudoku": 8, "humaneval": 12, "mbpp": 12, "json": 12}
 # wd1's μ (NUM_ITER in run/wll_NP_<task>.sh @ 0898985; code and JSON: its train.yaml's 12).
 _WD1_MU = {"gsm8k": 12, "math500": 12, "countdown": 12, "sudoku": 8, "humaneval": 12, "mbpp": 12, "json": 12}
-# Tasks d1 has a training reward for (diffu-grpo/diffu_grpo_train.py @ 837888f).
-_D1_REWARD_TASKS = ("gsm8k", "math500", "countdown", "sudoku")
+# Tasks d1 trains on, with a training reward (diffu-grpo/diffu_grpo_train.py @ 837888f) and training
+# prompts (diffu-grpo/data_utils.py @ 837888f).
+_D1_TASKS = ("gsm8k", "math500", "countdown", "sudoku")
 
-PATTERN = (f"<base>_<task>[_<arm>][,smoke] with base in {list(BASES)}, task in {list(TASKS)}, "
-           f"arm in {[a for a in ARMS if a]} or none (e.g. d1_gsm8k_daca or wd1_sudoku,smoke)")
+# How `experiments/train.py --help` shows the presets (daca_jax.run.presets), and the error of a bad name.
+PRESET_PATTERN = (f"<base>_<task>[_<arm>][,smoke] with base in {list(BASES)}, task in {list(TASKS)}, "
+                  f"arm in {[a for a in ARMS if a]} or none (e.g. d1_gsm8k_daca or wd1_sudoku,smoke)")
 
 
 def preset_names(smoke: bool = False) -> list[str]:
@@ -99,25 +113,30 @@ def preset_names(smoke: bool = False) -> list[str]:
   return [n + ",smoke" for n in names] if smoke else names
 
 
+# Every name, the default (d1 on GSM8K) first: the cross product of the parts, then their smoke forms.
+PRESETS = tuple(preset_names() + preset_names(smoke=True))
+
+
 def parse_name(preset: str) -> tuple[str, str, str, bool]:
   """``(base, task, arm, smoke)`` of a preset name.
 
   Raises:
-    ConfigError: a name that is not of :data:`PATTERN` (the message gives the pattern).
+    ConfigError: a name that is not of :data:`PRESET_PATTERN` (the message gives the pattern).
   """
   name, *flags = preset.split(",")
   parts = name.split("_")
   if (flags not in ([], ["smoke"]) or len(parts) not in (2, 3) or parts[0] not in BASES
       or parts[1] not in TASKS or (len(parts) == 3 and parts[2] not in ARMS[1:])):
-    raise ConfigError("configs/paper.py preset", preset, PATTERN)
+    raise ConfigError("configs/paper.py preset", preset, PRESET_PATTERN)
   return parts[0], parts[1], parts[2] if len(parts) == 3 else "", flags == ["smoke"]
 
 
 def _d1(c: ml_collections.ConfigDict, task: str) -> None:
   """d1's diffu-GRPO from LLaDA-8B-Instruct (the ``<task>_base.sbatch`` runs, no s1K SFT)."""
-  for name, value in dataclasses.asdict(llada_8b_config()).items():
-    setattr(c.model, name, value)  # LLaDA-8B-Instruct's shape (daca_jax.types.llada_8b_config; mask id: llada generate.py)
-  c.model.init_checkpoint = ""  # placeholder: --config.model.init_checkpoint=/ckpt/LLaDA-8B-Instruct (sbatch MODEL_PATH)
+  # No architecture field: the checkpoint's config.json sets it (LLaDA-8B-Instruct: sbatch MODEL_PATH).
+  c.model.init_checkpoint = ""  # yours: --config.model.init_checkpoint=/ckpt/LLaDA-8B-Instruct
+  c.model.require_checkpoint = True  # a recipe for a pretrained checkpoint: refused without one
+  c.model.dtype = "bfloat16"  # train.yaml bf16: true (mixed-precision compute)
   c.model.param_dtype = "bfloat16"  # train.yaml torch_dtype bfloat16; d1 also loads the base in 4-bit NF4 (diffu_grpo_train.py BitsAndBytesConfig), not expressible here
   c.model.lora_rank = 128  # train.yaml lora_r
   c.model.lora_alpha = 64.0  # train.yaml lora_alpha
@@ -163,14 +182,21 @@ def _d1(c: ml_collections.ConfigDict, task: str) -> None:
   c.rl.warmup_steps = math.ceil(1e-4 * c.rl.steps * c.rl.num_iterations)
   c.checkpoint.every = math.ceil(100 / c.rl.num_iterations)  # train.yaml save_steps 100 (optimizer updates)
   c.rl.eval_every = math.ceil(WD1_EVAL["every_updates"] / c.rl.num_iterations)  # d1 has none in training: wd1's cadence
-  c.eval.batch_size = 64  # run_eval.sh batch_size 8 per GPU x 8 GPUs
+  c.eval.protocol = "d1"  # D1_EVAL: eval.py / generate.py decoding at each length
+  c.eval.gen_lengths = ",".join(map(str, D1_EVAL["gen_lengths"]))  # the d1 paper's tables: 128, 256, 512
+  c.eval.block_length = D1_EVAL["block_length"]  # eval.py --block_length 32
+  c.eval.steps = 0  # eval.py: diffusion_steps = gen_length // 2 (0: length / 2)
+  c.eval.batch_size = 32  # run_eval.sh batch_size 8 per GPU x 8 GPUs is 64; 32 = 4 per GPU, its size at length 512, fits every length
   c.eval.temperature = 0.0  # eval.py: greedy
   c.task.name = _TASK_NAMES.get(task, task)  # the library's name of the task
-  c.task.options.prompt_style = "chat"  # d1's evaluation prompts in LLaDA's chat template (eval/*.py)
+  c.task.options.prompt_style = "chat"  # d1's evaluation prompts in the checkpoint's chat template (eval/*.py)
+  # d1's training prompts (data_utils.py: another system prompt, no <reasoning> prefill) where d1 trains
+  # the task; code and JSON train on the evaluation prompts ("").
+  c.task.train_prompt_style = "d1_train" if task in _D1_TASKS else ""
   if task == "json":
     c.task.options.source = "jsonschemabench"  # real schemas; train/test split by a stable hash (disjoint)
   # d1's training rewards (reward_func.py) where d1 has one; code and JSON: the task's graded reward.
-  c.task.reward = "d1" if task in _D1_REWARD_TASKS else ""
+  c.task.reward = "d1" if task in _D1_TASKS else ""
   c.seed = 42  # train.yaml seed
 
 
@@ -188,6 +214,7 @@ def _wd1(c: ml_collections.ConfigDict, task: str) -> None:
   c.checkpoint.every = math.ceil(500 / c.rl.num_iterations)  # wd1 train.yaml save_steps 500
   c.rl.eval_every = math.ceil(WD1_EVAL["every_updates"] / c.rl.num_iterations)  # wd1 train.yaml eval_steps 1000
   c.eval.batch_size = 24  # wd1 train.yaml per_device_eval_batch_size 6 x 4 GPUs
+  # Prompts, rewards and data: d1's (wd1/data_utils.py and wd1/reward_func.py are d1's files), as _d1 sets.
 
 
 def _gdpo(c: ml_collections.ConfigDict, task: str) -> None:
@@ -213,6 +240,8 @@ def _gdpo(c: ml_collections.ConfigDict, task: str) -> None:
   c.rl.warmup_steps = math.ceil(1e-4 * c.rl.steps * c.rl.num_iterations)  # d1's warmup_ratio 1e-4 (GDPO's unknown)
   c.checkpoint.every = math.ceil(100 / c.rl.num_iterations)  # d1's save_steps (GDPO's unknown)
   c.rl.eval_every = math.ceil(WD1_EVAL["every_updates"] / c.rl.num_iterations)  # as the other bases
+  # Prompts, rewards and data: d1's, as _d1 sets (GDPO's README: "built on top of the D1 repository";
+  # its own data code is not available offline).
 
 
 def _arm(c: ml_collections.ConfigDict, arm: str) -> None:
@@ -225,14 +254,12 @@ def _arm(c: ml_collections.ConfigDict, arm: str) -> None:
 
 
 def _smoke(c: ml_collections.ConfigDict) -> None:
-  """The same recipe at CPU size: 2 iterations of a few prompts, short completions, a tiny model.
-
-  The tiny checkpoint is passed as the real one is (``--config.model.init_checkpoint=DIR``); its
-  ``config.json`` should have the shape below (LLaDA's vocabulary and mask id, one narrow layer).
-  """
-  for name, value in dict(d_model=32, n_layers=1, n_heads=2, n_kv_heads=2, mlp_dim=64, dtype="float32",
-                          param_dtype="float32", remat="none").items():
-    setattr(c.model, name, value)
+  """The same recipe at CPU size: 2 iterations of a few prompts, short completions and evaluation
+  lengths, a small LoRA. The model is the tiny checkpoint passed as the real one is
+  (``--config.model.init_checkpoint=DIR``); no architecture is set here either."""
+  c.model.dtype = "float32"  # CPU
+  c.model.param_dtype = "float32"
+  c.model.remat = "none"
   c.model.lora_rank = 4  # alpha / rank kept at the recipe's 0.5
   c.model.lora_alpha = 2.0
   c.rollout.gen_length = 64  # two blocks of 32, length / 2 steps (d1's ratio)
@@ -245,11 +272,12 @@ def _smoke(c: ml_collections.ConfigDict) -> None:
   c.rl.rollout_batch = 2  # rollouts in two calls
   c.rl.warmup_steps = 1
   c.rl.eval_every = 2
-  c.sft.num_train_examples = 8
-  c.task.num_val_examples = 4
-  c.task.num_eval_examples = 4
-  c.task.eval_size = 8
+  c.eval.gen_lengths = "32,64"  # d1's protocol at two tiny lengths (blocks of 32, length / 2 steps)
   c.eval.batch_size = 4
+  c.sft.num_train_examples = 8
+  c.task.num_val_examples = 2
+  c.task.num_eval_examples = 2
+  c.task.eval_size = 8
   c.checkpoint.every = 1
   c.log.plumbing_check = True
   c.log.trajectory_every = 0

@@ -48,7 +48,25 @@ def check_names(cfg: TrainConfig) -> TrainConfig:
       continue
     registry.get(value)  # its error names registry.field, which is f"{section}.{name}"
   check_reward(cfg.task.reward, cfg.task.name)  # keyed by (reward, task): a task d1 has no reward for
+  check_train_prompt_style(cfg.task.train_prompt_style, cfg.task.name)
   return cfg
+
+
+def check_train_prompt_style(style: str, task_name: str) -> None:
+  """Checks ``task.train_prompt_style=style``: "" or a prompt style task ``task_name`` offers.
+
+  Raises:
+    ConfigError: naming ``task.train_prompt_style`` and the task's styles (or saying it has none).
+  """
+  if style == "":
+    return
+  cls = TASKS.get(task_name)
+  styles = tuple(getattr(cls, "prompt_styles", ())) if "prompt_style" in cls.OPTIONS else ()
+  if style not in styles:
+    raise ConfigError("task.train_prompt_style", style,
+                      f"'' (train on the evaluation prompts) or one of {list(styles)}, the prompt styles of "
+                      f"task {task_name!r}" if styles else f"'' for task {task_name!r}: it has one fixed "
+                      "prompt format")
 
 
 def validate(cfg: TrainConfig) -> TrainConfig:

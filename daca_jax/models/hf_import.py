@@ -440,7 +440,7 @@ ARCHITECTURE_FIELDS = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_hea
                        "vocab_limit", "left_pad_id")
 # ModelConfig fields that stay the run's choice: how the weights are held and computed, and the adapters.
 RUN_FIELDS = ("dtype", "param_dtype", "remat", "lora_rank", "lora_alpha", "lora_targets", "lora_dropout",
-              "logprob_chunk", "unroll_layers", "init_checkpoint")
+              "logprob_chunk", "unroll_layers", "init_checkpoint", "require_checkpoint")
 # Where each architecture field comes from, per family (the error message names it).
 SOURCE_KEYS = {
     "llada": {"vocab_size": "config.json:embedding_size", "d_model": "config.json:d_model",

@@ -24,19 +24,19 @@ from daca_jax import io_utils
 from daca_jax.run import from_checkpoint, guards, preemption
 from daca_jax.run.checkpoint import Checkpointer
 from daca_jax.credit import CREDIT, TAGGERS
-from daca_jax.diffusion.rollout import make_rollout_fn
 from daca_jax.diffusion.sft import sft_loss
 from daca_jax.errors import ConfigError, DataError
-from daca_jax.run.evaluation import evaluate
 from daca_jax.run.dashboards import Dashboard, PhaseSink, check_log_config
 from daca_jax.run.metrics import MetricsWriter, PhaseProgress, format_table, plot_curves, read_metrics, reward_trend
 from daca_jax.models import count_params, init_model, lora, make_logits_fn
+from daca_jax.run.job_eval import JobEvaluator
 from daca_jax.run.preflight import check_batches_fit
+from daca_jax.run.task_views import (TaskViews, build_task, build_task_views, check_gen_length,  # noqa: F401
+                                     task_kwargs, validation_split)  # build_task, task_kwargs: re-exported
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.rl.downsample import select_rows, take_rows
 from daca_jax.rl.optim import make_optimizer
-from daca_jax.tasks.base import CONFIG_FIELD_OPTIONS, TASKS, Example, Task, declared_options, make_task
-from daca_jax.tasks.tokenizer import Tokenizer
+from daca_jax.tasks.base import TASKS, Example, Task
 from daca_jax.tasks.training_rewards import training_rewards
 from daca_jax.types import TrainConfig
 
@@ -115,42 +115,6 @@ def check_workdir_config(workdir: pathlib.Path, cfg: TrainConfig) -> None:
   if not parallel.is_primary():
     return
   io_utils.atomic_write_json(path, cfg.to_dict())
-
-
-def task_kwargs(cfg: TrainConfig) -> dict[str, Any]:
-  """Options of the configured task, from what it declares (``OPTIONS``): ``data.data_dir``, the
-  ``TaskConfig`` fields it declares (``eval_path``, ``eval_size``, ``num_blanks``) and ``task.options``.
-
-  Raises:
-    ConfigError: an entry of ``task.options`` that the task does not declare (the message lists the
-      ones it does).
-  """
-  declared = declared_options(cfg.task.name)
-  kwargs: dict[str, Any] = {"data_dir": cfg.data.data_dir} if "data_dir" in declared else {}
-  for name in CONFIG_FIELD_OPTIONS:
-    if name in declared:
-      kwargs[name] = getattr(cfg.task, name)
-  allowed = sorted(n for n in declared if n != "data_dir")
-  for name, value in cfg.task.options.items():
-    if name not in allowed:
-      raise ConfigError(f"task.options.{name}", value, f"one of the options task {cfg.task.name!r} declares: {allowed}")
-    kwargs[name] = value
-  return kwargs
-
-
-def build_task(cfg: TrainConfig, tokenizer: Tokenizer | None = None) -> Task:
-  """Instantiates the configured task with ``tokenizer`` (None: the byte tokenizer) and checks that
-  model and sampler fit the tokenizer."""
-  task = make_task(cfg.task.name, tokenizer=tokenizer, **task_kwargs(cfg))
-  tok = task.tokenizer
-  if cfg.model.vocab_size < tok.vocab_size:
-    raise ConfigError("model.vocab_size", cfg.model.vocab_size, f">= the tokenizer's {tok.vocab_size}")
-  if cfg.model.mask_token_id != tok.mask_id:
-    raise ConfigError("model.mask_token_id", cfg.model.mask_token_id, f"the tokenizer's mask id {tok.mask_id}")
-  if cfg.rollout.gen_length < task.min_gen_length:
-    raise ConfigError("rollout.gen_length", cfg.rollout.gen_length,
-                      f">= {task.min_gen_length} (the longest {cfg.task.name} answer plus EOS)")
-  return task
 
 
 def _open_phase(directory: pathlib.Path, state: dict[str, Any], max_to_keep: int,
@@ -391,24 +355,6 @@ def _trajectory_image(cfg: TrainConfig, task: Task, traj: Any, rewards: np.ndarr
   return figure_rgb([view], title=f"RL iteration {step}: {cfg.rl.objective} + credit={cfg.rl.credit}")
 
 
-def _cached_eval(path: pathlib.Path, fingerprint: dict[str, Any], run: Callable[[], tuple[dict, list[str]]],
-                 examples: list[Example], log: Callable[[str], None] = print) -> tuple[dict[str, float], bool]:
-  """Returns (metrics, from_cache). The cache is used only if it was made with the same
-  ``fingerprint`` (eval settings, number of examples, training steps behind the parameters); a
-  damaged cache is recomputed."""
-  cached = io_utils.read_json_cache(path, log)
-  if cached is not None and cached.get("fingerprint") == fingerprint and isinstance(cached.get("metrics"), dict):
-    return cached["metrics"], True
-  metrics, completions = run()
-  if not parallel.is_primary():
-    return metrics, False
-  io_utils.atomic_write_text(path.with_suffix(".generations.jsonl"), "".join(
-      json.dumps({"prompt": ex.prompt, "target": ex.target, "completion": c}) + "\n"
-      for ex, c in zip(examples, completions)))
-  io_utils.atomic_write_json(path, {"metrics": metrics, "fingerprint": fingerprint})
-  return metrics, False
-
-
 def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress: bool = True,
                  log: Callable[[str], None] = print,
                  sft_dir: str | pathlib.Path | None = None) -> dict[str, Any]:
@@ -423,22 +369,39 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   and prints.
 
   With ``model.init_checkpoint`` the model, its weights and the task's tokenizer come from that
-  checkpoint folder and the SFT phase is skipped (:mod:`daca_jax.run.from_checkpoint`).
+  checkpoint folder and the SFT phase is skipped (:mod:`daca_jax.run.from_checkpoint`); a config with
+  ``model.require_checkpoint`` (the paper presets) refuses to run without one. With
+  ``task.train_prompt_style`` RL trains on another view of the task than evaluation reads
+  (:mod:`daca_jax.run.task_views`); ``eval.protocol`` says how the test set and the validation split are
+  decoded (:mod:`daca_jax.run.job_eval`).
 
   Returns:
     The results dict written to ``workdir/results.json``:
-    ``{"eval_before", "eval_after", "config", "eval_source", "timings"}``.
+    ``{"eval_before", "eval_after", "config", "eval_source", "timings"}`` (and ``val_before`` /
+    ``val_after`` with a validation split, ``eval_protocol`` under d1's protocol).
   Raises:
-    ConfigError: a config value that does not fit the task, or a workdir holding another run.
+    ConfigError: a config value that does not fit the task, a preset for a pretrained checkpoint run
+      without one (``model.init_checkpoint``), or a workdir holding another run.
     FileNotFoundError: an explicitly configured data path that does not exist.
     DataError: a checkpoint folder (``model.init_checkpoint``) with missing or malformed files.
   """
   workdir = pathlib.Path(workdir)
+  if cfg.model.require_checkpoint and not cfg.model.init_checkpoint:
+    raise ConfigError("model.init_checkpoint", "", "the folder of a pretrained LLaDA / Dream checkpoint in the "
+                      "Hugging Face layout (--config.model.init_checkpoint=DIR): this config "
+                      "(model.require_checkpoint=True, e.g. a configs/paper.py preset) is a recipe for RL from a "
+                      "pretrained model and sets no architecture; its ',smoke' form takes a tiny checkpoint "
+                      "(tests/hf_fixtures.py writes one)")
   start = None
   if cfg.model.init_checkpoint:  # the architecture from the checkpoint, every file checked, no weights read
     cfg, start = from_checkpoint.resolve_config(cfg, log if parallel.is_primary() else (lambda *_: None))
   # before creating the workdir: a bad path leaves nothing behind
-  task = build_task(cfg, start.tokenizer if start is not None else None)
+  warn = log if parallel.is_primary() else None
+  views = build_task_views(cfg, start.tokenizer if start is not None else None, log=warn)
+  task = views.eval
+  if cfg.eval.protocol == "d1":
+    for length in cfg.eval.lengths:
+      check_gen_length(cfg, task, length, "eval.gen_lengths", warn)
   mesh = None
   if cfg.parallel.strategy != "none":
     mesh = parallel.make_mesh(cfg.parallel)  # a mesh that does not fit the devices fails before any work
@@ -449,7 +412,7 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
       log, show_progress = (lambda *_: None), False
   else:
     mesh = None  # one process: the jitted steps place their own inputs
-  if CREDIT.get(cfg.rl.credit).needs_token_rewards and not task.has_token_rewards:
+  if CREDIT.get(cfg.rl.credit).needs_token_rewards and not views.train.has_token_rewards:
     with_tokens = [n for n in TASKS.names() if TASKS.get(n).has_token_rewards]
     raise ConfigError("rl.credit", cfg.rl.credit, f"a credit that task {cfg.task.name!r} supports: it "
                       f"defines no token rewards (tasks that do: {with_tokens})")
@@ -471,9 +434,12 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   t_prep = time.perf_counter()
   log(f"Preparing {cfg.sft.num_train_examples + cfg.task.num_val_examples} training/validation examples "
       "and the model…")
-  pool = task.train_examples(cfg.sft.num_train_examples + cfg.task.num_val_examples, cfg.seed)
+  pool = views.train.train_examples(cfg.sft.num_train_examples + cfg.task.num_val_examples, cfg.seed)
   train_examples = pool[:cfg.sft.num_train_examples]
-  val_examples = pool[cfg.sft.num_train_examples:]
+  val_examples = validation_split(views, pool, cfg.sft.num_train_examples, cfg.seed)  # the evaluation's prompts
+  if views.split:
+    log(f"Training prompts: {cfg.task.name}'s {views.train.prompt_style!r} style (task.train_prompt_style); "
+        f"evaluation and validation prompts: its {task.prompt_style!r} style (task.options.prompt_style).")
 
   if cfg.rl.steps and cfg.rl.prompts_per_step > len(train_examples):
     raise ConfigError("rl.prompts_per_step", cfg.rl.prompts_per_step,
@@ -494,7 +460,7 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     from_checkpoint.record_source(workdir, start, _has_saved_state(workdir))
   dashboard = Dashboard(workdir, cfg.log, cfg.to_dict()) if parallel.is_primary() else None
   try:
-    return _run_phases(cfg, task, workdir, pathlib.Path(sft_dir) if sft_dir is not None else workdir / "sft",
+    return _run_phases(cfg, views, workdir, pathlib.Path(sft_dir) if sft_dir is not None else workdir / "sft",
                        train_examples, val_examples, eval_examples, source, graphdef, params, logits_fn,
                        mesh=mesh, show_progress=show_progress, log=log, dashboard=dashboard)
   finally:
@@ -502,11 +468,13 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
       dashboard.close()
 
 
-def _run_phases(cfg: TrainConfig, task: Task, workdir: pathlib.Path, sft_dir: pathlib.Path,
+def _run_phases(cfg: TrainConfig, views: TaskViews, workdir: pathlib.Path, sft_dir: pathlib.Path,
                 train_examples: list[Example], val_examples: list[Example], eval_examples: list[Example],
                 source: str, graphdef: Any, params: Any, logits_fn: Callable[..., Any], *, mesh: Any,
                 show_progress: bool, log: Callable[[str], None], dashboard: Dashboard | None) -> dict[str, Any]:
-  """The phases of :func:`run_main_job` once its inputs are checked: SFT → eval → RL → eval."""
+  """The phases of :func:`run_main_job` once its inputs are checked: SFT → eval → RL → eval. SFT and RL
+  read the training view of the task, the evaluations its evaluation view."""
+  task = views.eval
   tok = task.tokenizer
   timings: dict[str, float] = {}
 
@@ -514,7 +482,7 @@ def _run_phases(cfg: TrainConfig, task: Task, workdir: pathlib.Path, sft_dir: pa
   if cfg.model.init_checkpoint:
     log(from_checkpoint.SFT_SKIPPED.format(path=cfg.model.init_checkpoint))
   else:
-    params, did_work = run_sft(cfg, task, train_examples, logits_fn, params, sft_dir,
+    params, did_work = run_sft(cfg, views.train, train_examples, logits_fn, params, sft_dir,
                                show_progress=show_progress, log=log, mesh=mesh, dashboard=dashboard)
     if did_work:
       timings["sft_s"] = time.perf_counter() - t0
@@ -536,32 +504,17 @@ def _run_phases(cfg: TrainConfig, task: Task, workdir: pathlib.Path, sft_dir: pa
   elif cfg.model.init_checkpoint:
     log(from_checkpoint.reference_note(cfg, params))
 
-  eval_rollout = make_rollout_fn(logits_fn, dataclasses.replace(cfg.rollout, temperature=cfg.eval.temperature),
-                                 mask_id=tok.mask_id, eos_id=tok.eos_id)
-  eval_key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _EVAL_STREAM)
-
-  if mesh is not None:  # each process decodes its slice of every evaluation batch
-    local_rollout = eval_rollout
-    eval_rollout = lambda prm, prompts, key: local_rollout(
-        prm, parallel.rows_to_devices(prompts, mesh, "eval.batch_size"), parallel.to_global(key, mesh))
-
-  compiled = []  # the first evaluation of this process compiles the sampler: say so
-
-  def run_eval(prm: Any, desc: str, examples: list[Example] = eval_examples):
-    announce = None if compiled else log
-    compiled.append(True)
-    return evaluate(task, eval_rollout, prm, examples, cfg.eval.batch_size, eval_key,
-                    show_progress=show_progress, desc=desc,
-                    multiple_of=jax.device_count() if mesh is not None else 1, log=announce)
+  evaluator = JobEvaluator(cfg, task, logits_fn, jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _EVAL_STREAM),
+                           mesh=mesh, show_progress=show_progress, log=log)
 
   def run_val(prm: Any) -> dict[str, float]:
-    return run_eval(prm, "validation", val_examples)[0]
+    return evaluator.run(prm, val_examples, "validation")
 
   fingerprint = {"eval": dataclasses.asdict(cfg.eval), "num_examples": len(eval_examples),
                  "source": source, "sft_steps": cfg.sft.steps}
   t0 = time.perf_counter()
-  eval_before, cached_before = _cached_eval(workdir / "eval_before.json", fingerprint,
-                                            lambda: run_eval(params, "eval (before RL)"), eval_examples, log)
+  eval_before, cached_before = evaluator.cached(params, eval_examples, "eval (before RL)",
+                                                workdir / "eval_before.json", fingerprint)
   if not cached_before:
     timings["eval_before_s"] = time.perf_counter() - t0
 
@@ -569,24 +522,23 @@ def _run_phases(cfg: TrainConfig, task: Task, workdir: pathlib.Path, sft_dir: pa
   if val_examples and cfg.rl.eval_every:
     val_source = (f"validation split: training-pool items {cfg.sft.num_train_examples}.."
                   f"{cfg.sft.num_train_examples + len(val_examples) - 1} (seed {cfg.seed}), held out of SFT and RL")
-    val_before, _ = _cached_eval(workdir / "val_before.json", dict(fingerprint, split="validation", source=val_source,
-                                                                   num_examples=len(val_examples)),
-                                 lambda: run_eval(params, "validation (before RL)", val_examples),
-                                 val_examples, log)
+    val_before, _ = evaluator.cached(params, val_examples, "validation (before RL)", workdir / "val_before.json",
+                                     dict(fingerprint, split="validation", source=val_source,
+                                          num_examples=len(val_examples)))
 
   learner = GRPOLearner(logits_fn, cfg, mask_id=tok.mask_id, eos_id=tok.eos_id, tokenizer=tok,
                         hidden_logits_fn=hidden_logits_fn, optimizer_wrapper=optimizer_wrapper,
                         param_split=param_split)
   t0 = time.perf_counter()
-  params, did_work = run_rl(cfg, task, train_examples, learner, params, ref_params, workdir,
+  params, did_work = run_rl(cfg, views.train, train_examples, learner, params, ref_params, workdir,
                             eval_fn=run_val, show_progress=show_progress,
                             log=log, mesh=mesh, dashboard=dashboard)
   if did_work:
     timings["rl_s"] = time.perf_counter() - t0
 
   t0 = time.perf_counter()
-  eval_after, cached = _cached_eval(workdir / "eval_after.json", dict(fingerprint, rl_steps=cfg.rl.steps),
-                                    lambda: run_eval(params, "eval (after RL)"), eval_examples, log)
+  eval_after, cached = evaluator.cached(params, eval_examples, "eval (after RL)", workdir / "eval_after.json",
+                                       dict(fingerprint, rl_steps=cfg.rl.steps))
   if not cached:
     timings["eval_after_s"] = time.perf_counter() - t0
   if cached_before or cached:
@@ -600,6 +552,8 @@ def _run_phases(cfg: TrainConfig, task: Task, workdir: pathlib.Path, sft_dir: pa
   timings = {**(previous.get("timings") if isinstance(previous.get("timings"), dict) else {}), **timings}
   results = {"eval_before": eval_before, "eval_after": eval_after, "config": cfg.to_dict(),
              "eval_source": source, "timings": timings}
+  if evaluator.protocol is not None:  # d1's: what each length decoded, and which one the plain names report
+    results["eval_protocol"] = evaluator.describe()
   records = read_metrics(workdir / "metrics.jsonl", log=log) if (workdir / "metrics.jsonl").exists() else []
   if val_before is not None:
     results["val_before"] = val_before

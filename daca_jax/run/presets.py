@@ -1,7 +1,8 @@
 """The config files of ``configs/`` and the presets each declares (``--config=configs/<file>.py[:<preset>]``).
 
 A config file is a module with ``get_config(preset)``; it declares its presets in a module-level
-``PRESETS`` (a sequence of names, the first the default). A ``get_config()`` without a preset argument
+``PRESETS`` (a sequence of names, the first the default; with a ``PRESET_PATTERN`` text, ``--help``
+shows that instead of the names). A ``get_config()`` without a preset argument
 (``configs/base.py``: the defaults) has no presets. ``experiments/train.py --help`` lists them and the
 tests build every one.
 """
@@ -24,12 +25,15 @@ class ConfigFile:
     presets: its declared presets (``()`` when it declares none).
     get_config: its ``get_config([preset]) -> ConfigDict``.
     takes_preset: whether ``get_config`` takes a preset.
+    pattern: the file's ``PRESET_PATTERN`` ("" if none): how ``--help`` describes presets too many to
+      list (``configs/paper.py``'s 168).
   """
 
   path: pathlib.Path
   presets: tuple[str, ...]
   get_config: Callable[..., Any]
   takes_preset: bool
+  pattern: str = ""
 
   def build(self, preset: str | None = None) -> Any:
     """``get_config(preset)``, or ``get_config()`` for a file without presets (``preset`` None)."""
@@ -59,7 +63,8 @@ def config_files(directory: str | pathlib.Path) -> list[ConfigFile]:
     module = importlib.import_module(f"{directory.name}.{path.stem}")
     if callable(getattr(module, "get_config", None)):
       takes = bool(inspect.signature(module.get_config).parameters)
-      found.append(ConfigFile(path, tuple(getattr(module, "PRESETS", ())), module.get_config, takes))
+      found.append(ConfigFile(path, tuple(getattr(module, "PRESETS", ())), module.get_config, takes,
+                              str(getattr(module, "PRESET_PATTERN", ""))))
   return found
 
 
@@ -67,7 +72,8 @@ def presets_help(directory: str | pathlib.Path) -> str:
   """The config files and their presets, for ``--help``."""
   lines = ["Configs (--config=<file>[:<preset>], the first preset is the default):"]
   for cf in config_files(directory):
-    presets = (", ".join(cf.presets) if cf.presets else
+    presets = (f"{cf.pattern} ({len(cf.presets)} presets, the first {cf.presets[0]})" if cf.pattern and cf.presets
+               else ", ".join(cf.presets) if cf.presets else
                "(no PRESETS declared)" if cf.takes_preset else "(no presets: the defaults)")
     lines.append(f"  {cf.flag}: {presets}")
   lines.append("Every field, with its meaning, is in configs/base.py; override one with --config.<field>=<value>.")

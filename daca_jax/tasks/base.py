@@ -33,6 +33,9 @@ from daca_jax.tasks.tokenizer import ByteTokenizer, Tokenizer
 DATA_OPTIONS = {"data_dir": None, "eval_path": ""}
 # Options that come from TaskConfig fields (task.<name>) rather than task.options.
 CONFIG_FIELD_OPTIONS = ("eval_path", "eval_size", "num_blanks")
+# Prompt styles whose prompts are rendered with the tokenizer's chat template: d1's evaluation prompts
+# ("chat") and its RL training prompts ("d1_train", daca_jax.tasks.d1_train_prompts).
+TEMPLATED_PROMPT_STYLES = ("chat", "d1_train")
 
 @dataclasses.dataclass(frozen=True)
 class Example:
@@ -66,7 +69,8 @@ class Task(abc.ABC):
     OPTIONS: the constructor arguments the task takes besides ``tokenizer``, name -> default (a test
       checks it against the constructor). ``task.options`` may set any but ``data_dir``.
     tokenizer: the tokenizer used by :meth:`encode_prompts` / :meth:`encode_targets`.
-    prompt_style: the prompt format ("plain", or "chat": the tokenizer's chat template).
+    prompt_style: the prompt format ("plain"; "chat" and "d1_train", :data:`TEMPLATED_PROMPT_STYLES`,
+      render the tokenizer's chat template).
     prompt_len: fixed number of prompt tokens P (the prompt ids, left-padded with pad_id).
     min_gen_length: smallest completion length (tokens, including one EOS) that can hold a full
       answer.
@@ -88,20 +92,20 @@ class Task(abc.ABC):
   min_gen_length: int
 
   def _set_tokenizer(self, tokenizer: Tokenizer | None) -> None:
-    """Sets ``tokenizer`` (None: the byte tokenizer); with the chat prompt style it must have a chat
+    """Sets ``tokenizer`` (None: the byte tokenizer); with a templated prompt style it must have a chat
     template (ConfigError naming ``task.options.prompt_style`` otherwise). Call after ``prompt_style``."""
     self.tokenizer = ByteTokenizer() if tokenizer is None else tokenizer
-    if self.prompt_style == "chat":
-      require_chat_template(self.tokenizer, self.name)
+    if self.prompt_style in TEMPLATED_PROMPT_STYLES:
+      require_chat_template(self.tokenizer, self.name, self.prompt_style)
 
   @property
   def chat_template(self) -> ChatTemplate:
     """The tokenizer's chat template (ConfigError if it has none)."""
-    return require_chat_template(self.tokenizer, self.name)
+    return require_chat_template(self.tokenizer, self.name, self.prompt_style)
 
   def prompt_ids(self, prompt: str) -> list[int]:
     """The ids of one prompt text: the tokenizer's :meth:`prompt_ids` in this task's prompt style."""
-    return self.tokenizer.prompt_ids(prompt, chat=self.prompt_style == "chat")
+    return self.tokenizer.prompt_ids(prompt, chat=self.prompt_style in TEMPLATED_PROMPT_STYLES)
 
   @abc.abstractmethod
   def train_examples(self, num: int, seed: int) -> list[Example]:

@@ -110,15 +110,16 @@ class ChatTemplate:
     return f"ChatTemplate({self.origin or 'inline'}, {len(self.source)} chars, variables={sorted(self.variables)})"
 
 
-def require_chat_template(tokenizer: Any, task: str) -> ChatTemplate:
-  """The tokenizer's chat template, for a task built with ``prompt_style="chat"``.
+def require_chat_template(tokenizer: Any, task: str, prompt_style: str = "chat") -> ChatTemplate:
+  """The tokenizer's chat template, for a task built with a templated ``prompt_style`` ("chat",
+  "d1_train").
 
   Raises:
     ConfigError: naming ``task.options.prompt_style`` when the tokenizer has no chat template.
   """
   template = getattr(tokenizer, "chat_template", None)
   if template is None:
-    raise ConfigError("task.options.prompt_style", "chat",
+    raise ConfigError("task.options.prompt_style", prompt_style,
                       f"'plain' for task {task!r}: tokenizer {tokenizer!r} has no chat_template")
   return template
 

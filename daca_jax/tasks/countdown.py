@@ -7,7 +7,9 @@ its 256 test items use numbers and targets in 1..100, all solvable).
 Prompt styles (``prompt_style``): ``"plain"`` (tiny byte model): prompt ``"30 100 93=23"``,
 completion = the bare expression; ``"chat"``: d1's Countdown evaluation prompt (:data:`SYSTEM_PROMPT`
 and ``"Numbers: [30, 100, 93]\\nTarget: 23"``, d1 ``eval/countdown.py``): reasoning, then the
-expression as ``\\boxed{...}`` inside ``<answer>`` tags.
+expression as ``\\boxed{...}`` inside ``<answer>`` tags; ``"d1_train"``: d1's Countdown training prompt
+(:func:`daca_jax.tasks.d1_train_prompts.countdown_message`, nothing pre-filled): the bare expression
+inside ``<answer>`` tags.
 
 Answer extraction (:func:`extract_expression`, both styles), d1's evaluation parser
 (``eval/parse_and_get_acc.py``, ``parse_countdown_answers``), rule by rule:
@@ -60,6 +62,7 @@ import numpy as np
 
 from daca_jax import local_data
 from daca_jax.errors import ConfigError, DataError
+from daca_jax.tasks import d1_train_prompts
 from daca_jax.tasks import reasoning_format as fmt
 from daca_jax.tasks import text_scan
 from daca_jax.tasks.arith import ExpressionError, parse_expression, solve_three, three_number_expressions
@@ -109,9 +112,9 @@ def extract_expression(completion: str, prompt_style: str = "chat") -> str | Non
   """The answer text graded for ``completion`` (rules 1-3 of the module docstring); None for a
   completion longer than ``text_scan.MAX_COMPLETION_CHARS``.
 
-  Both prompt styles use the same rules; ``prompt_style`` is checked only.
+  Every prompt style uses the same rules; ``prompt_style`` is checked only.
   """
-  fmt.check_prompt_style(prompt_style)
+  fmt.check_prompt_style(prompt_style, fmt.REASONING_PROMPT_STYLES)
   if text_scan.over_limit(completion):
     return None
   text = fmt.clean_completion(completion)
@@ -220,7 +223,7 @@ class CountdownTask(Task):
     eval_path: explicit evaluation file in d1's JSONL layout; overrides ``data_dir``.
     eval_size: size of the generated fallback evaluation set.
     seed: seed of the generated fallback evaluation set.
-    prompt_style: ``"plain"`` or ``"chat"`` (see module docstring).
+    prompt_style: ``"plain"``, ``"chat"`` or ``"d1_train"`` (see module docstring).
     tokenizer: the model's tokenizer (None: the byte tokenizer).
 
   Raises:
@@ -230,7 +233,7 @@ class CountdownTask(Task):
   """
 
   name = "countdown"
-  prompt_styles = fmt.PROMPT_STYLES
+  prompt_styles = fmt.REASONING_PROMPT_STYLES
   OPTIONS = {**DATA_OPTIONS, "eval_size": 256, "seed": 1234, "prompt_style": "plain"}
 
   def __init__(self, data_dir: str | os.PathLike[str] | None = None, eval_path: str = "",
@@ -265,12 +268,15 @@ class CountdownTask(Task):
       return Example(prompt=self._prompt(numbers, target), target=solution, meta=meta)
     value = parse_expression(solution).value
     reasoning = f"Try {solution}: it uses {', '.join(map(str, numbers))} once each and equals {value}."
+    answer = solution if self.prompt_style == fmt.D1_TRAIN else f"\\boxed{{{solution}}}"
     return Example(prompt=self._prompt(numbers, target),
-                   target=fmt.reasoning_target(reasoning, f"\\boxed{{{solution}}}"), meta=meta)
+                   target=fmt.reasoning_answer_target(self.prompt_style, reasoning, answer), meta=meta)
 
   def _prompt(self, numbers: Sequence[int], target: int) -> str:
     if self.prompt_style == "plain":
       return f"{' '.join(map(str, numbers))}={target}"
+    if self.prompt_style == fmt.D1_TRAIN:
+      return self.chat_template.user_turn(d1_train_prompts.countdown_message(numbers, target))
     question = f"Numbers: {[int(x) for x in numbers]}\nTarget: {int(target)}"  # d1's layout
     return fmt.d1_chat_prompt(self.chat_template, SYSTEM_PROMPT, question)
 

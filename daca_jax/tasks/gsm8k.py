@@ -4,7 +4,9 @@ Data: ``<data_dir>/gsm8k/test.jsonl`` (1319 items) and ``train.jsonl`` (7473), o
 JSONL (``question``, ``answer`` = worked solution ending ``#### <number>``).
 
 Prompts: ``"chat"`` is d1's GSM8K evaluation prompt (:data:`SYSTEM_PROMPT`, d1 ``eval/gsm8k.py``:
-reason, then ``\\boxed{}`` the answer inside ``<answer>`` tags); ``"plain"`` is the bare question.
+reason, then ``\\boxed{}`` the answer inside ``<answer>`` tags); ``"d1_train"`` is d1's GSM8K training
+prompt (:func:`daca_jax.tasks.d1_train_prompts.gsm8k_message`: the layout only, no box); ``"plain"`` is
+the bare question.
 
 Grading: :func:`daca_jax.tasks.math_answers.extract_gsm8k_answer`, d1's evaluation parser (first
 ``\\boxed{}`` holding a number, else the answer span), exact rational equality with the gold number.
@@ -14,7 +16,9 @@ states no answer. Rewards, format terms and grader bounds: :mod:`daca_jax.tasks.
 
 SFT targets: ``"plain"`` = the gold solution (calculator annotations ``<<...>>`` removed, ending
 ``#### N``); ``"chat"`` = that solution's reasoning lines continuing the prompt's ``<reasoning>``, and
-``\\boxed{N}`` in ``<answer>`` (the layout d1's system prompt asks for).
+``\\boxed{N}`` in ``<answer>`` (the layout d1's system prompt asks for); ``"d1_train"`` = the same
+reasoning opened with ``<reasoning>`` and the bare ``N`` in ``<answer>`` (what d1's training prompt and
+reward expect).
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ import re
 from typing import Sequence
 
 from daca_jax.errors import ConfigError, DataError
+from daca_jax.tasks import d1_train_prompts
 from daca_jax.tasks import reasoning_format as fmt
 from daca_jax.tasks import text_scan
 from daca_jax.tasks.base import TASKS, Example
@@ -74,14 +79,21 @@ class GSM8KTask(ReasoningQATask):
     number = answer.rsplit("####", 1)[1].strip()
     solution = _CALCULATOR_RE.sub("", answer.rsplit("####", 1)[0]).strip()
     target = (f"{solution}\n#### {number}" if self.prompt_style == "plain"
-              else fmt.reasoning_target(solution, f"\\boxed{{{number}}}"))
+              else fmt.reasoning_answer_target(self.prompt_style, solution, self._answer_text(number)))
     return Example(prompt=self.format_prompt(question), target=target,
                    meta={"gold": gold, "gold_text": number})
 
   def answer_only_target(self, example: Example) -> str:
     number = example.meta["gold_text"]
     return (f"#### {number}" if self.prompt_style == "plain"
-            else fmt.reasoning_target("", f"\\boxed{{{number}}}"))
+            else fmt.reasoning_answer_target(self.prompt_style, "", self._answer_text(number)))
+
+  def _answer_text(self, number: str) -> str:
+    """What the answer tags hold in this style: ``\\boxed{N}`` (chat) or the bare N (d1_train)."""
+    return number if self.prompt_style == fmt.D1_TRAIN else f"\\boxed{{{number}}}"
+
+  def d1_train_message(self, question: str) -> str:
+    return d1_train_prompts.gsm8k_message(question)
 
   def grade(self, completions: Sequence[str],
             examples: Sequence[Example]) -> tuple[list[bool], list[bool]]:

@@ -4,7 +4,8 @@ Data: ``<data_dir>/math500/test.json`` (500 items) and ``math_train.json`` (8523
 ant-research/Drift JSON arrays of ``{"question", "ground_truth_answer", ...}``.
 
 Prompts: ``"chat"`` is d1's MATH500 evaluation prompt (:data:`SYSTEM_PROMPT`, d1
-``eval/math500.py``); ``"plain"`` is the bare question.
+``eval/math500.py``); ``"d1_train"`` is d1's MATH training prompt
+(:func:`daca_jax.tasks.d1_train_prompts.math_message`); ``"plain"`` is the bare question.
 
 Grading: :func:`daca_jax.tasks.math_answers.extract_math_answer` (d1's ``parse_math_answers``: the
 last ``\\boxed{}``, else the answer span); equivalence: math-verify, run in a killable worker process
@@ -19,6 +20,7 @@ import os
 from typing import Sequence
 
 from daca_jax.errors import ConfigError, DataError
+from daca_jax.tasks import d1_train_prompts
 from daca_jax.tasks import reasoning_format as fmt
 from daca_jax.tasks import text_scan
 from daca_jax.tasks.base import TASKS, Example
@@ -70,13 +72,16 @@ class Math500Task(ReasoningQATask):
     if not gold.strip():
       return None  # two MATH training records have an empty answer
     boxed = f"\\boxed{{{gold}}}"
-    target = boxed if self.prompt_style == "plain" else fmt.reasoning_target(
-        f"The final answer is {boxed}.", boxed)
+    target = boxed if self.prompt_style == "plain" else fmt.reasoning_answer_target(
+        self.prompt_style, f"The final answer is {boxed}.", boxed)
     return Example(prompt=self.format_prompt(question), target=target, meta={"gold": gold})
 
   def answer_only_target(self, example: Example) -> str:
     boxed = f"\\boxed{{{example.meta['gold']}}}"
-    return boxed if self.prompt_style == "plain" else fmt.reasoning_target("", boxed)
+    return boxed if self.prompt_style == "plain" else fmt.reasoning_answer_target(self.prompt_style, "", boxed)
+
+  def d1_train_message(self, question: str) -> str:
+    return d1_train_prompts.math_message(question)
 
   def grade(self, completions: Sequence[str],
             examples: Sequence[Example]) -> tuple[list[bool], list[bool]]:

@@ -1,11 +1,12 @@
 """Shared base of the question-answer reasoning tasks read from benchmark files (gsm8k, math500).
 
 Prompts: ``"chat"`` is d1's evaluation prompt (the subclass's ``SYSTEM_PROMPT`` + the question in the
-tokenizer's chat template, see :func:`daca_jax.tasks.reasoning_format.d1_chat_prompt`); ``"plain"`` is
-the bare question.
+tokenizer's chat template, see :func:`daca_jax.tasks.reasoning_format.d1_chat_prompt`); ``"d1_train"``
+is d1's RL training prompt (the subclass's :meth:`~ReasoningQATask.d1_train_message` in the same
+template, nothing pre-filled; :mod:`daca_jax.tasks.d1_train_prompts`); ``"plain"`` is the bare question.
 
-Rewards: ``correct`` (1.0 or 0.0) plus, for the ``"chat"`` prompt style, ``format_weight`` times the
-d1 strict + soft format rewards (each 0 or 0.5; see :mod:`daca_jax.tasks.reasoning_format`), so a
+Rewards: ``correct`` (1.0 or 0.0) plus, for the ``"chat"`` and ``"d1_train"`` prompt styles,
+``format_weight`` times the d1 strict + soft format rewards (each 0 or 0.5; see :mod:`daca_jax.tasks.reasoning_format`), so a
 completion scores >= 1 iff it is correct (d1 weighs correctness 2.0 and each format term 0.5; this
 keeps the trainer's ``accuracy = reward >= 1`` meaningful). The ``"plain"`` style has no format term.
 A completion that hits a grader bound (longer than ``text_scan.MAX_COMPLETION_CHARS``, or a
@@ -36,8 +37,8 @@ class ReasoningQATask(Task):
   Args:
     data_dir: data directory (``data.data_dir``; ``None`` = none, ``""`` = the default if it exists).
     eval_path: explicit evaluation file (same layout as ``EVAL_FILE``); overrides ``data_dir``.
-    prompt_style: ``"plain"`` or ``"chat"``.
-    format_weight: weight of the format rewards (chat style only), in [0, 1).
+    prompt_style: ``"plain"``, ``"chat"`` or ``"d1_train"``.
+    format_weight: weight of the format rewards (chat and d1_train styles), in [0, 1).
     prompt_len: fixed prompt length in tokens; 0 = the longest prompt of the data files.
     tokenizer: the model's tokenizer (None: the byte tokenizer).
 
@@ -51,7 +52,7 @@ class ReasoningQATask(Task):
   TRAIN_FILE: str = ""
   DESCRIPTION: str = ""
   SYSTEM_PROMPT: str = ""  # d1's system prompt of the task (chat style)
-  prompt_styles = fmt.PROMPT_STYLES
+  prompt_styles = fmt.REASONING_PROMPT_STYLES
   OPTIONS = {**DATA_OPTIONS, "prompt_style": "chat", "format_weight": 0.1, "prompt_len": 0}
 
   def __init__(self, data_dir: str | os.PathLike[str] | None = None, eval_path: str = "",
@@ -88,6 +89,10 @@ class ReasoningQATask(Task):
             examples: Sequence[Example]) -> tuple[list[bool], list[bool]]:
     """``(correct, bound_hit)`` per completion: whether its answer is right, and whether grading
     stopped at a bound (then ``correct`` is False)."""
+
+  @abc.abstractmethod
+  def d1_train_message(self, question: str) -> str:
+    """d1's training prompt of ``question`` as one user message (:mod:`daca_jax.tasks.d1_train_prompts`)."""
 
   @abc.abstractmethod
   def grading_rules(self) -> str:
@@ -159,6 +164,8 @@ class ReasoningQATask(Task):
     """The prompt text of ``question`` in this task's prompt style."""
     if self.prompt_style == "chat":
       return fmt.d1_chat_prompt(self.chat_template, self.SYSTEM_PROMPT, question)
+    if self.prompt_style == fmt.D1_TRAIN:
+      return self.chat_template.user_turn(self.d1_train_message(question))
     return f"{question}\n"
 
   # --- grading -------------------------------------------------------------------------------------
@@ -167,9 +174,9 @@ class ReasoningQATask(Task):
       raise ValueError(f"got {len(completions)} completions for {len(examples)} examples")
 
   def _format_scores(self, completions: Sequence[str]) -> np.ndarray:
-    if self.prompt_style != "chat":
+    if self.prompt_style == "plain":
       return np.zeros(len(completions), np.float32)
-    prefix = fmt.GENERATION_PREFIX
+    prefix = fmt.completion_prefix(self.prompt_style)
     return np.asarray([0.0 if text_scan.over_limit(c) else
                        fmt.strict_format_reward(c, prefix) + fmt.soft_format_reward(c, prefix)
                        for c in completions], np.float32).reshape(len(completions))
@@ -183,18 +190,19 @@ class ReasoningQATask(Task):
     return np.asarray(correct, bool).reshape(len(examples)), hits
 
   def reward(self, completions: Sequence[str], examples: Sequence[Example]) -> np.ndarray:
-    """float32 ``[N]``: correctness (0/1) + ``format_weight`` x (strict + soft) in chat style; 0 for a
+    """float32 ``[N]``: correctness (0/1) + ``format_weight`` x (strict + soft) in the chat and d1_train
+    styles; 0 for a
     completion that hit a grader bound."""
     correct, hits = self._graded(completions, examples)
     rewards = correct.astype(np.float32) + self.format_weight * self._format_scores(completions)
     return np.where(hits, 0.0, rewards).astype(np.float32)
 
   def metrics(self, completions: Sequence[str], examples: Sequence[Example]) -> dict[str, Any]:
-    """``accuracy``, ``strict_format`` (chat: layout exactly right), ``grader_bound_hits`` (count),
+    """``accuracy``, ``strict_format`` (chat, d1_train: layout exactly right), ``grader_bound_hits`` (count),
     ``num_examples``."""
     correct, hits = self._graded(completions, examples)
     n = len(examples)
-    prefix = fmt.GENERATION_PREFIX if self.prompt_style == "chat" else ""
+    prefix = fmt.completion_prefix(self.prompt_style)
     strict = [not h and fmt.strict_format_reward(c, prefix) > 0 for c, h in zip(completions, hits)]
     return {"accuracy": float(np.mean(correct)) if n else 0.0,
             "strict_format": float(np.mean(strict)) if n else 0.0,

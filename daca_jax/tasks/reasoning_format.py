@@ -1,6 +1,7 @@
 """Prompt styles and the ``<reasoning>``/``<answer>`` output format shared by the reasoning tasks.
 
-Two prompt styles (constructor argument ``prompt_style`` of countdown, gsm8k, math500 and sudoku4x4):
+Prompt styles (constructor argument ``prompt_style`` of countdown, gsm8k, math500 and sudoku4x4; the
+code tasks have the first two, :data:`PROMPT_STYLES`):
 
 * ``"plain"``: a compact prompt for tiny byte-level models; the completion is the bare answer.
 * ``"chat"``: d1's evaluation prompt (dllm-reasoning/d1 ``eval/*.py``, ``create_prompt``): one user
@@ -8,6 +9,10 @@ Two prompt styles (constructor argument ``prompt_style`` of countdown, gsm8k, ma
   LLaDA-8B-Instruct's for the byte tokenizer, :mod:`daca_jax.tasks.chat`), followed by :data:`GENERATION_PREFIX`
   (``"<reasoning>"``, d1's ``add_reasoning=True``), so the completion continues the reasoning and
   then gives the answer inside ``<answer>`` tags. Each task holds d1's system prompt for it.
+* ``"d1_train"``: d1's RL training prompt (:mod:`daca_jax.tasks.d1_train_prompts`): another message,
+  in the same chat template, with nothing pre-filled: the completion opens ``<reasoning>`` itself
+  (:func:`completion_prefix` is ""). d1's training rewards (``task.reward=d1``) are written for it;
+  the paper presets train on it and evaluate on ``"chat"`` (``task.train_prompt_style``).
 
 Format rewards follow d1's strict and soft layout checks (``diffu-grpo/reward_func.py``, 0.5 each),
 applied to ``GENERATION_PREFIX + completion`` in the chat style (the prompt opened the reasoning
@@ -32,6 +37,9 @@ from daca_jax.tasks import text_scan
 from daca_jax.tasks.chat import ChatTemplate
 
 PROMPT_STYLES = ("plain", "chat")
+D1_TRAIN = "d1_train"
+# The styles of the four tasks d1 trains on (countdown, gsm8k, math500, sudoku4x4).
+REASONING_PROMPT_STYLES = PROMPT_STYLES + (D1_TRAIN,)
 
 # d1's create_prompt appends this to the chat prompt (add_reasoning=True): the model continues it.
 GENERATION_PREFIX = "<reasoning>"
@@ -50,6 +58,20 @@ def check_prompt_style(prompt_style: str, allowed: tuple[str, ...] = PROMPT_STYL
   if prompt_style not in allowed:
     raise ConfigError("task.options.prompt_style", prompt_style, f"one of {list(allowed)}")
   return prompt_style
+
+
+def completion_prefix(prompt_style: str) -> str:
+  """What the prompt of ``prompt_style`` pre-fills of the completion's layout: :data:`GENERATION_PREFIX`
+  for ``"chat"`` (d1's evaluation prompt), "" otherwise (the format rewards read ``prefix + completion``)."""
+  return GENERATION_PREFIX if prompt_style == "chat" else ""
+
+
+def reasoning_answer_target(prompt_style: str, reasoning: str, answer: str) -> str:
+  """The SFT target of a reasoning style (``"chat"`` / ``"d1_train"``): :func:`reasoning_target`, opened
+  with ``<reasoning>`` where the prompt does not pre-fill it, so that ``completion_prefix + target`` is
+  the exact layout :func:`strict_format_reward` accepts."""
+  return GENERATION_PREFIX + reasoning_target(reasoning, answer) if prompt_style == D1_TRAIN else (
+      reasoning_target(reasoning, answer))
 
 
 def d1_chat_prompt(template: ChatTemplate, system_prompt: str, question: str) -> str:

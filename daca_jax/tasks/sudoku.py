@@ -17,6 +17,8 @@ Prompt styles (``prompt_style``):
   finds a non-empty string (digits in a code fence inside the answer; the first answer span; the
   text after ``</answer>``; 16 digits before a ``</answer>``; a free-standing 16-digit number),
   whitespace removed, then padded with ``0`` or truncated to 16 characters for cell accuracy.
+* ``"d1_train"``: d1's Sudoku training prompt (:func:`daca_jax.tasks.d1_train_prompts.sudoku_message`:
+  the same system prompt and question, nothing pre-filled); answers are read as in ``"chat"``.
 
 Rewards and metrics:
 
@@ -53,6 +55,7 @@ import numpy as np
 
 from daca_jax import local_data
 from daca_jax.errors import ConfigError, DataError
+from daca_jax.tasks import d1_train_prompts
 from daca_jax.tasks import reasoning_format as fmt
 from daca_jax.tasks import text_scan
 from daca_jax.tasks.base import DATA_OPTIONS, TASKS, Example, Task
@@ -449,7 +452,8 @@ class Sudoku4x4Task(Task):
       examples and for the generated fallback evaluation set.
     eval_size: size of the generated fallback evaluation set.
     seed: seed of the generated fallback evaluation set.
-    prompt_style: ``"plain"`` or ``"chat"`` (d1's prompt and answer format; see module docstring).
+    prompt_style: ``"plain"``, ``"chat"`` (d1's evaluation prompt and answer format) or ``"d1_train"``
+      (d1's training prompt); see the module docstring.
     tokenizer: the model's tokenizer (None: the byte tokenizer).
 
   Raises:
@@ -462,7 +466,7 @@ class Sudoku4x4Task(Task):
   primary_metric = "strict_solved"
 
   name = "sudoku4x4"
-  prompt_styles = fmt.PROMPT_STYLES
+  prompt_styles = fmt.REASONING_PROMPT_STYLES
   OPTIONS = {**DATA_OPTIONS, "num_blanks": 8, "eval_size": 500, "seed": 1234, "prompt_style": "plain"}
 
   def __init__(
@@ -501,10 +505,15 @@ class Sudoku4x4Task(Task):
   def _examples(self, rows: Sequence[tuple[str, str]]) -> list[Example]:
     if self.prompt_style == "plain":
       return [Example(prompt=p, target=s, meta={"puzzle": p, "solution": s}) for p, s in rows]
-    return [Example(prompt=fmt.d1_chat_prompt(self.chat_template, SYSTEM_PROMPT,
-                                              f"Solve the following Sudoku puzzle: {p}\n"),
-                    target=fmt.reasoning_target(_CHAT_REASONING, s),
+    return [Example(prompt=self._templated_prompt(p),
+                    target=fmt.reasoning_answer_target(self.prompt_style, _CHAT_REASONING, s),
                     meta={"puzzle": p, "solution": s}) for p, s in rows]
+
+  def _templated_prompt(self, puzzle: str) -> str:
+    """d1's evaluation prompt (chat) or training prompt (d1_train) of ``puzzle``."""
+    if self.prompt_style == fmt.D1_TRAIN:
+      return self.chat_template.user_turn(d1_train_prompts.sudoku_message(SYSTEM_PROMPT, puzzle))
+    return fmt.d1_chat_prompt(self.chat_template, SYSTEM_PROMPT, f"Solve the following Sudoku puzzle: {puzzle}\n")
 
   def _load_csv(self, path: pathlib.Path) -> list[Example]:
     rows = local_data.read_sudoku_csv(path)

@@ -10,6 +10,8 @@ import pytest
 from configs import paper
 from daca_jax.configure import train_config_from_dict
 from daca_jax.errors import ConfigError
+from daca_jax.models.hf_import import ARCHITECTURE_FIELDS
+from daca_jax.types import ModelConfig
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 ALL = paper.preset_names()
@@ -33,8 +35,15 @@ def test_every_preset_and_its_smoke_form_validates():
     assert cfg.rl.objective == objective, name
     assert cfg.rl.credit == ("dps" if arm in ("dps", "daca") else "uniform"), name
     assert cfg.rl.likelihood == ("stratified" if arm in ("sml", "daca") else likelihood), name
-    assert cfg.task.reward == ("d1" if task in ("gsm8k", "math500", "countdown", "sudoku") else ""), name
+    d1_task = task in ("gsm8k", "math500", "countdown", "sudoku")
+    assert cfg.task.reward == ("d1" if d1_task else ""), name
+    # d1's training prompts where d1 trains the task; d1's evaluation prompts and protocol everywhere
+    assert cfg.task.train_prompt_style == ("d1_train" if d1_task else ""), name
+    assert cfg.task.options["prompt_style"] == "chat" and cfg.eval.protocol == "d1", name
     assert cfg.model.init_checkpoint == "" and cfg.sft.steps == 0, name  # the user passes the checkpoint
+    assert cfg.model.require_checkpoint, name  # ... and a run without one is refused
+    # no architecture: every field is ModelConfig's default, which the checkpoint's config.json replaces
+    assert all(getattr(cfg.model, f) == getattr(ModelConfig(), f) for f in ARCHITECTURE_FIELDS), name
 
 
 @pytest.mark.parametrize("bad", ["d2_gsm8k", "d1_sudoku4x4", "d1_gsm8k_foo", "d1_gsm8k,fast", "d1", "",
@@ -49,7 +58,9 @@ def test_d1_recipe_values():
   cfg = train_config_from_dict(paper.get_config("d1_gsm8k"))
   m, r, rl = cfg.model, cfg.rollout, cfg.rl
   assert (m.lora_rank, m.lora_alpha, m.lora_dropout, m.lora_targets) == (128, 64.0, 0.05, "q,k,v,o,gate,up,down")
-  assert (m.vocab_size, m.d_model, m.n_layers, m.mask_token_id) == (126464, 4096, 32, 126336)
+  assert (m.dtype, m.param_dtype, m.remat) == ("bfloat16", "bfloat16", "full")
+  assert (cfg.eval.lengths, cfg.eval.block_length, cfg.eval.steps, cfg.eval.temperature) == ((128, 256, 512), 32, 0, 0.0)
+  assert cfg.task.num_val_examples == 250 and cfg.sft.num_train_examples == 7223  # GSM8K train = pool + validation
   assert (r.gen_length, r.block_length, r.steps, r.temperature) == (256, 32, 128, 0.9)
   assert (rl.group_size, rl.prompts_per_step, rl.num_iterations, rl.grad_accum) == (6, 16, 12, 2)
   assert (rl.clip_eps, rl.beta, cfg.likelihood.p_mask_prompt, rl.advantage) == (0.5, 0.04, 0.15, "group_mean")
@@ -71,16 +82,20 @@ def test_smoke_forms_are_tiny_and_keep_the_recipe():
   method_fields = ("rl.objective", "rl.credit", "rl.likelihood", "rl.advantage", "rl.clip_eps", "rl.beta",
                    "rl.learning_rate", "rl.adam_b2", "rl.weight_decay", "rl.max_grad_norm",
                    "likelihood.p_mask_prompt", "likelihood.elbo.nodes", "rollout.block_length",
-                   "rollout.temperature", "task.name", "task.reward", "model.lora_dropout", "seed")
+                   "rollout.temperature", "task.name", "task.reward", "task.train_prompt_style", "task.options",
+                   "model.lora_dropout", "model.require_checkpoint", "eval.protocol", "eval.block_length",
+                   "eval.steps", "eval.temperature", "seed")
   for name in ALL:
     full = train_config_from_dict(paper.get_config(name))
     small = train_config_from_dict(paper.get_config(name + ",smoke"))
     for field in method_fields:
       get = lambda cfg: __import__("functools").reduce(getattr, field.split("."), cfg)
       assert get(small) == get(full), (name, field)
-    assert small.model.d_model <= 32 and small.model.n_layers == 1 and small.rl.steps == 2
+    assert small.model == ModelConfig(**{**vars(full.model), **{f: getattr(small.model, f) for f in (
+        "dtype", "param_dtype", "remat", "lora_rank", "lora_alpha")}}), name  # the checkpoint sets the rest
+    assert small.model.lora_rank <= 4 and small.model.dtype == "float32" and small.rl.steps == 2
     assert small.rollout.gen_length <= 64 and small.rl.prompts_per_step * small.rl.group_size <= 4
-    assert small.task.num_eval_examples <= 4 and small.sft.num_train_examples <= 8
+    assert max(small.eval.lengths) <= 64 and small.task.num_eval_examples <= 2 and small.sft.num_train_examples <= 8
     assert small.log.plumbing_check and small.rl.num_iterations >= 2 and small.rl.grad_accum == 2
 
 

@@ -1,0 +1,154 @@
+"""The main job's evaluations under ``cfg.eval``'s protocol: the test set before and after RL (cached in
+the workdir) and the validation split during RL.
+
+``eval.protocol="rollout"`` decodes once with the RL sampler's geometry at ``eval.temperature``; the
+metrics are the task's. ``eval.protocol="d1"`` decodes at every length of ``eval.gen_lengths`` with d1's
+protocol (:func:`eval_protocol`: a :class:`daca_jax.run.harness.EvalProtocol`, so the main job and
+``experiments/evaluate.py`` decode alike) and reports
+
+* ``L<length>/<metric>`` for every length and metric (``L128/accuracy``; TensorBoard groups them by length),
+* the plain ``<metric>`` names with the headline length's values (:func:`headline_length`), so the
+  tables, plots and tools that read one number per metric (``results.json``'s ``eval_after``,
+  ``experiments/compare.py``, ``reward_curve.png``) keep working,
+* ``num_examples`` once.
+
+Each length of a test-set evaluation is cached on its own (``<stem>_L<length>.json`` and its
+``.generations.jsonl``), so an evaluation interrupted between lengths resumes at the next one.
+Decoding goes through the main job's own decode loop (:func:`daca_jax.run.evaluation.evaluate`, shared
+with the harness), split over the processes of a multi-host run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+from typing import Any, Callable, Sequence
+
+import jax
+
+from daca_jax import io_utils, parallel
+from daca_jax.diffusion.rollout import make_rollout_fn
+from daca_jax.run.evaluation import evaluate
+from daca_jax.run.harness.protocol import EvalProtocol
+from daca_jax.tasks.base import Example, Task
+from daca_jax.types import RolloutConfig, TrainConfig
+
+
+def eval_protocol(cfg: TrainConfig) -> EvalProtocol | None:
+  """The d1 protocol of ``cfg.eval`` (None for ``eval.protocol="rollout"``): its lengths, block and
+  steps, greedy at ``eval.temperature``, low-confidence remasking (d1's), ``eval.batch_size``."""
+  if cfg.eval.protocol != "d1":
+    return None
+  return EvalProtocol(gen_lengths=cfg.eval.lengths, block_length=cfg.eval.block_length, steps=cfg.eval.steps,
+                      temperature=cfg.eval.temperature, batch_size=cfg.eval.batch_size, seed=cfg.seed)
+
+
+def headline_length(cfg: TrainConfig) -> int:
+  """The length whose metrics the plain names report: ``rollout.gen_length`` (the length RL trains at)
+  when it is evaluated, else the longest of ``eval.gen_lengths``; ``rollout.gen_length`` under the
+  rollout protocol."""
+  if cfg.eval.protocol != "d1":
+    return cfg.rollout.gen_length
+  lengths = cfg.eval.lengths
+  return cfg.rollout.gen_length if cfg.rollout.gen_length in lengths else max(lengths)
+
+
+def combine_lengths(per_length: dict[int, dict[str, float]], headline: int) -> dict[str, float]:
+  """One flat metrics dict from ``{length: task metrics}`` (module docstring's names)."""
+  out = dict(per_length[headline])
+  for length, metrics in per_length.items():
+    out.update({f"L{length}/{k}": v for k, v in metrics.items() if k != "num_examples"})
+  return out
+
+
+def cached_eval(path: pathlib.Path, fingerprint: dict[str, Any], run: Callable[[], tuple[dict, list[str]]],
+                examples: Sequence[Example], log: Callable[[str], None] = print) -> tuple[dict[str, float], bool]:
+  """Returns (metrics, from_cache). The cache is used only if it was made with the same
+  ``fingerprint`` (eval settings, number of examples, training steps behind the parameters); a
+  damaged cache is recomputed. The completions go to ``<path stem>.generations.jsonl``."""
+  cached = io_utils.read_json_cache(path, log)
+  if cached is not None and cached.get("fingerprint") == fingerprint and isinstance(cached.get("metrics"), dict):
+    return cached["metrics"], True
+  metrics, completions = run()
+  if not parallel.is_primary():
+    return metrics, False
+  io_utils.atomic_write_text(path.with_suffix(".generations.jsonl"), "".join(
+      json.dumps({"prompt": ex.prompt, "target": ex.target, "completion": c}) + "\n"
+      for ex, c in zip(examples, completions)))
+  io_utils.atomic_write_json(path, {"metrics": metrics, "fingerprint": fingerprint})
+  return metrics, False
+
+
+class JobEvaluator:
+  """Decodes and grades a task's examples under ``cfg.eval``'s protocol.
+
+  Args:
+    cfg: the run's config.
+    task: the evaluation view of the task (its prompts and graders).
+    logits_fn: the policy's ``(params, tokens) -> logits`` (LoRA-aware for a LoRA policy).
+    key: the PRNG key of every decode (batch k of a decode uses ``fold_in(key, k)``).
+    mesh: the device mesh of a multi-process run (each process decodes its slice of every batch), or
+      None.
+    show_progress, log: progress bars and messages.
+  """
+
+  def __init__(self, cfg: TrainConfig, task: Task, logits_fn: Callable[..., Any], key: jax.Array, *,
+               mesh: Any = None, show_progress: bool = True, log: Callable[[str], None] = print):
+    self.cfg, self.task, self.mesh = cfg, task, mesh
+    self.show_progress, self.log = show_progress, log
+    self.protocol = eval_protocol(cfg)
+    self.headline = headline_length(cfg)
+    tok = task.tokenizer
+    self._rollouts = {length: self._sharded(make_rollout_fn(logits_fn, rcfg, mask_id=tok.mask_id, eos_id=tok.eos_id))
+                      for length, rcfg in self.rollout_configs().items()}
+    self._key = key
+    self._compiled: set[int] = set()  # lengths whose sampler this process has compiled
+
+  def rollout_configs(self) -> dict[int, RolloutConfig]:
+    """The sampler config of every evaluated length."""
+    if self.protocol is None:
+      return {self.headline: dataclasses.replace(self.cfg.rollout, temperature=self.cfg.eval.temperature)}
+    return {length: self.protocol.rollout_config(length) for length in self.protocol.gen_lengths}
+
+  def _sharded(self, rollout: Callable[..., Any]) -> Callable[..., Any]:
+    if self.mesh is None:
+      return rollout
+    mesh = self.mesh
+    return lambda prm, prompts, key: rollout(prm, parallel.rows_to_devices(prompts, mesh, "eval.batch_size"),
+                                             parallel.to_global(key, mesh))
+
+  def _decode(self, params: Any, examples: Sequence[Example], desc: str, length: int) -> tuple[dict, list[str]]:
+    announce = None if length in self._compiled else self.log  # the first decode of a length compiles
+    self._compiled.add(length)
+    label = desc if self.protocol is None else f"{desc} L={length}"
+    return evaluate(self.task, self._rollouts[length], params, examples, self.cfg.eval.batch_size, self._key,
+                    show_progress=self.show_progress, desc=label,
+                    multiple_of=jax.device_count() if self.mesh is not None else 1, log=announce)
+
+  def run(self, params: Any, examples: Sequence[Example], desc: str) -> dict[str, float]:
+    """The metrics of ``examples`` (uncached: the validation split during RL)."""
+    per = {length: self._decode(params, examples, desc, length)[0] for length in self._rollouts}
+    return per[self.headline] if self.protocol is None else combine_lengths(per, self.headline)
+
+  def cached(self, params: Any, examples: Sequence[Example], desc: str, path: pathlib.Path,
+             fingerprint: dict[str, Any]) -> tuple[dict[str, float], bool]:
+    """The metrics of ``examples``, each length cached in the workdir (:func:`cached_eval`): under the
+    rollout protocol ``path`` itself, under d1's ``<stem>_L<length>.json`` with the length's sampler in
+    its fingerprint. Returns ``(metrics, every length from the cache)``."""
+    if self.protocol is None:
+      return cached_eval(path, fingerprint, lambda: self._decode(params, examples, desc, self.headline),
+                         examples, self.log)
+    per, all_cached = {}, True
+    for length, rcfg in self.rollout_configs().items():
+      per[length], hit = cached_eval(
+          path.with_name(f"{path.stem}_L{length}.json"), dict(fingerprint, rollout=dataclasses.asdict(rcfg)),
+          lambda length=length: self._decode(params, examples, desc, length), examples, self.log)
+      all_cached = all_cached and hit
+    return combine_lengths(per, self.headline), all_cached
+
+  def describe(self) -> dict[str, Any]:
+    """What the evaluations decode (``results.json``'s ``eval_protocol``)."""
+    return {"protocol": self.cfg.eval.protocol, "headline_length": self.headline,
+            "lengths": {str(length): {"steps": r.steps, "block_length": r.block_length, "temperature": r.temperature,
+                                      "remasking": r.remasking}
+                        for length, r in self.rollout_configs().items()}}
