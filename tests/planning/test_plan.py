@@ -62,9 +62,13 @@ def test_plan_memory_equals_the_compiled_programs_of_real_arrays():
   # scalar counters and metrics (a few int32 / float32 scalars), which it leaves out.
   assert record["analytic"]["params"] == param_bytes
   assert 0 <= opt_bytes - record["analytic"]["optimizer"] <= 64
-  fits = plan.assess(record, plan.DEVICES["v5e"], mfu=0.5, usable_fraction=0.9)
-  assert fits["fits"] and fits["iteration_s"] == pytest.approx(
-      (record["flops_per_device"]["rollout"] + record["flops_per_device"]["update"]) / (197e12 * 0.5))
+  v5e = plan.DEVICES["v5e"]
+  fits = plan.assess(record, v5e, mfu=0.5, usable_fraction=0.9)
+  # each program: the largest of its compute, memory and link times (XLA's counts of the programs)
+  want = sum(max(c["flops"] / (v5e.peak_bf16_flops * 0.5), c["bytes_accessed"] / v5e.hbm_bytes_per_s,
+                 c["link_bytes"] / v5e.link_bytes_per_s) for c in record["cost_per_device"].values())
+  assert fits["fits"] and fits["iteration_s"] == pytest.approx(want)
+  assert record["flops_per_device"]["rollout"] == record["rollout"]["cost"]["flops"]  # one call, no calls x
   tight = dataclasses.replace(plan.DEVICES["v5e"], hbm_bytes=record["iteration_peak_bytes"] / 0.9 * 0.99)
   assert not plan.assess(record, tight, mfu=0.5, usable_fraction=0.9)["fits"]
 
