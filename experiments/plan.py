@@ -2,8 +2,8 @@
 
   # a run's own config, e.g. a paper preset: that preset's rollout and update on 8 simulated devices
   python experiments/plan.py --config=configs/paper.py:d1_gsm8k_daca --num_devices=8 --device=h100 \
-      [--config.model.init_checkpoint=/ckpt/LLaDA-8B-Instruct | --model=dream_7b] [--prompt_len=200] \
-      [--config.rl.rollout_batch=24 ...] [--json=plan.json]
+      [--config.model.init_checkpoint=/ckpt/LLaDA-8B-Instruct | --model=dream_7b] \
+      [--prompt_len=200 | --prompt_len_from_task] [--config.rl.rollout_batch=24 ...] [--json=plan.json]
   # the paper presets' table (each base method x arm of GSM8K on 8x H100 and v5p-8), one process each
   python experiments/plan.py --paper_sweep --json=docs/results/paper_plan.json
   python experiments/plan.py --render=docs/results/paper_plan.json

@@ -111,12 +111,13 @@ def build(cfg: TrainConfig, prompt_len: int) -> Built:
                rollout_calls=sampled // rl.rollout_batch if rl.rollout_batch else 1)
 
 
-def compile_rollout(built: Built) -> tuple[Program, Any]:
-  """Compiles one call of the learner's sampler; returns (program, the abstract Trajectory of the rows
-  the update trains on)."""
+def compile_rollout(built: Built) -> tuple[Program, int, Any]:
+  """Compiles one call of the learner's sampler; returns (program, the rows it samples per call, the
+  abstract Trajectory of the rows the update trains on)."""
   lowered = built.learner.rollout.lower(built.params, built.prompts, built.key)
   traj = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), lowered.out_info)
-  return Program.of(lowered, built.num_devices), whole_batch_struct(traj, built.update_rows)
+  return (Program.of(lowered, built.num_devices), int(traj.tokens.shape[0]),
+          whole_batch_struct(traj, built.update_rows))
 
 
 def compile_update(built: Built, traj: Any) -> Program:

@@ -71,7 +71,8 @@ def plan_from_config(cfg: TrainConfig, *, prompt_len: int, num_devices: int | No
     notes: lines the record carries (what the plan could not honour, set by the caller).
   Returns:
     A JSON-able dict: ``setting`` (:func:`setting`), ``param_count``, ``trainable_count``, ``rollout``
-    and ``update`` (per-device ``memory`` bytes, ``compile_s``, one run's ``cost``), ``state_bytes``,
+    and ``update`` (per-device ``memory`` bytes, ``compile_s``, one run's ``cost``; the rollout's
+    ``calls`` per iteration and ``rows_per_call`` of its compiled program), ``state_bytes``,
     ``update_peak_bytes``, ``iteration_peak_bytes``, ``cost_per_device`` (``flops``,
     ``bytes_accessed``, ``link_bytes`` of each phase of one iteration: the rollout's calls together),
     ``flops_per_device`` (the same FLOPs) and ``notes``.
@@ -89,7 +90,7 @@ def plan_from_config(cfg: TrainConfig, *, prompt_len: int, num_devices: int | No
   if cfg.parallel.strategy == "none" and n != 1:
     raise ConfigError("parallel.strategy", "none", f"'fsdp' or 'pmap' on {n} devices ('none' runs on one)")
   built = build(cfg, prompt_len)
-  rollout, traj = compile_rollout(built)
+  rollout, call_rows, traj = compile_rollout(built)
   update = compile_update(built, traj)
   params_b = per_device_bytes(built.params, built)
   opt_b = per_device_bytes(built.opt_state, built)
@@ -111,7 +112,7 @@ def plan_from_config(cfg: TrainConfig, *, prompt_len: int, num_devices: int | No
       "param_count": analytic.param_count(model),
       "trainable_count": analytic.lora_count(model, model.lora_rank) if model.lora_rank
                          else analytic.param_count(model),
-      "rollout": dict(dataclasses.asdict(rollout), calls=built.rollout_calls),
+      "rollout": dict(dataclasses.asdict(rollout), calls=built.rollout_calls, rows_per_call=call_rows),
       "update": dataclasses.asdict(update),
       "state_bytes": {"params": params_b, "optimizer": opt_b, "reference": ref_b, "shared_base": shared_b},
       "update_peak_bytes": update_peak, "iteration_peak_bytes": iteration_peak,

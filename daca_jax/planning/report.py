@@ -78,12 +78,18 @@ def paper_record(preset: str, device: str, record: dict[str, Any]) -> dict[str, 
   return {"preset": preset, "device": device, "plan": record}
 
 
+def _bound(a: dict[str, Any], phase: str) -> str:
+  """Which of a program's three times is its predicted time."""
+  return max(("compute", "memory", "link"), key=lambda k: a[f"{phase}_{k}_s"])
+
+
 def _cell(entry: dict[str, Any], mfu: float, usable: float) -> str:
   r = entry["plan"]
   a = assess(r, device_spec(entry["device"]), mfu=mfu, usable_fraction=usable)
   verdict = "fits" if a["fits"] else "**does not fit**"
-  return (f"{verdict}, {a['iteration_peak_gb']:.1f} GB, {a['iteration_s']:.1f} s "
-          f"(rollout {a['rollout_s']:.1f} + update {a['update_s']:.1f})")
+  return (f"{verdict}, {a['iteration_peak_gb']:.1f} GB, **{a['iteration_s']:.1f} s** (rollout "
+          f"{a['rollout_s']:.1f} {_bound(a, 'rollout')} + update {a['update_s']:.1f} {_bound(a, 'update')}); "
+          f"run {a.get('run_s', float('nan')) / 3600:.0f} h")
 
 
 def paper_table(data: dict[str, Any], *, mfu: float, usable: float,
@@ -96,7 +102,11 @@ def paper_table(data: dict[str, Any], *, mfu: float, usable: float,
   lines = [f"Predicted by `python experiments/plan.py --config=configs/paper.py:<preset>` from the programs "
            f"compiled for simulated CPU devices, not measured; MFU {mfu} assumed, fits = iteration peak <= "
            f"{usable:.0%} of HBM; P {first.get('prompt_len', '?')} prompt tokens; FSDP over all devices; "
-           "LLaDA-8B shape. Cells: fit, peak GB per device, s per RL iteration (rollout + update).", "",
+           "LLaDA-8B shape. Cells: fit, peak GB per device, **s per RL iteration** (rollout + update, each "
+           "with the bound that sets its time: compute at that MFU, memory = XLA's bytes accessed / HBM "
+           "bandwidth, link = collective bytes / link bandwidth), and the run's rl.steps iterations in hours "
+           "(evaluation excluded). The CPU compiler upcasts bf16 matmul operands to float32, so the memory "
+           "and link terms and the peak can be up to twice a GPU's or TPU's.", "",
            "| preset | setting | " + " | ".join(t[0] for t in targets) + " |",
            "|---" * (2 + len(targets)) + "|"]
   for preset in presets:

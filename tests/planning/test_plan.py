@@ -106,15 +106,29 @@ def test_cli_bad_device_is_one_line_and_exit_2():
 
 
 @pytest.mark.slow
-def test_gpu_check_script_runs_its_whole_iteration_at_tiny_size_on_cpu(tmp_path):
+def test_gpu_check_script_runs_every_step_at_tiny_size_on_cpu(tmp_path):
   import json
   import os
 
   r = subprocess.run(["bash", "experiments/scripts/gpu_check.sh"], cwd=ROOT, capture_output=True, text=True,
-                     env=dict(os.environ, GPU_CHECK_SIZE="tiny", OUT=str(tmp_path)), timeout=900)
-  assert r.returncode == 0, r.stderr[-2000:]
+                     env=dict(os.environ, GPU_CHECK_SIZE="tiny", OUT=str(tmp_path),
+                              GPU_CHECK_CHECKPOINT=str(tmp_path / "random_llada")), timeout=1800)
+  assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+  for step in ("bench", "iteration", "preset"):
+    assert f"{step}: ok in" in r.stdout
   it = json.loads((tmp_path / "iteration_check.json").read_text())
   assert set(it["measured"]) >= {"rollout_s", "likelihood_s", "update_s"}
   assert it["predicted"]["fits"] and it["plan"]["rollout"]["memory"]["peak_bytes"] > 0
   assert "measured MFU" in r.stdout and "predicted" in r.stdout
   assert (tmp_path / "gpu_check.json").exists()
+  # the preset step: a random LLaDA checkpoint in the HF layout, the paper preset trained from it for 2
+  # iterations by train.py, and its plan for the same setting (the task's prompt length with the
+  # checkpoint's tokenizer, the checkpoint's architecture)
+  plan_rec = json.loads((tmp_path / "preset_plan.json").read_text())
+  check = json.loads((tmp_path / "preset_check.json").read_text())
+  metrics = [json.loads(x) for x in (tmp_path / "preset_run" / "metrics.jsonl").read_text().splitlines()]
+  assert len(metrics) == 2 and metrics[1]["includes_compile"] == 0.0
+  assert check["measured"]["iteration_s"] == pytest.approx(metrics[1]["rollout_s"] + metrics[1]["update_s"])
+  assert plan_rec["setting"]["model"]["d_model"] == 32 and plan_rec["setting"]["credit"] == "dps"
+  assert any("config.json of model.init_checkpoint" in n for n in plan_rec["notes"])
+  assert "s / iteration" in r.stdout and "peak GB per device" in r.stdout
