@@ -80,7 +80,7 @@ def _run():
     record = plan.run_plan(spec, n)
     pred = plan.assess(record, dev, mfu=_MFU.value, usable_fraction=_USABLE.value)
 
-  built = build(spec)
+  built = build(plan_spec.train_config(spec), spec.prompt_len)
   learner, cfg = built.learner, plan_spec.train_config(spec)
   _, params = init_model(cfg.model, 0)
   params = jax.tree.map(lambda x: x.astype(jnp.bfloat16) if x.dtype == jnp.float32 and
@@ -120,7 +120,7 @@ def _run():
   for phase in ("rollout", "update"):
     f = record["flops_per_device"][phase]
     mfu = f / measured[f"{phase}_s"] / flops if flops else None
-    rows.append([phase, pred[f"{phase}_compute_s"], measured[f"{phase}_s"], _MFU.value,
+    rows.append([phase, pred[f"{phase}_s"], measured[f"{phase}_s"], _MFU.value,
                  "n/a" if mfu is None else mfu, record[phase]["memory"]["peak_bytes"] / 1e9])
   print(f"\n{spec.model} x{n} {jax.devices()[0].device_kind}: {spec.method}, LoRA r {spec.lora_rank}, "
         f"B {spec.batch}, L {spec.gen_length}, remat {spec.remat}")

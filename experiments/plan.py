@@ -1,18 +1,29 @@
-"""Memory / time plan of LLaDA-8B (or Dream-7B) RL on an accelerator, from compiled programs.
+"""Memory / time plan of an RL run (LLaDA-8B, Dream-7B or a preset's checkpoint) from compiled programs.
 
-  # one setting: compiles the real rollout and update on 8 simulated CPU devices (nothing allocated)
+  # a run's own config, e.g. a paper preset: that preset's rollout and update on 8 simulated devices
+  python experiments/plan.py --config=configs/paper.py:d1_gsm8k_daca --num_devices=8 --device=h100 \
+      [--config.model.init_checkpoint=/ckpt/LLaDA-8B-Instruct | --model=dream_7b] \
+      [--prompt_len=200 | --prompt_len_from_task] [--config.rl.rollout_batch=24 ...] [--json=plan.json]
+  # the paper presets' table (each base method x arm of GSM8K on 8x H100 and v5p-8), one process each
+  python experiments/plan.py --paper_sweep --json=docs/results/paper_plan.json
+  python experiments/plan.py --render=docs/results/paper_plan.json
+  # one PlanSpec setting (flags below); the README's table of --sweep settings
   python experiments/plan.py --model=llada_8b --device=h100 --num_devices=8 --method=daca \
       --lora_rank=0 --remat=full --strata_batch=0 [--json=plan.json]
-  # the README's table: every setting of --sweep, each in its own process, then the table
   python experiments/plan.py --sweep --json=docs/plan_results.json
   python experiments/plan.py --render=docs/plan_results.json
 
-Per device it prints the compiled arguments / outputs / temporaries / peak of the rollout and the
-update, the iteration's peak (the rollout runs beside the resident optimizer state and reference copy),
-the analytic count next to it, whether the iteration fits each device kind (``--usable_fraction`` of
-its memory) and the predicted seconds per RL iteration at ``--mfu``. Every figure is a prediction from
-programs compiled for CPU devices: XLA's GPU and TPU compilers fuse and schedule differently, so
-temporaries on the real device differ (usually downwards: CPU keeps more f32 copies of bf16 values).
+With ``--config`` the architecture is ``model.init_checkpoint``'s config.json (no weights read) or
+``--model``'s (default llada_8b), the device layout FSDP over ``--num_devices`` unless the config sets
+one, the prompt ``--prompt_len`` tokens (default 200, d1's max_prompt_length); every other field is
+compiled as configured (daca_jax/planning/preset.py), and what the plan cannot take as configured is
+printed. Per device it prints the compiled arguments / outputs / temporaries / peak of the rollout and
+the update, the iteration's peak (the rollout runs beside the resident optimizer state and reference
+copy), the FLOPs, bytes and collective bytes XLA counts in them (every loop counted), whether the
+iteration fits each device kind (``--usable_fraction`` of its memory) and the predicted seconds per RL
+iteration at ``--mfu``. Every figure is a prediction from programs compiled for CPU devices: XLA's GPU
+and TPU compilers fuse and schedule differently, so temporaries on the real device differ (usually
+downwards: CPU keeps more f32 copies of bf16 values).
 """
 import os
 import sys
@@ -46,13 +57,15 @@ import subprocess
 import time
 
 from absl import app, flags
+from ml_collections import config_flags
 
-from daca_jax.run.cli_errors import reported_errors
 from daca_jax.errors import ConfigError
 from daca_jax.io_utils import atomic_write_json
-from daca_jax.run.metrics import format_table
 from daca_jax.planning import spec as plan_spec
-from daca_jax.planning.devices import DEVICES, device_spec
+from daca_jax.planning.devices import device_spec
+from daca_jax.planning.preset import DEFAULT_PROMPT_LEN
+from daca_jax.planning.report import PAPER_TARGETS, paper_record
+from daca_jax.run.cli_errors import reported_errors
 
 _F = {}
 for _field in dataclasses.fields(plan_spec.PlanSpec):
@@ -66,11 +79,20 @@ for _field in dataclasses.fields(plan_spec.PlanSpec):
     _F[_field.name] = flags.DEFINE_float(_field.name, _default, _help)
   else:
     _F[_field.name] = flags.DEFINE_string(_field.name, _default, _help)
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "A run's config (configs/*.py[:preset], as experiments/train.py takes it): plan that run. "
+    "With it, of the PlanSpec flags only --model (architecture when no model.init_checkpoint), --device, "
+    "--num_devices and --prompt_len apply.")
+_TASK_P = flags.DEFINE_bool("prompt_len_from_task", False, "With --config: P is the task's prompt length with "
+                             "the run's tokenizer (model.init_checkpoint's; its weights must be there), as the "
+                             "run computes it, instead of --prompt_len.")
 _MFU = flags.DEFINE_float("mfu", 0.4, "Model FLOP utilisation assumed for the predicted step times.")
 _USABLE = flags.DEFINE_float("usable_fraction", 0.9, "Fraction of a device's memory a program may use.")
 _JSON = flags.DEFINE_string("json", "", "Write the plan record(s) here (JSON).")
 _SWEEP = flags.DEFINE_bool("sweep", False, "Run the README's settings (SWEEP), one process each, into --json.")
-_RENDER = flags.DEFINE_string("render", "", "Print the README table of a --sweep JSON file and exit.")
+_PAPER_SWEEP = flags.DEFINE_bool("paper_sweep", False, "Plan PAPER_PRESETS on each of daca_jax.planning.report."
+                                 "PAPER_TARGETS, one process each, into --json (settings already there are kept).")
+_RENDER = flags.DEFINE_string("render", "", "Print the markdown table of a --sweep or --paper_sweep JSON file.")
 
 # The README's table: (num_devices, method, lora_rank, extra spec fields). 8 devices serve the
 # 8-GPU nodes and v5e-8; 4 devices are a v5p-8 slice (4 chips); 16 and 64 devices are 2 and 8 GPU
@@ -83,41 +105,9 @@ SWEEP = ([(n, m, r, {}) for n in (8, 4) for m in ("daca", "d1") for r in (0, 128
 TABLE_DEVICES = (("8x H100-80GB", "h100", 8), ("8x H200-141GB", "h200", 8), ("v5p-8 (4 chips)", "v5p", 4),
                  ("v5e-8", "v5e", 8), ("16x H100 (2 nodes)", "h100", 16), ("v5p-32 (16 chips)", "v5p", 16),
                  ("64x H100 (8 nodes)", "h100", 64), ("v5p-128 (64 chips)", "v5p", 64))
-
-
-def _spec_from_flags(**overrides) -> plan_spec.PlanSpec:
-  values = {name: f.value for name, f in _F.items()}
-  values.update(overrides)
-  return plan_spec.PlanSpec(**values)
-
-
-def _print_record(record, mfu, usable):
-  from daca_jax.planning.plan import assess, compare_rows
-
-  gb = 1e9
-  s = record["spec"]
-  print(f"\n== {s['model']} ({record['param_count']:,} parameters, {record['trainable_count']:,} trained) "
-        f"{s['method']} on {s['num_devices']} devices, strategy {s['strategy']}, B {s['prompts_per_step']}x"
-        f"{s['group_size']}, L {s['gen_length']}, remat {s['remat']}, strata_batch {s['strata_batch']}, "
-        f"LoRA r {s['lora_rank']}")
-  rows = []
-  for name in ("rollout", "update"):
-    m = record[name]["memory"]
-    rows.append([name, m["argument_bytes"] / gb, m["output_bytes"] / gb, m["temp_bytes"] / gb,
-                 m["peak_bytes"] / gb, record[name]["compile_s"]])
-  print(format_table(rows, ["program (per device)", "arguments GB", "outputs GB", "temporaries GB",
-                            "peak GB", "compile s"]))
-  print(f"iteration peak per device: {record['iteration_peak_bytes'] / gb:.2f} GB (rollout + resident "
-        f"optimizer/reference, or the update; LoRA's shared base counted once)")
-  print(format_table(compare_rows(record), ["compiled vs analytic", "compiled GB", "analytic GB", "note"]))
-  rows = []
-  for dev in DEVICES.values():
-    a = assess(record, dev, mfu=mfu, usable_fraction=usable)
-    rows.append([dev.name, a["hbm_gb"], "yes" if a["fits"] else "no", a["rollout_compute_s"],
-                 a["rollout_gather_s"], a["update_compute_s"], a["update_gather_s"], a["iteration_s"]])
-  print(f"prediction at MFU {mfu} (compute) / link bandwidth (FSDP gathers), not a measurement:")
-  print(format_table(rows, ["device", "HBM GB", f"fits ({usable:.0%})", "rollout s", "rollout gathers s",
-                            "update s", "update gathers s", "s / iteration"]))
+# The closing note's table: each base method and its DACA arm on GSM8K (configs/paper.py).
+PAPER_PRESETS = tuple(f"{base}_gsm8k{arm}" for base in ("d1", "wd1", "gdpo") for arm in ("", "_daca"))
+_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def render(path: str, mfu: float, usable: float) -> str:
@@ -185,21 +175,78 @@ def sweep(out: str) -> None:
   pathlib.Path(out + ".part").unlink(missing_ok=True)
 
 
+def paper_sweep(out: str) -> None:
+  """Plans every PAPER_PRESETS x PAPER_TARGETS setting not yet in ``out``, each in its own process (a
+  fresh set of simulated devices), and appends it there."""
+  path = pathlib.Path(out)
+  entries = json.loads(path.read_text())["entries"] if path.exists() else []
+  done = {(e["preset"], e["device"], e["plan"]["setting"]["num_devices"]) for e in entries}
+  for preset in PAPER_PRESETS:
+    for _, dev, n in PAPER_TARGETS:
+      if (preset, dev, n) in done:
+        continue
+      part = pathlib.Path(f"{out}.part")
+      t0 = time.perf_counter()
+      subprocess.run([sys.executable, __file__, f"--config={_ROOT / 'configs/paper.py'}:{preset}",
+                      f"--num_devices={n}", f"--device={dev}", f"--json={part}"], check=True,
+                     stdout=subprocess.DEVNULL)
+      entries.append(paper_record(preset, dev, json.loads(part.read_text())))
+      part.unlink()
+      print(f"planned {preset} on {n}x {dev}: {time.perf_counter() - t0:.0f} s", flush=True)
+      atomic_write_json(out, {"command": "python experiments/plan.py --paper_sweep --json=" + out,
+                              "entries": entries})
+
+
 def main(argv):
   del argv
   with reported_errors():  # bad input: `error: <field>: <value> ... allowed`, exit 2, no traceback
     _main()
 
 
+def _render(path: str) -> str:
+  from daca_jax.planning.report import paper_table
+
+  data = json.loads(pathlib.Path(path).read_text())
+  if "entries" in data:
+    return paper_table(data, mfu=_MFU.value, usable=_USABLE.value)
+  return render(path, _MFU.value, _USABLE.value)
+
+
+def _plan_config():
+  """The plan of --config's run (daca_jax.planning.preset)."""
+  import jax
+
+  from daca_jax.planning.plan import plan_from_config
+  from daca_jax.planning.preset import resolve_plan_config, task_prompt_len
+
+  unused = [n for n, f in _F.items() if f.present and n not in ("model", "device", "num_devices", "prompt_len")]
+  if unused:
+    raise ConfigError(f"--{unused[0]}", _F[unused[0]].value, "unset with --config (set the run's own field, "
+                      "e.g. --config.model.lora_rank=..., --config.rl.grad_accum=...)")
+  device_spec(_F["device"].value, "--device")
+  if _TASK_P.value and _F["prompt_len"].present:
+    raise ConfigError("--prompt_len", _F["prompt_len"].value, "unset with --prompt_len_from_task")
+  given = _F["prompt_len"].present or _TASK_P.value
+  prompt_len = _F["prompt_len"].value if _F["prompt_len"].present else DEFAULT_PROMPT_LEN
+  n = jax.device_count()
+  model = _F["model"].value if _F["model"].present else ""
+  cfg, notes = resolve_plan_config(_CONFIG.value, num_devices=n, model=model, prompt_len=prompt_len,
+                                   prompt_len_given=given)
+  if _TASK_P.value:
+    prompt_len = task_prompt_len(cfg)
+    notes.append(f"prompt length {prompt_len}: task {cfg.task.name}'s with the run's tokenizer")
+  return plan_from_config(cfg, prompt_len=prompt_len, num_devices=n, notes=notes)
+
+
 def _main():
   if _RENDER.value:
-    print(render(_RENDER.value, _MFU.value, _USABLE.value))
+    print(_render(_RENDER.value))
     return
-  if _SWEEP.value:
+  if _SWEEP.value or _PAPER_SWEEP.value:
     if not _JSON.value:
       raise ConfigError("--json", "", "a path for the sweep's results")
-    sweep(_JSON.value)
-    print(render(_JSON.value, _MFU.value, _USABLE.value))
+    (paper_sweep if _PAPER_SWEEP.value else sweep)(_JSON.value)
+    print(_render(_JSON.value))
     return
   if not 0 < _MFU.value <= 1:
     raise ConfigError("--mfu", _MFU.value, "a fraction in (0, 1]")
@@ -208,9 +255,13 @@ def _main():
   import jax
 
   from daca_jax.planning.plan import run_plan
+  from daca_jax.planning.report import describe
 
-  record = run_plan(_spec_from_flags(), jax.device_count())
-  _print_record(record, _MFU.value, _USABLE.value)
+  if _CONFIG.value is not None:
+    record = _plan_config()
+  else:
+    record = run_plan(plan_spec.PlanSpec(**{name: f.value for name, f in _F.items()}), jax.device_count())
+  print(describe(record, mfu=_MFU.value, usable=_USABLE.value))
   if _JSON.value:
     atomic_write_json(_JSON.value, record)
 

@@ -35,20 +35,40 @@ LLADA_8B_CONFIG = {
 }
 
 
+def _fast_bf16(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+  """bfloat16 values of random sign, exponent 2**-7 or 2**-6 and mantissa: magnitudes uniform in
+  log-scale over [2**-7, 2**-5) (std ~0.018), from one random uint16 per value (~20x faster than normal
+  draws; an 8B model's 16 GB in seconds)."""
+  import ml_dtypes
+
+  bits = rng.integers(0, 1 << 16, size=shape, dtype=np.uint16)
+  # keep the sign (bit 15), the exponent's lowest bit (7) and the mantissa (0-6); 0x3C00 sets the
+  # exponent's bits to 120 = 2**-7 (121 where bit 7 was drawn)
+  np.bitwise_and(bits, np.uint16(0x80FF), out=bits)
+  np.bitwise_or(bits, np.uint16(0x3C00), out=bits)
+  return bits.view(ml_dtypes.bfloat16)
+
+
 def write_random_checkpoint(folder: str | pathlib.Path, hf_config: Mapping[str, Any], *, dtype: str = "bfloat16",
-                            seed: int = 0, std: float = 0.02) -> pathlib.Path:
-  """Writes a checkpoint of ``hf_config`` (a LLaDA or Dream ``config.json`` dict) with N(0, std) weights
+                            seed: int = 0, std: float = 0.02, fill: str = "normal") -> pathlib.Path:
+  """Writes a checkpoint of ``hf_config`` (a LLaDA or Dream ``config.json`` dict) with random weights
   (norm scales 1) stored in ``dtype``; returns the folder.
+
+  ``fill="normal"``: N(0, std) weights. ``fill="fast"`` (bfloat16 only): random bit patterns of
+  magnitude in [2**-7, 2**-5) (:func:`_fast_bf16`), for sizes where drawing normals takes minutes
+  (timing and memory checks, whose results do not depend on the values).
 
   Raises:
     ConfigError: ``hf_config`` is not a config this library implements (:func:`config_from_hf`).
-    ValueError: an unknown ``dtype``.
+    ValueError: an unknown ``dtype`` or ``fill``, or ``fill="fast"`` with a dtype other than bfloat16.
   """
   import ml_dtypes
   from safetensors.numpy import save_file
 
   if dtype not in _STORAGE:
     raise ValueError(f"dtype={dtype!r}: one of {sorted(_STORAGE)}")
+  if fill not in ("normal", "fast") or (fill == "fast" and dtype != "bfloat16"):
+    raise ValueError(f"fill={fill!r} with dtype={dtype!r}: 'normal', or 'fast' with bfloat16")
   np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype)
   cfg = config_from_hf(hf_config)
   family = hf_family(hf_config)
@@ -64,6 +84,8 @@ def write_random_checkpoint(folder: str | pathlib.Path, hf_config: Mapping[str, 
     shape = shapes[key][0]
     if key[-1] == "scale":
       return np.ones(shape, np_dtype)
+    if fill == "fast":
+      return _fast_bf16(rng, shape)
     return (rng.standard_normal(shape, np.float32) * std).astype(np_dtype)
 
   for shard in range(n_shards):

@@ -1,10 +1,16 @@
-"""The real rollout and update programs of a :class:`PlanSpec`, compiled from shapes alone.
+"""The real rollout and update programs of a :class:`~daca_jax.types.TrainConfig`, compiled from shapes.
 
-The learner is the library's own :class:`daca_jax.rl.learner.GRPOLearner` (LoRA through
-:mod:`daca_jax.models.lora` as the pipeline builds it); its sampler and update are lowered with
-``lower(ShapeDtypeStruct args)`` on the current devices (simulated CPU devices for a plan) and the
-mesh of ``spec.strategy``: nothing is allocated. ``compiled.memory_analysis()`` then gives the
-per-device buffer sizes of the SPMD-partitioned program.
+The learner is the library's own :class:`daca_jax.rl.learner.GRPOLearner`, built as the main job builds
+it (:func:`daca_jax.run.pipeline.run_main_job`: LoRA through :mod:`daca_jax.models.lora`, the hidden-state
+model for the credit assigners that record it); its sampler and update are lowered with
+``lower(ShapeDtypeStruct args)`` on the current devices (simulated CPU devices for a plan) and the mesh
+of ``cfg.parallel``: nothing is allocated. ``compiled.memory_analysis()`` gives the per-device buffer
+sizes of the SPMD-partitioned program and :func:`daca_jax.planning.hlo_cost.program_cost` what one run
+of it computes, reads and sends, every loop counted.
+
+With ``rl.rollout_batch`` the sampler is compiled for one call of that many rows (the program a step
+holds in memory) and run ``rows / rollout_batch`` times; with ``rl.sample_group_size`` n > G the rollout
+samples ``prompts_per_step x n`` rows and the update trains on ``prompts_per_step x G``.
 """
 from __future__ import annotations
 
@@ -17,40 +23,47 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from daca_jax.run import benchmarking as bm
 from daca_jax import parallel
 from daca_jax.diffusion.rollout import whole_batch_struct
 from daca_jax.models import lora
 from daca_jax.models.llada import Transformer, make_logits_fn
-from daca_jax.planning.spec import PlanSpec, train_config
+from daca_jax.planning.hlo_cost import ProgramCost, program_cost
 from daca_jax.rl.learner import GRPOLearner
+from daca_jax.run import benchmarking as bm
+from daca_jax.types import TrainConfig
 
 EOS_ID = 126081  # only its value's range matters for shapes
 
 
 @dataclasses.dataclass
 class Program:
-  """Per-device compiled sizes (bytes) of one program, its compile time and XLA's FLOP count."""
+  """One compiled program: per-device buffer sizes (bytes), compile seconds and what one run costs."""
 
   memory: dict[str, int]
   compile_s: float
-  flops: float | None
+  cost: ProgramCost
 
   @classmethod
-  def of(cls, lowered: Any) -> "Program":
+  def of(cls, lowered: Any, devices: int) -> "Program":
     t0 = time.perf_counter()
     compiled = lowered.compile()
     compile_s = time.perf_counter() - t0
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    flops = float(cost["flops"]) if cost and "flops" in cost else None
-    return cls(memory=bm.memory_stats(compiled), compile_s=compile_s, flops=flops)
+    return cls(memory=bm.memory_stats(compiled), compile_s=compile_s, cost=program_cost(compiled, devices))
 
 
 @dataclasses.dataclass
 class Built:
-  """A learner and the abstract arguments of its two programs."""
+  """A learner and the abstract arguments of its two programs.
 
+  Attributes:
+    cfg: the configuration it was built from.
+    sampled_rows: rows one rollout samples (``prompts_per_step x (sample_group_size or group_size)``).
+    update_rows: rows one update trains on (``prompts_per_step x group_size``).
+    rollout_calls: calls of the compiled sampler per iteration (``sampled_rows / rl.rollout_batch``).
+    shared_base: with LoRA, the base tree passed as both ``params["base"]`` and ``ref_params["base"]``.
+  """
+
+  cfg: TrainConfig
   learner: GRPOLearner
   params: Any
   ref_params: Any
@@ -58,15 +71,22 @@ class Built:
   prompts: jax.ShapeDtypeStruct
   key: jax.ShapeDtypeStruct
   mesh: Any
-  shared_base: Any  # LoRA: the base tree passed as both params["base"] and ref_params["base"]
+  shared_base: Any
+  sampled_rows: int
+  update_rows: int
+  rollout_calls: int
+
+  @property
+  def num_devices(self) -> int:
+    return 1 if self.mesh is None else int(self.mesh.size)
 
 
-def build(spec: PlanSpec) -> Built:
-  """The learner of ``spec`` and abstract parameters, optimizer state, prompts and key."""
-  cfg = train_config(spec)
+def build(cfg: TrainConfig, prompt_len: int) -> Built:
+  """The learner of ``cfg`` (validated) and abstract parameters, optimizer state, prompts
+  ``int32 [sampled_rows, prompt_len]`` and key."""
   model = cfg.model
   graphdef, params = nnx.split(nnx.eval_shape(lambda: Transformer(model, nnx.Rngs(0))), nnx.Param)
-  kw, shared = {}, None
+  shared = None
   if model.lora_rank:
     adapters = jax.eval_shape(lambda: lora.init_lora(model, jax.random.PRNGKey(0)))
     shared = params
@@ -81,36 +101,41 @@ def build(spec: PlanSpec) -> Built:
     kw = dict(hidden_logits_fn=make_logits_fn(graphdef, return_hidden=True))
   learner = GRPOLearner(logits_fn, cfg, mask_id=model.mask_token_id, eos_id=EOS_ID, **kw)
   opt_state = jax.eval_shape(learner.init_opt_state, params)
-  prompts = jax.ShapeDtypeStruct((spec.batch, spec.prompt_len), jnp.int32)
+  rl = cfg.rl
+  sampled = rl.prompts_per_step * (rl.sample_group_size or rl.group_size)
+  prompts = jax.ShapeDtypeStruct((sampled, prompt_len), jnp.int32)
   key = jax.eval_shape(lambda: jax.random.PRNGKey(0))
   mesh = parallel.make_mesh(cfg.parallel) if cfg.parallel.strategy != "none" else None
-  return Built(learner, params, ref_params, opt_state, prompts, key, mesh, shared)
+  return Built(cfg, learner, params, ref_params, opt_state, prompts, key, mesh, shared, sampled_rows=sampled,
+               update_rows=rl.prompts_per_step * rl.group_size,
+               rollout_calls=sampled // rl.rollout_batch if rl.rollout_batch else 1)
 
 
-def compile_rollout(built: Built) -> tuple[Program, Any]:
-  """Compiles the learner's sampler; returns (program, the abstract Trajectory it returns)."""
+def compile_rollout(built: Built) -> tuple[Program, int, Any]:
+  """Compiles one call of the learner's sampler; returns (program, the rows it samples per call, the
+  abstract Trajectory of the rows the update trains on)."""
   lowered = built.learner.rollout.lower(built.params, built.prompts, built.key)
   traj = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), lowered.out_info)
-  if getattr(built.learner.rollout, "rollout_batch", 0):  # one micro-batch's sampler (rl.rollout_batch)
-    traj = whole_batch_struct(traj, built.prompts.shape[0])
-  return Program.of(lowered), traj
+  return (Program.of(lowered, built.num_devices), int(traj.tokens.shape[0]),
+          whole_batch_struct(traj, built.update_rows))
 
 
 def compile_update(built: Built, traj: Any) -> Program:
-  """Compiles the learner's update for a rollout ``traj`` (abstract) and its credit weights."""
+  """Compiles the learner's update (its μ inner updates) for a rollout ``traj`` (abstract) and its
+  credit weights."""
   learner = built.learner
-  rewards = jax.ShapeDtypeStruct((built.prompts.shape[0],), jnp.float32)
+  rewards = jax.ShapeDtypeStruct((built.update_rows,), jnp.float32)
   credit = jax.eval_shape(learner._assign, traj, rewards, None, learner.init_credit_state(), None)
   weights = credit.weights if credit.token_advantages is None else (credit.weights, credit.token_advantages)
   lowered = learner.update.lower(built.params, built.opt_state, built.ref_params, traj, rewards, weights,
                                  built.key)
-  return Program.of(lowered)
+  return Program.of(lowered, built.num_devices)
 
 
-def per_device_bytes(tree: Any, built: Built, spec: PlanSpec) -> float:
+def per_device_bytes(tree: Any, built: Built) -> float:
   """Bytes one device holds of a parameter-like ``tree`` placed as the strategy places parameters."""
   leaves = jax.tree.leaves(tree)
-  if built.mesh is None or spec.strategy != "fsdp":
+  if built.mesh is None or built.cfg.parallel.strategy != "fsdp":
     return float(sum(np.prod(x.shape) * np.dtype(x.dtype).itemsize for x in leaves))
   shardings = jax.tree.leaves(parallel.fsdp_shardings(tree, built.mesh))
   return float(sum(np.prod(s.shard_shape(x.shape)) * np.dtype(x.dtype).itemsize

@@ -1,31 +1,125 @@
-"""A plan: compiled per-device memory of one RL iteration, its analytic cross-check, whether it fits
-each device kind, and the predicted time per iteration at a stated MFU.
+"""A plan: compiled per-device memory of one RL iteration, whether it fits each device kind, and the
+predicted time per iteration, all from the programs the run would compile.
 
 Memory of an iteration. The rollout and the update are separate programs; while the rollout runs,
 the optimizer state and the reference copy stay resident beside its arguments, and the update's
 arguments hold everything. So the iteration's peak per device is
 ``max(rollout peak + optimizer + reference, update peak)``, each program's peak being XLA's
 ``arguments + outputs + temporaries - aliased``. With LoRA the reference *is* the policy's base (the
-same buffers passed twice), so the update's argument bytes count the base once less.
+same buffers passed twice), so the update's argument bytes count the base once less. With
+``rl.rollout_batch`` the rollout's peak is that of one call (its calls run one after another).
 
-Time. FLOPs are the analytic model FLOPs (:mod:`daca_jax.planning.analytic`; XLA's cost analysis
-counts a loop body once, and the layers, the sampler's steps and SML's grouped strata are loops), so
-the predicted time is ``FLOPs per device / (peak x MFU)`` for each program, and a lower bound of the
-FSDP weight all-gathers (every forward pass gathers the other shards once, the backward once more)
-over the device's link bandwidth is reported beside it; the larger of the two counts.
+Time. What each program computes, reads and sends per device comes from XLA's cost analysis of the
+compiled program with every loop counted as often as it runs (:mod:`daca_jax.planning.hlo_cost`: the
+sampler's steps, the layer stack, the μ inner updates, the grad-accumulation micro-batches); the
+rollout's is one call's times ``rows / rl.rollout_batch``. On a device, a program takes the largest of
+``FLOPs / (peak x MFU)``, ``bytes accessed / HBM bandwidth`` and ``collective bytes / link bandwidth``
+(compute, memory and communication overlapping perfectly: a roofline), and an iteration the rollout's
+plus the update's. Host work (rewards, decoding), the credit-assignment program (elementwise over the
+step records) and evaluation are not in it (:mod:`daca_jax.planning.preset` lists them per preset).
 """
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Sequence
 
-from daca_jax.run import benchmarking as bm
+import jax
+
+from daca_jax import configure
+from daca_jax.errors import ConfigError
 from daca_jax.planning import analytic
 from daca_jax.planning.compiled import build, compile_rollout, compile_update, per_device_bytes
 from daca_jax.planning.devices import DEVICES, DeviceSpec
 from daca_jax.planning.spec import PlanSpec, check_spec, model_config, train_config
+from daca_jax.run import benchmarking as bm
+from daca_jax.types import TrainConfig
 
 GB = 1e9
+
+
+def setting(cfg: TrainConfig, prompt_len: int, num_devices: int) -> dict[str, Any]:
+  """The fields of ``cfg`` that shape the compiled programs, flat (what a plan record reports)."""
+  m, r, rl, lik = cfg.model, cfg.rollout, cfg.rl, cfg.likelihood
+  sampled = rl.prompts_per_step * (rl.sample_group_size or rl.group_size)
+  return {
+      "num_devices": num_devices, "strategy": cfg.parallel.strategy, "fsdp": cfg.parallel.fsdp,
+      "model": {"d_model": m.d_model, "n_layers": m.n_layers, "n_heads": m.n_heads, "n_kv_heads": m.kv_heads,
+                "mlp_dim": m.mlp_dim, "vocab_size": m.vocab_size, "dtype": m.dtype, "param_dtype": m.param_dtype,
+                "remat": m.remat, "lora_rank": m.lora_rank, "lora_targets": m.lora_targets if m.lora_rank else "",
+                "lora_dropout": m.lora_dropout if m.lora_rank else 0.0, "logprob_chunk": m.logprob_chunk},
+      "prompt_len": prompt_len, "gen_length": r.gen_length, "block_length": r.block_length, "steps": r.steps,
+      "kv_cache": r.kv_cache, "threshold": r.threshold,
+      "objective": rl.objective, "credit": rl.credit, "likelihood": rl.likelihood,
+      "num_strata": lik.stratified.num_strata, "strata_batch": lik.strata_batch, "elbo_nodes": lik.elbo.nodes,
+      "beta": rl.beta, "prompts_per_step": rl.prompts_per_step, "group_size": rl.group_size,
+      "sample_group_size": rl.sample_group_size, "sampled_rows": sampled,
+      "update_rows": rl.prompts_per_step * rl.group_size, "rollout_batch": rl.rollout_batch or sampled,
+      "rollout_calls": sampled // rl.rollout_batch if rl.rollout_batch else 1, "grad_accum": rl.grad_accum,
+      "num_iterations": rl.num_iterations, "grad_agreement": rl.grad_agreement, "rl_steps": rl.steps,
+  }
+
+
+def plan_from_config(cfg: TrainConfig, *, prompt_len: int, num_devices: int | None = None,
+                     notes: Sequence[str] = ()) -> dict[str, Any]:
+  """Compiles ``cfg``'s rollout and update on the current devices and returns the plan record.
+
+  Args:
+    cfg: the run's configuration (validated here); its ``parallel`` section must fit the devices.
+    prompt_len: P, prompt tokens of every row.
+    num_devices: the devices the plan is for; must equal ``jax.device_count()`` (simulated CPU devices
+      for a plan of a larger machine); None takes the current count.
+    notes: lines the record carries (what the plan could not honour, set by the caller).
+  Returns:
+    A JSON-able dict: ``setting`` (:func:`setting`), ``param_count``, ``trainable_count``, ``rollout``
+    and ``update`` (per-device ``memory`` bytes, ``compile_s``, one run's ``cost``; the rollout's
+    ``calls`` per iteration and ``rows_per_call`` of its compiled program), ``state_bytes``,
+    ``update_peak_bytes``, ``iteration_peak_bytes``, ``cost_per_device`` (``flops``,
+    ``bytes_accessed``, ``link_bytes`` of each phase of one iteration: the rollout's calls together),
+    ``flops_per_device`` (the same FLOPs) and ``notes``.
+  Raises:
+    ConfigError: a bad field (before any compile), or a device count other than the process's.
+  """
+  available = jax.device_count()
+  n = available if num_devices is None else num_devices
+  if n != available:
+    raise ConfigError("num_devices", n, f"the {available} devices this process has (the entry point simulates "
+                      "num_devices CPU devices; set it before jax is imported)")
+  configure.validate(cfg)
+  if isinstance(prompt_len, bool) or not isinstance(prompt_len, int) or prompt_len <= 0:
+    raise ConfigError("prompt_len", prompt_len, "a positive integer (prompt tokens per row)")
+  if cfg.parallel.strategy == "none" and n != 1:
+    raise ConfigError("parallel.strategy", "none", f"'fsdp' or 'pmap' on {n} devices ('none' runs on one)")
+  built = build(cfg, prompt_len)
+  rollout, call_rows, traj = compile_rollout(built)
+  update = compile_update(built, traj)
+  params_b = per_device_bytes(built.params, built)
+  opt_b = per_device_bytes(built.opt_state, built)
+  shared_b = per_device_bytes(built.shared_base, built) if built.shared_base is not None else 0.0
+  ref_b = 0.0 if cfg.model.lora_rank else params_b
+  update_peak = update.memory["peak_bytes"] - shared_b
+  iteration_peak = max(rollout.memory["peak_bytes"] + opt_b + ref_b, update_peak)
+  costs = {"rollout": rollout.cost.scaled(built.rollout_calls), "update": update.cost.scaled(1)}
+  notes = list(notes)
+  for name, prog in (("rollout", rollout), ("update", update)):
+    if not prog.cost.exact_loops:
+      notes.append(f"{name}: XLA's per-loop cost analysis was unavailable; every loop body is counted once "
+                   "(a lower bound of its time)")
+    if prog.cost.unknown_trip_loops:
+      notes.append(f"{name}: {prog.cost.unknown_trip_loops} loop(s) without a known trip count counted once")
+  model = cfg.model
+  return {
+      "setting": setting(cfg, prompt_len, n),
+      "param_count": analytic.param_count(model),
+      "trainable_count": analytic.lora_count(model, model.lora_rank) if model.lora_rank
+                         else analytic.param_count(model),
+      "rollout": dict(dataclasses.asdict(rollout), calls=built.rollout_calls, rows_per_call=call_rows),
+      "update": dataclasses.asdict(update),
+      "state_bytes": {"params": params_b, "optimizer": opt_b, "reference": ref_b, "shared_base": shared_b},
+      "update_peak_bytes": update_peak, "iteration_peak_bytes": iteration_peak,
+      "cost_per_device": costs,
+      "flops_per_device": {k: v["flops"] for k, v in costs.items()},
+      "notes": notes,
+  }
 
 
 def _passes(spec: PlanSpec) -> tuple[int, int, int]:
@@ -37,71 +131,67 @@ def _passes(spec: PlanSpec) -> tuple[int, int, int]:
 
 
 def run_plan(spec: PlanSpec, available_devices: int | None = None) -> dict[str, Any]:
-  """Compiles ``spec``'s rollout and update and returns the plan record (bytes per device, FLOPs).
+  """The plan of a :class:`PlanSpec` (:func:`plan_from_config` of its :func:`train_config`), with the
+  spec and the analytic counts it is checked against.
 
   Raises:
     ConfigError: from :func:`check_spec`, before any compile.
   """
   check_spec(spec, available_devices)
-  built = build(spec)
-  rollout, traj = compile_rollout(built)
-  update = compile_update(built, traj)
+  record = plan_from_config(train_config(spec), prompt_len=spec.prompt_len, num_devices=spec.num_devices)
   cfg = model_config(spec)
   rcfg = train_config(spec).rollout
-  n = spec.num_devices
-  params_b = per_device_bytes(built.params, built, spec)
-  opt_b = per_device_bytes(built.opt_state, built, spec)
-  shared_b = per_device_bytes(built.shared_base, built, spec) if built.shared_base is not None else 0.0
-  ref_b = 0.0 if spec.lora_rank else params_b
-  update_peak = update.memory["peak_bytes"] - shared_b
-  iteration_peak = max(rollout.memory["peak_bytes"] + opt_b + ref_b, update_peak)
   passes, kept, scored = _passes(spec)
   records = train_config(spec).rl.credit == "dps"
-  est = analytic.analytic_memory(cfg, rcfg, batch=spec.batch, prompt_len=spec.prompt_len, devices=n,
-                                 fsdp=spec.strategy == "fsdp", lora_rank=spec.lora_rank, passes=kept,
-                                 scored_per_pass=scored, remat=spec.remat,
-                                 grad_agreement=spec.grad_agreement, records=records)
+  est = analytic.analytic_memory(cfg, rcfg, batch=spec.batch, prompt_len=spec.prompt_len,
+                                 devices=spec.num_devices, fsdp=spec.strategy == "fsdp",
+                                 lora_rank=spec.lora_rank, passes=kept, scored_per_pass=scored,
+                                 remat=spec.remat, grad_agreement=spec.grad_agreement, records=records)
   seq = spec.prompt_len + spec.gen_length
   rollout_flops = bm.rollout_flops(cfg, rcfg, spec.batch, spec.prompt_len, rcfg.steps, records=records)
   upd_flops = spec.num_iterations * analytic.update_flops(
       cfg, batch=spec.batch, seq=seq, passes=passes, scored=scored, lora=bool(spec.lora_rank),
       remat=spec.remat, reference=spec.beta > 0, old_policy_passes=0) + (spec.num_iterations - 1) * (
       passes * (bm.forward_flops(cfg, spec.batch, seq)))
-  base_bytes = analytic.param_count(cfg) * 2.0  # bf16 weights gathered per pass
-  gathers = (rcfg.steps, passes * (3 if spec.remat != "none" else 2) + (passes if spec.beta > 0 else 0))
-  return {
-      "spec": dataclasses.asdict(spec),
-      "param_count": analytic.param_count(cfg),
-      "trainable_count": analytic.lora_count(cfg, spec.lora_rank) if spec.lora_rank else analytic.param_count(cfg),
-      "rollout": dataclasses.asdict(rollout), "update": dataclasses.asdict(update),
-      "state_bytes": {"params": params_b, "optimizer": opt_b, "reference": ref_b, "shared_base": shared_b},
-      "update_peak_bytes": update_peak, "iteration_peak_bytes": iteration_peak,
-      "analytic": dataclasses.asdict(est),
-      "flops_per_device": {"rollout": rollout_flops / n, "update": upd_flops / n},
-      "fsdp_gather_bytes_per_device": {
-          "rollout": gathers[0] * base_bytes * (n - 1) / n if spec.strategy == "fsdp" else 0.0,
-          "update": gathers[1] * base_bytes * (n - 1) / n if spec.strategy == "fsdp" else 0.0},
-  }
+  n = spec.num_devices
+  return dict(record, spec=dataclasses.asdict(spec), analytic=dataclasses.asdict(est),
+              analytic_flops_per_device={"rollout": rollout_flops / n, "update": upd_flops / n})
 
 
 def assess(record: dict[str, Any], device: DeviceSpec, *, mfu: float, usable_fraction: float) -> dict[str, Any]:
-  """Fit and predicted seconds of a plan record on ``device`` at ``mfu`` (0 < mfu <= 1)."""
+  """Fit and predicted seconds of a plan record on ``device`` at ``mfu`` (0 < mfu <= 1).
+
+  Returns ``{phase}_compute_s``, ``{phase}_memory_s``, ``{phase}_link_s`` and ``{phase}_s`` (their
+  maximum) for the rollout and the update, ``iteration_s``, ``run_s`` (``rl.steps`` iterations, when the
+  record has them), ``fits`` and the peak. Records written before ``cost_per_device`` existed (analytic
+  FLOPs and FSDP gather bytes) are read as they were predicted then: no memory-bandwidth term.
+  """
   peak = device.peak_bf16_flops * mfu
   out = {"device": device.name, "mfu": mfu, "usable_fraction": usable_fraction,
          "hbm_gb": device.hbm_bytes / GB, "iteration_peak_gb": record["iteration_peak_bytes"] / GB,
          "fits": record["iteration_peak_bytes"] <= usable_fraction * device.hbm_bytes}
   total = 0.0
   for phase in ("rollout", "update"):
-    compute = record["flops_per_device"][phase] / peak
-    comm = record["fsdp_gather_bytes_per_device"][phase] / device.link_bytes_per_s
-    out[f"{phase}_compute_s"], out[f"{phase}_gather_s"] = compute, comm
-    total += max(compute, comm)
+    if "cost_per_device" in record:
+      c = record["cost_per_device"][phase]
+      flops, nbytes, link = c["flops"], c["bytes_accessed"], c["link_bytes"]
+    else:
+      flops, nbytes, link = record["flops_per_device"][phase], 0.0, record["fsdp_gather_bytes_per_device"][phase]
+    out[f"{phase}_compute_s"] = flops / peak
+    out[f"{phase}_memory_s"] = nbytes / device.hbm_bytes_per_s
+    out[f"{phase}_link_s"] = link / device.link_bytes_per_s
+    out[f"{phase}_s"] = max(out[f"{phase}_compute_s"], out[f"{phase}_memory_s"], out[f"{phase}_link_s"])
+    total += out[f"{phase}_s"]
   out["iteration_s"] = total
+  steps = record.get("setting", {}).get("rl_steps")
+  if steps:
+    out["run_s"] = steps * total
   return out
 
 
 def compare_rows(record: dict[str, Any]) -> list[list[Any]]:
-  """(quantity, compiled GB, analytic GB, note) rows: where the compiled program and the count differ."""
+  """(quantity, compiled GB, analytic GB, note) rows of a :func:`run_plan` record: where the compiled
+  program and the analytic count differ."""
   a, s = record["analytic"], record["state_bytes"]
   upd = record["update"]["memory"]
   rows = [["policy parameters", s["params"] / GB, a["params"] / GB, "exact unless a leaf is replicated"],
@@ -116,4 +206,4 @@ def compare_rows(record: dict[str, Any]) -> list[list[Any]]:
   return rows
 
 
-__all__ = ["DEVICES", "assess", "compare_rows", "run_plan"]
+__all__ = ["DEVICES", "assess", "compare_rows", "plan_from_config", "run_plan", "setting"]

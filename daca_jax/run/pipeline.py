@@ -22,6 +22,7 @@ import optax
 from daca_jax import configure, parallel
 from daca_jax import io_utils
 from daca_jax.run import from_checkpoint, guards, preemption
+from daca_jax.run.benchmarking import device_peak_bytes
 from daca_jax.run.checkpoint import Checkpointer
 from daca_jax.credit import CREDIT, TAGGERS
 from daca_jax.diffusion.sft import sft_loss
@@ -325,6 +326,9 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
                rollout_s=t_roll, update_s=t_upd,
                rollout_tokens_per_s=float(sampled.shape[0] * cfg.rollout.gen_length / max(t_roll, 1e-9)),
                includes_compile=float(step == start))  # first iteration of a process: times include jit
+      peak = device_peak_bytes()  # the allocator's peak so far (GPU/TPU; none on CPU): plans are checked on it
+      if peak is not None:
+        m["device_peak_bytes"] = float(peak)
       if eval_fn is not None and rl.eval_every and (done % rl.eval_every == 0 or done == rl.steps):
         m.update({f"val/{k}": v for k, v in eval_fn(state["params"]).items()})
       writer.write(done, m)

@@ -62,9 +62,13 @@ def test_plan_memory_equals_the_compiled_programs_of_real_arrays():
   # scalar counters and metrics (a few int32 / float32 scalars), which it leaves out.
   assert record["analytic"]["params"] == param_bytes
   assert 0 <= opt_bytes - record["analytic"]["optimizer"] <= 64
-  fits = plan.assess(record, plan.DEVICES["v5e"], mfu=0.5, usable_fraction=0.9)
-  assert fits["fits"] and fits["iteration_s"] == pytest.approx(
-      (record["flops_per_device"]["rollout"] + record["flops_per_device"]["update"]) / (197e12 * 0.5))
+  v5e = plan.DEVICES["v5e"]
+  fits = plan.assess(record, v5e, mfu=0.5, usable_fraction=0.9)
+  # each program: the largest of its compute, memory and link times (XLA's counts of the programs)
+  want = sum(max(c["flops"] / (v5e.peak_bf16_flops * 0.5), c["bytes_accessed"] / v5e.hbm_bytes_per_s,
+                 c["link_bytes"] / v5e.link_bytes_per_s) for c in record["cost_per_device"].values())
+  assert fits["fits"] and fits["iteration_s"] == pytest.approx(want)
+  assert record["flops_per_device"]["rollout"] == record["rollout"]["cost"]["flops"]  # one call, no calls x
   tight = dataclasses.replace(plan.DEVICES["v5e"], hbm_bytes=record["iteration_peak_bytes"] / 0.9 * 0.99)
   assert not plan.assess(record, tight, mfu=0.5, usable_fraction=0.9)["fits"]
 
@@ -102,15 +106,29 @@ def test_cli_bad_device_is_one_line_and_exit_2():
 
 
 @pytest.mark.slow
-def test_gpu_check_script_runs_its_whole_iteration_at_tiny_size_on_cpu(tmp_path):
+def test_gpu_check_script_runs_every_step_at_tiny_size_on_cpu(tmp_path):
   import json
   import os
 
   r = subprocess.run(["bash", "experiments/scripts/gpu_check.sh"], cwd=ROOT, capture_output=True, text=True,
-                     env=dict(os.environ, GPU_CHECK_SIZE="tiny", OUT=str(tmp_path)), timeout=900)
-  assert r.returncode == 0, r.stderr[-2000:]
+                     env=dict(os.environ, GPU_CHECK_SIZE="tiny", OUT=str(tmp_path),
+                              GPU_CHECK_CHECKPOINT=str(tmp_path / "random_llada")), timeout=1800)
+  assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+  for step in ("bench", "iteration", "preset"):
+    assert f"{step}: ok in" in r.stdout
   it = json.loads((tmp_path / "iteration_check.json").read_text())
   assert set(it["measured"]) >= {"rollout_s", "likelihood_s", "update_s"}
   assert it["predicted"]["fits"] and it["plan"]["rollout"]["memory"]["peak_bytes"] > 0
   assert "measured MFU" in r.stdout and "predicted" in r.stdout
   assert (tmp_path / "gpu_check.json").exists()
+  # the preset step: a random LLaDA checkpoint in the HF layout, the paper preset trained from it for 2
+  # iterations by train.py, and its plan for the same setting (the task's prompt length with the
+  # checkpoint's tokenizer, the checkpoint's architecture)
+  plan_rec = json.loads((tmp_path / "preset_plan.json").read_text())
+  check = json.loads((tmp_path / "preset_check.json").read_text())
+  metrics = [json.loads(x) for x in (tmp_path / "preset_run" / "metrics.jsonl").read_text().splitlines()]
+  assert len(metrics) == 2 and metrics[1]["includes_compile"] == 0.0
+  assert check["measured"]["iteration_s"] == pytest.approx(metrics[1]["rollout_s"] + metrics[1]["update_s"])
+  assert plan_rec["setting"]["model"]["d_model"] == 32 and plan_rec["setting"]["credit"] == "dps"
+  assert any("config.json of model.init_checkpoint" in n for n in plan_rec["notes"])
+  assert "s / iteration" in r.stdout and "peak GB per device" in r.stdout

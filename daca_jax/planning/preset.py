@@ -1,0 +1,163 @@
+"""A run's own configuration (e.g. ``configs/paper.py:d1_gsm8k_daca``) made ready for a plan.
+
+:func:`resolve_plan_config` turns the config a user would pass to ``experiments/train.py`` into the
+:class:`~daca_jax.types.TrainConfig` whose programs the plan compiles, and says in plain lines what the
+plan does with each field that it cannot take as it is:
+
+* **architecture** (:data:`daca_jax.models.hf_import.ARCHITECTURE_FIELDS`): from
+  ``model.init_checkpoint``'s ``config.json`` (and ``tokenizer.json`` when present: the vocabulary
+  limit) exactly as a training run takes it (:func:`daca_jax.models.hf_import.run_model_config`; a
+  contradicting field is the same ConfigError), no weights read: the folder may hold only those files.
+  Without a checkpoint a model preset (:data:`daca_jax.planning.spec.MODELS`, default ``llada_8b``)
+  supplies it, replacing the config's own architecture fields (the paper presets' LLaDA-8B shape is a
+  placeholder for the checkpoint's); a replaced value is reported.
+* **devices**: the presets leave the layout to the launch (``parallel.strategy="none"``); on several
+  devices the plan uses FSDP over all of them (``--config.parallel.strategy=fsdp
+  --config.parallel.fsdp=N``) and says so. A layout the config does set is used as it is.
+* **prompt length**: set by the task's tokenizer and data at run time; the plan takes it as an
+  argument (:data:`DEFAULT_PROMPT_LEN`: d1's ``max_prompt_length``).
+
+Everything else that shapes an iteration's programs is compiled as configured (see
+:func:`daca_jax.planning.plan.setting`). :func:`not_planned` lists what the predicted iteration
+leaves out (evaluation, host work) or bounds (threshold decoding).
+"""
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Any, Mapping
+
+from daca_jax import configure
+from daca_jax.errors import ConfigError, DataError
+from daca_jax.models import checkpoint_loader
+from daca_jax.models.hf_import import ARCHITECTURE_FIELDS, run_model_config
+from daca_jax.planning.spec import MODELS
+from daca_jax.types import ModelConfig, ParallelConfig, TrainConfig
+
+# d1's max_prompt_length (dllm-reasoning/d1 @ 837888f diffu-grpo/slurm_scripts/train.yaml): prompts are
+# left-truncated to it there, so it bounds the paper runs' prompt length.
+DEFAULT_PROMPT_LEN = 200
+
+
+def config_only_files(path: str) -> checkpoint_loader.CheckpointFiles:
+  """A checkpoint folder's validated ``config.json`` as :class:`~daca_jax.models.checkpoint_loader.CheckpointFiles`
+  without tensors: what the architecture needs (shards need not be there yet).
+
+  Raises:
+    DataError: not a folder, or ``config.json`` missing or malformed
+      (:func:`~daca_jax.models.checkpoint_loader.read_json_object`).
+  """
+  folder = pathlib.Path(path).expanduser()
+  if not folder.is_dir():
+    raise DataError(f"model.init_checkpoint={path}: not a directory (expected a LLaDA or Dream Hugging Face "
+                    "checkpoint folder; the plan reads its config.json only)")
+  folder = folder.resolve()
+  hf = checkpoint_loader.read_json_object(folder / "config.json", "the model's config")
+  return checkpoint_loader.CheckpointFiles(path=folder, hf=hf, tensors={}, shards=())
+
+
+def _architecture(cfg: TrainConfig, model: str) -> tuple[ModelConfig, list[str]]:
+  """The model the plan compiles and the lines that say where its architecture came from."""
+  run = cfg.model
+  if run.init_checkpoint:
+    if model:
+      raise ConfigError("--model", model, f"unset with model.init_checkpoint={run.init_checkpoint} (its "
+                        "config.json gives the architecture)")
+    resolved = run_model_config(config_only_files(run.init_checkpoint), run)
+    return resolved, [f"architecture: config.json of model.init_checkpoint={run.init_checkpoint} "
+                      f"(d_model {resolved.d_model}, {resolved.n_layers} layers, vocab {resolved.vocab_size}); "
+                      "no weights read"]
+  name = model or "llada_8b"
+  if name not in MODELS:
+    raise ConfigError("--model", name, f"one of {sorted(MODELS)} (or set model.init_checkpoint)")
+  arch = MODELS[name]()
+  default = ModelConfig()
+  replaced = [f"model.{f}={getattr(run, f)!r} -> {getattr(arch, f)!r}" for f in ARCHITECTURE_FIELDS
+              if getattr(run, f) != getattr(default, f) and getattr(run, f) != getattr(arch, f)]
+  notes = [f"architecture: --model={name} (no model.init_checkpoint)"]
+  if replaced:
+    notes.append(f"the config's architecture fields replaced by --model={name}'s: {', '.join(replaced)}")
+  return dataclasses.replace(run, **{f: getattr(arch, f) for f in ARCHITECTURE_FIELDS}), notes
+
+
+def _devices(cfg: TrainConfig, num_devices: int) -> tuple[ParallelConfig, list[str]]:
+  par = cfg.parallel
+  if par.strategy == "none" and num_devices > 1:
+    return (dataclasses.replace(par, strategy="fsdp", fsdp=num_devices, data=0),
+            [f"parallel.strategy='none' runs on one device: planned as FSDP over the {num_devices} devices "
+             f"(--config.parallel.strategy=fsdp --config.parallel.fsdp={num_devices})"])
+  return par, []
+
+
+def not_planned(cfg: TrainConfig, prompt_len: int, prompt_len_given: bool) -> list[str]:
+  """Lines on what the predicted iteration of ``cfg`` bounds or leaves out (see the module docstring)."""
+  out = []
+  if not prompt_len_given:
+    out.append(f"prompt length {prompt_len} tokens (d1's max_prompt_length; the run's is its task's longest "
+               "tokenized prompt: pass --prompt_len to plan another)")
+  if cfg.rollout.threshold > 0:
+    out.append(f"rollout.threshold={cfg.rollout.threshold}: the sampler skips a block's remaining steps once "
+               "every row has finished it, at run time; the plan counts every step (an upper bound)")
+  if cfg.rl.sample_group_size and cfg.rl.sample_group_size != cfg.rl.group_size:
+    out.append(f"rl.sample_group_size={cfg.rl.sample_group_size}: the rollout samples that many per prompt and "
+               f"the update trains on rl.group_size={cfg.rl.group_size}; the host-side down-sampling is not timed")
+  evals = [f"rl.eval_every={cfg.rl.eval_every} (validation on {cfg.task.num_val_examples} items)"] \
+      if cfg.rl.eval_every else []
+  out.append("not in the iteration time: evaluation before and after RL (eval.*)"
+             + (f", {evals[0]}" if evals else "") + f", checkpoint saving (checkpoint.every={cfg.checkpoint.every}), "
+             f"the rewards (task.reward={cfg.task.reward or cfg.task.name + ' grader'!r}) and decoding on the host, "
+             "the credit-assignment program (elementwise over the step records)")
+  if cfg.sft.steps and not cfg.model.init_checkpoint:
+    out.append(f"the SFT warm start (sft.steps={cfg.sft.steps}) is not planned")
+  return out
+
+
+def task_prompt_len(cfg: TrainConfig) -> int:
+  """P of the run ``cfg`` describes: its task's prompt length with the tokenizer the run uses (the
+  checkpoint's, with ``model.init_checkpoint``; else the task's own), as the main job computes it
+  (:func:`daca_jax.run.pipeline.build_task`). Reads the checkpoint's file headers and tokenizer (its
+  weights must be there, as for the run) and the task's data.
+
+  Raises:
+    ConfigError, DataError: as the run would, before any work.
+  """
+  from daca_jax.run import from_checkpoint, pipeline
+
+  tokenizer = None
+  if cfg.model.init_checkpoint:
+    cfg, start = from_checkpoint.resolve_config(cfg, log=lambda *_: None)
+    tokenizer = start.tokenizer
+  return int(pipeline.build_task(cfg, tokenizer).prompt_len)
+
+
+def resolve_plan_config(config: Mapping[str, Any] | Any, *, num_devices: int, model: str = "",
+                        prompt_len: int = DEFAULT_PROMPT_LEN, prompt_len_given: bool = True
+                        ) -> tuple[TrainConfig, list[str]]:
+  """The configuration a plan compiles for ``config`` on ``num_devices`` devices, and its notes.
+
+  Args:
+    config: what ``experiments/train.py --config`` takes (a ConfigDict or nested mapping).
+    num_devices: devices of the machine planned for.
+    model: a key of :data:`~daca_jax.planning.spec.MODELS` supplying the architecture ("" = llada_8b);
+      must be "" when ``model.init_checkpoint`` is set.
+    prompt_len: prompt tokens per row (only reported here); prompt_len_given: whether the caller chose
+      it (else the notes say where the default comes from).
+  Returns:
+    ``(cfg, notes)``: the validated TrainConfig and the lines the plan prints about it.
+  Raises:
+    ConfigError: a bad field of ``config`` or ``model``, an architecture field contradicting the
+      checkpoint, a ``parallel`` layout that does not fit ``num_devices``.
+    DataError: an unreadable checkpoint folder or ``config.json``.
+  """
+  cfg = configure.train_config_from_dict(config)
+  model_cfg, notes = _architecture(cfg, model)
+  par, dev_notes = _devices(cfg, num_devices)
+  cfg = configure.validate(dataclasses.replace(cfg, model=model_cfg, parallel=par))
+  if par.strategy != "none":
+    from daca_jax.parallel.mesh import mesh_shape
+
+    mesh_shape(par, num_devices)
+  return cfg, notes + dev_notes + not_planned(cfg, prompt_len, prompt_len_given)
+
+
+__all__ = ["DEFAULT_PROMPT_LEN", "config_only_files", "not_planned", "resolve_plan_config", "task_prompt_len"]
