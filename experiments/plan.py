@@ -106,7 +106,7 @@ TABLE_DEVICES = (("8x H100-80GB", "h100", 8), ("8x H200-141GB", "h200", 8), ("v5
                  ("v5e-8", "v5e", 8), ("16x H100 (2 nodes)", "h100", 16), ("v5p-32 (16 chips)", "v5p", 16),
                  ("64x H100 (8 nodes)", "h100", 64), ("v5p-128 (64 chips)", "v5p", 64))
 # The closing note's table: each base method and its DACA arm on GSM8K (configs/paper.py).
-PAPER_PRESETS = tuple(f"{base}_gsm8k{arm}" for base in ("d1", "wd1", "gdpo") for arm in ("", "_daca"))
+PAPER_PRESETS = tuple(f"{base}_gsm8k{arm}" for arm in ("", "_daca") for base in ("d1", "wd1", "gdpo"))
 _ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 

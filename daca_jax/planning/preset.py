@@ -9,8 +9,8 @@ plan does with each field that it cannot take as it is:
   limit) exactly as a training run takes it (:func:`daca_jax.models.hf_import.run_model_config`; a
   contradicting field is the same ConfigError), no weights read: the folder may hold only those files.
   Without a checkpoint a model preset (:data:`daca_jax.planning.spec.MODELS`, default ``llada_8b``)
-  supplies it, replacing the config's own architecture fields (the paper presets' LLaDA-8B shape is a
-  placeholder for the checkpoint's); a replaced value is reported.
+  supplies it, replacing any architecture field the config sets (the paper presets set none); a
+  replaced value is reported.
 * **devices**: the presets leave the layout to the launch (``parallel.strategy="none"``); on several
   devices the plan uses FSDP over all of them (``--config.parallel.strategy=fsdp
   --config.parallel.fsdp=N``) and says so. A layout the config does set is used as it is.

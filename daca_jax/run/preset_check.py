@@ -29,15 +29,8 @@ import pathlib
 from typing import Any, Iterable, Mapping, Sequence
 
 from daca_jax.models.random_checkpoint import LLADA_8B_CONFIG, write_random_checkpoint
+from daca_jax.tasks.chat import LLADA_CHAT_TEMPLATE
 
-# LLaDA-8B-Instruct's tokenizer_config.json "chat_template", verbatim (source: module docstring); the
-# same string as daca_jax.tasks.chat.LLADA_CHAT_TEMPLATE on main (h_tasks), which should replace it
-# here once both are on one branch.
-LLADA_CHAT_TEMPLATE = (
-    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
-    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
-    "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
-    "{{ content }}{% endfor %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}")
 LLADA_BASE_IDS = 126080  # ids below the first added token (the BPE vocabulary)
 # The named added tokens; every other id in 126084..126339 is <|reserved_token_{id - 126084}|>.
 LLADA_NAMED_TOKENS = {126080: "<|startoftext|>", 126081: "<|endoftext|>", 126082: "[CLS]", 126083: "[gMASK]",
@@ -180,5 +173,5 @@ def compare(plan: Mapping[str, Any], metrics: Iterable[Mapping[str, Any]], devic
   return {"predicted": pred, "measured": measured, "rows": rows}
 
 
-__all__ = ["BPE_CORPUS", "LLADA_ADDED", "LLADA_CHAT_TEMPLATE", "SIZES", "compare", "write_llada_tokenizer",
+__all__ = ["BPE_CORPUS", "LLADA_ADDED", "SIZES", "compare", "write_llada_tokenizer",
            "write_random_llada"]

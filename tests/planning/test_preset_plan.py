@@ -13,18 +13,8 @@ from configs import paper
 from daca_jax.errors import ConfigError
 from daca_jax.models.random_checkpoint import LLADA_8B_CONFIG
 from daca_jax.planning.preset import resolve_plan_config
-from daca_jax.types import ModelConfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-ARCH = ("vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "mlp_dim", "rope_theta", "mask_token_id")
-
-
-def _without_architecture(c):
-  """The preset as it will be once the architecture is left to model.init_checkpoint."""
-  default = ModelConfig()
-  for name in ARCH:
-    setattr(c.model, name, getattr(default, name))
-  return c
 
 
 def test_fields_the_plan_does_not_take_as_configured_are_reported():
@@ -37,7 +27,7 @@ def test_fields_the_plan_does_not_take_as_configured_are_reported():
   assert "rl.sample_group_size=12" in text
   assert f"rl.eval_every={c.rl.eval_every}" in text and "evaluation" in text
   assert "prompt length 200" in text and "--prompt_len" in text
-  assert "--model=llada_8b" in text and "replaced" not in text  # the preset's shape is LLaDA-8B's already
+  assert "--model=llada_8b" in text and "replaced" not in text  # the preset sets no architecture
   assert cfg.parallel.strategy == "none"  # one device: nothing to change
   _, notes = resolve_plan_config(c, num_devices=8)
   assert any("FSDP over the 8 devices" in n for n in notes)
@@ -47,8 +37,12 @@ def test_model_flag_supplies_the_architecture():
   cfg, notes = resolve_plan_config(paper.get_config("d1_gsm8k"), num_devices=1, model="dream_7b")
   assert (cfg.model.d_model, cfg.model.n_layers, cfg.model.vocab_size, cfg.model.qkv_bias) == (3584, 28, 152064, True)
   assert cfg.model.lora_rank == 128 and cfg.model.remat == "full"  # the run's own fields stay
-  assert any("model.d_model=4096 -> 3584" in n for n in notes)
-  cfg, _ = resolve_plan_config(_without_architecture(paper.get_config("d1_gsm8k")), num_devices=1)
+  assert not any("replaced" in n for n in notes)  # the presets set no architecture of their own
+  c = paper.get_config("d1_gsm8k")
+  c.model.d_model = 64  # a config that does set one: replaced, and said so
+  cfg, notes = resolve_plan_config(c, num_devices=1, model="dream_7b")
+  assert cfg.model.d_model == 3584 and any("model.d_model=64 -> 3584" in n for n in notes)
+  cfg, _ = resolve_plan_config(paper.get_config("d1_gsm8k"), num_devices=1)
   assert (cfg.model.d_model, cfg.model.n_layers, cfg.model.vocab_size) == (4096, 32, 126464)
   with pytest.raises(ConfigError, match="--model.*llama"):
     resolve_plan_config(paper.get_config("d1_gsm8k"), num_devices=1, model="llama")
@@ -56,15 +50,15 @@ def test_model_flag_supplies_the_architecture():
 
 def test_architecture_from_a_checkpoint_folder_with_only_its_config(tmp_path):
   (tmp_path / "config.json").write_text(json.dumps(dict(LLADA_8B_CONFIG, n_layers=2)))
-  c = _without_architecture(paper.get_config("wd1_gsm8k"))
+  c = paper.get_config("wd1_gsm8k")
   c.model.init_checkpoint = str(tmp_path)
   cfg, notes = resolve_plan_config(c, num_devices=1)  # no shards, no tokenizer in the folder
   assert (cfg.model.n_layers, cfg.model.d_model, cfg.model.mask_token_id) == (2, 4096, 126336)
   assert any("config.json of model.init_checkpoint" in n and "no weights read" in n for n in notes)
   with pytest.raises(ConfigError, match="--model"):
     resolve_plan_config(c, num_devices=1, model="llada_8b")
-  c = paper.get_config("wd1_gsm8k")  # today's preset sets LLaDA-8B's 32 layers: train.py's own error
-  c.model.init_checkpoint = str(tmp_path)
+  c = paper.get_config("wd1_gsm8k")  # a config contradicting the checkpoint: train.py's own error
+  c.model.n_layers, c.model.init_checkpoint = 32, str(tmp_path)
   with pytest.raises(ConfigError, match="model.n_layers.*config.json:n_layers"):
     resolve_plan_config(c, num_devices=1)
 

@@ -10,7 +10,8 @@ from daca_jax.models.hf_import import checkpoint_config
 from daca_jax.models.random_checkpoint import _fast_bf16
 from daca_jax.planning.devices import device_spec
 from daca_jax.run import preset_check
-from daca_jax.tasks.hf_tokenizer import HFTokenizer, llada_chat_prompt
+from daca_jax.tasks.chat import ChatTemplate
+from daca_jax.tasks.hf_tokenizer import HFTokenizer
 
 
 def test_random_llada_folder_has_the_released_special_ids_and_template(tmp_path):
@@ -26,11 +27,13 @@ def test_random_llada_folder_has_the_released_special_ids_and_template(tmp_path)
   prompt = "Numbers: [12, 34, 56]\nTarget: 78"
   assert tok.decode(tok.encode(prompt)) == prompt
   assert len(tok.encode(prompt)) < len(prompt) / 1.5  # the stand-in BPE merges the tasks' words
-  # the template, rendered as Jinja renders it, is the chat prompt the library writes by hand
+  # the template, rendered as Jinja renders it, is the chat prompt the library renders from the folder
   config = __import__("json").loads((folder / "tokenizer_config.json").read_text())
   rendered = jinja2.Environment().from_string(config["chat_template"]).render(
       messages=[{"role": "user", "content": " 2 + 2? "}], bos_token=config["bos_token"])
-  assert rendered == llada_chat_prompt(" 2 + 2? ")
+  assert rendered == ("<|startoftext|><|start_header_id|>user<|end_header_id|>\n\n2 + 2?<|eot_id|>"
+                      "<|start_header_id|>assistant<|end_header_id|>\n\n")
+  assert HFTokenizer.from_checkpoint(folder).chat_template.user_turn(" 2 + 2? ") == rendered
   assert config["added_tokens_decoder"]["126336"]["content"] == "<|mdm_mask|>"
 
 
