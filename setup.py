@@ -39,10 +39,14 @@ RUN = TASKS + CKPT + VIZ + [
     "tqdm>=4.66",  # progress bars (daca_jax.run.metrics)
     "tensorboardX>=2.6",  # TensorBoard event files of the training dashboards (daca_jax/run/dashboards.py)
 ]
-HF = ["torch==2.13.0", "transformers>=5.0", "tokenizers>=0.20",
-      "safetensors>=0.8",  # numpy bfloat16 tensors (ml_dtypes) read and written by the HF export
-      "huggingface_hub>=0.23",  # transformers' shard splitting (experiments/export_hf.py --max_shard_size)
-      "peft==0.21.2"]  # the exported LoRA adapter is checked by loading it with peft
+# RL from a released checkpoint (model.init_checkpoint), its export, and the `hf download` command;
+# no torch: the library reads and writes the files itself.
+PRETRAINED = ["tokenizers>=0.20",
+              "safetensors>=0.8",  # numpy bfloat16 tensors (ml_dtypes) read and written by the HF export
+              "huggingface_hub>=0.23"]  # shard splitting (experiments/export_hf.py --max_shard_size), `hf download`
+# The parity tests against transformers / peft and the PyTorch benchmark baseline.
+HF = PRETRAINED + ["torch==2.13.0", "transformers>=5.0",
+                   "peft==0.21.2"]  # the exported LoRA adapter is checked by loading it with peft
 WANDB = ["wandb>=0.16"]  # optional W&B dashboards (--config.log.wandb=<project>)
 TEST = RUN + DATA + ["pytest>=8", "hypothesis>=6", "tensorboard>=2.15"]  # tensorboard: reads the event files back
 
@@ -62,6 +66,7 @@ setup(
         "ckpt": CKPT,
         "viz": VIZ,
         "run": RUN,
+        "pretrained": PRETRAINED,
         "hf": HF,
         "wandb": WANDB,
         "all": sorted(set(RUN + DATA + HF + WANDB)),

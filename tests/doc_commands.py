@@ -38,6 +38,8 @@ SKIPS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("python", "-m", "pytest"), "runs the test suite itself"),
     (("tensorboard",), "starts a web server that does not exit"),
     (("bash", "experiments/scripts/gpu_check.sh"), "needs a GPU with LLaDA-8B-sized memory"),
+    (("hf", "download"), "downloads a released checkpoint (the tests never download: /ckpt/<name> in other "
+                         "commands becomes a tiny checkpoint in the release layout)"),
 )
 
 
@@ -82,10 +84,11 @@ class Rule:
 
 RULES: dict[str, Rule] = {
     "experiments/train.py": Rule(smoke=("--config",), set={"--progress": "false"},
-                                 fast={"--workdir": "runs/sudoku"}),
+                                 replace={"--config.parallel.fsdp": "1"}, fast={"--workdir": "runs/sudoku"}),
     "experiments/evaluate.py": Rule(set={"--num_examples": "2", "--batch_size": "2", "--progress": "false"},
+                                    replace={"--gen_lengths": "32"},
                                     hf={"--gen_lengths": "32", "--block_length": "32"}, reads=("--workdir",),
-                                    fast={"--workdir": None}),
+                                    fast={"--workdir": "runs/sudoku"}),
     "experiments/visualize.py": Rule(set={"--num_prompts": "1"}, reads=("--workdir",), fast=True),
     "experiments/compare.py": Rule(reads=("",), fast=True),
     "experiments/variants_table.py": Rule(fast=True),
@@ -98,6 +101,9 @@ RULES: dict[str, Rule] = {
                                            fast={"--table_from": None}),
     "experiments/gradient_study.py": Rule(set={"--num_batches": "2", "--train_steps": "24", "--num_prompts": "2",
                                                "--group_size": "2"}, fast={"--table_from": None}),
+    # a preset's plan compiled for the tiny model on 2 simulated devices (the 8B plan takes minutes)
+    "experiments/plan.py": Rule(smoke=("--config",), default={"--prompt_len": "16"},
+                                replace={"--num_devices": "2"}, set={"--model": "tiny"}, fast=True),
     "experiments/export_hf.py": Rule(reads=("--workdir",), outputs=("--output_dir",), prepared=True, fast=True),
 }
 # The run that stands in for one the documentation reads but no documented command writes

@@ -9,9 +9,10 @@ the adapter on the source model) equal the trained policy's.
 The data are a few made-up GSM8K records (:func:`tests.tiny_data.write_synthetic_gsm8k`), so the test
 needs no benchmark files. The checkpoint has the smoke preset's shape (1 layer, d_model 32, 2 heads), so
 it runs whether the preset sets the architecture or leaves it to the checkpoint. Its output head makes
-the random model write a newline or a "5" at every position, tied (:func:`tests.hf_fixtures.
-write_tiny_checkpoint`'s ``favour``): a completion that opens with the newline earns d1's XML-count term
-(``"<reasoning>\\n"``) and one that does not earns nothing, so rewards vary within groups and the
+the random model write a "5" or the end-of-text token at every position, tied (:func:`tests.hf_fixtures.
+write_tiny_checkpoint`'s ``favour``): a completion that opens with "5" decodes to digits only, which
+earn d1's integer term (and, for the record asking 2 + 3, its correctness term), and one that opens
+with the end of text decodes to nothing and earns nothing, so rewards vary within groups and the
 adapters train (with rewards all equal the advantages, the gradients and therefore the adapters' ``B``
 stay exactly zero, and the export would equal its source whatever it merged). The learning rate is
 raised (:data:`LEARNING_RATE`) so that they move visibly.
@@ -52,12 +53,17 @@ TOL = 1e-4  # float32 logits of two implementations (|logits| up to ~40 here)
 LEARNING_RATE = "1e-2"
 
 
+# The released end-of-text ids (tests/hf_fixtures.py): where a decoded completion stops.
+EOS = {"llada": 126081, "dream": 151643}
+
+
 def _checkpoint(path, family):
-  """The family's tiny checkpoint, its head favouring a newline and a "5" (tied) at masked positions and
-  after the prompt's last token (``>`` of ``<reasoning>``, where Dream reads its first completion token)."""
+  """The family's tiny checkpoint, its head favouring "5" and the end of text (tied) at masked positions
+  and after the prompts' last tokens (the newline ending d1's training prompts after the assistant
+  header, ``>`` of the evaluation prompts' ``<reasoning>``; Dream reads its first completion token there)."""
   vocab = dict(stand_in_bpe()[0])  # byte-level BPE: "Ċ" is the newline
-  return write_tiny_checkpoint(path, family, **SMOKE_SHAPE, favour=(vocab["Ċ"], vocab["5"]), favour_logit=80.0,
-                               favour_context=(vocab[">"],))
+  return write_tiny_checkpoint(path, family, **SMOKE_SHAPE, favour=(vocab["5"], EOS[family]), favour_logit=80.0,
+                               favour_context=(vocab[">"], vocab["Ċ"]))
 
 
 class _Proc:
@@ -163,7 +169,7 @@ def _train_interrupted_and_straight(tmp_path, family, measured):
   r1, r2 = (json.loads((d / "results.json").read_text()) for d in (straight, resumed))
   for key in ("eval_before", "eval_after", "val_before", "val_after"):
     assert r1[key] == r2[key], key
-  assert r1["eval_after"]["num_examples"] == 4
+  assert r1["eval_after"]["num_examples"] == r1["config"]["task"]["num_eval_examples"] == 2  # the smoke preset's
 
   # The checkpoint holds the adapters and optimizer state, not the frozen base (the folder's weights).
   assert set(s2["params"]) == {"lora"}
