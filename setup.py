@@ -43,7 +43,7 @@ RUN = TASKS + CKPT + VIZ + [
 # no torch: the library reads and writes the files itself.
 PRETRAINED = ["tokenizers>=0.20",
               "safetensors>=0.8",  # numpy bfloat16 tensors (ml_dtypes) read and written by the HF export
-              "huggingface_hub>=0.23"]  # shard splitting (experiments/export_hf.py --max_shard_size), `hf download`
+              "huggingface_hub>=0.34"]  # shard splitting (experiments/export_hf.py --max_shard_size), `hf download`
 # The parity tests against transformers / peft and the PyTorch benchmark baseline.
 HF = PRETRAINED + ["torch==2.13.0", "transformers>=5.0",
                    "peft==0.21.2"]  # the exported LoRA adapter is checked by loading it with peft

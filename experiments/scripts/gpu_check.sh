@@ -8,8 +8,8 @@
 #     experiments/iteration_check.py, measured MFU and allocator peak next to the predicted ones;
 #  3. preset (cap 240 s; predicted ~200 s, of which ~40 s writing 16 GB of random bf16 weights, ~30 s
 #     loading them, ~60 s compiling, ~25 s for two iterations (plan.py's prediction for this setting:
-#     run the CPU path below to see it), ~20 s evaluating and ~25 s saving the final checkpoint, whose
-#     LoRA state holds the frozen 16 GB base): an 8B-shaped random LLaDA-8B-Instruct checkpoint in the
+#     run the CPU path below to see it), ~20 s evaluating and ~25 s saving the final checkpoint (the
+#     LoRA adapters and optimizer state; the frozen base is re-read from the folder)): an 8B-shaped random LLaDA-8B-Instruct checkpoint in the
 #     HF layout with a stand-in tokenizer (experiments/preset_check.py --write_checkpoint), the paper
 #     preset configs/paper.py:d1_countdown_daca (Countdown: generated, no data files) trained from it
 #     for 2 iterations through experiments/train.py on one device, shrunk to fit (1 prompt x G 6, no

@@ -58,12 +58,14 @@ EOS = {"llada": 126081, "dream": 151643}
 
 
 def _checkpoint(path, family):
-  """The family's tiny checkpoint, its head favouring "5" and the end of text (tied) at masked positions
-  and after the prompts' last tokens (the newline ending d1's training prompts after the assistant
-  header, ``>`` of the evaluation prompts' ``<reasoning>``; Dream reads its first completion token there)."""
+  """The family's tiny checkpoint, its head favouring "5" and the end of text (tied) at masked positions,
+  after the prompts' last tokens (the newline ending d1's training prompts after the assistant header,
+  ``>`` of the evaluation prompts' ``<reasoning>``) and after "5" and the end of text themselves: Dream
+  reads each token at the position before it (its first completion token at the prompt's last)."""
   vocab = dict(stand_in_bpe()[0])  # byte-level BPE: "Ċ" is the newline
-  return write_tiny_checkpoint(path, family, **SMOKE_SHAPE, favour=(vocab["5"], EOS[family]), favour_logit=80.0,
-                               favour_context=(vocab[">"], vocab["Ċ"]))
+  favour = (vocab["5"], EOS[family])
+  return write_tiny_checkpoint(path, family, **SMOKE_SHAPE, favour=favour, favour_logit=80.0,
+                               favour_context=(vocab[">"], vocab["Ċ"], *favour))
 
 
 class _Proc:
