@@ -245,7 +245,7 @@ def test_prompt_style_a_task_does_not_have_is_refused_naming_the_task_and_its_st
   prepared = eh.prepare_task("sudoku4x4", chat, 2)  # d1's Sudoku chat style: taken, not dropped
   assert prepared.task.prompt_style == "chat" and prepared.options["prompt_style"] == "chat"
   assert "Please solve the following 4x4 Sudoku puzzle" in prepared.examples[0].prompt
-  with pytest.raises(ConfigError, match=r"--prompt_style='markdown' .*one of \['plain', 'chat'\] "
+  with pytest.raises(ConfigError, match=r"--prompt_style='markdown' .*one of \['plain', 'chat', 'd1_train'\] "
                                         r"for task 'sudoku4x4'"):
     eh.prepare_task("sudoku4x4", dataclasses.replace(chat, prompt_style="markdown"))
 
