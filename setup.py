@@ -38,6 +38,7 @@ RUN = TASKS + CKPT + VIZ + [
     "absl-py>=2.0",  # experiments/ flags
     "tqdm>=4.66",  # progress bars (daca_jax.run.metrics)
     "tensorboardX>=2.6",  # TensorBoard event files of the training dashboards (daca_jax/run/dashboards.py)
+    "jaxlib>=0.10",  # jax's own, imported directly by daca_jax.planning.hlo_cost (XLA's per-loop-body cost)
 ]
 # RL from a released checkpoint (model.init_checkpoint), its export, and the `hf download` command;
 # no torch: the library reads and writes the files itself.

@@ -5,7 +5,7 @@
   # the measured iteration of a train.py run next to plan.py's prediction for the same setting
   python experiments/preset_check.py --plan_json=plan.json --workdir=runs/check --device=h200 [--json=out.json]
 
-Library: daca_jax/run/preset_check.py.
+Library: daca_jax/planning/preset_check.py.
 """
 import pathlib as _pathlib
 import sys as _sys
@@ -22,7 +22,7 @@ from daca_jax.io_utils import atomic_write_json
 from daca_jax.run.cli_errors import reported_errors
 
 _WRITE = flags.DEFINE_string("write_checkpoint", "", "Write a random LLaDA checkpoint folder here.")
-_SIZE = flags.DEFINE_string("size", "8b", "Its size: a key of daca_jax.run.preset_check.SIZES (8b, tiny).")
+_SIZE = flags.DEFINE_string("size", "8b", "Its size: a key of daca_jax.planning.preset_check.SIZES (8b, tiny).")
 _PLAN = flags.DEFINE_string("plan_json", "", "A plan record (experiments/plan.py --json) to compare with.")
 _WORKDIR = flags.DEFINE_string("workdir", "", "The train.py run of the same setting (its metrics.jsonl).")
 _DEVICE = flags.DEFINE_string("device", "h200", "Device kind of the prediction (daca_jax/hardware.py).")
@@ -38,7 +38,7 @@ def main(argv):
 
 
 def _run():
-  from daca_jax.run import preset_check
+  from daca_jax.planning import preset_check
 
   if _WRITE.value:
     if _SIZE.value not in preset_check.SIZES:

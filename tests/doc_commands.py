@@ -86,7 +86,6 @@ RULES: dict[str, Rule] = {
     "experiments/train.py": Rule(smoke=("--config",), set={"--progress": "false"},
                                  replace={"--config.parallel.fsdp": "1"}, fast={"--workdir": "runs/sudoku"}),
     "experiments/evaluate.py": Rule(set={"--num_examples": "2", "--batch_size": "2", "--progress": "false"},
-                                    replace={"--gen_lengths": "32"},
                                     hf={"--gen_lengths": "32", "--block_length": "32"}, reads=("--workdir",),
                                     fast={"--workdir": "runs/sudoku"}),
     "experiments/visualize.py": Rule(set={"--num_prompts": "1"}, reads=("--workdir",), fast=True),

@@ -179,7 +179,7 @@ def model_from_workdir(workdir: str | os.PathLike, phase: str = "latest",
   """
   from daca_jax.models import lora
   from daca_jax.run import from_checkpoint
-  from daca_jax.run.pipeline import task_kwargs
+  from daca_jax.run.task_views import task_kwargs
 
   trained = read_trained_params(workdir, phase)
   cfg = trained.config
@@ -222,7 +222,7 @@ def _strip_value(tree: Any) -> Any:
 def model_from_random_init(cfg: TrainConfig, tokenizer: Any = None) -> EvalModel:
   """A freshly initialised model of ``cfg.model`` (seed ``cfg.seed``), with ``cfg``'s task options."""
   from daca_jax.models import init_model
-  from daca_jax.run.pipeline import task_kwargs
+  from daca_jax.run.task_views import task_kwargs
 
   graphdef, params = init_model(cfg.model, cfg.seed)
   return EvalModel(make_logits_fn(graphdef), params, cfg.model,

@@ -1,4 +1,4 @@
-"""daca_jax.run.preset_check: the random LLaDA folder gpu_check.sh trains a paper preset from, and the
+"""daca_jax.planning.preset_check: the random LLaDA folder gpu_check.sh trains a paper preset from, and the
 measured iteration next to the plan."""
 import jinja2
 import ml_dtypes
@@ -9,7 +9,7 @@ from daca_jax.models import checkpoint_loader
 from daca_jax.models.hf_import import checkpoint_config
 from daca_jax.models.random_checkpoint import _fast_bf16
 from daca_jax.planning.devices import device_spec
-from daca_jax.run import preset_check
+from daca_jax.planning import preset_check
 from daca_jax.tasks.chat import ChatTemplate
 from daca_jax.tasks.hf_tokenizer import HFTokenizer
 
