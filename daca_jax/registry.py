@@ -5,6 +5,7 @@ name; an unknown name raises :class:`daca_jax.errors.ConfigError` that lists the
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Callable, Generic, Iterator, TypeVar
 
 T = TypeVar("T")
@@ -34,6 +35,22 @@ class Registry(Generic[T]):
       return obj
 
     return deco
+
+  @contextlib.contextmanager
+  def registered(self, name: str, obj: T) -> Iterator[T]:
+    """Registers ``obj`` under ``name`` for the duration of a ``with`` block, then removes it.
+
+    For probes and tests: an entry registered this way never outlives its block, so it cannot
+    leak into code that enumerates the registry afterwards (``names()``).
+
+    Raises:
+      ValueError: ``name`` is already registered.
+    """
+    self.register(name)(obj)
+    try:
+      yield obj
+    finally:
+      self._entries.pop(name, None)
 
   def alias(self, name: str, target: str) -> None:
     """Registers ``name`` as another name of the entry ``target`` (the same object).

@@ -85,6 +85,20 @@ def test_gdpo_is_an_explicit_alias_of_gspo():
     reg.alias("a", "a")
 
 
+def test_a_temporary_registration_is_gone_after_its_block_even_on_error():
+  reg = Registry("thing", "x.y")
+  reg.register("a")(1)
+  with reg.registered("b", 2):
+    assert reg.get("b") == 2 and reg.names() == ["a", "b"]
+  assert reg.names() == ["a"]
+  with pytest.raises(RuntimeError), reg.registered("b", 3):
+    raise RuntimeError
+  assert "b" not in reg
+  with pytest.raises(ValueError, match="already registered"), reg.registered("a", 4):
+    pass
+  assert reg.get("a") == 1
+
+
 V, MASK, EOS, P = 12, 10, 11, 3
 
 

@@ -249,20 +249,20 @@ def test_prompt_style_a_task_does_not_have_is_refused_naming_the_task_and_its_st
                                         r"for task 'sudoku4x4'"):
     eh.prepare_task("sudoku4x4", dataclasses.replace(chat, prompt_style="markdown"))
 
-  if "fixed_prompt_probe" not in TASKS:
-    @TASKS.register("fixed_prompt_probe")
-    class FixedPrompt(Sudoku4x4Task):  # pylint: disable=unused-variable
-      """Takes no prompt_style: one fixed prompt format (sudoku's plain one)."""
+  class FixedPrompt(Sudoku4x4Task):
+    """Takes no prompt_style: one fixed prompt format (sudoku's plain one)."""
 
-      OPTIONS = {"data_dir": None}
+    OPTIONS = {"data_dir": None}
 
-      def __init__(self, data_dir=None, tokenizer=None):
-        super().__init__(data_dir=data_dir, tokenizer=tokenizer)
+    def __init__(self, data_dir=None, tokenizer=None):
+      super().__init__(data_dir=data_dir, tokenizer=tokenizer)
 
-  with pytest.raises(ConfigError, match=r"--prompt_style='chat' .*task 'fixed_prompt_probe': it has no "
-                                        r"prompt styles"):
-    eh.prepare_task("fixed_prompt_probe", chat)
-  assert eh.prepare_task("fixed_prompt_probe", _oracle_model(), 1).task.name == "sudoku4x4"
+  with TASKS.registered("fixed_prompt_probe", FixedPrompt):
+    with pytest.raises(ConfigError, match=r"--prompt_style='chat' .*task 'fixed_prompt_probe': it has no "
+                                          r"prompt styles"):
+      eh.prepare_task("fixed_prompt_probe", chat)
+    assert eh.prepare_task("fixed_prompt_probe", _oracle_model(), 1).task.name == "sudoku4x4"
+  assert "fixed_prompt_probe" not in TASKS  # the probe does not leak into later tests' task lists
 
 
 def test_summary_states_the_grading_rules(tmp_path):
