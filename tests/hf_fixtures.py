@@ -384,7 +384,8 @@ def tiny_config(family: str, *, layers: int = 2, d_model: int = 32, n_heads: int
 def write_tiny_checkpoint(path: str | pathlib.Path, family: str, *, layers: int = 2, d_model: int = 32,
                           n_heads: int = 4, n_kv_heads: int = 2, mlp: int = 64, seed: int = 0,
                           dtype: str = "float32", shards: int = 2, favour: tuple[int, ...] = (),
-                          favour_logit: float = 25.0, favour_context: tuple[int, ...] = ()) -> pathlib.Path:
+                          favour_logit: float = 25.0, favour_context: tuple[int, ...] = (),
+                          block_out_scale: float = 1.0) -> pathlib.Path:
   """A tiny random checkpoint of ``family`` ("llada" or "dream") in the release's layout.
 
   Args:
@@ -402,6 +403,12 @@ def write_tiny_checkpoint(path: str | pathlib.Path, family: str, *, layers: int 
       rewards that vary.
     favour_logit: see ``favour`` (about the logit at a masked position when the context is the mask only).
     favour_context: see ``favour``.
+    block_out_scale: multiplies every block's output projections (``o_proj``, ``down_proj``). At 1 the
+      blocks' outputs are several times the embeddings' norm (random std-0.2 weights), so a position's
+      final state says little about its own (or, for Dream, its predecessor's) token, and ``favour``'s
+      logits there can be anything; well below 1 the residual stream stays near that token's embedding,
+      so ``favour_context`` decides them while attention and the MLP still contribute (and LoRA on them
+      still gets gradients).
   Returns:
     ``pathlib.Path(path)``.
   Raises:
@@ -419,6 +426,9 @@ def write_tiny_checkpoint(path: str | pathlib.Path, family: str, *, layers: int 
   rows = config["embedding_size"] if family == "llada" else config["vocab_size"]
   w = random_llama_weights(seed, layers=layers, d_model=d_model, n_heads=n_heads, n_kv_heads=n_kv_heads,
                            mlp=mlp, vocab=rows)
+  for name in w:
+    if name.endswith(("self_attn.o_proj.weight", "mlp.down_proj.weight")):
+      w[name] *= np.float32(block_out_scale)
   if favour:
     along = w["model.embed_tokens.weight"][[config["mask_token_id"], *favour_context]] * w["model.norm.weight"]
     direction = (along / np.linalg.norm(along, axis=1, keepdims=True)).sum(0)

@@ -13,13 +13,18 @@ V, MASK, EOS = 12, 10, 11
 P = 3
 
 
-def reference_candidates(params, x, step_key, cfg: RolloutConfig):
+def reference_candidates(params, x, step_key, cfg: RolloutConfig, logits_of=None, mask=MASK, vocab_limit=None):
   """One step's model probabilities [B, L, V], Gumbel-max candidates x0 [B, L], their probabilities
   p(x0) [B, L] (numpy, float64) and the remasking key, as LLaDA's generate() draws them, over the
-  proposable ids only: [MASK] is never a candidate (its logit is -inf, the rest renormalised)."""
+  proposable ids only: [MASK] (and ids at or above ``vocab_limit``) are never candidates (their logits
+  are -inf, the rest renormalised). ``logits_of(params, x) -> [B, T, V]`` defaults to the fixed-logit
+  model; its prompt length is that of ``x`` minus the completion's."""
   k_gumbel, k_remask = jax.random.split(step_key)
-  logits = np_logits(params, x)[:, P:]
-  logits[..., MASK] = -np.inf
+  p = x.shape[1] - cfg.gen_length
+  logits = np.array((logits_of or np_logits)(params, x), np.float64)[:, p:]
+  logits[..., mask] = -np.inf
+  if vocab_limit:  # 0: the whole vocabulary (ModelConfig.vocab_limit)
+    logits[..., vocab_limit:] = -np.inf
   probs = np.exp(logits - logits.max(-1, keepdims=True))
   probs /= probs.sum(-1, keepdims=True)
   if cfg.temperature > 0:
@@ -30,13 +35,14 @@ def reference_candidates(params, x, step_key, cfg: RolloutConfig):
   return probs, x0, np.take_along_axis(probs, x0[..., None], -1)[..., 0], k_remask
 
 
-def reference_rollout(params, prompts, key, cfg: RolloutConfig):
-  """LLaDA's generate() written as plain Python loops over blocks and steps (numpy, float64)."""
-  b = prompts.shape[0]
+def reference_rollout(params, prompts, key, cfg: RolloutConfig, logits_of=None, mask=MASK, vocab_limit=None):
+  """LLaDA's generate() written as plain Python loops over blocks and steps (numpy, float64), each step
+  reading the model's full forward pass (``logits_of``, :func:`reference_candidates`)."""
+  b, P = prompts.shape
   length, bl = cfg.gen_length, cfg.block_length
   num_blocks = length // bl
   spb = cfg.steps // num_blocks
-  x = np.concatenate([prompts, np.full((b, length), MASK)], axis=1)
+  x = np.concatenate([prompts, np.full((b, length), mask)], axis=1)
   step_keys = jax.random.split(key, cfg.steps)
   commit_step = np.full((b, length), -1)
   confs = []
@@ -45,12 +51,12 @@ def reference_rollout(params, prompts, key, cfg: RolloutConfig):
     n_masked = bl  # every block starts fully masked
     ks = [n_masked // spb + (1 if i < n_masked % spb else 0) for i in range(spb)]
     for i in range(spb):
-      probs, x0, p_x0, k_remask = reference_candidates(params, x, step_keys[s], cfg)
+      probs, x0, p_x0, k_remask = reference_candidates(params, x, step_keys[s], cfg, logits_of, mask, vocab_limit)
       if cfg.remasking == "low_confidence":
         score = p_x0.copy()
       else:
         score = np.asarray(jax.random.uniform(k_remask, (b, length), jnp.float32), np.float64)
-      masked = x[:, P:] == MASK
+      masked = x[:, P:] == mask
       confs.append(np.where(masked, probs.max(-1), 0.0))
       score[:, (blk + 1) * bl:] = -np.inf
       score = np.where(masked, score, -np.inf)
