@@ -1,4 +1,4 @@
-"""The README's "Using single functions" example, run as it stands (the block after its marker), and
+"""The "Using single functions" guide's example (docs/using_functions.md), run as it stands (the block after its marker), and
 checked against the library's own step: its gradient is GRPOLearner.objective_grad's for the same
 rollout, rewards, weights and likelihood key, and its update moves the parameters."""
 import pathlib
@@ -8,14 +8,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-README = pathlib.Path(__file__).resolve().parent.parent / "README.md"
+README = pathlib.Path(__file__).resolve().parent.parent / "docs" / "using_functions.md"
 MARKER = "<!-- example: single-functions -->"
 
 
 def example_code() -> str:
-  """The python block right after MARKER in README.md."""
+  """The python block right after MARKER in docs/using_functions.md."""
   text = README.read_text(encoding="utf-8")
-  assert MARKER in text, f"README.md lost its marker {MARKER!r}"
+  assert MARKER in text, f"{README} lost its marker {MARKER!r}"
   m = re.match(r"\s*```python\n(.*?)\n```", text.split(MARKER, 1)[1], re.S)
   assert m, "the marker must be followed by a ```python block"
   return m.group(1)
@@ -23,7 +23,7 @@ def example_code() -> str:
 
 def test_readme_single_functions_example_runs_and_matches_the_learner():
   ns: dict = {"__name__": "readme_example"}
-  exec(compile(example_code(), str(README), "exec"), ns)  # the README is trusted code
+  exec(compile(example_code(), str(README), "exec"), ns)  # the docs are trusted code
 
   traj, rewards, w, loss = ns["traj"], ns["rewards"], ns["w"], ns["loss"]
   b, length = traj.completion_mask.shape
