@@ -5,8 +5,8 @@
 extras: ``[tasks]`` (graders), ``[data]`` (TFDS + grain pipelines), ``[ckpt]`` (orbax checkpoints),
 ``[viz]`` (plots, trajectory pictures), ``[run]`` (the main job and ``experiments/``: all of those
 but ``[data]``, plus flags, progress bars and TensorBoard files), ``[hf]`` (checkpoint import and export),
-``[wandb]``, ``[all]`` and ``[test]`` (everything the test suite needs but ``[hf]``, whose tests skip
-without it).
+``[wandb]``, ``[docs]`` (the Sphinx site of ``docs/``), ``[all]`` and ``[test]`` (everything the test
+suite needs but ``[hf]``, whose tests skip without it; the suite builds the docs too).
 """
 from setuptools import find_packages, setup
 
@@ -49,7 +49,11 @@ PRETRAINED = ["tokenizers>=0.20",
 HF = PRETRAINED + ["torch==2.13.0", "transformers>=5.0",
                    "peft==0.21.2"]  # the exported LoRA adapter is checked by loading it with peft
 WANDB = ["wandb>=0.16"]  # optional W&B dashboards (--config.log.wandb=<project>)
-TEST = RUN + DATA + ["pytest>=8", "hypothesis>=6", "tensorboard>=2.15"]  # tensorboard: reads the event files back
+# The documentation site: `python -m sphinx -W -b html docs docs/_build/html` (autodoc and napoleon are
+# part of sphinx); Markdown pages through myst-parser.
+DOCS = ["sphinx>=8.1", "myst-parser>=4.0", "sphinx-book-theme>=1.1.3"]
+TEST = RUN + DATA + DOCS + ["pytest>=8", "hypothesis>=6",
+                            "tensorboard>=2.15"]  # tensorboard: reads the event files back
 
 setup(
     name="daca_jax",
@@ -70,7 +74,8 @@ setup(
         "pretrained": PRETRAINED,
         "hf": HF,
         "wandb": WANDB,
-        "all": sorted(set(RUN + DATA + HF + WANDB)),
+        "docs": DOCS,
+        "all": sorted(set(RUN + DATA + HF + WANDB + DOCS)),
         "test": TEST,
     },
 )

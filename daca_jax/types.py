@@ -831,7 +831,9 @@ class TaskConfig:
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-  """Attributes:
+  """Where the benchmark files are read from.
+
+  Attributes:
     data_dir: folder of benchmark files; "" means ``$DACA_DATA_DIR`` or ``../shared/data`` beside the
       repository. An explicitly given folder that does not exist is an error.
   """
@@ -907,7 +909,9 @@ class EvalConfig:
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointConfig:
-  """Attributes:
+  """How often checkpoints are saved, and how many are kept.
+
+  Attributes:
     every: save an RL checkpoint every N iterations (and always at the end); SFT saves every
       ``sft_every`` steps.
     sft_every: SFT checkpoint interval (steps).

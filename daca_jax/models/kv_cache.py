@@ -56,11 +56,12 @@ class KVCache(NamedTuple):
 class KVFns(NamedTuple):
   """Pure functions of ``(params, ...)`` over one model graph.
 
-  prefill(params, tokens[B, T] int32) -> (logits f32 [B, T, V], hidden [B, T, D], KVCache).
-  extend(params, tokens[B, T] int32, start: int, width: int (both static), cache, mode)
-    -> (logits f32 [B, W, V], hidden [B, W, D]) of the W query positions ``start .. start+W-1`` of the
-    current sequence ``tokens`` ("prefix": W = T - start).
-  head(params, hidden[..., D]) -> logits f32 [..., V] (what the sampler projects chunk by chunk).
+  * ``prefill(params, tokens[B, T] int32) -> (logits f32 [B, T, V], hidden [B, T, D], KVCache)``.
+  * ``extend(params, tokens[B, T] int32, start: int, width: int (both static), cache, mode)
+    -> (logits f32 [B, W, V], hidden [B, W, D])`` of the W query positions ``start .. start+W-1`` of
+    the current sequence ``tokens`` ("prefix": W = T - start).
+  * ``head(params, hidden[..., D]) -> logits f32 [..., V]`` (what the sampler projects chunk by chunk).
+
   Under ``jit`` unused logits are never computed.
   """
 

@@ -74,7 +74,7 @@ def shard_rollout(rollout_fn: Callable[..., Any], cfg: ParallelConfig,
   through (:func:`daca_jax.diffusion.rollout.rollout_in_micro_batches`).
 
   The returned function's ``lower(params, prompts, key)`` lowers the sampler for abstract arguments
-  (``ShapeDtypeStruct``s) placed the same way, nothing allocated (memory planning).
+  (``ShapeDtypeStruct`` values) placed the same way, nothing allocated (memory planning).
 
   Raises:
     ConfigError: B is not a multiple of ``data x fsdp``.
