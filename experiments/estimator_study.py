@@ -2,8 +2,10 @@
 the exact any-order log-likelihood, on a briefly trained tiny model with completions of length 6.
 
   python experiments/estimator_study.py --workdir=runs/estimators [--draws=32] [--train_steps=300]
+  python experiments/estimator_study.py --table_from=docs/results/estimator_study.json
 
-Writes ``estimator_study.md`` (table), ``estimator_study.png`` and ``estimator_study.json``.
+Writes ``estimator_study.md`` (table), ``estimator_study.png`` and ``estimator_study.json``;
+``--table_from`` prints the table of such a file (or of a results file holding its rows) and exits.
 """
 import pathlib
 
@@ -11,6 +13,7 @@ import jax
 import jax.numpy as jnp
 from absl import app, flags, logging
 
+from daca_jax.errors import ConfigError
 from daca_jax.run.cli_errors import reported_errors
 from daca_jax.studies import estimator_study as es
 from daca_jax.diffusion import make_rollout_fn
@@ -23,7 +26,7 @@ _DRAWS = flags.DEFINE_integer("draws", 32, "Mask draws per estimator.")
 _TRAIN_STEPS = flags.DEFINE_integer("train_steps", 300, "SFT steps of the tiny model.")
 _NUM_SEQ = flags.DEFINE_integer("num_sequences", 16, "Completions evaluated.")
 _SEED = flags.DEFINE_integer("seed", 0, "Seed.")
-flags.mark_flags_as_required(["workdir"])
+_TABLE_FROM = flags.DEFINE_string("table_from", None, "Print the table of this results file and exit.")
 LENGTH = 6
 
 
@@ -35,6 +38,11 @@ def main(argv):
 
 
 def _run():
+  if _TABLE_FROM.value:
+    print(es.markdown_table(es.read_results(_TABLE_FROM.value)))
+    return
+  if not _WORKDIR.value:
+    raise ConfigError("--workdir", None, "an output directory (or --table_from)")
   work = pathlib.Path(_WORKDIR.value)
   work.mkdir(parents=True, exist_ok=True)
   tok = ByteTokenizer()

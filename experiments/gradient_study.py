@@ -6,13 +6,16 @@ sampler's expected reward, on a toy whose completions can be enumerated (daca_ja
 Writes ``gradient_study.json`` (every number), ``gradient_study.md`` (tables) and
 ``gradient_study.png`` (batch agreement and cosine to the true gradient vs rollouts);
 ``--table_from=gradient_study.json [--study=regularised]`` prints the tables of a results file (the
-README's come from ``docs/results/gradient_study.json``).
+README's come from ``docs/results/gradient_study.json``); with ``--study``, ``--table_only`` prints that
+study's table alone (no header, no heading) and ``--by_estimator`` one row per estimator with each
+credit side by side (the regularised study).
 """
 import json
 import pathlib
 
 from absl import app, flags, logging
 
+from daca_jax.errors import ConfigError
 from daca_jax.run.cli_errors import reported_errors
 from daca_jax.studies import gradient_study as gs
 from daca_jax.io_utils import atomic_write_json, atomic_write_text
@@ -32,6 +35,9 @@ _ESTIMATORS = flags.DEFINE_list("estimators", [], "Only the arms of these estima
                                 "'coupled,coupled (summed)'); empty: every arm.")
 _STUDY = flags.DEFINE_string("study", "", "With --table_from: only this study (low_confidence, random, "
                              "regularised).")
+_TABLE_ONLY = flags.DEFINE_bool("table_only", False, "With --table_from and --study: the study's table alone.")
+_BY_ESTIMATOR = flags.DEFINE_bool("by_estimator", False, "With --table_from and --study: one row per estimator, "
+                                  "each credit side by side.")
 
 
 def _tables(out, only: str = "") -> str:
@@ -52,7 +58,18 @@ def main(argv):
 
 def _run():
   if _TABLE_FROM.value:
-    print(_tables(json.loads(pathlib.Path(_TABLE_FROM.value).read_text()), _STUDY.value))
+    out = json.loads(pathlib.Path(_TABLE_FROM.value).read_text())
+    if _STUDY.value and _STUDY.value not in out["studies"]:
+      raise ConfigError("--study", _STUDY.value, f"one of the file's studies {sorted(out['studies'])}")
+    if (_TABLE_ONLY.value or _BY_ESTIMATOR.value) and not _STUDY.value:
+      raise ConfigError("--study", "", "a study of the file with --table_only / --by_estimator")
+    if _BY_ESTIMATOR.value:
+      print(gs.by_estimator_table(out["studies"][_STUDY.value]))
+    elif _TABLE_ONLY.value:
+      print(gs.markdown_table(out["studies"][_STUDY.value],
+                              at_rollouts=4 * out["studies"]["low_confidence"]["batch_rollouts"]))
+    else:
+      print(_tables(out, _STUDY.value))
     return
   if not _WORKDIR.value:
     raise app.UsageError("--workdir is required (or --table_from)")

@@ -10,8 +10,8 @@
   # one PlanSpec setting (flags below); the README's table of --sweep settings
   python experiments/plan.py --model=llada_8b --device=h100 --num_devices=8 --method=daca \
       --lora_rank=0 --remat=full --strata_batch=0 [--json=plan.json]
-  python experiments/plan.py --sweep --json=docs/plan_results.json
-  python experiments/plan.py --render=docs/plan_results.json
+  python experiments/plan.py --sweep --json=docs/results/plan_results.json
+  python experiments/plan.py --render=docs/results/plan_results.json
 
 With ``--config`` the architecture is ``model.init_checkpoint``'s config.json (no weights read) or
 ``--model``'s (default llada_8b), the device layout FSDP over ``--num_devices`` unless the config sets

@@ -3,7 +3,8 @@ sets and the training-reward rise, with means, 95% intervals and the difference 
 paired by seed (same SFT warm start). Reads ``docs/results/main_job_variants.json``
 (``{"what", "date", "runs": [{"arm", "overrides", "seed", "test_before", "test_after", "val_before",
 "val_curve", "reward_rise", ...}], "countdown_runs": [...]}``; a run without a validation split has
-``val_before`` null and an empty ``val_curve``); ``experiments/variants_table.py`` prints it.
+``val_before`` null and an empty ``val_curve``); ``experiments/variants_table.py`` prints it, and
+one arm's runs seed by seed (:func:`seed_table`).
 """
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ from daca_jax.errors import DataError
 from daca_jax.run.reproduce import mean_ci95
 
 _FIELDS = ("arm", "seed", "test_before", "test_after", "val_before", "val_curve", "reward_rise")
+# The test metric of each list of runs (the file's "what" says so): d1's Sudoku / Countdown test sets.
+METRICS = {"runs": "strict_solved", "countdown_runs": "accuracy"}
 
 
 def read_variants(path: str | pathlib.Path, key: str = "runs") -> list[dict[str, Any]]:
@@ -43,6 +46,23 @@ def read_variants(path: str | pathlib.Path, key: str = "runs") -> list[dict[str,
   return list(runs.values())
 
 
+def _test_change(r: dict[str, Any]) -> float:
+  """The run's test change in points."""
+  return 100 * (r["test_after"] - r["test_before"])
+
+
+def _val_change(r: dict[str, Any]) -> float:
+  """The run's validation change in points (its last evaluation); NaN where it had no validation split."""
+  return math.nan if r["val_before"] is None or not r["val_curve"] else 100 * (r["val_curve"][-1] - r["val_before"])
+
+
+def _seeds_label(seeds: Sequence[int]) -> str:
+  """``0-2`` for consecutive seeds, else ``0/1/3``."""
+  if len(seeds) > 2 and list(seeds) == list(range(seeds[0], seeds[-1] + 1)):
+    return f"{seeds[0]}-{seeds[-1]}"
+  return "/".join(map(str, seeds))
+
+
 def _fmt(values: Sequence[float]) -> str:
   values = [v for v in values if not math.isnan(v)]
   if not values:
@@ -66,12 +86,7 @@ def variants_table(runs: Sequence[dict[str, Any]], reference: str = "default",
   if unknown:
     raise DataError(f"arms {unknown} are not in the file (arms there: {sorted(by_arm)})")
   ref = by_arm.get(reference, {})
-
-  def test(r):
-    return 100 * (r["test_after"] - r["test_before"])
-
-  def val(r):  # NaN where the run had no validation split
-    return math.nan if r["val_before"] is None or not r["val_curve"] else 100 * (r["val_curve"][-1] - r["val_before"])
+  test, val = _test_change, _val_change
 
   head = ["arm", "seeds", "test change (pp)", "mean ± 95% CI", "validation change (pp)", "mean ± 95% CI",
           "reward rise", f"paired − {reference}: test", "validation"]
@@ -100,4 +115,29 @@ def variants_table(runs: Sequence[dict[str, Any]], reference: str = "default",
   return "\n".join(lines)
 
 
-__all__ = ["read_variants", "variants_table"]
+def seed_table(runs: Sequence[dict[str, Any]], arm: str, metric: str = "strict_solved") -> str:
+  """Markdown: one arm's runs, one row per seed (test ``metric`` before → after, its change in points,
+  validation before → after, the training-reward rise), and a last row of the mean ± 95% CI of the
+  changes over those seeds (points) and the mean reward rise. "n/a": no validation split.
+
+  Raises:
+    DataError: ``arm`` has no run in ``runs`` (the arms there named).
+  """
+  by_seed = {r["seed"]: r for r in runs if r["arm"] == arm}
+  if not by_seed:
+    raise DataError(f"arm {arm!r} is not in the file (arms there: {sorted({r['arm'] for r in runs})})")
+  seeds = sorted(by_seed)
+  rs = [by_seed[s] for s in seeds]
+  lines = [f"| seed | {metric} before → after (test) | change | validation before → after | training reward rise |",
+           "|---|---|---|---|---|"]
+  for s, r in zip(seeds, rs):
+    val = "n/a" if math.isnan(_val_change(r)) else f"{r['val_before']:.3f} → {r['val_curve'][-1]:.3f}"
+    lines.append(f"| {s} | {r['test_before']:.3f} → {r['test_after']:.3f} | {_test_change(r):+.1f} | {val} | "
+                 f"{r['reward_rise']:+.3f} |")
+  rise = sum(r["reward_rise"] for r in rs) / len(rs)
+  lines.append(f"| mean ± 95% CI, seeds {_seeds_label(seeds)} (points) | | {_fmt([_test_change(r) for r in rs])} | "
+               f"{_fmt([_val_change(r) for r in rs])} | {rise:+.3f} |")
+  return "\n".join(lines)
+
+
+__all__ = ["METRICS", "read_variants", "seed_table", "variants_table"]

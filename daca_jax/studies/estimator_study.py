@@ -9,6 +9,8 @@ the cosine between the gradient of its mean and the exact gradient.
 from __future__ import annotations
 
 import dataclasses
+import json
+import pathlib
 from typing import Any, Callable, Sequence
 
 import jax
@@ -17,7 +19,7 @@ import numpy as np
 import optax
 
 from daca_jax.diffusion import sft_loss
-from daca_jax.errors import ConfigError
+from daca_jax.errors import ConfigError, DataError
 from daca_jax.likelihood import LIKELIHOOD, any_order_logprob
 from daca_jax.models import init_model, make_logits_fn
 from daca_jax.tasks.tokenizer import ByteTokenizer
@@ -145,6 +147,29 @@ def study(logits_fn: Callable, params: Any, tokens: jax.Array, prompt_len: int, 
     rows.append({"label": spec.label, "passes": spec.passes, "bias": float(err.mean()),
                  "std": float(values.std(axis=0).mean()), "rmse": float(np.sqrt((err ** 2).mean())),
                  "grad_cosine": _cos(grad, exact_grad), "exact_mean": float(exact.mean())})
+  return rows
+
+
+ROW_FIELDS = ("label", "passes", "bias", "std", "rmse", "grad_cosine")
+
+
+def read_results(path: str | pathlib.Path) -> list[dict[str, Any]]:
+  """The rows of a results file: the study's own ``estimator_study.json`` (a list of rows), or an object
+  holding them under ``"rows"`` beside the run's provenance (``docs/results/estimator_study.json``).
+
+  Raises:
+    FileNotFoundError: no such file.
+    DataError: neither form, or a row without one of :data:`ROW_FIELDS` (named).
+  """
+  data = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+  rows = data.get("rows") if isinstance(data, dict) else data
+  if not isinstance(rows, list) or not rows:
+    raise DataError(f"{path}: not an estimator study's results (expected a list of rows, or an object with "
+                    "a 'rows' list)")
+  for i, r in enumerate(rows):
+    missing = [k for k in ROW_FIELDS if not isinstance(r, dict) or k not in r]
+    if missing:
+      raise DataError(f"{path}: rows[{i}] lacks {missing}")
   return rows
 
 

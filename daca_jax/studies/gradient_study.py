@@ -39,6 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from daca_jax.errors import DataError
 from daca_jax.studies.estimator_study import train_tiny_model
 from daca_jax.models import init_model, make_logits_fn
 from daca_jax.rl.learner import GRPOLearner
@@ -431,6 +432,30 @@ def markdown_table(result: dict[str, Any], at_rollouts: int | None = None) -> st
     if reg:
       cells.append(f"{r['cos_mean_update_regularised']:+.3f}")
     lines.append("| " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+def by_estimator_table(result: dict[str, Any]) -> str:
+  """One row per estimator of a regularised study: the cosine of its mean update to ∇(J − βKL) and its
+  batch agreement under each credit, side by side (credits in the order of the rows).
+
+  Raises:
+    DataError: the study has no regularised cosine (only the ``regularised`` study has one).
+  """
+  rows = result["rows"]
+  if not rows or "cos_mean_update_regularised" not in rows[0]:
+    raise DataError("this study has no cos(E[update], ∇(J−βKL)) column: only the regularised study has one")
+  credits = list(dict.fromkeys(r["credit"] for r in rows))
+  by = {(r["estimator"], r["credit"]): r for r in rows}
+
+  def cells(estimator: str, value: Callable[[dict[str, Any]], float]) -> str:
+    return " / ".join(f"{value(by[(estimator, c)]):+.3f}" if (estimator, c) in by else "n/a" for c in credits)
+
+  lines = [f"| estimator | cos(E[update], ∇(J−βKL)), {' / '.join(credits)} credit | "
+           f"batch agreement, {' / '.join(credits)} |", "|---|---|---|"]
+  for e in dict.fromkeys(r["estimator"] for r in rows):
+    lines.append(f"| {e} | {cells(e, lambda r: r['cos_mean_update_regularised'])} | "
+                 f"{cells(e, lambda r: r['curve'][0]['agreement'])} |")
   return "\n".join(lines)
 
 

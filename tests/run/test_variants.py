@@ -4,7 +4,7 @@ import json
 import pytest
 
 from daca_jax.errors import DataError
-from daca_jax.run.variants import read_variants, variants_table
+from daca_jax.run.variants import read_variants, seed_table, variants_table
 
 
 def _run(arm, seed, tb, ta, vb, va, rise=0.01):
@@ -61,3 +61,18 @@ def test_a_second_list_of_runs_and_runs_without_a_validation_split(tmp_path):
   assert new[8] == " |"  # one validated pair: no paired interval
   with pytest.raises(DataError, match=r"no list of runs under 'cd'; the lists there: \['countdown_runs', 'runs'\]"):
     read_variants(path, "cd")
+
+
+def test_seed_table_lists_one_arm_seed_by_seed_with_the_mean_change():
+  runs = [_run("a", 1, 0.5, 0.6, 0.4, 0.5, rise=0.02), _run("a", 0, 0.2, 0.4, 0.3, 0.45, rise=0.04),
+          dict(_run("a", 2, 0.1, 0.1, None, 0.0), val_curve=[]), _run("b", 0, 0.0, 0.9, 0.0, 0.9)]
+  md = seed_table(runs, "a", "accuracy").splitlines()
+  assert md[0] == "| seed | accuracy before → after (test) | change | validation before → after | training reward rise |"
+  assert md[2:5] == ["| 0 | 0.200 → 0.400 | +20.0 | 0.300 → 0.450 | +0.040 |",
+                     "| 1 | 0.500 → 0.600 | +10.0 | 0.400 → 0.500 | +0.020 |",
+                     "| 2 | 0.100 → 0.100 | +0.0 | n/a | +0.010 |"]
+  # test (20, 10, 0): mean 10, t(2) 4.303 * 10 / sqrt 3 = 24.8; validation (15, 10) only: 12.5 ± 12.706 * 3.536 / 1.414
+  assert md[5] == "| mean ± 95% CI, seeds 0-2 (points) | | +10.0 ± 24.8 | +12.5 ± 31.8 | +0.023 |"
+  assert seed_table(runs[:2], "a").splitlines()[-1].startswith("| mean ± 95% CI, seeds 0/1 (points) |")
+  with pytest.raises(DataError, match=r"arm 'c' is not in the file \(arms there: \['a', 'b'\]\)"):
+    seed_table(runs, "c")

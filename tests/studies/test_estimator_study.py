@@ -1,10 +1,13 @@
 """The estimator study's machinery on a fixed-logit model (fast): deterministic estimators have zero
 spread, errors are measured against the exact value, and the table/plot are written."""
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from daca_jax.errors import DataError
 from daca_jax.studies import estimator_study as es
 from daca_jax.likelihood import LIKELIHOOD, any_order_logprob
 from tests.fixed_logit_model import jax_logits, make_params
@@ -41,3 +44,19 @@ def test_study_rows(tmp_path, only_checked):
   es.plot(rows, str(tmp_path / "s.png"))
   assert (tmp_path / "s.png").stat().st_size > 1000
   assert es.markdown_table(rows).count("\n") == len(rows) + 1
+
+
+def test_read_results_takes_the_studys_own_file_or_rows_with_provenance(tmp_path):
+  rows = [{"label": "mean_field", "passes": 1, "bias": -0.09, "std": 0.0, "rmse": 0.284, "grad_cosine": 0.777,
+           "exact_mean": -3.0}]
+  own, kept = tmp_path / "estimator_study.json", tmp_path / "kept.json"
+  own.write_text(json.dumps(rows))
+  kept.write_text(json.dumps({"what": "w", "rows": rows}))
+  assert es.read_results(own) == es.read_results(kept) == rows
+  assert es.markdown_table(rows).splitlines()[2] == "| mean_field | 1 | -0.090 | 0.000 | 0.284 | 0.777 |"
+  kept.write_text(json.dumps({"rows": [{"label": "x", "passes": 1}]}))
+  with pytest.raises(DataError, match=r"rows\[0\] lacks \['bias', 'std', 'rmse', 'grad_cosine'\]"):
+    es.read_results(kept)
+  kept.write_text(json.dumps({"what": "no rows"}))
+  with pytest.raises(DataError, match="not an estimator study's results"):
+    es.read_results(kept)

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from daca_jax.errors import DataError
 from daca_jax.studies import gradient_study as gs
 from daca_jax.diffusion import make_rollout_fn
 from daca_jax.likelihood import any_order_logprob
@@ -101,3 +102,19 @@ def test_study_unbiased_arm_points_along_the_true_gradient():
   assert row["cos_mean_update"] > 0.9, row["cos_mean_update"]
   assert [c["rollouts"] for c in row["curve"]] == [32, 64, 128, 256]
   assert row["cos_batch"] < row["cos_mean_update"]  # one batch is noisier than the mean of 16
+
+
+def test_by_estimator_table_puts_each_credit_side_by_side():
+  def row(estimator, credit, reg, agreement):
+    return {"estimator": estimator, "credit": credit, "cos_mean_update_regularised": reg,
+            "curve": [{"agreement": agreement}]}
+
+  result = {"rows": [row("mean_field", "uniform", 0.7, 0.94), row("mean_field", "dps", 0.72, 0.9),
+                     row("elbo", "uniform", -0.05, 0.06)]}  # elbo has no dps arm
+  assert gs.by_estimator_table(result).splitlines() == [
+      "| estimator | cos(E[update], ∇(J−βKL)), uniform / dps credit | batch agreement, uniform / dps |",
+      "|---|---|---|",
+      "| mean_field | +0.700 / +0.720 | +0.940 / +0.900 |",
+      "| elbo | -0.050 / n/a | +0.060 / n/a |"]
+  with pytest.raises(DataError, match="only the regularised study has one"):
+    gs.by_estimator_table({"rows": [{"estimator": "e", "credit": "uniform", "curve": []}]})
