@@ -5,10 +5,18 @@ update steps of identical shapes, often in a subprocess). JAX's persistent compi
 process of the session reuse them; the environment variables are read by each process's JAX at import,
 so subprocesses inherit them. Results are unaffected: the cache is keyed by the compiled program.
 """
+import atexit
 import os
+import shutil
 import tempfile
 
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), "daca_jax_test_xla_cache"))
+# One cache per test session, removed at its end: a cache shared by concurrent sessions on one machine
+# (two pytest runs, a run beside a training job's tests) let one read another's half-written entry,
+# which crashed the reading process inside XLA's deserializer (a segmentation fault).
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+  _CACHE = tempfile.mkdtemp(prefix="daca_jax_test_xla_cache_")
+  os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
+  atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
