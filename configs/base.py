@@ -65,6 +65,11 @@ def get_config() -> ml_collections.ConfigDict:
   c.credit.delta.lambda_min = 0.8  # DelTA λmin.
   c.credit.delta.lambda_max = 1.2  # DelTA λmax.
   c.credit.delta.gamma = 1.0  # DelTA γ: sigmoid temperature, in units of each side's margin std.
+  c.credit.contrast = ml_collections.ConfigDict()
+  c.credit.contrast.alpha = 1.0  # Signed contrast: e = base + alpha * |A| * z (z: the signal standardised).
+  c.credit.contrast.signal = "commit_conf"  # Contrasted record: commit_conf | dps (raw DPS score).
+  c.credit.contrast.baseline = "sequence"  # z from the row's mean | "position": the group's mean there.
+  c.credit.contrast.base = "sequence"  # Added to: the rollout's advantage | position_value's.
   c.credit.drop_agreed = False  # Any assigner: weight 0 on tokens all G rollouts of a group put at the same position.
 
   c.likelihood = ml_collections.ConfigDict()  # Shared options, then one section per estimator.

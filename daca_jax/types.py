@@ -450,6 +450,37 @@ class DeltaConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class ContrastConfig:
+  """Signed contrast credit (``rl.credit="contrast"``, :mod:`daca_jax.credit.contrast`):
+  ``e = base + alpha * |A| * z`` per token, ``z`` a rollout record standardised within the sequence.
+
+  Attributes:
+    alpha: gain of the contrast term; above 1 a token whose ``z`` is below ``-1 / alpha`` gets a share
+      of the opposite sign to its rollout's advantage.
+    signal: the per-token record contrasted: "commit_conf" (the probability of the committed token at
+      its commit step) or "dps" (the DPS raw score: the step progress at the token's commit step,
+      with ``credit.dps.scope`` / ``signal`` / ``self_term``).
+    baseline: what ``z`` is measured from: "sequence" (the row's mean over its tokens) or "position"
+      (the group's mean at the same completion position, over its G rollouts).
+    base: the advantage the contrast is added to: "sequence" (the rollout's ``A``) or
+      "position_value" (:func:`daca_jax.credit.position_value.position_value_advantages`).
+  """
+
+  alpha: float = 1.0
+  signal: str = "commit_conf"
+  baseline: str = "sequence"
+  base: str = "sequence"
+
+  def validate(self, prefix: str = "credit.contrast") -> "ContrastConfig":
+    _check_fields(prefix, self)
+    _non_negative(prefix, self, "alpha")
+    _one_of(prefix, self, "signal", ("commit_conf", "dps"))
+    _one_of(prefix, self, "baseline", ("sequence", "position"))
+    _one_of(prefix, self, "base", ("sequence", "position_value"))
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
 class CreditConfig:
   """Options of the credit assigners, one section per assigner. The assigner is chosen by ``rl.credit``
   and receives only the sections it declares (DPS: ``dps``; DTCA, built on DPS's scores: ``dtca``
@@ -459,6 +490,7 @@ class CreditConfig:
     dps: :class:`DPSConfig` (``credit.dps.*``).
     dtca: :class:`DTCAConfig` (``credit.dtca.*``).
     delta: :class:`DeltaConfig` (``credit.delta.*``).
+    contrast: :class:`ContrastConfig` (``credit.contrast.*``).
     drop_agreed: multiply every assigner's weights by the group-agreement mask: a token that all G
       rollouts of its group committed identically at that position gets weight 0 (its advantages sum
       to zero over the group; see :mod:`daca_jax.credit.agreement`).
@@ -467,6 +499,7 @@ class CreditConfig:
   dps: DPSConfig = DPSConfig()
   dtca: DTCAConfig = DTCAConfig()
   delta: DeltaConfig = DeltaConfig()
+  contrast: ContrastConfig = ContrastConfig()
   drop_agreed: bool = False
 
   def validate(self, prefix: str = "credit") -> "CreditConfig":

@@ -19,7 +19,7 @@ from ml_collections import config_flags
 
 from daca_jax import parallel
 from daca_jax.run import preemption
-from daca_jax.run.cli_errors import reported_errors
+from daca_jax.run.cli_errors import flag_error, reported_errors
 from daca_jax.run.pipeline import run_main_job
 from daca_jax.run.presets import presets_help
 from daca_jax.configure import train_config_from_dict
@@ -47,14 +47,7 @@ if __name__ == "__main__":
   try:  # parse once up front so that a bad --config override is one line, not a traceback
     flags.FLAGS(sys.argv)
   except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:
-    lines = [l.strip() for l in str(e).replace("\\n", "\n").replace("\\'", "'").splitlines() if l.strip()]
-    msg = lines[-1].strip("'\"") if lines else type(e).__name__
-    if isinstance(e, (AttributeError, KeyError)):
-      name = " ".join(lines).strip("'\"")
-      given = [a.split("=")[0] for a in sys.argv[1:] if a.startswith("--config.") and name in a]
-      where = f" in {given[0]}" if given else ""
-      msg = (f"unknown config field {name!r}{where} (the valid fields are listed in configs/base.py; "
-             "task.options takes only the arguments the task's config declares)")
+    msg = flag_error(e, sys.argv)
     print(f"error: {msg}", file=sys.stderr)
     sys.exit(2)
   app.run(main, flags_parser=lambda argv: argv[:1])  # flags are already parsed above

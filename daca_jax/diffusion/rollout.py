@@ -76,7 +76,8 @@ def rollout(logits_fn: Any, params: Any, prompts: jax.Array, key: jax.Array, cfg
     prompts: int32 [B, P] prompt tokens (never masked, never changed).
     key: PRNG key.
     cfg: sampler geometry (static).
-    mask_id: ``[MASK]`` id (never proposed); eos_id: end-of-sequence id.
+    mask_id: ``[MASK]`` id (never proposed).
+    eos_id: end-of-sequence id (``completion_mask`` ends at the first one).
     record_step_conf: also return ``step_conf [S, B, L]`` (DPS / DTCA inputs).
     record_step_entropy: also return ``step_entropy [S, B, L]``.
     record_commit_hidden: also return ``commit_hidden [B, L, D]``; a ``logits_fn`` without the model
@@ -254,6 +255,17 @@ def make_rollout_fn(logits_fn: Any, cfg: RolloutConfig, *, mask_id: int, eos_id:
   """Returns ``jit(rollout)`` as ``fn(params, prompts[B, P], key, rows=None, total_rows=0) ->
   Trajectory`` (``rows`` / ``total_rows``: a micro-batch of a larger rollout,
   :func:`rollout_in_micro_batches`).
+
+  Args:
+    logits_fn: pure ``(params, tokens[B, T] int32) -> logits[B, T, V]`` or a
+      :class:`~daca_jax.contracts.ModelFns` (see :func:`rollout`).
+    cfg: the sampler's geometry and options (static).
+    mask_id: ``[MASK]`` id (never proposed).
+    eos_id: end-of-sequence id.
+    record_step_conf, record_step_entropy, record_commit_hidden: the trajectory records to produce
+      (``step_conf`` / ``step_entropy`` float32 [S, B, L], ``commit_hidden`` [B, L, D]).
+    kv_fns: the model's K/V-cache functions for ``cfg.kv_cache`` (default: from ``logits_fn``'s graph).
+    vocab_limit: ids at or above it are never proposed (default: the model's ``vocab_limit``).
 
   Raises:
     ConfigError: a bad geometry, or ``logits_fn`` neither a callable nor a ModelFns (at once); the

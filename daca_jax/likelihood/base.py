@@ -67,6 +67,12 @@ def check_estimator_inputs(tokens: jax.Array, prompt_len: Any, **rows: Any) -> t
   return b, p, length
 
 
+_RETURNS_NOTE = ("  Registered as ``LIKELIHOOD[{name!r}]``: the call returns :class:`~daca_jax.contracts.TokenScores`\n"
+                 "  (``.logp`` float32 [B, C·L]: the array above when C = 1 context per token; estimators that\n"
+                 "  score each token in several contexts give C > 1 with ``.mask`` and ``.weight``), checked\n"
+                 "  against the rollout's shape.\n")
+
+
 def register_estimator(name: str) -> Callable[[Callable[..., Any]], LikelihoodFn]:
   """Decorator registering an estimator as ``LIKELIHOOD[name]`` with the common signature.
 
@@ -116,6 +122,12 @@ def register_estimator(name: str) -> Callable[[Callable[..., Any]], LikelihoodFn
 
     entry.reads = reads  # the LikelihoodConfig fields this estimator sees
     entry.__doc__, entry.__name__, entry.__module__ = fn.__doc__, fn.__name__, fn.__module__
+    # What a caller gets is the wrapper's TokenScores, whatever the estimator body returns: say so in
+    # the signature and the docstring that help() and the API reference show.
+    note = _RETURNS_NOTE.format(name=name)
+    for f in (checked, entry):
+      f.__annotations__ = {**f.__annotations__, "return": TokenScores}
+      f.__doc__ = (fn.__doc__ or "").rstrip() + "\n\n" + note
     LIKELIHOOD.register(name)(entry)
     return checked
 

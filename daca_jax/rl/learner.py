@@ -38,7 +38,8 @@ class GRPOLearner:
     logits_fn: pure ``(params, tokens[B, T]) -> logits[B, T, V]``, or a
       :class:`~daca_jax.contracts.ModelFns` (``daca_jax.models.make_logits_fn``).
     cfg: validated :class:`TrainConfig` (uses ``rollout``, ``credit``, ``likelihood``, ``rl``).
-    mask_id: ``[MASK]`` id; eos_id: EOS id.
+    mask_id: ``[MASK]`` id.
+    eos_id: end-of-sequence id.
     tokenizer: the task's tokenizer; needed by credit assigners that tag tokens (``dtca``).
     hidden_logits_fn: the same model returning ``(logits, hidden)``
       (``make_logits_fn(graphdef, return_hidden=True)``); needed by ``delta``, whose rollout

@@ -104,8 +104,17 @@ def diffu_grpo_loss(logp: jax.Array, batch: PolicyBatch, *,
   ``ℓ = −min(ρ Â, clip(ρ, 1−ε, 1+ε) Â) + β·k3(logp, logp_ref)``; the loss is the token mean over the
   batch, ``Σ m ℓ / Σ m``.
 
+  Args:
+    logp: float32 [B, N] the current policy's log-probs of the scored targets (N = L, or C·L for an
+      estimator with C contexts per token), differentiable.
+    batch: the rollout's stop-gradient quantities (``logp_old``, ``logp_ref``, ``mask`` [B, N];
+      ``advantages`` [B]; ``weights`` or ``token_advantages`` [B, N]).
+    clip_eps: ε of the ratio clip (``rl.clip_eps``; d1: 0.5).
+    beta: β, the KL weight (``rl.beta``; d1: 0.04).
   Returns:
     (scalar loss, aux with "kl", "clip_frac", "ratio_mean", "pg_loss").
+  Raises:
+    ShapeError: a field of ``batch`` whose shape disagrees with ``logp`` (checked when traced).
   """
   m = batch.mask
   denom = jnp.maximum(jnp.sum(m), 1.0)

@@ -80,3 +80,40 @@ def reported_errors() -> Iterator[None]:
     logging.getLogger("asyncio").setLevel(logging.CRITICAL + 1)
     print(f"{'preempted' if code == EXIT_PREEMPTED else 'error'}: {one_line(e)}", file=sys.stderr, flush=True)
     sys.exit(code)
+
+
+def flag_error(e: BaseException, argv: list[str]) -> str:
+  """The one line to print for an exception raised while parsing a script's flags.
+
+  absl and ml_collections wrap what went wrong (``IllegalFlagValueError`` around a re-raise of the
+  config file's exception that may itself fail: a :class:`~daca_jax.errors.ConfigError` cannot be
+  rebuilt from a message alone), so the line comes from the original exception at the end of the
+  chain: a config file's own error (an unknown preset, a preset name that does not parse) as it was
+  raised, and an unknown ``--config.<field>`` with ml_collections' suggestion and the flag that named
+  it.
+
+  Args:
+    e: the exception ``flags.FLAGS(argv)`` raised.
+    argv: the command line.
+  """
+  chain, seen = [], set()
+  c: BaseException | None = e
+  while c is not None and id(c) not in seen:
+    seen.add(id(c))
+    chain.append(c)
+    c = c.__cause__ or c.__context__
+  unknown = next((x for x in chain if isinstance(x, (AttributeError, KeyError)) and x.args
+                  and isinstance(x.args[0], str)), None)
+  if unknown is not None:
+    name, _, hint = unknown.args[0].partition("\n")
+    name = name.strip().strip("'\"")
+    given = [a.split("=")[0] for a in argv if a.startswith("--config.") and a.split("=")[0].endswith(f".{name}")]
+    where = f" in {given[0]}" if given else ""
+    hint = f"; {hint.strip()}" if hint.strip() else ""
+    return (f"unknown config field {name!r}{where}{hint} (the valid fields are listed in configs/base.py; "
+            "task.options takes only the arguments the task's config declares)")
+  original = chain[-1]
+  if original is e or isinstance(original, (ConfigError, DataError)):
+    return one_line(original)  # these name their field (ConfigError) or file (DataError) themselves
+  flag = str(e).partition(": ")[0] if str(e).startswith("flag --") else ""
+  return f"{flag}: {one_line(original)}" if flag else one_line(original)

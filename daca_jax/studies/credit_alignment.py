@@ -42,6 +42,17 @@ DEFAULT_ARMS: dict[str, dict[str, Any]] = {
     "position_value": {"rl.credit": "position_value"},
     "uniform + drop_agreed": {"rl.credit": "uniform", "credit.drop_agreed": True},
     "dps + drop_agreed": {"rl.credit": "dps", "credit.drop_agreed": True},
+    # Signed contrasts (rl.credit="contrast"): a token's share can take the opposite sign to A.
+    "contrast: commit_conf vs row": {"rl.credit": "contrast"},
+    "contrast: commit_conf vs position": {"rl.credit": "contrast", "credit.contrast.baseline": "position"},
+    "contrast: commit_conf vs position + drop_agreed": {"rl.credit": "contrast", "credit.contrast.baseline": "position",
+                                                        "credit.drop_agreed": True},
+    "contrast: dps vs position + drop_agreed": {"rl.credit": "contrast", "credit.contrast.signal": "dps",
+                                                "credit.contrast.baseline": "position", "credit.drop_agreed": True},
+    "position_value + contrast: commit_conf vs position": {"rl.credit": "contrast", "credit.contrast.base": "position_value",
+                                                           "credit.contrast.baseline": "position"},
+    "position_value + contrast (alpha 0.5)": {"rl.credit": "contrast", "credit.contrast.base": "position_value",
+                                              "credit.contrast.baseline": "position", "credit.contrast.alpha": 0.5},
     "token_reward (oracle)": dict(ORACLE),
 }
 

@@ -28,7 +28,7 @@ def test_default_and_smoke_configs_validate():
 
 
 @pytest.mark.parametrize("field,value,pattern", [
-    ("rl__credit", "dpss", r"rl\.credit='dpss'.*\['delta', 'dps', 'dtca', 'position_value', 'token_reward', 'uniform'\]"),
+    ("rl__credit", "dpss", r"rl\.credit='dpss'.*\['contrast', 'delta', 'dps', 'dtca', 'position_value', 'token_reward', 'uniform'\]"),
     ("rl__likelihood", "meanfield", r"rl\.likelihood='meanfield'.*mean_field.*stratified"),
     ("rl__objective", "ppo", r"rl\.objective='ppo'.*diffu_grpo"),
     ("rollout__remasking", "topk", r"rollout\.remasking='topk'.*low_confidence"),
