@@ -53,7 +53,8 @@ WANDB = ["wandb>=0.16"]  # optional W&B dashboards (--config.log.wandb=<project>
 # part of sphinx); Markdown pages through myst-parser.
 DOCS = ["sphinx>=8.1", "myst-parser>=4.0", "sphinx-book-theme>=1.1.3"]
 TEST = RUN + DATA + DOCS + ["pytest>=8", "hypothesis>=6",
-                            "tensorboard>=2.15"]  # tensorboard: reads the event files back
+                            "tensorboard>=2.15",  # reads the event files back
+                            "filelock>=3.12"]  # JAX's locked compilation cache, shared by the tests' processes
 
 setup(
     name="daca_jax",

@@ -17,6 +17,12 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   _CACHE = tempfile.mkdtemp(prefix="daca_jax_test_xla_cache_")
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
   atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+try:  # a size limit turns on JAX's file lock around every cache read and write (processes run concurrently)
+  import filelock  # noqa: F401  (what JAX's locked cache needs)
+
+  os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 << 30))
+except ImportError:
+  pass
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
