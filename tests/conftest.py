@@ -26,6 +26,14 @@ except ImportError:
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
+# The cache serves the subprocesses (each `train.py` of a test recompiles the same smoke programs). The
+# test session's own process compiles thousands of programs once each and gains little from it; twice
+# in one day on a loaded 2-core machine it crashed (SIGSEGV) inside the cache's executable
+# (de)serialisation, which killed the whole session. It keeps its in-memory cache only.
+import jax  # noqa: E402  (after the environment above, which subprocesses inherit)
+
+jax.config.update("jax_enable_compilation_cache", False)
+
 
 def pytest_addoption(parser):
   parser.addoption("--runslow", action="store_true", default=False,

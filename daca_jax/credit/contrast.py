@@ -3,7 +3,7 @@ change sign, by how one of the rollout's own records for that token compares wit
 
 Multiplicative credit (DPS, DTCA, DelTA: ``A_b · w_{b,i}`` with ``w ≥ 0``) keeps the sign of the
 rollout's advantage on every token, so it can never push down a wrong token of a good rollout. Here
-each token gets
+each token gets::
 
     e_{b,i} = base_{b,i} + α · |A_b| · z_{b,i}
 
