@@ -65,6 +65,8 @@ def contrast_scores(signal: jax.Array, completion_mask: jax.Array, group_size: i
   else:
     raise ValueError(f"baseline={baseline!r}: 'sequence' or 'position'")
   u = (s - centre) * m
+  # Scaled, not re-centred (unlike DPS's z-score): against the "position" baseline u keeps its sign,
+  # so a token worse than the group's others there stays negative even if its whole row is.
   n = jnp.maximum(jnp.sum(m, -1, keepdims=True), 1.0)
   mean_u = jnp.sum(u, -1, keepdims=True) / n
   std = jnp.sqrt(jnp.sum(jnp.square(u - mean_u) * m, -1, keepdims=True) / n)
