@@ -26,13 +26,39 @@ except ImportError:
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
 
-# The cache serves the subprocesses (each `train.py` of a test recompiles the same smoke programs). The
-# test session's own process compiles thousands of programs once each and gains little from it; twice
-# in one day on a loaded 2-core machine it crashed (SIGSEGV) inside the cache's executable
-# (de)serialisation, which killed the whole session. It keeps its in-memory cache only.
-import jax  # noqa: E402  (after the environment above, which subprocesses inherit)
+# Every compiled program stays mapped in the process (about six memory mappings each: code, constants)
+# for as long as JAX's in-memory caches hold it. The test session compiles thousands of programs, and by
+# about two thirds of the suite the process passed Linux's limit of 65,530 mappings per process
+# (vm.max_map_count); the next mmap failed inside XLA and the process died with SIGSEGV, in compilation
+# or in the persistent cache's (de)serialisation (CI stop 34, and twice on a loaded machine). Releasing
+# the caches after each test module keeps the count to what one module compiles; the persistent cache
+# makes a later module's recompilation of the same program a read.
+import gc  # noqa: E402
 
-jax.config.update("jax_enable_compilation_cache", False)
+import jax  # noqa: E402  (after the environment above, which subprocesses inherit)
+import pytest  # noqa: E402
+
+
+_MAPS = "/proc/self/maps"
+_MAPS_CEILING = 30_000  # half the kernel's default limit: one heavy module must not reach it either
+
+
+def _release_compiled_programs() -> None:
+  jax.clear_caches()
+  gc.collect()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_after_each_module():
+  yield
+  _release_compiled_programs()
+
+
+def pytest_runtest_teardown(item):
+  if os.path.exists(_MAPS):
+    with open(_MAPS, "rb") as f:
+      if sum(1 for _ in f) > _MAPS_CEILING:
+        _release_compiled_programs()
 
 
 def pytest_addoption(parser):
@@ -47,8 +73,6 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
   if config.getoption("--runslow"):
     return
-  import pytest
-
   skip = pytest.mark.skip(reason="slow: run with --runslow")
   for item in items:
     if "slow" in item.keywords:
