@@ -70,6 +70,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.credit.contrast.signal = "commit_conf"  # Contrasted record: commit_conf | dps (raw DPS score).
   c.credit.contrast.baseline = "sequence"  # z from the row's mean | "position": the group's mean there.
   c.credit.contrast.base = "sequence"  # Added to: the rollout's advantage | position_value's.
+  c.credit.position_value = ml_collections.ConfigDict()
+  c.credit.position_value.weights = "none"  # Times each token's position value: none | dps (DPS weights).
   c.credit.drop_agreed = False  # Any assigner: weight 0 on tokens all G rollouts of a group put at the same position.
 
   c.likelihood = ml_collections.ConfigDict()  # Shared options, then one section per estimator.

@@ -481,6 +481,23 @@ class ContrastConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class PositionValueConfig:
+  """Position-value credit (``rl.credit="position_value"``, :mod:`daca_jax.credit.position_value`).
+
+  Attributes:
+    weights: what multiplies each token's position-value advantage: "none" (nothing) or "dps" (DACA's
+      DPS weights, ``credit.dps.*``: the paper's "+DPS" on this assigner).
+  """
+
+  weights: str = "none"
+
+  def validate(self, prefix: str = "credit.position_value") -> "PositionValueConfig":
+    _check_fields(prefix, self)
+    _one_of(prefix, self, "weights", ("none", "dps"))
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
 class CreditConfig:
   """Options of the credit assigners, one section per assigner. The assigner is chosen by ``rl.credit``
   and receives only the sections it declares (DPS: ``dps``; DTCA, built on DPS's scores: ``dtca``
@@ -491,6 +508,7 @@ class CreditConfig:
     dtca: :class:`DTCAConfig` (``credit.dtca.*``).
     delta: :class:`DeltaConfig` (``credit.delta.*``).
     contrast: :class:`ContrastConfig` (``credit.contrast.*``).
+    position_value: :class:`PositionValueConfig` (``credit.position_value.*``).
     drop_agreed: multiply every assigner's weights by the group-agreement mask: a token that all G
       rollouts of its group committed identically at that position gets weight 0 (its advantages sum
       to zero over the group; see :mod:`daca_jax.credit.agreement`).
@@ -500,6 +518,7 @@ class CreditConfig:
   dtca: DTCAConfig = DTCAConfig()
   delta: DeltaConfig = DeltaConfig()
   contrast: ContrastConfig = ContrastConfig()
+  position_value: PositionValueConfig = PositionValueConfig()
   drop_agreed: bool = False
 
   def validate(self, prefix: str = "credit") -> "CreditConfig":

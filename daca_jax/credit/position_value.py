@@ -21,6 +21,11 @@ Position alignment is what makes ``Q̂`` meaningful: the tasks where the same po
 slot across rollouts (fixed-format answers such as a Sudoku grid). On free-form text, positions shift
 between rollouts and the estimator falls back toward GRPO's sequence advantage (few tokens agree).
 Only token-level objectives (diffu_grpo, rldf) accept per-token advantages.
+
+With ``credit.position_value.weights="dps"`` each token's position value is multiplied by its DPS
+weight (``credit.dps.*``; mean 1 over the sequence's tokens, in ``[w_min, w_max]`` before that
+normalisation): the paper's "+DPS" applied on top of this assigner. The weights are positive, so they
+rescale a token's credit but never change its sign.
 """
 from __future__ import annotations
 
@@ -29,8 +34,9 @@ import jax.numpy as jnp
 
 from daca_jax.credit.agreement import group_agreement_mask
 from daca_jax.credit.base import CreditInputs, CreditOutput, register_credit
+from daca_jax.credit.dps import dps_credit, signal_records
 from daca_jax.contracts import Trajectory, check_shape
-from daca_jax.types import RolloutConfig
+from daca_jax.types import DPSConfig, PositionValueConfig, RolloutConfig
 
 
 def position_value_advantages(completion: jax.Array, completion_mask: jax.Array, advantages: jax.Array,
@@ -64,13 +70,35 @@ def position_value_advantages(completion: jax.Array, completion_mask: jax.Array,
   return (value * m).reshape(b, length)
 
 
-@register_credit("position_value", needs_advantages=True, token_level=True)
-def position_value_credit(traj: Trajectory, rollout_cfg: RolloutConfig,
-                          inputs: CreditInputs | None = None) -> CreditOutput:
-  """Weights = the completion mask; ``token_advantages`` as in :func:`position_value_advantages`."""
-  del rollout_cfg
+def _records(*, position_value: PositionValueConfig = PositionValueConfig(),
+             dps: DPSConfig = DPSConfig()) -> frozenset[str]:
+  return signal_records(dps=dps) if position_value.weights == "dps" else frozenset()
+
+
+@register_credit("position_value", records=_records, needs_advantages=True, token_level=True)
+def position_value_credit(traj: Trajectory, rollout_cfg: RolloutConfig, inputs: CreditInputs | None = None,
+                          *, position_value: PositionValueConfig = PositionValueConfig(),
+                          dps: DPSConfig = DPSConfig()) -> CreditOutput:
+  """Per-token advantages of :func:`position_value_advantages`, times DPS weights when asked.
+
+  Args:
+    traj: the rollout (``step_conf`` / ``step_entropy`` too for ``position_value.weights="dps"``).
+    rollout_cfg: the sampler's geometry.
+    inputs: ``advantages`` float32 [B] and ``group_size`` G.
+    position_value: this assigner's options (``credit.position_value``).
+    dps: DPS's options, read for ``weights="dps"`` (``credit.dps``).
+  Returns:
+    :class:`CreditOutput`: ``weights`` = the completion mask (``weights="none"``) or the DPS weights
+    float32 [B, L]; ``token_advantages`` float32 [B, L] = position value × those weights (0 off the
+    mask); metric ``agreed_fraction`` (share of valid tokens all G rollouts hold at that position).
+  Raises:
+    ValueError: ``weights="dps"`` without the record DPS reads.
+  """
   mask = traj.completion_mask.astype(jnp.float32)
   adv = position_value_advantages(traj.completion, mask, inputs.advantages, inputs.group_size)
+  weights = mask
+  if position_value.weights == "dps":
+    weights = dps_credit(traj, rollout_cfg, dps=dps)
   keep = group_agreement_mask(traj.completion, mask, inputs.group_size)
   shared = 1.0 - jnp.sum(keep) / jnp.maximum(jnp.sum(mask), 1.0)
-  return CreditOutput(weights=mask, token_advantages=adv, metrics={"agreed_fraction": shared})
+  return CreditOutput(weights=weights, token_advantages=adv * weights, metrics={"agreed_fraction": shared})

@@ -33,7 +33,7 @@ ESTIMATOR_READS = {
     "rldf": {"rldf", "trajectory_steps", "p_mask_prompt", "strata_batch"},
 }
 CREDIT_READS = {"uniform": set(), "dps": {"dps"}, "dtca": {"dtca", "dps"}, "delta": {"delta"},
-                "position_value": set(), "token_reward": set(), "contrast": {"contrast", "dps"}}
+                "position_value": {"position_value", "dps"}, "token_reward": set(), "contrast": {"contrast", "dps"}}
 OBJECTIVE_READS = {"diffu_grpo": {"clip_eps", "beta"}, "wd1": {"group_size", "beta"},
                    "gspo": {"clip_eps", "beta"}, "gdpo": {"clip_eps", "beta"},
                    "reinforce_pp": {"clip_eps"}, "rldf": {"clip_eps", "beta", "rldf_tau"}}

@@ -108,3 +108,28 @@ def test_position_value_credit_in_the_learner_update():
                              (out.weights, out.token_advantages), jax.random.PRNGKey(1))
   assert np.isfinite(float(m["loss"])) and any(
       not np.allclose(a, b) for a, b in zip(jax.tree.leaves(new), jax.tree.leaves(params)))
+
+
+def test_position_value_with_dps_weights_on_top():
+  from daca_jax.credit import dps_credit, position_value_advantages
+  from daca_jax.rl import group_advantages
+  from daca_jax.types import PositionValueConfig
+
+  rollout = RolloutConfig(gen_length=8, block_length=4, steps=4, temperature=1.0)
+  rl = RLConfig(credit="position_value", likelihood="mean_field", group_size=4)
+  credit = CreditConfig(position_value=PositionValueConfig(weights="dps"))
+  learner = GRPOLearner(jax_logits, TrainConfig(rollout=rollout, rl=rl, credit=credit), mask_id=MASK, eos_id=EOS)
+  params = jax.tree.map(jnp.asarray, make_params(P + 8, V, seed=0, scale=1.0))
+  prompts = jnp.asarray(np.random.default_rng(0).integers(0, 9, (8, P)), jnp.int32)
+  rewards = jnp.asarray(np.random.default_rng(1).uniform(size=8), jnp.float32)
+  traj = learner.rollout(params, prompts, jax.random.PRNGKey(0))
+  out = learner.assign_credit(traj, rewards)
+  pv = np.asarray(position_value_advantages(traj.completion, traj.completion_mask, group_advantages(rewards, 4), 4))
+  w = np.asarray(dps_credit(traj, rollout))
+  assert not np.allclose(w[w > 0], 1.0)  # DPS weights that actually differ from uniform
+  np.testing.assert_allclose(np.asarray(out.weights), w, rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(out.token_advantages), pv * w, rtol=1e-6, atol=1e-8)
+  # Positive weights rescale a token's position value; they never flip its sign.
+  assert np.all(np.asarray(out.token_advantages) * pv >= 0)
+  with pytest.raises(ConfigError, match="credit.position_value.weights"):
+    PositionValueConfig(weights="dtca").validate()
