@@ -120,6 +120,9 @@ def paper_table(data: dict[str, Any], *, mfu: float, usable: float,
         setting = (f"{s['update_rows']} rows, mu {s['num_iterations']}, accum {s['grad_accum']}, rollout "
                    f"{s['rollout_calls']}x{s['rollout_batch']}, {s['credit']}/{s['likelihood']}, LoRA r "
                    f"{s['model']['lora_rank']}")
+        fast = [f"kv_cache {s['kv_cache']}" if s.get("kv_cache", "none") != "none" else "",
+                f"threshold {s['threshold']}" if s.get("threshold", 0.0) else ""]
+        setting += "".join(f", {f}" for f in fast if f)
     lines.append(f"| {preset} | {setting} | " + " | ".join(cells) + " |")
   return "\n".join(lines)
 
