@@ -1,7 +1,7 @@
 """Prints the main job's variant study (``docs/results/main_job_variants.json``) as the README's table.
 
   python experiments/variants_table.py [--results=docs/results/main_job_variants.json] [--arms=a,b] [--reference=arm]
-      [--runs=countdown_runs] [--seeds=0,1,2]
+      [--runs=countdown_runs] [--seeds=0,1,2] [--timing]
   python experiments/variants_table.py --per_seed="default (co 32x4/8 cos2e-4 std 200 it)" --seeds=0,1,2
 """
 import pathlib as _pathlib
@@ -21,6 +21,7 @@ _ARMS = flags.DEFINE_list("arms", None, "Arms to show, in this order (default: a
 _REFERENCE = flags.DEFINE_string("reference", "old default", "The arm the paired columns subtract.")
 _RUNS = flags.DEFINE_string("runs", "runs", "The file's list of runs: runs (Sudoku main job) | countdown_runs.")
 _SEEDS = flags.DEFINE_list("seeds", None, "Only these seeds' runs (default: every seed).")
+_TIMING = flags.DEFINE_bool("timing", False, "Add each seed's RL wall time and the speed-up over --reference.")
 _PER_SEED = flags.DEFINE_string("per_seed", None, "Print this arm's runs seed by seed instead (--arms and "
                                 "--reference unused).")
 
@@ -36,7 +37,7 @@ def main(argv):
     if _PER_SEED.value:
       print(seed_table(runs, _PER_SEED.value, METRICS.get(_RUNS.value, "test metric")))
       return
-    print(variants_table(runs, _REFERENCE.value, _ARMS.value))
+    print(variants_table(runs, _REFERENCE.value, _ARMS.value, timing=_TIMING.value))
 
 
 if __name__ == "__main__":

@@ -77,6 +77,10 @@ def make_optimizer(learning_rate: float, warmup_steps: int, weight_decay: float,
                    agreement_every: int = 0) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """``clip_by_global_norm -> adamw`` with a linear warmup to ``learning_rate``.
 
+  The schedule is indexed by the optimizer update count from 0. With ``warmup_steps = W > 0`` the
+  rate rises linearly from 0 at update 0 to the peak at update W (transformers' convention); with
+  ``W = 0`` update 0 already runs at the peak.
+
   Args:
     eps: Adam's epsilon; a larger value damps the steps of parameters whose gradients are tiny
       (sparse-reward RL batches), instead of normalising noise to full-size steps.
@@ -88,10 +92,12 @@ def make_optimizer(learning_rate: float, warmup_steps: int, weight_decay: float,
   Returns:
     (optimizer, learning-rate schedule of the update count).
   """
-  if decay_steps > 0:
-    schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, max(warmup_steps, 1),
-                                                  max(warmup_steps, 1) + decay_steps,
+  if decay_steps > 0 and warmup_steps > 0:
+    schedule = optax.warmup_cosine_decay_schedule(0.0, learning_rate, warmup_steps, warmup_steps + decay_steps,
                                                   end_value=0.1 * learning_rate)
+  elif decay_steps > 0:
+    # No warmup: the first update runs at the peak rate (a one-step warmup from 0 would spend it at 0).
+    schedule = optax.cosine_decay_schedule(learning_rate, decay_steps, alpha=0.1)
   elif warmup_steps > 0:
     schedule = optax.join_schedules(
         [optax.linear_schedule(0.0, learning_rate, warmup_steps), optax.constant_schedule(learning_rate)],

@@ -16,6 +16,9 @@ from typing import Any, Sequence
 from daca_jax.errors import DataError
 from daca_jax.run.reproduce import mean_ci95
 
+# RL wall time of a run (seconds), measured only when two runs shared a 2-core machine one core each;
+# null when the run shared it with anything else or was resumed (the only layout whose times compare).
+RL_TIME = "rl_s_one_core_each_two_runs"
 _FIELDS = ("arm", "seed", "test_before", "test_after", "val_before", "val_curve", "reward_rise")
 # The test metric of each list of runs (the file's "what" says so): d1's Sudoku / Countdown test sets.
 METRICS = {"runs": "strict_solved", "countdown_runs": "accuracy"}
@@ -71,13 +74,23 @@ def _fmt(values: Sequence[float]) -> str:
   return f"{m:+.1f}" + ("" if math.isnan(ci) else f" ± {ci:.1f}")
 
 
+def _rl_time(r: dict[str, Any]) -> float:
+  """The run's comparable RL wall time in seconds (:data:`RL_TIME`), NaN where none was measured."""
+  t = r.get(RL_TIME)
+  return math.nan if t is None else float(t)
+
+
 def variants_table(runs: Sequence[dict[str, Any]], reference: str = "default",
-                   arms: Sequence[str] | None = None) -> str:
+                   arms: Sequence[str] | None = None, timing: bool = False) -> str:
   """Markdown: one row per arm (in first-seen order, or ``arms``): seeds, test change per seed and mean
   ± 95% CI (points), the same on validation (its last point), the reward rise per seed, and the test /
   validation change minus ``reference``'s on the seeds both have from the same warm start (the same
   test and validation accuracy before RL, the test alone where a run has no validation split; paired,
-  "separates" when the interval excludes 0). "n/a": no validation split."""
+  "separates" when the interval excludes 0). "n/a": no validation split.
+
+  With ``timing``, two more columns: the RL wall time per seed (minutes, :data:`RL_TIME`; "n/a" where
+  not comparable) and the speed-up over ``reference`` — the mean over paired seeds with both times of
+  reference time / arm time, ± its 95% interval (above 1: the arm's RL ran faster)."""
   by_arm: dict[str, dict[int, dict[str, Any]]] = {}
   for r in runs:
     by_arm.setdefault(r["arm"], {})[r["seed"]] = r
@@ -90,6 +103,8 @@ def variants_table(runs: Sequence[dict[str, Any]], reference: str = "default",
 
   head = ["arm", "seeds", "test change (pp)", "mean ± 95% CI", "validation change (pp)", "mean ± 95% CI",
           "reward rise", f"paired − {reference}: test", "validation"]
+  if timing:
+    head += ["RL time (min)", f"speed-up over {reference}"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for arm in order:
     seeds = sorted(by_arm[arm])
@@ -111,6 +126,15 @@ def variants_table(runs: Sequence[dict[str, Any]], reference: str = "default",
         continue
       m, ci = mean_ci95(d)
       cells.append(f"{m:+.1f} ± {ci:.1f}" + (" (separates)" if abs(m) > ci else "") + f" (n={len(d)})")
+    if timing:
+      cells.append(" / ".join("n/a" if math.isnan(_rl_time(r)) else f"{_rl_time(r) / 60:.1f}" for r in rs))
+      ratios = [] if arm == reference else [_rl_time(ref[s]) / _rl_time(by_arm[arm][s]) for s in paired]
+      ratios = [x for x in ratios if not math.isnan(x)]
+      if not ratios:
+        cells.append("")
+      else:
+        m, ci = mean_ci95(ratios)
+        cells.append(f"{m:.2f}×" + ("" if math.isnan(ci) else f" ± {ci:.2f}") + f" (n={len(ratios)})")
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines)
 
@@ -140,4 +164,4 @@ def seed_table(runs: Sequence[dict[str, Any]], arm: str, metric: str = "strict_s
   return "\n".join(lines)
 
 
-__all__ = ["METRICS", "read_variants", "seed_table", "variants_table"]
+__all__ = ["METRICS", "RL_TIME", "read_variants", "seed_table", "variants_table"]

@@ -76,3 +76,17 @@ def test_seed_table_lists_one_arm_seed_by_seed_with_the_mean_change():
   assert seed_table(runs[:2], "a").splitlines()[-1].startswith("| mean ± 95% CI, seeds 0/1 (points) |")
   with pytest.raises(DataError, match=r"arm 'c' is not in the file \(arms there: \['a', 'b'\]\)"):
     seed_table(runs, "c")
+
+
+def test_timing_columns_give_minutes_per_seed_and_the_paired_speed_up():
+  t = "rl_s_one_core_each_two_runs"
+  runs = [dict(_run("ref", 0, 0.2, 0.3, 0.2, 0.3), **{t: 1200.0}), dict(_run("ref", 1, 0.3, 0.4, 0.3, 0.4), **{t: 1800.0}),
+          dict(_run("ref", 2, 0.4, 0.5, 0.4, 0.5), **{t: 600.0}),
+          dict(_run("fast", 0, 0.2, 0.3, 0.2, 0.3), **{t: 600.0}), dict(_run("fast", 1, 0.3, 0.4, 0.3, 0.4), **{t: 600.0}),
+          dict(_run("fast", 2, 0.4, 0.5, 0.4, 0.5), **{t: None})]  # resumed: no comparable time
+  md = variants_table(runs, reference="ref", timing=True).splitlines()
+  assert md[0].endswith("| RL time (min) | speed-up over ref |")
+  assert md[2].endswith("| 20.0 / 30.0 / 10.0 |  |")
+  # ratios 1200/600 = 2, 1800/600 = 3: mean 2.5, 12.706 * 0.7071 / sqrt 2 = 6.35; seed 2 has no time
+  assert md[3].endswith("| 10.0 / 10.0 / n/a | 2.50× ± 6.35 (n=2) |")
+  assert "RL time" not in variants_table(runs, reference="ref")
