@@ -27,6 +27,11 @@ Sections (``--sections``, comma separated; ``all`` adds the slow ``accuracy`` on
              records, likelihood passes, update vs d1) and wall seconds: daca_jax.run.method_costs.
   accuracy   Sudoku strict_solved of plain vs threshold vs cached decoding with an SFT'd tiny model
              (``--sft_dir`` to reuse a checkpoint folder, else a short SFT of ``--sft_steps``).
+  rl_iteration  one RL iteration of the config's recipe (the training rollout of prompts_per_step x
+             sample_group_size sequences at the rollout temperature, then credit and one update of the
+             kept rows) with each training-rollout mode of ``--rl_modes``, from the SFT'd model (as
+             ``accuracy``), interleaved: rollout, update and iteration seconds, model calls, and each
+             mode's speed-up over d1's sampler (median of the per-round ratios, with their range).
 
 Absolute times are only meaningful on an accelerator; ratios measured in the same run are what to
 compare. MFU uses the device's dense bf16 peak (``--peak_tflops`` overrides; 'n/a' on CPU unless given).
@@ -58,7 +63,8 @@ from daca_jax.run.metrics import format_table
 from daca_jax.models import count_params, init_model, llada_8b_config, make_logits_fn
 from daca_jax.configure import train_config_from_dict
 
-SECTIONS = ("rollout", "profile", "fast", "likelihood", "memory", "peak8b", "scaling", "torch", "costs", "accuracy")
+SECTIONS = ("rollout", "profile", "fast", "likelihood", "memory", "peak8b", "scaling", "torch", "costs", "accuracy",
+            "rl_iteration")
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/sudoku_tiny.py", "Config file.")
 _SECTIONS = flags.DEFINE_string("sections", "rollout,profile,fast,likelihood,memory,scaling,torch,costs",
                                 f"Comma-separated sections of {list(SECTIONS)}, or 'all'.")
@@ -84,6 +90,9 @@ _PEAK = flags.DEFINE_float("peak_tflops", 0.0, "Peak TFLOP/s per chip for MFU (0
 _SFT_DIR = flags.DEFINE_string("sft_dir", "", "accuracy: an SFT checkpoint folder to reuse (copied).")
 _SFT_STEPS = flags.DEFINE_integer("sft_steps", 300, "accuracy: SFT steps when --sft_dir is not given.")
 _EVAL_N = flags.DEFINE_integer("eval_examples", 500, "accuracy: evaluation puzzles.")
+_RL_MODES = flags.DEFINE_string("rl_modes", "plain,prefix,threshold,prefix+threshold",
+                                "rl_iteration: training-rollout modes, each 'plain' or '+'-joined parts of "
+                                "prefix / dual (rollout.kv_cache) and threshold (rollout.threshold=--threshold).")
 _JSON = flags.DEFINE_string("json", "", "Also write every figure to this JSON file.")
 _PEAK_LAYERS = flags.DEFINE_integer("peak_layers", 2, "peak8b: transformer layers of the LLaDA-8B-width "
                                     "model (the sampler's buffers do not depend on depth).")
@@ -446,7 +455,8 @@ def section_costs(bench, res):
       res[f"costs[{r['label']}].{k}"] = r[k]
 
 
-def section_accuracy(bench, res):
+def _sft_params(bench, res):
+  """The SFT'd model's parameters: ``--sft_dir``'s checkpoint (copied), else a short SFT."""
   from daca_jax.run.pipeline import run_sft
 
   cfg, task = bench.cfg, bench.task
@@ -462,8 +472,14 @@ def section_accuracy(bench, res):
     t0 = time.perf_counter()
     params, trained = run_sft(sft_cfg, task, task.train_examples(cfg.sft.num_train_examples, cfg.seed),
                               bench.logits_fn, bench.params, sft_dir, show_progress=False)
-    res["accuracy_sft_steps"] = steps
-    res["accuracy_sft_s"] = time.perf_counter() - t0 if trained else 0.0
+    res["sft_steps"] = steps
+    res["sft_s"] = time.perf_counter() - t0 if trained else 0.0
+  return params
+
+
+def section_accuracy(bench, res):
+  cfg, task = bench.cfg, bench.task
+  params = _sft_params(bench, res)
   examples, source = task.eval_examples()
   examples = examples[:_EVAL_N.value]
   res["accuracy_eval_source"] = source
@@ -493,6 +509,60 @@ def section_accuracy(bench, res):
                             "tokens/s"]))
 
 
+def section_rl_iteration(bench, res):
+  from daca_jax.rl import GRPOLearner
+  from daca_jax.rl.downsample import take_rows
+
+  if bench.task is None:
+    raise app.UsageError("--sections=rl_iteration needs the config's task (not --model=llada_8b)")
+  cfg = bench.cfg
+  modes = [m.strip() for m in _RL_MODES.value.split(",") if m.strip()]
+  if "plain" not in modes:
+    modes = ["plain"] + modes
+  params = _sft_params(bench, res)
+  n, g, p = cfg.rl.sample_group_size or cfg.rl.group_size, cfg.rl.group_size, cfg.rl.prompts_per_step
+  prompts = jnp.asarray(np.repeat(bench.task.encode_prompts(bench.task.train_examples(p, cfg.seed + 1)), n, 0))
+  kept = jnp.asarray((np.arange(p)[:, None] * n + np.arange(g)[None, :]).reshape(-1))  # g of each group
+  rewards = jnp.asarray(np.random.default_rng(1).uniform(size=p * g), jnp.float32)
+  runners, calls = {}, {}
+  for mode in modes:
+    c = dataclasses.replace(cfg, rollout=bm.rollout_mode_config(cfg.rollout, mode, _THRESHOLD.value))
+    learner = GRPOLearner(bench.logits_fn, c, mask_id=bench.mask_id, eos_id=bench.eos_id)
+    state = {"opt": learner.init_opt_state(params), "credit": learner.init_credit_state(), "traj": None}
+
+    def rollout(learner=learner, state=state):
+      state["traj"] = take_rows(learner.rollout(params, prompts, bench.key), kept)
+      return state["traj"]
+
+    def update(learner=learner, state=state):
+      credit = learner.assign_credit(state["traj"], rewards, state["credit"])
+      weights = credit.weights if credit.token_advantages is None else (credit.weights, credit.token_advantages)
+      # The parameters stay the SFT'd ones (every round rolls out the same policy); the donated
+      # optimizer state is carried.
+      _, state["opt"], metrics = learner.update(params, state["opt"], params, state["traj"], rewards, weights,
+                                                bench.key)
+      return metrics
+
+    runners[f"{mode}/rollout"], runners[f"{mode}/update"] = rollout, update
+    calls[mode] = int(rollout().model_calls)  # compiles; the update compiles in the warm-up below
+  times = bm.interleaved_runs(runners, bench.r)
+  it = {m: [a + b for a, b in zip(times[f"{m}/rollout"], times[f"{m}/update"])] for m in modes}
+  rows = []
+  for m in modes:
+    roll, upd = (float(np.median(times[f"{m}/{k}"])) for k in ("rollout", "update"))
+    speed = bm.ratio_stats(it["plain"], it[m])
+    rspeed = bm.ratio_stats(times["plain/rollout"], times[f"{m}/rollout"])
+    tag = f"rl_{m.replace('+', '_')}"
+    res[f"{tag}_rollout_s"], res[f"{tag}_update_s"], res[f"{tag}_model_calls"] = roll, upd, calls[m]
+    _put_ratio(res, f"{tag}_rollout_speedup", rspeed)
+    _put_ratio(res, f"{tag}_iteration_speedup", speed)
+    rows.append([m, roll, upd, roll + upd, f"{calls[m]}/{cfg.rollout.steps}", rspeed["median"],
+                 f"{speed['median']:.2f} [{speed['min']:.2f}, {speed['max']:.2f}]"])
+  res["rl_rollout_rows"], res["rl_update_rows"] = int(prompts.shape[0]), int(kept.shape[0])
+  print(format_table(rows, ["training rollout", "rollout s", "update s", "iteration s", "model calls",
+                            "rollout speed-up", "iteration speed-up [range]"]))
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
@@ -501,6 +571,16 @@ def main(argv):
   if unknown:
     print(f"error: --sections: unknown {unknown}; choose from {list(SECTIONS)} or 'all'", file=sys.stderr)
     sys.exit(2)
+  if "rl_iteration" in chosen:  # a bad mode is refused before the model is built
+    from daca_jax.errors import ConfigError
+    from daca_jax.types import RolloutConfig
+
+    for mode in _RL_MODES.value.split(","):
+      try:
+        bm.rollout_mode_config(RolloutConfig(), mode.strip(), _THRESHOLD.value)
+      except ConfigError as e:
+        print(f"error: --{e}", file=sys.stderr)
+        sys.exit(2)
   bench = Bench()
   if _MODEL.value == "llada_8b":
     dropped = [s for s in chosen if s not in ("rollout", "fast")]

@@ -9,12 +9,14 @@ model FLOP/s / the device's peak (dense bf16 by default; a flag overrides it).
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any, Callable
 
 import jax
 import numpy as np
 
+from daca_jax.errors import ConfigError
 from daca_jax.hardware import device_for_kind
 from daca_jax.types import ModelConfig, RolloutConfig
 
@@ -52,6 +54,26 @@ def compile_and_time(fn: Callable[..., Any], *args: Any, repeats: int = 5) -> di
   out = time_fn(compiled, *args, repeats=repeats)
   out.update(compile_s=compile_s, memory=memory_stats(compiled), compiled=compiled)
   return out
+
+
+ROLLOUT_MODE_PARTS = ("prefix", "dual", "threshold")
+
+
+def rollout_mode_config(rc: RolloutConfig, mode: str, threshold: float) -> RolloutConfig:
+  """``rc`` with a training-rollout ``mode``: "plain" (d1's sampler: no cache, no threshold) or
+  "+"-joined parts of :data:`ROLLOUT_MODE_PARTS`, e.g. "prefix+threshold" (``rollout.kv_cache`` =
+  "prefix", ``rollout.threshold`` = ``threshold``).
+
+  Raises:
+    ConfigError: ``mode`` names an unknown part, more than one K/V cache, or nothing.
+  """
+  parts = [] if mode == "plain" else mode.split("+")
+  caches = [x for x in parts if x in ("prefix", "dual")]
+  if not parts and mode != "plain" or any(x not in ROLLOUT_MODE_PARTS for x in parts) or len(caches) > 1:
+    raise ConfigError("rl_modes", mode, "'plain' or '+'-joined parts of "
+                      f"{list(ROLLOUT_MODE_PARTS)} with at most one K/V cache (e.g. 'prefix+threshold')")
+  return dataclasses.replace(rc, kv_cache=caches[0] if caches else "none",
+                             threshold=threshold if "threshold" in parts else 0.0).validate()
 
 
 def interleaved_runs(fns: dict[str, Callable[[], Any]], repeats: int = 5) -> dict[str, list[float]]:

@@ -41,7 +41,8 @@ from daca_jax.tasks.base import TASKS, Example, Task
 from daca_jax.tasks.training_rewards import training_rewards
 from daca_jax.types import TrainConfig
 
-# Config fields that may change between a run and its resumption (they do not change what is trained).
+# Config fields that may change between a run and its resumption (they do not change what is trained;
+# rl.steps only while the learning-rate schedule does not depend on it, see check_workdir_config).
 _RESUMABLE_CHANGES = ("rl.steps", "rl.eval_every", "eval.", "checkpoint.", "task.num_eval_examples", "log.")
 _SFT_STREAM, _RL_STREAM, _EVAL_STREAM, _LORA_STREAM = 1, 2, 3, 4
 PLUMBING_NOTE = ("This is a plumbing check (log.plumbing_check, the smoke presets): a tiny model trained for a "
@@ -98,7 +99,7 @@ def check_workdir_config(workdir: pathlib.Path, cfg: TrainConfig) -> None:
 
   Raises:
     ConfigError: ``workdir`` holds saved state of a run whose config differs in a field that changes
-      training.
+      training (``rl.steps`` included once RL iterations are saved under ``rl.lr_schedule="cosine"``).
   """
   path = workdir / "config.json"
   new = _flatten(json.loads(json.dumps(cfg.to_dict())))
@@ -113,6 +114,14 @@ def check_workdir_config(workdir: pathlib.Path, cfg: TrainConfig) -> None:
       k = diff[0]
       raise ConfigError(k, new.get(k), f"{old.get(k)!r} as in the run already in --workdir={workdir} "
                         f"(differing fields: {diff}); use a new --workdir to start a different run")
+    if (old.get("rl.steps") != new.get("rl.steps") and new.get("rl.lr_schedule") == "cosine"
+        and any((workdir / "rl").glob("[0-9]*"))):
+      # The cosine decays over rl.steps: the iterations already done followed another schedule, so the
+      # resumed run would be neither the old run nor the new one.
+      raise ConfigError("rl.steps", new.get("rl.steps"), f"{old.get('rl.steps')!r} as in the run already in "
+                        f"--workdir={workdir}: with rl.lr_schedule='cosine' the learning rate decays over "
+                        "rl.steps, and the iterations done followed that schedule; use a new --workdir for a "
+                        "run of another length (or rl.lr_schedule='constant', whose runs can be extended)")
   if not parallel.is_primary():
     return
   io_utils.atomic_write_json(path, cfg.to_dict())

@@ -110,3 +110,17 @@ def test_ratio_stats_are_per_round_median_and_range():
   runs = bm.interleaved_runs({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=3)
   assert calls == ["a", "b"] + ["a", "b"] * 3  # warm-up, then alternating rounds
   assert [len(v) for v in runs.values()] == [3, 3]
+
+
+def test_rollout_modes_of_the_rl_iteration_benchmark():
+  from daca_jax.errors import ConfigError
+
+  rc = RolloutConfig(gen_length=8, block_length=4, steps=4, temperature=1.0)
+  plain = bm.rollout_mode_config(rc, "plain", 0.9)
+  assert (plain.kv_cache, plain.threshold) == ("none", 0.0) and plain.temperature == 1.0
+  both = bm.rollout_mode_config(rc, "prefix+threshold", 0.9)
+  assert (both.kv_cache, both.threshold, both.steps) == ("prefix", 0.9, 4)
+  assert bm.rollout_mode_config(rc, "dual", 0.9).kv_cache == "dual"
+  for bad in ("", "prefix+dual", "fast", "threshold+"):
+    with pytest.raises(ConfigError, match=r"rl_modes=.* is not allowed: expected 'plain' or"):
+      bm.rollout_mode_config(rc, bad, 0.9)

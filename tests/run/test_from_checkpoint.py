@@ -27,6 +27,7 @@ from daca_jax.run.metrics import read_metrics
 from daca_jax.run.pipeline import run_main_job
 from daca_jax.types import ModelConfig
 from tests.run.hf_checkpoint_fixture import tiny_checkpoint
+from tests.run.interrupt import run_preempted_after
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 ARCH = {"d_model": 128, "n_layers": 4, "n_heads": 4, "mlp_dim": 384}  # ModelConfig's (base.py's) defaults
@@ -140,7 +141,7 @@ def _resumed_equals_uninterrupted(tmp_path, family):
   ckpt = tiny_checkpoint(tmp_path / "ckpt", family)
   straight, split = tmp_path / "straight", tmp_path / "split"
   lines = []
-  _run(_cfg(ckpt), split, lines)  # "killed" after iteration 2 (its checkpoint written)
+  run_preempted_after(2, _run, _cfg(ckpt, rl__steps=4), split, lines)  # its checkpoint of iteration 2 written
   text = "\n".join(lines)
   assert f"Model: {family} checkpoint {ckpt.resolve()}" in text and "SFT warm start skipped" in text
   assert not (split / "sft").exists() and (split / "rl" / "2").is_dir()
@@ -181,7 +182,7 @@ def test_llada_run_resumes_exactly_and_refuses_another_checkpoint(tmp_path):
   # another checkpoint folder (even a copy) is another run
   other = shutil.copytree(ckpt, tmp_path / "copy")
   with pytest.raises(ConfigError, match=r"model\.init_checkpoint=.*copy.* as in the run already in --workdir"):
-    _run(_cfg(other, rl__steps=5), workdir)
+    _run(_cfg(other, rl__steps=4), workdir)
   # the same folder whose files changed since the run started
   shard = ckpt / "model-00001-of-00002.safetensors"
   from safetensors.numpy import load_file, save_file
@@ -189,7 +190,7 @@ def test_llada_run_resumes_exactly_and_refuses_another_checkpoint(tmp_path):
   save_file({k: v.astype(np.float16) for k, v in tensors.items()}, str(shard))
   with pytest.raises(DataError, match=r"is not the folder the run started from .*changed: "
                                       r"\['model-00001-of-00002\.safetensors'\]"):
-    _run(_cfg(ckpt, rl__steps=5), workdir)
+    _run(_cfg(ckpt, rl__steps=4), workdir)
 
 
 @pytest.mark.slow

@@ -16,6 +16,8 @@ from daca_jax.run.checkpoint import Checkpointer
 from daca_jax.run.metrics import read_metrics
 from daca_jax.run.pipeline import run_main_job
 from daca_jax.configure import train_config_from_dict
+from daca_jax.errors import ConfigError
+from tests.run.interrupt import run_preempted_after
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CMD = [sys.executable, "experiments/train.py", "--config=configs/sudoku_tiny.py:smoke", "--progress=false"]
@@ -80,7 +82,10 @@ def test_resumed_run_continues_the_same_run(tmp_path):
   quiet = lambda *a, **k: None
   straight, split = tmp_path / "straight", tmp_path / "split"
   run_main_job(_smoke_cfg(steps=4), straight, show_progress=False, log=quiet)
-  run_main_job(_smoke_cfg(steps=2), split, show_progress=False, log=quiet)  # "killed" after step 2
+  run_preempted_after(2, run_main_job, _smoke_cfg(steps=4), split, show_progress=False, log=quiet)
+  # The same run of another length is another run: the cosine schedule decays over rl.steps.
+  with pytest.raises(ConfigError, match=r"rl\.steps=6 is not allowed: expected 4 as in the run .*'cosine' the learning rate decays"):
+    run_main_job(_smoke_cfg(steps=6), split, show_progress=False, log=quiet)
   run_main_job(_smoke_cfg(steps=4), split, show_progress=False, log=quiet)  # resumed
   states = []
   for d in (straight, split):
