@@ -177,7 +177,8 @@ def test_damaged_latest_checkpoint_falls_back_and_shorter_rerun_is_refused(tmp_p
   after = read_metrics(tmp_path / "metrics.jsonl")
   assert [r["step"] for r in after] == [1, 2, 3, 4]
   assert [r["reward_mean"] for r in after] == [r["reward_mean"] for r in before]
-  with __import__("pytest").raises(ConfigError, match=r"rl\.steps=2.*>= 4"):
+  # A shorter rerun is another run (the cosine schedule spans rl.steps): refused before any work.
+  with __import__("pytest").raises(ConfigError, match=r"rl\.steps=2 is not allowed: expected 4 as in the run"):
     run_main_job(_smoke_cfg(steps=2), tmp_path, show_progress=False, log=quiet)
 
 
@@ -209,3 +210,16 @@ def test_periodic_evaluation_uses_a_held_out_validation_split(tmp_path):
   # the validation file names its own source, not the evaluation set's
   source = __import__("json").loads((tmp_path / "val_before.json").read_text())["fingerprint"]["source"]
   assert source.startswith("validation split: training-pool items") and "test" not in source
+
+
+def test_a_constant_schedule_run_extends_and_refuses_a_shorter_rerun(tmp_path):
+  """Under a constant learning rate rl.steps may grow on resume (the iterations done are the new run's
+  first ones); a shorter rerun is refused before any work."""
+  quiet = lambda *a, **k: None
+  run_main_job(_smoke_cfg(steps=2, lr_schedule="constant"), tmp_path, show_progress=False, log=quiet)
+  with pytest.raises(ConfigError, match=r"rl\.steps=1 is not allowed: expected >= 2, the iteration this run"):
+    run_main_job(_smoke_cfg(steps=1, lr_schedule="constant"), tmp_path, show_progress=False, log=quiet)
+  lines = []
+  run_main_job(_smoke_cfg(steps=3, lr_schedule="constant"), tmp_path, show_progress=False, log=lines.append)
+  assert "RL: resuming from iteration 2." in lines
+  assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]
