@@ -44,13 +44,14 @@ def test_readme_single_functions_example_runs_and_matches_the_learner():
                                 clip_eps=ns["clip_eps"], beta=ns["beta"], grad_agreement=False)).validate()
   learner = GRPOLearner(ns["logits_fn"], cfg, mask_id=ns["MASK"], eos_id=ns["EOS"])
   theta = ns["old_params"]
-  grads, aux = learner.objective_grad(theta, ns["ref_params"], traj, rewards, w, ns["k_lik"])
+  objective_grad = jax.jit(learner.objective_grad)
+  grads, aux = objective_grad(theta, ns["ref_params"], traj, rewards, w, ns["k_lik"])
   np.testing.assert_allclose(float(aux["loss"]), float(loss), rtol=1e-6, atol=1e-7)
   for got, want in zip(jax.tree.leaves(ns["grads"]), jax.tree.leaves(grads)):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-7)
   spread = jnp.linspace(0.0, 1.0, b)
   (loss2, _), grads2 = ns["grad_fn"](theta, group_advantages(spread, ns["G"]))
-  want2, aux2 = learner.objective_grad(theta, ns["ref_params"], traj, spread, w, ns["k_lik"])
+  want2, aux2 = objective_grad(theta, ns["ref_params"], traj, spread, w, ns["k_lik"])
   np.testing.assert_allclose(float(aux2["loss"]), float(loss2), rtol=1e-6, atol=1e-7)
   for got, want in zip(jax.tree.leaves(grads2), jax.tree.leaves(want2)):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-7)

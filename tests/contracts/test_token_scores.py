@@ -85,7 +85,7 @@ def _learner(likelihood, objective, elbo_terms, beta, **lik):
 
 def _grad(learner, traj, key=jax.random.key(7)):
   rewards = jnp.asarray([1.0, 0.0, 0.0, 1.0], jnp.float32)
-  grads, aux = learner.objective_grad(PARAMS, REF, traj, rewards, traj.completion_mask, key)
+  grads, aux = jax.jit(learner.objective_grad)(PARAMS, REF, traj, rewards, traj.completion_mask, key)
   return np.concatenate([np.ravel(x) for x in jax.tree.leaves(grads)]), aux
 
 

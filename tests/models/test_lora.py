@@ -250,7 +250,7 @@ def test_update_applies_lora_dropout_and_rollouts_do_not():
     params = lora.lora_params(base, ad)
     prompts = jnp.asarray(np.random.default_rng(1).integers(0, 30, (4, 3)), jnp.int32)
     trajs[rate] = traj = learner.rollout(params, prompts, jax.random.key(0))
-    grads[rate], _ = learner.objective_grad(params, lora.reference_params(params), traj,
+    grads[rate], _ = jax.jit(learner.objective_grad)(params, lora.reference_params(params), traj,
                                             jnp.asarray([1.0, 0.0, 0.0, 1.0]), learner.credit_weights(traj),
                                             jax.random.key(1))
   np.testing.assert_array_equal(np.asarray(trajs[0.0].tokens), np.asarray(trajs[0.3].tokens))

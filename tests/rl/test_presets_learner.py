@@ -78,9 +78,9 @@ def test_learner_methods_under_the_preset(flag, preset):
   assert credit.weights.shape == (b, length) and _finite(credit.weights)
   adv = learner.advantages(rewards)
   assert adv is None or (adv.shape == (b,) and _finite(adv))
-  scores = learner.logprobs(params, traj, key)  # commit-order strata read the trajectory's commit steps
+  scores = jax.jit(learner.logprobs)(params, traj, key)  # commit-order strata read the trajectory's commit steps
   assert scores.logp.shape == (b, scores.num_states * length) and _finite(scores.logp)
-  grads, aux = learner.objective_grad(params, params, traj, rewards, weights, key)
+  grads, aux = jax.jit(learner.objective_grad)(params, params, traj, rewards, weights, key)
   assert _finite(grads) and np.isfinite(float(aux["loss"]))
   new, _, metrics = learner.update(params, learner.init_opt_state(params), params, traj, rewards, weights, key)
   assert _finite(new) and np.isfinite(float(metrics["loss"]))
