@@ -25,7 +25,9 @@ from daca_jax.run.cli_errors import exit_code
 from daca_jax.run.metrics import read_metrics
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-RL_STEPS = 5
+# Enough iterations that the signal lands before the last one: an idle machine ran three tiny ones
+# within one polling interval of _signal_after_lines.
+RL_STEPS = 10
 FIELDS = {"rl.steps": RL_STEPS, "checkpoint.every": 4, "task.num_eval_examples": 8, "eval.batch_size": 8,
           "sft.steps": 20, "sft.num_train_examples": 40, "log.tensorboard": False}
 FLAGS = ["--config=configs/sudoku_tiny.py:smoke", "--progress=false"] + [f"--config.{k}={v}" for k, v in FIELDS.items()]
@@ -91,7 +93,7 @@ def _signal_after_lines(procs, metrics, lines, target, timeout=600):
       time.sleep(0.05)
       target.send_signal(signal.SIGTERM)
       return
-    time.sleep(0.05)
+    time.sleep(0.005)
   raise AssertionError(f"no {lines} metrics lines before the run ended: "
                        + " | ".join((p.communicate()[1] or "")[-1500:] for p in procs))
 
