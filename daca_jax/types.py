@@ -322,8 +322,8 @@ class RolloutConfig:
       block's positions). Needs a model-backed logits_fn (``daca_jax.models.make_logits_fn``).
 
   ``threshold`` and ``kv_cache`` apply to RL's training rollouts too, where they are off by default
-  (d1's sampler): on the main job the prefix cache with threshold 0.9 made RL about 1.3x faster and
-  learned 13.9 +- 13.4 test points less over 3 seeds (the study in the documentation's results page).
+  (d1's sampler): on the main job they made RL 1.2-1.3x faster and learned 7-14 test points less
+  over 3 seeds, the prefix cache with threshold 0.9 13.9 +- 13.4 (the documentation's results page).
   """
 
   gen_length: int = 20
