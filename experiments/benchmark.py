@@ -5,7 +5,7 @@
   # LLaDA-8B size, random bf16 weights (an accelerator; see experiments/scripts/gpu_check.sh):
   python experiments/benchmark.py --model=llada_8b --sections=rollout,fast --batch=8
 
-Sections (``--sections``, comma separated; ``all`` adds the slow ``accuracy`` one):
+Sections (``--sections``, comma separated; ``all`` adds the slow ``accuracy`` and ``rl_iteration``):
   rollout    rollout tokens/s, compile time, model FLOPs and MFU, peak memory, DPS overhead.
   profile    where a rollout step's time goes: the sampler (no records, and with DPS's step
              confidences) against the same number of bare model passes (transformer + output head
