@@ -509,6 +509,12 @@ def section_accuracy(bench, res):
                             "tokens/s"]))
 
 
+def _rl_modes():
+  """--rl_modes as a list, d1's sampler ("plain", every ratio's reference) first."""
+  modes = [m.strip() for m in _RL_MODES.value.split(",") if m.strip()]
+  return modes if "plain" in modes else ["plain"] + modes
+
+
 def section_rl_iteration(bench, res):
   from daca_jax.rl import GRPOLearner
   from daca_jax.rl.downsample import take_rows
@@ -516,9 +522,7 @@ def section_rl_iteration(bench, res):
   if bench.task is None:
     raise app.UsageError("--sections=rl_iteration needs the config's task (not --model=llada_8b)")
   cfg = bench.cfg
-  modes = [m.strip() for m in _RL_MODES.value.split(",") if m.strip()]
-  if "plain" not in modes:
-    modes = ["plain"] + modes
+  modes = _rl_modes()
   params = _sft_params(bench, res)
   n, g, p = cfg.rl.sample_group_size or cfg.rl.group_size, cfg.rl.group_size, cfg.rl.prompts_per_step
   prompts = jnp.asarray(np.repeat(bench.task.encode_prompts(bench.task.train_examples(p, cfg.seed + 1)), n, 0))
@@ -575,9 +579,9 @@ def main(argv):
     from daca_jax.errors import ConfigError
     from daca_jax.types import RolloutConfig
 
-    for mode in _RL_MODES.value.split(","):
+    for mode in _rl_modes():
       try:
-        bm.rollout_mode_config(RolloutConfig(), mode.strip(), _THRESHOLD.value)
+        bm.rollout_mode_config(RolloutConfig(), mode, _THRESHOLD.value)
       except ConfigError as e:
         print(f"error: --{e}", file=sys.stderr)
         sys.exit(2)
