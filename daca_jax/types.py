@@ -319,11 +319,14 @@ class RolloutConfig:
     kv_cache: block-wise K/V cache (Fast-dLLM): "none"; "prefix" (each block's first step is a
       full pass that caches K/V before the block, later steps run the block and everything after
       it against that cache); "dual" (caches before and after the block; later steps run only the
-      block's positions). Needs a model-backed logits_fn (``daca_jax.models.make_logits_fn``).
+      block's positions). Needs a model-backed logits_fn (``daca_jax.models.make_logits_fn``). Both
+      are approximations: attention is bidirectional, so the cached entries (computed at the block's
+      first step) go stale as the block's tokens are committed.
 
-  ``threshold`` and ``kv_cache`` apply to RL's training rollouts too, where they are off by default
-  (d1's sampler): on the main job they made RL 1.2-1.3x faster and learned 7-14 test points less
-  over 3 seeds, the prefix cache with threshold 0.9 13.9 +- 13.4 (the documentation's results page).
+  ``threshold`` and ``kv_cache`` apply to RL's training rollouts, where they are off by default (d1's
+  sampler); the main job's evaluations always decode without them. On the main job (seeds 0-3, paired
+  test points) the prefix cache made RL 1.22x faster at -0.6 +- 4.8, threshold 0.9 1.31x at
+  -1.2 +- 4.0, both 1.32x at -5.3 +- 3.5 (the documentation's results page).
   """
 
   gen_length: int = 20
@@ -912,7 +915,9 @@ class EvalConfig:
   Two protocols (``protocol``):
 
   * "rollout" (the tiny main job's): one decode with the RL sampler's geometry (``rollout.gen_length``,
-    ``block_length``, ``steps``, ``remasking``, ...) at ``temperature``.
+    ``block_length``, ``steps``, ``remasking``) at ``temperature``, with the exact sampler: no K/V
+    cache and no threshold even when ``rollout.kv_cache`` / ``rollout.threshold`` speed up RL's
+    training rollouts, so that how RL samples never changes how its policy is scored.
   * "d1": d1's evaluation protocol (dllm-reasoning/d1 @ 837888f ``eval/eval.py``, ``eval/generate.py``:
     low-confidence remasking, greedy at ``temperature`` 0) at each length of ``gen_lengths`` (d1: 128,
     256, 512), in blocks of ``block_length`` (32) with ``steps`` denoising steps (0: length / 2), the

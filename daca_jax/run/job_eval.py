@@ -1,8 +1,10 @@
 """The main job's evaluations under ``cfg.eval``'s protocol: the test set before and after RL (cached in
 the workdir) and the validation split during RL.
 
-``eval.protocol="rollout"`` decodes once with the RL sampler's geometry at ``eval.temperature``; the
-metrics are the task's. ``eval.protocol="d1"`` decodes at every length of ``eval.gen_lengths`` with d1's
+``eval.protocol="rollout"`` decodes once with the RL sampler's geometry at ``eval.temperature`` and
+always with the exact sampler (:func:`exact_sampler`: no K/V cache, no threshold), whatever
+``rollout.kv_cache`` / ``rollout.threshold`` make RL's training rollouts do, so that a change to how RL
+samples never changes how its policy is scored; the metrics are the task's. ``eval.protocol="d1"`` decodes at every length of ``eval.gen_lengths`` with d1's
 protocol (:func:`eval_protocol`: a :class:`daca_jax.run.harness.EvalProtocol`, so the main job and
 ``experiments/evaluate.py`` decode alike) and reports
 
@@ -41,6 +43,12 @@ def eval_protocol(cfg: TrainConfig) -> EvalProtocol | None:
     return None
   return EvalProtocol(gen_lengths=cfg.eval.lengths, block_length=cfg.eval.block_length, steps=cfg.eval.steps,
                       temperature=cfg.eval.temperature, batch_size=cfg.eval.batch_size, seed=cfg.seed)
+
+
+def exact_sampler(rcfg: RolloutConfig, temperature: float) -> RolloutConfig:
+  """``rcfg``'s geometry and remasking at ``temperature`` with Fast-dLLM's approximations off
+  (``kv_cache="none"``, ``threshold=0``): the sampler the rollout protocol evaluates with."""
+  return dataclasses.replace(rcfg, temperature=temperature, kv_cache="none", threshold=0.0)
 
 
 def headline_length(cfg: TrainConfig) -> int:
@@ -107,7 +115,7 @@ class JobEvaluator:
   def rollout_configs(self) -> dict[int, RolloutConfig]:
     """The sampler config of every evaluated length."""
     if self.protocol is None:
-      return {self.headline: dataclasses.replace(self.cfg.rollout, temperature=self.cfg.eval.temperature)}
+      return {self.headline: exact_sampler(self.cfg.rollout, self.cfg.eval.temperature)}
     return {length: self.protocol.rollout_config(length) for length in self.protocol.gen_lengths}
 
   def _sharded(self, rollout: Callable[..., Any]) -> Callable[..., Any]:
@@ -136,8 +144,11 @@ class JobEvaluator:
     rollout protocol ``path`` itself, under d1's ``<stem>_L<length>.json`` with the length's sampler in
     its fingerprint. Returns ``(metrics, every length from the cache)``."""
     if self.protocol is None:
-      return cached_eval(path, fingerprint, lambda: self._decode(params, examples, desc, self.headline),
-                         examples, self.log)
+      # The sampler is part of the fingerprint: a cache decoded by another sampler (e.g. one written
+      # before the rollout protocol dropped the training rollouts' K/V cache) is decoded again.
+      rcfg = self.rollout_configs()[self.headline]
+      return cached_eval(path, dict(fingerprint, rollout=dataclasses.asdict(rcfg)),
+                         lambda: self._decode(params, examples, desc, self.headline), examples, self.log)
     per, all_cached = {}, True
     for length, rcfg in self.rollout_configs().items():
       per[length], hit = cached_eval(

@@ -3,7 +3,8 @@ sets and the training-reward rise, with means, 95% intervals and the difference 
 paired by seed (same SFT warm start). Reads ``docs/results/main_job_variants.json``
 (``{"what", "date", "runs": [{"arm", "overrides", "seed", "test_before", "test_after", "val_before",
 "val_curve", "reward_rise", ...}], "countdown_runs": [...]}``; a run without a validation split has
-``val_before`` null and an empty ``val_curve``); ``experiments/variants_table.py`` prints it, and
+``val_before`` null and an empty ``val_curve``; a run whose policy was evaluated again after training
+carries that value as ``val_after``, which then replaces the curve's last point); ``experiments/variants_table.py`` prints it, and
 one arm's runs seed by seed (:func:`seed_table`).
 """
 from __future__ import annotations
@@ -54,9 +55,15 @@ def _test_change(r: dict[str, Any]) -> float:
   return 100 * (r["test_after"] - r["test_before"])
 
 
+def _val_after(r: dict[str, Any]) -> float:
+  """The run's final validation score: ``val_after`` where the final policy was evaluated again, else
+  the curve's last point."""
+  return r["val_after"] if r.get("val_after") is not None else r["val_curve"][-1]
+
+
 def _val_change(r: dict[str, Any]) -> float:
   """The run's validation change in points (its last evaluation); NaN where it had no validation split."""
-  return math.nan if r["val_before"] is None or not r["val_curve"] else 100 * (r["val_curve"][-1] - r["val_before"])
+  return math.nan if r["val_before"] is None or not r["val_curve"] else 100 * (_val_after(r) - r["val_before"])
 
 
 def _seeds_label(seeds: Sequence[int]) -> str:
@@ -155,7 +162,7 @@ def seed_table(runs: Sequence[dict[str, Any]], arm: str, metric: str = "strict_s
   lines = [f"| seed | {metric} before → after (test) | change | validation before → after | training reward rise |",
            "|---|---|---|---|---|"]
   for s, r in zip(seeds, rs):
-    val = "n/a" if math.isnan(_val_change(r)) else f"{r['val_before']:.3f} → {r['val_curve'][-1]:.3f}"
+    val = "n/a" if math.isnan(_val_change(r)) else f"{r['val_before']:.3f} → {_val_after(r):.3f}"
     lines.append(f"| {s} | {r['test_before']:.3f} → {r['test_after']:.3f} | {_test_change(r):+.1f} | {val} | "
                  f"{r['reward_rise']:+.3f} |")
   rise = sum(r["reward_rise"] for r in rs) / len(rs)

@@ -90,3 +90,14 @@ def test_timing_columns_give_minutes_per_seed_and_the_paired_speed_up():
   # ratios 1200/600 = 2, 1800/600 = 3: mean 2.5, 12.706 * 0.7071 / sqrt 2 = 6.35; seed 2 has no time
   assert md[3].endswith("| 10.0 / 10.0 / n/a | 2.50× ± 6.35 (n=2) |")
   assert "RL time" not in variants_table(runs, reference="ref")
+
+
+def test_a_final_re_evaluation_replaces_the_curves_last_point():
+  # val_after (the final policy evaluated again, e.g. with another sampler than the curve's) is the
+  # validation score the table reads; the curve's last point is read only without it.
+  again = dict(_run("a", 0, 0.2, 0.4, 0.3, 0.45), val_after=0.6)
+  md = seed_table([again, dict(_run("a", 1, 0.2, 0.4, 0.3, 0.45), val_after=None)], "a").splitlines()
+  assert md[2] == "| 0 | 0.200 → 0.400 | +20.0 | 0.300 → 0.600 | +0.010 |"
+  assert md[3] == "| 1 | 0.200 → 0.400 | +20.0 | 0.300 → 0.450 | +0.010 |"
+  row = variants_table([again], arms=["a"]).splitlines()[2].split(" | ")
+  assert row[4] == "+30.0"
