@@ -154,8 +154,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.eval = ml_collections.ConfigDict()
   c.eval.batch_size = 250  # Prompts per decoding call.
   c.eval.temperature = 0.0  # d1 protocol: greedy.
-  # rollout: decode at rollout.* (gen_length, block, steps) | d1: d1's protocol at each of eval.gen_lengths
-  # (low-confidence remasking, eval.block_length, eval.steps), every length reported as L<length>/<metric>.
+  # rollout: decode at rollout.* (gen_length, block, steps; always exact: no kv_cache, no threshold) | d1: d1's
+  # protocol at each of eval.gen_lengths (low-confidence remasking, eval.block_length, eval.steps), every length
+  # reported as L<length>/<metric>.
   c.eval.protocol = "rollout"
   c.eval.gen_lengths = "128,256,512"  # d1 protocol: completion lengths (comma-separated; d1's tables).
   c.eval.block_length = 32  # d1 protocol: semi-autoregressive block.
