@@ -4,9 +4,10 @@ the workdir) and the validation split during RL.
 ``eval.protocol="rollout"`` decodes once with the RL sampler's geometry at ``eval.temperature`` and
 always with the exact sampler (:func:`exact_sampler`: no K/V cache, no threshold), whatever
 ``rollout.kv_cache`` / ``rollout.threshold`` make RL's training rollouts do, so that a change to how RL
-samples never changes how its policy is scored; the metrics are the task's. ``eval.protocol="d1"`` decodes at every length of ``eval.gen_lengths`` with d1's
-protocol (:func:`eval_protocol`: a :class:`daca_jax.run.harness.EvalProtocol`, so the main job and
-``experiments/evaluate.py`` decode alike) and reports
+samples never changes how its policy is scored; the metrics are the task's. ``eval.protocol="d1"``
+decodes at every length of ``eval.gen_lengths`` with d1's protocol (:func:`eval_protocol`: a
+:class:`daca_jax.run.harness.EvalProtocol`, so the main job and ``experiments/evaluate.py`` decode
+alike) and reports
 
 * ``L<length>/<metric>`` for every length and metric (``L128/accuracy``; TensorBoard groups them by length),
 * the plain ``<metric>`` names with the headline length's values (:func:`headline_length`), so the

@@ -4,8 +4,8 @@ paired by seed (same SFT warm start). Reads ``docs/results/main_job_variants.jso
 (``{"what", "date", "runs": [{"arm", "overrides", "seed", "test_before", "test_after", "val_before",
 "val_curve", "reward_rise", ...}], "countdown_runs": [...]}``; a run without a validation split has
 ``val_before`` null and an empty ``val_curve``; a run whose policy was evaluated again after training
-carries that value as ``val_after``, which then replaces the curve's last point); ``experiments/variants_table.py`` prints it, and
-one arm's runs seed by seed (:func:`seed_table`).
+carries that value as ``val_after``, which then replaces the curve's last point);
+``experiments/variants_table.py`` prints it, and one arm's runs seed by seed (:func:`seed_table`).
 """
 from __future__ import annotations
 
