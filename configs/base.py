@@ -167,6 +167,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.parallel.data = 0  # Mesh 'data' axis size (0: the devices left after fsdp x tensor).
   c.parallel.fsdp = 1  # Mesh 'fsdp' axis size.
   c.parallel.tensor = 1  # Mesh 'tensor' axis size (reserved: 1).
+  c.parallel.rollout_weights = "auto"  # FSDP rollout: gathered (once per call) | sharded (per layer per step) | auto.
   c.parallel.distributed = False  # jax.distributed.initialize() (multi-host; also when JAX_COORDINATOR_ADDRESS is set).
 
   c.checkpoint = ml_collections.ConfigDict()

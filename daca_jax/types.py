@@ -1006,6 +1006,12 @@ class ParallelConfig:
       that meshes and shardings keep their names when they come).
     distributed: call ``jax.distributed.initialize()`` before the first device query (multi-host);
       also done when the environment names a coordinator (``JAX_COORDINATOR_ADDRESS``).
+    rollout_weights: how an FSDP rollout reads the sharded weights. "gathered": all-gathered once
+      per rollout call and held for its S model calls (the whole model resident per device while
+      sampling); "sharded": each layer's weights all-gathered at every model call (S x the
+      traffic, nothing extra resident); "auto": "gathered" when the parameters take at most
+      :data:`daca_jax.parallel.ROLLOUT_GATHER_FRACTION` of a device's memory (or the device does not
+      report its memory, as CPUs), else "sharded". Ignored by the other strategies.
   """
 
   strategy: str = "none"
@@ -1013,10 +1019,12 @@ class ParallelConfig:
   fsdp: int = 1
   tensor: int = 1
   distributed: bool = False
+  rollout_weights: str = "auto"
 
   def validate(self, prefix: str = "parallel") -> "ParallelConfig":
     _check_fields(prefix, self)
     _one_of(prefix, self, "strategy", ("none", "pmap", "fsdp"))
+    _one_of(prefix, self, "rollout_weights", ("auto", "gathered", "sharded"))
     if not isinstance(self.data, int) or isinstance(self.data, bool) or self.data < 0:
       raise ConfigError(f"{prefix}.data", self.data, "an integer >= 0 (0: all remaining devices)")
     _positive(prefix, self, "fsdp", "tensor")

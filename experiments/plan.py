@@ -235,7 +235,8 @@ def _plan_config():
   if _TASK_P.value:
     prompt_len = task_prompt_len(cfg)
     notes.append(f"prompt length {prompt_len}: task {cfg.task.name}'s with the run's tokenizer")
-  return plan_from_config(cfg, prompt_len=prompt_len, num_devices=n, notes=notes)
+  return plan_from_config(cfg, prompt_len=prompt_len, num_devices=n, notes=notes,
+                          device=device_spec(_F["device"].value))
 
 
 def _main():

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from daca_jax.contracts import LogitsFn, ModelFns  # noqa: F401  (LogitsFn re-exported)
+from daca_jax.contracts.sharding import batch_sharded
 from daca_jax.types import DTYPES as _DTYPES
 from daca_jax.types import ModelConfig, llada_8b_config, tiny_config  # noqa: F401  (re-exported)
 
@@ -152,32 +153,6 @@ class Block(nnx.Module):
   def __call__(self, x: jax.Array, positions: jax.Array, lora: Adapters | None = None,
                key_mask: jax.Array | None = None, dropout_key: jax.Array | None = None) -> jax.Array:
     return self.mix(x, *self.qkv(x, positions, lora, dropout_key), lora, key_mask, dropout_key)
-
-
-# The mesh axes a batch is split over (daca_jax.parallel.mesh.BATCH_AXES; not imported: the parallel
-# package imports the likelihood estimators, which import this module).
-_BATCH_AXES = ("data", "fsdp")
-
-
-def batch_sharded(h: jax.Array) -> jax.Array:
-  """``h [B, ...]`` constrained to rows split over the current mesh's ``('data', 'fsdp')`` axes, when a
-  mesh whose batch axes are automatic is set (``parallel.strategy`` fsdp, pmap's rollout) and B splits
-  evenly; ``h`` unchanged otherwise (no mesh: one device; manual axes: inside ``shard_map``).
-
-  Why: with FSDP the weights are sharded over 'fsdp' too, and a matrix product of batch-sharded
-  activations with a weight sharded on its input dimension has two layouts to choose from. Left to
-  itself GSPMD contracted the sharded dimension: every device computed on all B rows and the layer
-  outputs were all-reduced (compiled plan of LLaDA-8B on 8 devices: ~30 TB of all-reduces per
-  rollout, 8x the activation memory). Pinning the residual stream to the batch layout makes it
-  all-gather each layer's weights instead, as FSDP intends. Values are unchanged.
-  """
-  mesh = jax.sharding.get_abstract_mesh()
-  if mesh.empty or not set(_BATCH_AXES) <= set(mesh.auto_axes):
-    return h
-  shards = mesh.shape["data"] * mesh.shape["fsdp"]
-  if shards == 1 or h.shape[0] % shards:
-    return h
-  return jax.lax.with_sharding_constraint(h, jax.sharding.PartitionSpec(_BATCH_AXES))
 
 
 def shift_right(x: jax.Array) -> jax.Array:

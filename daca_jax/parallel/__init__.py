@@ -12,9 +12,10 @@ from daca_jax.parallel.distributed import (global_batch, is_multiprocess, is_pri
 from daca_jax.parallel.fsdp import fsdp_shardings, fsdp_spec, make_fsdp_update
 from daca_jax.parallel.mesh import (AXES, BATCH_AXES, batch_shardings, check_batch_size, make_mesh,
                                     mesh_shape, num_batch_shards)
-from daca_jax.parallel.strategy import compile_update, shard_rollout, wrap_likelihood
+from daca_jax.parallel.strategy import (ROLLOUT_GATHER_FRACTION, compile_update, gathers_rollout_weights,
+                                       shard_rollout, wrap_likelihood)
 
-__all__ = ["AXES", "BATCH_AXES", "batch_shardings", "check_batch_size", "compile_update",
+__all__ = ["AXES", "BATCH_AXES", "ROLLOUT_GATHER_FRACTION", "gathers_rollout_weights", "batch_shardings", "check_batch_size", "compile_update",
            "fsdp_shardings", "fsdp_spec", "global_batch", "is_multiprocess", "is_primary",
            "make_fsdp_update", "make_mesh", "make_pmap_update", "maybe_initialize", "mesh_shape",
            "num_batch_shards", "per_sequence_keys", "process_slice", "rows_to_devices", "shard_rollout",

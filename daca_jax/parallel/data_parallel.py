@@ -32,6 +32,7 @@ from jax.sharding import Mesh, PartitionSpec as P
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood.base import LikelihoodFn
 from daca_jax.contracts import ParamSplit
+from daca_jax.contracts.sharding import map_rows
 from daca_jax.parallel.mesh import (BATCH_AXES, abstract_placed, check_batch_size, replicated, returning_trainable,
                                     with_frozen)
 
@@ -66,7 +67,7 @@ def per_sequence_keys(estimator: LikelihoodFn, row_offset: jax.Array | int = 0) 
                       **jax.tree.map(lambda x: x[None], kw))
       return jax.tree.map(lambda x: x[0], out)
 
-    return jax.vmap(one)(tokens, keys, kw)
+    return map_rows(one, tokens, keys, kw)
 
   fn.row_keyed = True
   return fn

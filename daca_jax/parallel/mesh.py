@@ -8,13 +8,13 @@ import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 from daca_jax.contracts import ParamSplit
+from daca_jax.contracts.sharding import BATCH_AXES
 from daca_jax.errors import ConfigError
 from daca_jax.types import ParallelConfig
 
 AXES = ("data", "fsdp", "tensor")
-# Sequences are split over both of these axes: FSDP shards hold different rows as well as different
+# Sequences are split over ('data', 'fsdp'): FSDP shards hold different rows as well as different
 # parameter slices (ZeRO-3), so every device works on its own part of the batch.
-BATCH_AXES = ("data", "fsdp")
 
 
 def mesh_shape(cfg: ParallelConfig, num_devices: int) -> tuple[int, int, int]:

@@ -5,9 +5,11 @@
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import jax
+import numpy as np
 from jax.sharding import Mesh
 
 from daca_jax.contracts import ParamSplit
@@ -62,8 +64,38 @@ def compile_update(update_fn: Callable[..., Any], cfg: ParallelConfig,
   return make_fsdp_update(update_fn, mesh, param_split)
 
 
-def shard_rollout(rollout_fn: Callable[..., Any], cfg: ParallelConfig,
-                  mesh: Mesh | None = None) -> Callable[..., Any]:
+# "auto" gathers the rollout's weights once per call when they take at most this fraction of a device's
+# memory: the rest holds the FSDP shards, the optimizer state, the canvas, the logits chunks and the
+# step records (LLaDA-8B in bf16: 16 GB, 20% of an 80 GB H100, 17% of a v5p chip; not a 16 GB v5e).
+ROLLOUT_GATHER_FRACTION = 0.4
+
+
+def tree_bytes(tree: Any) -> float:
+  """Bytes of all leaves of ``tree`` (arrays or ``ShapeDtypeStruct``s), unsharded."""
+  return float(sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree)))
+
+
+def device_memory_bytes() -> float | None:
+  """The first local device's memory (``memory_stats()['bytes_limit']``), None where it is not reported
+  (CPU)."""
+  stats = jax.local_devices()[0].memory_stats() or {}
+  limit = stats.get("bytes_limit")
+  return float(limit) if limit else None
+
+
+def gathers_rollout_weights(cfg: ParallelConfig, param_bytes: float, device_bytes: float | None) -> bool:
+  """Whether an FSDP rollout all-gathers the weights once per call (``parallel.rollout_weights``):
+  "gathered" always, "sharded" never, "auto" when ``param_bytes`` (the whole parameter tree) is at most
+  :data:`ROLLOUT_GATHER_FRACTION` of ``device_bytes`` or the latter is unknown (None)."""
+  if cfg.strategy != "fsdp" or cfg.rollout_weights == "sharded":
+    return False
+  if cfg.rollout_weights == "gathered" or device_bytes is None:
+    return True
+  return param_bytes <= ROLLOUT_GATHER_FRACTION * device_bytes
+
+
+def shard_rollout(rollout_fn: Callable[..., Any], cfg: ParallelConfig, mesh: Mesh | None = None, *,
+                  device_bytes: float | None = None) -> Callable[..., Any]:
   """Places a rollout's inputs so that the jitted sampler runs split over the batch.
 
   ``rollout_fn(params, prompts[B, P], key, **rows) -> Trajectory`` (already jitted, e.g.
@@ -73,8 +105,16 @@ def shard_rollout(rollout_fn: Callable[..., Any], cfg: ParallelConfig,
   ``rows`` (a micro-batch's ``rows`` int32 [B], placed like the prompts, and ``total_rows``) pass
   through (:func:`daca_jax.diffusion.rollout.rollout_in_micro_batches`).
 
+  Under ``fsdp`` the sampler reads the sharded weights in one of two ways
+  (:func:`gathers_rollout_weights` of ``parallel.rollout_weights``): all-gathered once at the start of
+  the call and held for its S model calls (the compiled program carries one gather of the model per
+  call), or each layer's weights gathered at every model call (S gathers of the model per call, nothing
+  extra resident). ``device_bytes`` is the memory of the device "auto" decides for (default: the
+  local device's, :func:`device_memory_bytes`; a plan passes its target's).
+
   The returned function's ``lower(params, prompts, key)`` lowers the sampler for abstract arguments
-  (``ShapeDtypeStruct`` values) placed the same way, nothing allocated (memory planning).
+  (``ShapeDtypeStruct`` values) placed the same way, nothing allocated (memory planning); its
+  ``gathers_weights(params)`` says which way the weights are read.
 
   Raises:
     ConfigError: B is not a multiple of ``data x fsdp``.
@@ -82,6 +122,18 @@ def shard_rollout(rollout_fn: Callable[..., Any], cfg: ParallelConfig,
   if cfg.strategy == "none":
     return rollout_fn
   mesh = make_mesh(cfg) if mesh is None else mesh
+  memory = device_memory_bytes() if device_bytes is None else device_bytes
+
+  def gathers(params):
+    return gathers_rollout_weights(cfg, tree_bytes(params), memory)
+
+  # The weights constrained to replicated at the program's start: one all-gather per call, and every
+  # model call inside reads local copies (rollout_fn's own jit is inlined into this one).
+  gathered_fn = jax.jit(lambda params, *args, **kw: rollout_fn(
+      jax.lax.with_sharding_constraint(params, replicated(mesh)), *args, **kw), static_argnames=("total_rows",))
+
+  def program(params):
+    return gathered_fn if gathers(params) else rollout_fn
 
   def shardings(params, prompts):
     check_batch_size(prompts.shape[0], mesh)
@@ -97,14 +149,15 @@ def shard_rollout(rollout_fn: Callable[..., Any], cfg: ParallelConfig,
     params, prompts, key = jax.device_put((params, prompts, key), shardings(params, prompts))
     extra = rows_kw(rows, total_rows, jax.device_put)
     with jax.set_mesh(mesh):
-      return rollout_fn(params, prompts, key, **extra)
+      return program(params)(params, prompts, key, **extra)
 
   def lower(params, prompts, key, *, rows=None, total_rows=0):
     """``lower`` of the jitted sampler for abstract arguments placed as ``call`` places them."""
     p_sh, pr_sh, k_sh = shardings(params, prompts)
     args = (abstract_placed(params, p_sh), abstract_placed(prompts, pr_sh), abstract_placed(key, k_sh))
     with jax.set_mesh(mesh):
-      return rollout_fn.lower(*args, **rows_kw(rows, total_rows, abstract_placed))
+      return program(params).lower(*args, **rows_kw(rows, total_rows, abstract_placed))
 
   call.lower = lower
+  call.gathers_weights = gathers
   return call

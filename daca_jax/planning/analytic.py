@@ -38,6 +38,13 @@ def param_count(cfg: ModelConfig) -> int:
   return cfg.vocab_size * d + cfg.n_layers * per_layer + d + head
 
 
+def param_bytes(cfg: ModelConfig) -> float:
+  """Bytes of the whole parameter tree in ``cfg.param_dtype``: the base and, with ``cfg.lora_rank``, the
+  adapters (what an FSDP rollout holds per device when it gathers the weights)."""
+  n = param_count(cfg) + (lora_count(cfg, cfg.lora_rank) if cfg.lora_rank else 0)
+  return float(n * _nbytes(cfg.param_dtype))
+
+
 def lora_count(cfg: ModelConfig, rank: int) -> int:
   """Adapter parameters of rank ``rank`` on ``cfg.lora_targets`` (:func:`daca_jax.models.lora.init_lora`)."""
   shapes = adapter_shapes(cfg)

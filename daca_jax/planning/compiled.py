@@ -27,7 +27,8 @@ from daca_jax import parallel
 from daca_jax.diffusion.rollout import whole_batch_struct
 from daca_jax.models import lora
 from daca_jax.models.llada import Transformer, make_logits_fn
-from daca_jax.planning.hlo_cost import ProgramCost, program_cost
+from daca_jax.planning.hlo_cost import ProgramCost, collectives, program_cost
+from daca_jax.planning.traffic import breakdown
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.run import benchmarking as bm
 from daca_jax.types import TrainConfig
@@ -37,18 +38,23 @@ EOS_ID = 126081  # only its value's range matters for shapes
 
 @dataclasses.dataclass
 class Program:
-  """One compiled program: per-device buffer sizes (bytes), compile seconds and what one run costs."""
+  """One compiled program: per-device buffer sizes (bytes), compile seconds, what one run costs and what
+  its collectives move (:class:`daca_jax.planning.traffic.Breakdown` as a dict, bytes per run)."""
 
   memory: dict[str, int]
   compile_s: float
   cost: ProgramCost
+  traffic: dict[str, Any]
 
   @classmethod
-  def of(cls, lowered: Any, devices: int) -> "Program":
+  def of(cls, lowered: Any, built: "Built") -> "Program":
     t0 = time.perf_counter()
     compiled = lowered.compile()
     compile_s = time.perf_counter() - t0
-    return cls(memory=bm.memory_stats(compiled), compile_s=compile_s, cost=program_cost(compiled, devices))
+    n = built.num_devices
+    colls = collectives(compiled.as_text(), n)
+    return cls(memory=bm.memory_stats(compiled), compile_s=compile_s, cost=program_cost(compiled, n),
+               traffic=dataclasses.asdict(breakdown(colls, built.params, built.cfg, n)))
 
 
 @dataclasses.dataclass
@@ -116,7 +122,7 @@ def compile_rollout(built: Built) -> tuple[Program, int, Any]:
   abstract Trajectory of the rows the update trains on)."""
   lowered = built.learner.rollout.lower(built.params, built.prompts, built.key)
   traj = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), lowered.out_info)
-  return (Program.of(lowered, built.num_devices), int(traj.tokens.shape[0]),
+  return (Program.of(lowered, built), int(traj.tokens.shape[0]),
           whole_batch_struct(traj, built.update_rows))
 
 
@@ -129,7 +135,7 @@ def compile_update(built: Built, traj: Any) -> Program:
   weights = credit.weights if credit.token_advantages is None else (credit.weights, credit.token_advantages)
   lowered = learner.update.lower(built.params, built.opt_state, built.ref_params, traj, rewards, weights,
                                  built.key)
-  return Program.of(lowered, built.num_devices)
+  return Program.of(lowered, built)
 
 
 def per_device_bytes(tree: Any, built: Built) -> float:

@@ -186,11 +186,6 @@ def _plain(compiled: Any) -> dict[str, float]:
   return {k: float((cost or {}).get(k, 0.0)) for k in _COST_KEYS}
 
 
-def _array_bytes(type_text: str) -> list[float]:
-  return [_DTYPE_BYTES.get(dt, 4) * math.prod(int(d) for d in dims.split(",") if d)
-          for dt, dims in _ARRAY.findall(type_text)]
-
-
 def _group_size(line: str, default: int) -> int:
   """Devices of one replica group of a collective: ``{{0,1,..}}``, iota ``[groups,size]<=[..]`` or
   ``mesh['a'=2,'b'=4] {'a'}`` (the product of the named axes' sizes)."""
@@ -207,8 +202,36 @@ def _group_size(line: str, default: int) -> int:
   return default
 
 
-def _collective_bytes(comps: dict[str, _Computation], entry: str, devices: int) -> dict[str, float]:
-  """Bytes one device sends per run of ``entry``, by collective, each weighted by how often it runs."""
+@dataclasses.dataclass(frozen=True)
+class Collective:
+  """One collective instruction of a compiled program.
+
+  Attributes:
+    op: the collective (``all-gather``, ``reduce-scatter``, ``all-reduce``, ``all-to-all``,
+      ``collective-permute``; an asynchronous ``-start`` under its base name).
+    dtype: the element type of the largest array it moves (``bf16``, ``f32``, ...).
+    shape: that array's logical dimensions (the gathered / reduced result's).
+    group: devices of one replica group.
+    runs: how often it runs per run of the program (its computation's loop trip counts multiplied).
+    sent: bytes one device sends per run of the program (``runs`` included, ring schedule).
+  """
+
+  op: str
+  dtype: str
+  shape: tuple[int, ...]
+  group: int
+  runs: float
+  sent: float
+
+
+def collectives(text: str, devices: int) -> list[Collective]:
+  """Every collective of a compiled program's text (``Compiled.as_text()``), with how often it runs and
+  the bytes one device sends (module docstring), in printed order."""
+  _, comps, entry = _parse(text)
+  return _collectives(comps, entry, devices) if entry else []
+
+
+def _collectives(comps: dict[str, _Computation], entry: str, devices: int) -> list[Collective]:
   mult = {name: 0.0 for name in comps}
   mult[entry] = 1.0
   # XLA prints callees before callers: walking backwards visits every caller before its callees.
@@ -223,7 +246,7 @@ def _collective_bytes(comps: dict[str, _Computation], entry: str, devices: int) 
     for _, callee in comp.refs:
       if callee in mult:
         mult[callee] += mult[name] * factor.get(callee, 1)
-  out: dict[str, float] = {}
+  out: list[Collective] = []
   for name, comp in comps.items():
     if not mult[name]:
       continue
@@ -235,11 +258,13 @@ def _collective_bytes(comps: dict[str, _Computation], entry: str, devices: int) 
       base = op.removesuffix("-start")
       if base not in _COLLECTIVES or op.endswith("-done"):
         continue
-      sizes = _array_bytes(m.group(1))
-      if not sizes:
+      arrays = _ARRAY.findall(m.group(1))
+      if not arrays:
         continue
+      sizes = [_DTYPE_BYTES.get(dt, 4) * math.prod(int(d) for d in dims.split(",") if d) for dt, dims in arrays]
       # an async start's result is a tuple (operands, results, ...): its largest array is the data moved
       size = max(sizes) if op.endswith("-start") else sum(sizes)
+      dt, dims = arrays[sizes.index(max(sizes))]
       n = _group_size(line, devices)
       if base == "collective-permute":
         sent = size
@@ -249,7 +274,16 @@ def _collective_bytes(comps: dict[str, _Computation], entry: str, devices: int) 
         sent = size * (n - 1)  # the result is one n-th of the operand
       else:
         sent = size * (n - 1) / n
-      out[base] = out.get(base, 0.0) + mult[name] * sent
+      out.append(Collective(op=base, dtype=dt, shape=tuple(int(d) for d in dims.split(",") if d), group=n,
+                            runs=mult[name], sent=mult[name] * sent))
+  return out
+
+
+def _collective_bytes(comps: dict[str, _Computation], entry: str, devices: int) -> dict[str, float]:
+  """Bytes one device sends per run of ``entry``, by collective, each weighted by how often it runs."""
+  out: dict[str, float] = {}
+  for c in _collectives(comps, entry, devices):
+    out[c.op] = out.get(c.op, 0.0) + c.sent
   return out
 
 
@@ -314,4 +348,4 @@ def program_cost(compiled: Any, devices: int = 1) -> ProgramCost:
   return ProgramCost(flops=flops, bytes_accessed=nbytes, transcendentals=trans, exact_loops=True, **base)
 
 
-__all__ = ["ProgramCost", "backend_counts_trips", "program_cost"]
+__all__ = ["Collective", "ProgramCost", "backend_counts_trips", "collectives", "program_cost"]

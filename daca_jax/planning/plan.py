@@ -25,11 +25,12 @@ from typing import Any, Sequence
 
 import jax
 
-from daca_jax import configure
+from daca_jax import configure, parallel
 from daca_jax.errors import ConfigError
 from daca_jax.planning import analytic
+from daca_jax.planning import traffic as traffic_floors
 from daca_jax.planning.compiled import build, compile_rollout, compile_update, per_device_bytes
-from daca_jax.planning.devices import DEVICES, DeviceSpec
+from daca_jax.planning.devices import DEVICES, DeviceSpec, device_spec
 from daca_jax.planning.spec import PlanSpec, check_spec, model_config, train_config
 from daca_jax.run import benchmarking as bm
 from daca_jax.types import TrainConfig
@@ -43,6 +44,7 @@ def setting(cfg: TrainConfig, prompt_len: int, num_devices: int) -> dict[str, An
   sampled = rl.prompts_per_step * (rl.sample_group_size or rl.group_size)
   return {
       "num_devices": num_devices, "strategy": cfg.parallel.strategy, "fsdp": cfg.parallel.fsdp,
+      "rollout_weights": cfg.parallel.rollout_weights,
       "model": {"d_model": m.d_model, "n_layers": m.n_layers, "n_heads": m.n_heads, "n_kv_heads": m.kv_heads,
                 "mlp_dim": m.mlp_dim, "vocab_size": m.vocab_size, "dtype": m.dtype, "param_dtype": m.param_dtype,
                 "remat": m.remat, "lora_rank": m.lora_rank, "lora_targets": m.lora_targets if m.lora_rank else "",
@@ -59,8 +61,27 @@ def setting(cfg: TrainConfig, prompt_len: int, num_devices: int) -> dict[str, An
   }
 
 
+def resolve_rollout_weights(cfg: TrainConfig, device: DeviceSpec | None) -> tuple[TrainConfig, list[str]]:
+  """``cfg`` with ``parallel.rollout_weights="auto"`` decided for ``device`` (its memory; the run decides
+  for the device it finds, :func:`daca_jax.parallel.gathers_rollout_weights`), and the line that says
+  which way an FSDP rollout reads the weights and why. Other strategies and explicit values pass."""
+  par = cfg.parallel
+  if par.strategy != "fsdp":
+    return cfg, []
+  params = analytic.param_bytes(cfg.model)
+  gathered = parallel.gathers_rollout_weights(par, params, None if device is None else device.hbm_bytes)
+  why = (f"parallel.rollout_weights={par.rollout_weights!r}" if par.rollout_weights != "auto" else
+         f"auto: the {params / GB:.1f} GB of parameters are "
+         + (f"{'within' if gathered else 'over'} {parallel.ROLLOUT_GATHER_FRACTION:.0%} of {device.name}'s "
+            f"{device.hbm_bytes / GB:.0f} GB" if device is not None else "planned for no device kind"))
+  line = (f"rollout weights: {'gathered once per rollout call' if gathered else 'gathered per layer at every model call'}"
+          f" ({why})")
+  value = "gathered" if gathered else "sharded"
+  return dataclasses.replace(cfg, parallel=dataclasses.replace(par, rollout_weights=value)), [line]
+
+
 def plan_from_config(cfg: TrainConfig, *, prompt_len: int, num_devices: int | None = None,
-                     notes: Sequence[str] = ()) -> dict[str, Any]:
+                     notes: Sequence[str] = (), device: DeviceSpec | None = None) -> dict[str, Any]:
   """Compiles ``cfg``'s rollout and update on the current devices and returns the plan record.
 
   Args:
@@ -69,12 +90,17 @@ def plan_from_config(cfg: TrainConfig, *, prompt_len: int, num_devices: int | No
     num_devices: the devices the plan is for; must equal ``jax.device_count()`` (simulated CPU devices
       for a plan of a larger machine); None takes the current count.
     notes: lines the record carries (what the plan could not honour, set by the caller).
+    device: the device kind planned for: ``parallel.rollout_weights="auto"`` is decided for its memory
+      (:func:`resolve_rollout_weights`; None: as on a device that does not report its memory).
   Returns:
     A JSON-able dict: ``setting`` (:func:`setting`), ``param_count``, ``trainable_count``, ``rollout``
     and ``update`` (per-device ``memory`` bytes, ``compile_s``, one run's ``cost``; the rollout's
     ``calls`` per iteration and ``rows_per_call`` of its compiled program), ``state_bytes``,
     ``update_peak_bytes``, ``iteration_peak_bytes``, ``cost_per_device`` (``flops``,
     ``bytes_accessed``, ``link_bytes`` of each phase of one iteration: the rollout's calls together),
+    ``traffic_per_device`` (each phase's collectives by kind and by what they move,
+    :class:`daca_jax.planning.traffic.Breakdown`), ``collective_floor`` and ``hbm_floor`` (what ZeRO-3
+    needs for this setting, :mod:`daca_jax.planning.traffic`),
     ``flops_per_device`` (the same FLOPs) and ``notes``.
   Raises:
     ConfigError: a bad field (before any compile), or a device count other than the process's.
@@ -89,6 +115,7 @@ def plan_from_config(cfg: TrainConfig, *, prompt_len: int, num_devices: int | No
     raise ConfigError("prompt_len", prompt_len, "a positive integer (prompt tokens per row)")
   if cfg.parallel.strategy == "none" and n != 1:
     raise ConfigError("parallel.strategy", "none", f"'fsdp' or 'pmap' on {n} devices ('none' runs on one)")
+  cfg, weight_notes = resolve_rollout_weights(cfg, device)
   built = build(cfg, prompt_len)
   rollout, call_rows, traj = compile_rollout(built)
   update = compile_update(built, traj)
@@ -99,7 +126,10 @@ def plan_from_config(cfg: TrainConfig, *, prompt_len: int, num_devices: int | No
   update_peak = update.memory["peak_bytes"] - shared_b
   iteration_peak = max(rollout.memory["peak_bytes"] + opt_b + ref_b, update_peak)
   costs = {"rollout": rollout.cost.scaled(built.rollout_calls), "update": update.cost.scaled(1)}
-  notes = list(notes)
+  calls = {"rollout": built.rollout_calls, "update": 1}
+  traffic = {name: {k: ({kk: vv * calls[name] for kk, vv in v.items()} if isinstance(v, dict) else v * calls[name])
+                    for k, v in prog.traffic.items()} for name, prog in (("rollout", rollout), ("update", update))}
+  notes = list(notes) + weight_notes
   for name, prog in (("rollout", rollout), ("update", update)):
     if not prog.cost.exact_loops:
       notes.append(f"{name}: XLA's per-loop cost analysis was unavailable; every loop body is counted once "
@@ -117,6 +147,10 @@ def plan_from_config(cfg: TrainConfig, *, prompt_len: int, num_devices: int | No
       "state_bytes": {"params": params_b, "optimizer": opt_b, "reference": ref_b, "shared_base": shared_b},
       "update_peak_bytes": update_peak, "iteration_peak_bytes": iteration_peak,
       "cost_per_device": costs,
+      "traffic_per_device": traffic,
+      "collective_floor": traffic_floors.collective_floor(cfg, devices=n, rollout_calls=built.rollout_calls),
+      "hbm_floor": traffic_floors.hbm_floor(cfg, devices=n, prompt_len=prompt_len, rollout_calls=built.rollout_calls,
+                                            update_rows=built.update_rows, sampled_rows=built.sampled_rows),
       "flops_per_device": {k: v["flops"] for k, v in costs.items()},
       "notes": notes,
   }
@@ -138,7 +172,8 @@ def run_plan(spec: PlanSpec, available_devices: int | None = None) -> dict[str, 
     ConfigError: from :func:`check_spec`, before any compile.
   """
   check_spec(spec, available_devices)
-  record = plan_from_config(train_config(spec), prompt_len=spec.prompt_len, num_devices=spec.num_devices)
+  record = plan_from_config(train_config(spec), prompt_len=spec.prompt_len, num_devices=spec.num_devices,
+                            device=device_spec(spec.device))
   cfg = model_config(spec)
   rcfg = train_config(spec).rollout
   passes, kept, scored = _passes(spec)

@@ -50,6 +50,8 @@ def describe(record: dict[str, Any], *, mfu: float, usable: float,
   lines.append("per device per iteration, from XLA's cost analysis of the compiled programs (every loop counted):")
   lines.append(format_table(rows, ["program", "TFLOP", "TFLOP (loop bodies once)", "bytes accessed GB",
                                    "collectives GB"]))
+  if "traffic_per_device" in record:
+    lines.append(traffic_table(record))
   if "analytic" in record:
     lines.append(format_table(compare_rows(record), ["compiled vs analytic", "compiled GB", "analytic GB", "note"]))
   rows = []
@@ -67,6 +69,32 @@ def describe(record: dict[str, Any], *, mfu: float, usable: float,
     lines.append("what the plan does not take as configured:")
     lines += [f"  - {n}" for n in record["notes"]]
   return "\n".join(lines)
+
+
+def traffic_table(record: dict[str, Any]) -> str:
+  """What each program's collectives move per iteration next to ZeRO-3's floor, and XLA's bytes accessed
+  next to the analytic HBM estimate (:mod:`daca_jax.planning.traffic`)."""
+  rows = []
+  for name in ("rollout", "update"):
+    t, floor, hbm = record["traffic_per_device"][name], record["collective_floor"][name], record["hbm_floor"][name]
+    by = t["by_what"]
+    total = sum(t["by_op"].values())
+    device_total = total - t["weights_upcast"] / 2  # what a bf16 program would move
+    per_gather = floor["weights"] / floor["weight_gathers"] if floor["weight_gathers"] else 0.0
+    gathers = (by["weights"] - t["weights_upcast"] / 2) / per_gather if per_gather else 0.0
+    rows.append([name, total / GB, by["weights"] / GB, t["weights_upcast"] / 2 / GB, by["gradients"] / GB,
+                 by["activations"] / GB, by["logits"] / GB, gathers, floor["weight_gathers"], floor["total"] / GB,
+                 device_total / max(floor["total"], 1.0), record["cost_per_device"][name]["bytes_accessed"] / GB,
+                 hbm["total"] / GB])
+  return "\n".join([
+      "collectives per device per iteration by what they move, next to ZeRO-3's floor for this setting "
+      "(the model's weights gathered once per model pass, gradients reduce-scattered once per micro-batch). "
+      "'upcast': bytes only the CPU compiler's float32 copies of bf16 weights add; 'model gathers': the "
+      "weights' bytes in whole-model gathers; 'x floor': collectives without the upcast over the floor. "
+      "Bytes accessed: XLA's count next to an analytic estimate (weights per pass, kept activations, logits):",
+      format_table(rows, ["program", "collectives GB", "weights GB", "of which upcast GB", "gradients GB",
+                          "activations GB", "logits GB", "model gathers", "floor gathers", "floor GB",
+                          "x floor", "bytes accessed GB", "analytic bytes GB"])])
 
 
 # The paper table's columns: (title, device kind, device count).
@@ -127,4 +155,4 @@ def paper_table(data: dict[str, Any], *, mfu: float, usable: float,
   return "\n".join(lines)
 
 
-__all__ = ["PAPER_TARGETS", "describe", "paper_record", "paper_table"]
+__all__ = ["PAPER_TARGETS", "describe", "paper_record", "paper_table", "traffic_table"]
