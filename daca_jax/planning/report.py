@@ -91,7 +91,7 @@ def traffic_table(record: dict[str, Any]) -> str:
       "(the model's weights gathered once per model pass, gradients reduce-scattered once per micro-batch). "
       "'upcast': bytes only the CPU compiler's float32 copies of bf16 weights add; 'model gathers': the "
       "weights' bytes in whole-model gathers; 'x floor': collectives without the upcast over the floor. "
-      "Bytes accessed: XLA's count next to an analytic estimate (weights per pass, kept activations, logits):",
+      "Bytes accessed: XLA's count next to an analytic estimate (weights per pass, kept activations, logits, unfused attention scores):",
       format_table(rows, ["program", "collectives GB", "weights GB", "of which upcast GB", "gradients GB",
                           "activations GB", "logits GB", "model gathers", "floor gathers", "floor GB",
                           "x floor", "bytes accessed GB", "analytic bytes GB"])])

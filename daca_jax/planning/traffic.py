@@ -173,7 +173,9 @@ def hbm_floor(cfg: TrainConfig, *, devices: int, prompt_len: int, rollout_calls:
   """An analytic estimate of the HBM bytes one device reads and writes in an iteration, per program:
   the weights read once per model pass (the gathered layer from memory), the activations the remat
   policy keeps (written in the forward, read in the backward: the layer inputs under ``remat="full"``),
-  and the float32 logits of the scored positions (written and read once per pass). The rollout reads
+  the float32 logits of the scored positions (written and read once per pass), and unfused attention's
+  float32 scores ``[rows, H, T, T]`` (written and read once per layer and pass; XLA's attention on CPU,
+  which a fused / flash-attention kernel on a GPU or TPU keeps out of HBM). The rollout reads
   the weights and writes one step's logits per model call. XLA's figure counts every operation's
   operands and result as memory traffic (after the CPU compiler's fusion, with float32 copies of bf16
   values), so it sits above this estimate."""
@@ -190,14 +192,15 @@ def hbm_floor(cfg: TrainConfig, *, devices: int, prompt_len: int, rollout_calls:
   kept = 2 * act_pass * cfg.rl.num_iterations  # layer inputs written forward, read backward
   scored = cfg.rollout.gen_length / (vec if cfg.rl.likelihood == "stratified" else 1)
   logits = 2 * 4.0 * fwd_passes * vec * rows_dev * scored * m.vocab_size
+  scores = lambda rows: 2 * 4.0 * rows * m.n_heads * seq * seq * m.n_layers
   upd = {"weights": n_pass * model_b * cfg.rl.grad_accum, "activations": kept + n_pass * 2 * act_pass,
-         "logits": logits}
+         "logits": logits, "attention": n_pass * scores(vec * rows_dev)}
   s_rows = sampled_rows / rollout_calls / devices
   steps = cfg.rollout.steps
   ro_act = 2 * s_rows * seq * m.d_model * nb * m.n_layers
   ro_logits = 2 * 4.0 * s_rows * cfg.rollout.gen_length * m.vocab_size
   roll = {"weights": rollout_calls * steps * model_b, "activations": rollout_calls * steps * ro_act,
-          "logits": rollout_calls * steps * ro_logits}
+          "logits": rollout_calls * steps * ro_logits, "attention": rollout_calls * steps * scores(s_rows)}
   out = {"rollout": roll, "update": upd}
   for v in out.values():
     v["total"] = sum(v.values())
