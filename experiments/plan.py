@@ -100,6 +100,10 @@ _RENDER = flags.DEFINE_string("render", "", "Print the markdown table of a --swe
 SWEEP = ([(n, m, r, {}) for n in (8, 4) for m in ("daca", "d1") for r in (0, 128)]
          # candidates: SML keeping one stratum's activations at a time; two 8-GPU nodes / a v5p-32
          + [(n, "daca", r, {"strata_batch": 1}) for n in (8, 4) for r in (0, 128)]
+         # the rollout gathering each layer per model call: for devices too small to hold the gathered
+         # model beside the rest (v5e-8, whose column reads the 8-device settings planned for an H100)
+         + [(8, m, r, {"rollout_weights": "sharded"}) for m in ("daca", "d1") for r in (0, 128)]
+         + [(8, "daca", r, {"strata_batch": 1, "rollout_weights": "sharded"}) for r in (0, 128)]
          + [(n, m, r, {}) for n in (16, 64) for m in ("daca", "d1") for r in (0, 128)])
 # Which compiled device count each table column reads.
 TABLE_DEVICES = (("8x H100-80GB", "h100", 8), ("8x H200-141GB", "h200", 8), ("v5p-8 (4 chips)", "v5p", 4),
@@ -143,6 +147,7 @@ def render(path: str, mfu: float, usable: float) -> str:
         r, a = best
         s = r["spec"]
         setting = f"{s['strategy']} remat {s['remat']}" + (f" sb {s['strata_batch']}" if method == "daca" else "")
+        setting += ", rollout per-layer gathers" if s.get("rollout_weights") == "sharded" else ""
         verdict = "fits" if a["fits"] else "**does not fit**"
         cells.append(f"{verdict}: {setting}, {a['iteration_peak_gb']:.1f} GB, {a['iteration_s']:.0f} s")
       name = "DACA-GRPO (dps, SML K 4)" if method == "daca" else "d1 (uniform, mean-field)"
@@ -159,7 +164,8 @@ def sweep(out: str) -> None:
   path = pathlib.Path(out)
   records = json.loads(path.read_text())["records"] if path.exists() else []
   done = {_sweep_key(r["spec"]["num_devices"], r["spec"]["method"], r["spec"]["lora_rank"],
-                     {k: r["spec"][k] for k in ("strata_batch",) if r["spec"][k]}) for r in records}
+                     {k: r["spec"][k] for k in ("strata_batch", "rollout_weights")
+                      if r["spec"].get(k, "auto") not in (0, "auto")}) for r in records}
   for n, method, rank, extra in SWEEP:
     if _sweep_key(n, method, rank, extra) in done:
       continue

@@ -55,6 +55,7 @@ class PlanSpec:
     remat: ``model.remat``; logprob_chunk: ``model.logprob_chunk``.
     beta: the KL weight (> 0 adds a reference pass); num_iterations: μ.
     grad_agreement: ``rl.grad_agreement`` (one more parameter-sized optimizer buffer).
+    rollout_weights: ``parallel.rollout_weights`` ("auto" decides for ``device``'s memory).
   """
 
   model: str = "llada_8b"
@@ -77,6 +78,7 @@ class PlanSpec:
   beta: float = 0.04
   num_iterations: int = 1
   grad_agreement: bool = True
+  rollout_weights: str = "auto"
 
   @property
   def batch(self) -> int:
@@ -101,6 +103,7 @@ def check_spec(spec: PlanSpec, available_devices: int | None = None) -> PlanSpec
   device_spec(spec.device, "device")
   _choice("method", spec.method, METHODS)
   _choice("strategy", spec.strategy, STRATEGIES)
+  _choice("rollout_weights", spec.rollout_weights, ("auto", "gathered", "sharded"))
   for name in ("num_devices", "prompts_per_step", "group_size", "prompt_len", "gen_length", "block_length",
                "steps", "num_strata", "num_iterations"):
     v = getattr(spec, name)
@@ -146,4 +149,4 @@ def train_config(spec: PlanSpec) -> TrainConfig:
       rl=RLConfig(objective=objective, credit=credit, likelihood=likelihood,
                   prompts_per_step=spec.prompts_per_step, group_size=spec.group_size, beta=spec.beta,
                   num_iterations=spec.num_iterations, grad_agreement=spec.grad_agreement),
-      parallel=ParallelConfig(strategy=spec.strategy, fsdp=fsdp))
+      parallel=ParallelConfig(strategy=spec.strategy, fsdp=fsdp, rollout_weights=spec.rollout_weights))

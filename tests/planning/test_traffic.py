@@ -24,24 +24,30 @@ XLA_FLAGS = ("--xla_force_host_platform_device_count=8 --xla_backend_optimizatio
              "--xla_llvm_disable_expensive_passes=true")
 
 
-def _config(rollout_weights: str = "auto") -> TrainConfig:
+def _config(rollout_weights: str = "auto", num_iterations: int = 1) -> TrainConfig:
   """A float32 model (no upcast) and the update path that once lost the batch layout: SML (K = 4 passes
-  vmapped) over micro-batches scored row by row (``rl.grad_accum = 2``), a KL term and μ = 2."""
+  vmapped) over micro-batches scored row by row (``rl.grad_accum = 2``) and a KL term."""
   return TrainConfig(model=tiny_config(d_model=256, n_heads=4, mlp_dim=512, n_layers=2, remat="full"),
                      rollout=RolloutConfig(gen_length=16, block_length=8, steps=8),
                      likelihood=LikelihoodConfig(stratified=StratifiedConfig(num_strata=4)),
                      rl=RLConfig(objective="diffu_grpo", credit="dps", likelihood="stratified", prompts_per_step=8,
-                                 group_size=2, num_iterations=2, beta=0.04, grad_accum=2, warmup_steps=0),
+                                 group_size=2, num_iterations=num_iterations, beta=0.04, grad_accum=2, warmup_steps=0),
                      parallel=ParallelConfig(strategy="fsdp", data=1, fsdp=8, rollout_weights=rollout_weights))
 
 
 def child() -> None:
+  from daca_jax.planning.compiled import build, compile_rollout
   from daca_jax.planning.plan import plan_from_config
 
-  out = {}
-  for mode in ("gathered", "sharded"):
-    record = plan_from_config(_config(mode), prompt_len=8, num_devices=8)
-    out[mode] = {k: record[k] for k in ("traffic_per_device", "collective_floor", "setting")}
+  record = plan_from_config(_config("gathered"), prompt_len=8, num_devices=8)
+  out = {"gathered": {k: record[k] for k in ("traffic_per_device", "collective_floor", "setting")}}
+  # the other rollout alone (the update does not depend on it)
+  cfg = _config("sharded")
+  built = build(cfg, 8)
+  program = compile_rollout(built)[0]
+  out["sharded"] = {"traffic_per_device": {"rollout": program.traffic},
+                    "collective_floor": traffic.collective_floor(cfg, devices=8, rollout_calls=1),
+                    "setting": {"rollout_weights": cfg.parallel.rollout_weights, "steps": cfg.rollout.steps}}
   print(json.dumps(out))
 
 
@@ -80,7 +86,7 @@ def test_rollout_gathers_the_weights_once_per_call_or_per_model_call(compiled):
 
 
 def test_floor_counts_passes_and_micro_batches():
-  cfg = _config("gathered")
+  cfg = _config("gathered", num_iterations=2)
   passes = traffic.update_passes(cfg)
   # μ = 2 with grad_accum: θ_old at both inner updates, θ_ref at both, forward/recompute/backward at both
   assert passes == {"old": 2, "reference": 2, "forward": 2, "recompute": 2, "backward": 2}
@@ -90,7 +96,7 @@ def test_floor_counts_passes_and_micro_batches():
   assert floor["update"]["weights"] == pytest.approx(20 * model_b * 7 / 8)
   assert floor["update"]["gradients"] == pytest.approx(2 * 2 * train_b * 7 / 8)
   assert floor["rollout"]["weight_gathers"] == 3
-  assert traffic.collective_floor(_config("sharded"), devices=8, rollout_calls=3)["rollout"]["weight_gathers"] == 24
+  assert traffic.collective_floor(_config("sharded", 2), devices=8, rollout_calls=3)["rollout"]["weight_gathers"] == 24
 
 
 def test_classify_reads_what_an_array_is_from_its_shape():
