@@ -84,7 +84,7 @@ class HFTokenizer:
     for role, token in (("pad", pad), ("mask", mask), ("eos", eos), ("bos", bos)):
       ids[role] = -1 if token is None else tok.token_to_id(token)
       if ids[role] is None:
-        raise DataError(f"{source}: special token {role}={token!r} is not in the vocabulary")
+        raise DataError(f"{source}: special token {role}={token!r:.100} is not in the vocabulary")
     self.pad_id, self.mask_id, self.eos_id, self.bos_id = (ids["pad"], ids["mask"], ids["eos"], ids["bos"])
     known = np.fromiter(tok.get_vocab(with_added_tokens=True).values(), np.int64)
     checkpoint_folder.check_token_ids(known.tolist(), source or "the tokenizer")  # bounds the table below
@@ -123,7 +123,7 @@ class HFTokenizer:
     tok = checkpoint_folder.read_tokenizer(p) if has_json else _qwen2_bpe(p, config, added)
     for i, token in added.items():
       if tok.token_to_id(token["content"]) != i:
-        raise DataError(f"{p}: tokenizer_config.json's added token {i} {token['content']!r} has id "
+        raise DataError(f"{p}: tokenizer_config.json's added token {i} {token['content']!r:.100} has id "
                         f"{tok.token_to_id(token['content'])} in the vocabulary")
     roles = _roles(p, config)
     unknown = {r: t for r, t in roles.items() if tok.token_to_id(t) is None}
@@ -240,7 +240,7 @@ def _content(value: Any, where: str) -> str | None:
     return value
   if isinstance(value, Mapping) and isinstance(value.get("content"), str):
     return value["content"]
-  raise DataError(f"{where}: expected a token string or {{'content': ...}}, got {value!r}")
+  raise DataError(f"{where}: expected a token string or {{'content': ...}}, got {value!r:.100}")
 
 
 def _roles(p: pathlib.Path, config: Mapping[str, Any]) -> dict[str, str]:
@@ -310,7 +310,7 @@ def _qwen2_bpe(p: pathlib.Path, config: Mapping[str, Any], added: Mapping[int, M
 
   cls = config.get("tokenizer_class")
   if cls not in QWEN2_BPE_CLASSES:
-    raise DataError(f"{p}: no tokenizer.json, and tokenizer_class={cls!r} is not a vocab.json + merges.txt "
+    raise DataError(f"{p}: no tokenizer.json, and tokenizer_class={cls!r:.100} is not a vocab.json + merges.txt "
                     f"layout this library reads (one of {list(QWEN2_BPE_CLASSES)})")
   vocab = _read_json(p / "vocab.json", checkpoint_folder.MAX_TOKENIZER_BYTES)
   checkpoint_folder.check_token_ids(vocab.values(), str(p / "vocab.json"))
@@ -321,12 +321,12 @@ def _qwen2_bpe(p: pathlib.Path, config: Mapping[str, Any], added: Mapping[int, M
       continue
     pair = line.split(" ")
     if len(pair) != 2:
-      raise DataError(f"{p / 'merges.txt'}: line {n + 1} is not two tokens separated by one space: {line!r}")
+      raise DataError(f"{p / 'merges.txt'}: line {n + 1} is not two tokens separated by one space: {line!r:.100}")
     merges.append(tuple(pair))
   by_id = {i: t for t, i in vocab.items()}
   for i, token in added.items():
     if by_id.get(i, token["content"]) != token["content"]:
-      raise DataError(f"{p}: added token {i} {token['content']!r} collides with vocab.json's {by_id[i]!r}")
+      raise DataError(f"{p}: added token {i} {token['content']!r:.100} collides with vocab.json's {by_id[i]!r:.100}")
     vocab[token["content"]] = i  # in the model as well, so that the id is kept as given
   tok = Tokenizer(BPE(vocab=vocab, merges=merges, dropout=None, unk_token=None, continuing_subword_prefix="",
                       end_of_word_suffix="", fuse_unk=False, byte_fallback=False))
