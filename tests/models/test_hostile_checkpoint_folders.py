@@ -315,3 +315,15 @@ def test_evaluate_refuses_a_hostile_folder_in_one_line_with_exit_2(valid, tmp_pa
   assert run.returncode == 2, run.stderr
   last = run.stderr.strip().splitlines()[-1]
   assert last.startswith("error: ") and "tokenizer.json: a FIFO" in last and "Traceback" not in run.stderr
+
+
+def test_train_refuses_a_hostile_folder_in_one_line_with_exit_2(valid, tmp_path):
+  folder = _copy(valid, tmp_path)
+  (folder / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+  cmd = [sys.executable, str(ROOT / "experiments" / "train.py"), "--config=configs/sudoku_tiny.py:smoke",
+         f"--config.model.init_checkpoint={folder}", f"--workdir={tmp_path / 'wd'}", "--progress=false"]
+  run = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu"))
+  assert run.returncode == 2, run.stderr
+  last = run.stderr.strip().splitlines()[-1]
+  assert last.startswith("error: ") and "config.json" in last and "Traceback" not in run.stderr
