@@ -261,16 +261,8 @@ def _short(e: BaseException) -> str:
   return " ".join(str(e).split())[:200] or type(e).__name__
 
 
-def _exceeded_class() -> type:
-  import jinja2
-
-  class Exceeded(jinja2.exceptions.SecurityError):
-    """A render went over one of its bounds."""
-
-  return Exceeded
-
-
-_Exceeded: Any = None
+class _Exceeded(Exception):
+  """A render went over one of its bounds (caught by :meth:`ChatTemplate.render`)."""
 
 
 def _check_time() -> None:
@@ -334,9 +326,6 @@ def _bounded_environment_class() -> type:
   """transformers' sandbox with the bounds of a render (module docstring)."""
   from jinja2 import nodes
   from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-  global _Exceeded
-  _Exceeded = _exceeded_class()
 
   class _BoundedEnvironment(ImmutableSandboxedEnvironment):
     intercepted_binops = frozenset(["*", "+", "**"])

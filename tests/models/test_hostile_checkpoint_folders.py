@@ -8,6 +8,7 @@ check at the bottom)."""
 import json
 import os
 import pathlib
+import re
 import resource
 import shutil
 import socket
@@ -152,7 +153,7 @@ def test_malformed_json_files_are_one_line(valid, tmp_path, name, body, match):
   (folder / name).write_text(body)
   message = _quick(_both_readers, folder)
   assert name in message
-  assert __import__("re").search(match, message), message
+  assert re.search(match, message), message
 
 
 # --- config.json fields: type and range ------------------------------------------------------------------
@@ -174,7 +175,7 @@ def test_malformed_json_files_are_one_line(valid, tmp_path, name, body, match):
 def test_config_fields_of_the_wrong_type_or_range_name_the_field(valid, tmp_path, field, value, match):
   folder = _copy(valid, tmp_path)
   _edit_json(folder / "config.json", **{field: value})
-  assert __import__("re").search(match, _quick(load_hf_checkpoint, folder))
+  assert re.search(match, _quick(load_hf_checkpoint, folder))
 
 
 @pytest.mark.parametrize("family", ["llada", "dream"])
@@ -214,7 +215,7 @@ def test_vocabulary_ids_out_of_range_are_refused_without_allocating(valid, tmp_p
   before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
   for reader in (HFTokenizer.from_checkpoint, load_hf_checkpoint):
     message = _quick(reader, folder)
-    assert "tokenizer.json" in message and __import__("re").search(match, message), message
+    assert "tokenizer.json" in message and re.search(match, message), message
   assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 200_000  # kB: no 4 GB id table
 
 
@@ -259,7 +260,7 @@ def test_a_chat_template_that_fails_loops_or_floods_is_stopped_and_named(valid, 
     _edit_json(folder / where, chat_template=template)
   message = _quick(HFTokenizer.from_checkpoint, folder, seconds=3.0)
   assert f"{where}" in message and "the chat template is refused" in message
-  assert __import__("re").search(match, message), message
+  assert re.search(match, message), message
 
 
 def test_a_released_template_renders_well_inside_the_bounds(valid):
