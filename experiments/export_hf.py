@@ -19,10 +19,11 @@ from daca_jax.run.cli_errors import reported_errors
 from daca_jax.run.export import export_workdir, parse_shard_size
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Workdir of experiments/train.py (a run from model.init_checkpoint).")
-_OUT = flags.DEFINE_string("output_dir", None, "Export folder (absent or empty unless --overwrite).")
+_OUT = flags.DEFINE_string("output_dir", None, "Export folder: absent or empty (or an earlier export of the same "
+                           "run, with --overwrite); never inside the workdir or the source.")
 _PHASE = flags.DEFINE_enum("phase", "latest", ["latest", "rl", "sft"], "Which workdir checkpoint.")
 _ADAPTER = flags.DEFINE_bool("adapter_only", False, "Write the LoRA adapters as a PEFT adapter.")
-_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace a non-empty --output_dir.")
+_OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an earlier export of the same run in --output_dir.")
 _SOURCE = flags.DEFINE_string("source", "", "The source checkpoint folder if it moved since training "
                               "(its fingerprint must match the run's record).")
 _SHARD = flags.DEFINE_string("max_shard_size", "", "Reshard, e.g. 5GB or bytes ('' keeps the source's shards).")

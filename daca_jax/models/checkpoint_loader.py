@@ -36,6 +36,7 @@ import numpy as np
 from flax import nnx
 
 from daca_jax.errors import DataError
+from daca_jax.models import checkpoint_folder
 from daca_jax.models.llada import Params, Transformer
 from daca_jax.models.safetensors_file import FLOAT_CODES, TensorEntry, read_header, read_rows, strict_json
 from daca_jax.types import DTYPES, ModelConfig
@@ -112,62 +113,58 @@ class CheckpointFiles:
 
 
 def read_json_object(path: pathlib.Path, what: str) -> dict[str, Any]:
-  """A JSON object from an untrusted file of at most :data:`CONFIG_MAX_BYTES`.
+  """A JSON object from an untrusted file of a checkpoint folder, read through the folder boundary
+  (:func:`daca_jax.models.checkpoint_folder.read_json`: a regular file inside the folder, at most
+  :data:`CONFIG_MAX_BYTES`, strict and bounded JSON).
 
   Raises:
-    DataError: the file is missing (naming ``what`` it should hold), too large, not strict JSON
-      (:func:`~daca_jax.models.safetensors_file.strict_json`) or not an object.
+    DataError: the file is missing (naming ``what`` it should hold), not a regular file inside the
+      folder, too large, not strict JSON, nested too deeply, or not an object.
   """
-  if not path.is_file():
-    raise DataError(f"{path.parent}: no {path.name} ({what}); expected a LLaDA or Dream Hugging Face "
-                    "checkpoint folder (config.json, model.safetensors[.index.json], tokenizer.json)")
-  size = path.stat().st_size
-  if size > CONFIG_MAX_BYTES:
-    raise DataError(f"{path}: {size} bytes, more than the {CONFIG_MAX_BYTES} a {path.name} may have")
-  value = strict_json(path.read_bytes(), str(path))
-  if not isinstance(value, dict):
-    raise DataError(f"{path}: a JSON {type(value).__name__}, expected an object")
-  return value
+  folder = checkpoint_folder.root(path.parent)
+  checkpoint_folder.require(folder, path.name, what)
+  return checkpoint_folder.read_json(folder, path.name, max_bytes=CONFIG_MAX_BYTES)
 
 
 def _shard_path(folder: pathlib.Path, name: Any, tensor: str) -> pathlib.Path:
-  """The shard file the index names, which must be a plain file name inside ``folder``."""
-  index = folder / INDEX_FILE
-  if (not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name
-      or "\x00" in name or not name.endswith(".safetensors")):
-    raise DataError(f"{index}: tensor {tensor!r} is in shard {name!r:.100}; expected a plain "
-                    "'<name>.safetensors' file name inside the checkpoint folder")
+  """The shard file the index names, which must be a plain ``<name>.safetensors`` file name."""
+  where = f"{folder / INDEX_FILE}: tensor {tensor!r} is in shard"
+  checkpoint_folder.check_name(folder, name, where)
+  if not name.endswith(".safetensors"):
+    raise DataError(f"{where} {name!r:.100}; expected a plain '<name>.safetensors' file name inside the "
+                    "checkpoint folder")
   return folder / name
 
 
 def open_checkpoint(path: str | pathlib.Path) -> CheckpointFiles:
   """Validates a checkpoint folder's files and reads every shard's header (no tensor data).
 
+  Every file is reached through :mod:`daca_jax.models.checkpoint_folder` (regular files inside the
+  folder, bounded sizes and JSON).
+
   Raises:
     DataError: not a folder; ``config.json`` missing or malformed; neither ``model.safetensors.index.json``
       nor ``model.safetensors``; an index without a ``weight_map`` of names to plain shard file names;
-      a missing shard; a malformed shard header (see :func:`~daca_jax.models.safetensors_file.read_header`);
-      a tensor the index assigns to a shard whose header lacks it.
+      a missing shard, or one that is not a regular file inside the folder; a malformed shard header
+      (see :func:`~daca_jax.models.safetensors_file.read_header`); a tensor the index assigns to a
+      shard whose header lacks it.
   """
-  folder = pathlib.Path(path).expanduser()
-  if not folder.is_dir():
-    raise DataError(f"{path}: not a directory (expected a LLaDA or Dream Hugging Face checkpoint folder)")
-  folder = folder.resolve()
+  folder = checkpoint_folder.root(path)
   hf = read_json_object(folder / "config.json", "the model's config")
   index = folder / INDEX_FILE
-  if index.exists():
+  if checkpoint_folder.has(folder, INDEX_FILE):
     weight_map = read_json_object(index, "the tensor -> shard index").get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map:
       raise DataError(f"{index}: no 'weight_map' of tensor names to shard files")
     files = {t: _shard_path(folder, s, t) for t, s in weight_map.items()}
-  elif (folder / SINGLE_FILE).exists():
+  elif checkpoint_folder.has(folder, SINGLE_FILE):
     files = None
   else:
     raise DataError(f"{folder}: neither {INDEX_FILE} nor {SINGLE_FILE} found (the weights)")
   shards = tuple(dict.fromkeys(files.values())) if files is not None else (folder / SINGLE_FILE,)
   headers = {}
   for shard in shards:
-    if not shard.is_file():
+    if checkpoint_folder.member(folder, shard.name, where=str(index)) is None:
       listed = next(t for t, s in files.items() if s == shard)
       raise DataError(f"{index}: shard {shard.name} (tensor {listed!r} and others) does not exist")
     headers[shard] = read_header(shard)
@@ -225,13 +222,15 @@ def check_tensors(files: CheckpointFiles, cfg: ModelConfig, family: str) -> list
     The read plan of :func:`load_params`, one entry per parameter.
   Raises:
     DataError: naming the tensor: missing (for a layer beyond the checkpoint's, naming
-      ``config.json:<n_layers key>`` and the layers present), a shape other than the config implies
+      ``config.json:<n_layers key>`` and the layers present), a tensor of a layer beyond the config's
+      ``n_layers`` (the checkpoint holds more layers than config.json says), a shape other than the config implies
       (naming the config.json keys behind each dimension), or a dtype that is not a float.
   """
   keys = _DIM_KEYS[family]
   expected = hf_tensor_shapes(cfg)
   layer_re = re.compile(re.escape(NAME_MAPS[family][1][1]).replace(r"\{i\}", r"(\d+)") + "$")
   present = sorted(int(m.group(1)) for t in files.tensors if (m := layer_re.match(t)))
+  _check_no_extra_layers(files, cfg.n_layers, family)
   plan = []
   for key, template, transpose in NAME_MAPS[family]:
     if key not in expected:
@@ -256,6 +255,20 @@ def check_tensors(files: CheckpointFiles, cfg: ModelConfig, family: str) -> list
       entries.append(entry)
     plan.append(_Param(key, tuple(entries), transpose, stacked))
   return plan
+
+
+def _check_no_extra_layers(files: CheckpointFiles, n_layers: int, family: str) -> None:
+  """No tensor belongs to a layer the config does not have (a config.json claiming fewer layers than
+  the weights hold would otherwise load, and train, a silently truncated model)."""
+  prefix = NAME_MAPS[family][1][1].split("{i}")[0]
+  any_layer = re.compile(re.escape(prefix) + r"(\d{1,9})\.")
+  beyond = sorted((int(m.group(1)), t) for t in files.tensors
+                  if (m := any_layer.match(t)) and int(m.group(1)) >= n_layers)
+  if beyond:
+    key = _DIM_KEYS[family]["layers"]
+    raise DataError(f"{files.path}: config.json:{key}={n_layers}, but the checkpoint holds tensors of layer "
+                    f"{beyond[-1][0]} ({len(beyond)} tensors beyond layer {n_layers - 1}, e.g. {beyond[0][1]!r}); "
+                    f"expected config.json:{key} to equal the layers the weights hold")
 
 
 def _slices(index: tuple[Any, ...], shape: tuple[int, ...]) -> tuple[slice, ...]:

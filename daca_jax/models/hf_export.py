@@ -29,15 +29,17 @@ import dataclasses
 import functools
 import json
 import logging
+import os
 import pathlib
 import shutil
+import stat
 from typing import Any, Mapping
 
 import jax.numpy as jnp
 import numpy as np
 
 from daca_jax.errors import DataError
-from daca_jax.io_utils import read_json
+from daca_jax.models import checkpoint_folder
 from daca_jax.models.hf_import import NAME_MAPS, hf_family
 from daca_jax.models.llada import LORA_MODULES
 
@@ -71,6 +73,8 @@ class ExportReport:
     shards: the safetensors files written.
     copied: the other files copied from the source.
     passed_through: source tensors no parameter maps to, copied unchanged.
+    skipped: entries of the source not copied because they are not regular files inside it (symlinks
+      out of the folder, FIFOs, devices), each as ``"<name> (<why>)"``.
   """
 
   family: str
@@ -79,6 +83,7 @@ class ExportReport:
   shards: tuple[str, ...]
   copied: tuple[str, ...] = ()
   passed_through: tuple[str, ...] = ()
+  skipped: tuple[str, ...] = ()
 
 
 class _Source:
@@ -87,12 +92,13 @@ class _Source:
   def __init__(self, folder: pathlib.Path):
     from safetensors import safe_open
 
-    self.folder = folder
-    self.hf = _read_config(folder)
+    self.folder = folder = checkpoint_folder.root(folder)
+    checkpoint_folder.require(folder, "config.json", "the model's config")
+    self.hf = checkpoint_folder.read_json(folder, "config.json")
     self.family = hf_family(self.hf)
     index = folder / INDEX_FILE
-    if index.is_file():
-      parsed = read_json(index, fix=_REDOWNLOAD)
+    if checkpoint_folder.has(folder, INDEX_FILE):
+      parsed = checkpoint_folder.read_json(folder, INDEX_FILE)
       weight_map = parsed.get("weight_map")
       if not isinstance(weight_map, dict) or not weight_map:
         raise DataError(f"{index}: no 'weight_map' of tensor names to shard files")
@@ -100,10 +106,9 @@ class _Source:
       self.index_metadata = dict(metadata) if isinstance(metadata, dict) else {}
       by_file: dict[str, list[str]] = {}
       for name, file in weight_map.items():
-        if not isinstance(file, str) or pathlib.Path(file).name != file:
-          raise DataError(f"{index}: tensor {name!r} maps to {file!r}, not a file name in the folder")
+        checkpoint_folder.check_name(folder, file, f"{index}: tensor {name!r:.100} maps to a file that")
         by_file.setdefault(file, []).append(name)
-    elif (folder / SINGLE_FILE).is_file():
+    elif checkpoint_folder.has(folder, SINGLE_FILE):
       self.index_metadata = None
       by_file = {SINGLE_FILE: []}
     else:
@@ -112,8 +117,8 @@ class _Source:
     self.info: dict[str, tuple[str, tuple[int, ...]]] = {}
     self._handles: dict[str, Any] = {}
     for file in sorted(by_file):
-      path = folder / file
-      if not path.is_file():
+      path = checkpoint_folder.member(folder, file, where=str(index))
+      if path is None:
         raise DataError(f"{folder}: shard {file} listed in {INDEX_FILE} does not exist")
       try:
         handle = self._handles[file] = safe_open(str(path), framework="numpy")
@@ -153,13 +158,6 @@ def _itemsize(dtype: str) -> int:
   return sizes[dtype]
 
 
-def _read_config(folder: pathlib.Path) -> dict[str, Any]:
-  file = folder / "config.json"
-  if not file.is_file():
-    raise DataError(f"{folder}: no config.json (expected a Hugging Face checkpoint directory)")
-  return read_json(file, fix=_REDOWNLOAD)
-
-
 def _param_names(family: str, n_layers: int) -> dict[str, tuple[tuple[str, ...], int | None, bool]]:
   """HF tensor name -> (path in the pure param dict, layer index or None, transposed)."""
   out = {}
@@ -190,20 +188,44 @@ def _leaf_paths(tree: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> list[t
 _TARGET_OF = {("layers", module, "kernel"): target for target, module in LORA_MODULES.items()}
 
 
-def copy_side_files(source: str | pathlib.Path, dest: pathlib.Path) -> tuple[str, ...]:
-  """Copies every top-level non-weight file of ``source`` into ``dest`` as bytes (symlinks followed;
-  hidden entries, sub-folders and weights in any format left out). Returns the names copied."""
-  copied = []
-  for p in sorted(pathlib.Path(source).iterdir()):
-    name = p.name
-    if name.startswith(".") or not p.is_file() or name.endswith(_WEIGHT_SUFFIXES) or name in _WEIGHT_INDEXES:
-      continue
-    shutil.copyfile(p, dest / name)
-    copied.append(name)
-  skipped = [p.name for p in pathlib.Path(source).iterdir() if p.is_dir() and not p.name.startswith(".")]
-  if skipped:
-    log.warning("%s: sub-folders not exported: %s", source, skipped)
-  return tuple(copied)
+def copy_side_files(source: str | pathlib.Path, dest: pathlib.Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+  """Copies every top-level non-weight file of ``source`` into ``dest`` as bytes.
+
+  Only regular files inside the folder are copied (a symlink whose target lies inside it is copied as
+  the target's bytes): the export is a folder users publish, so a symlink out of the source (to a
+  token file, ``/proc/self/environ``) must never bring its target's bytes into it. Such links,
+  FIFOs, devices and sockets are skipped and named in a warning; hidden entries, sub-folders and weights
+  in any format are left out.
+
+  Returns:
+    ``(names copied, "<name> (<why>)" of each entry skipped for being outside the folder or special)``.
+  """
+  folder = checkpoint_folder.root(source)
+  copied, refused, subfolders = [], [], []
+  for entry in checkpoint_folder.entries(folder):
+    name = entry.name
+    if entry.kind in ("outside", "special"):
+      refused.append(f"{name} ({entry.why})")
+    elif entry.kind == "dir":
+      subfolders.append(name)
+    elif entry.kind == "file" and not name.endswith(_WEIGHT_SUFFIXES) and name not in _WEIGHT_INDEXES:
+      _copy_regular(entry.path, dest / name)
+      copied.append(name)
+  if subfolders:
+    log.warning("%s: sub-folders not exported: %s", folder, subfolders)
+  if refused:
+    log.warning("%s: not exported (not a regular file inside the source folder): %s", folder, refused)
+  return tuple(copied), tuple(refused)
+
+
+def _copy_regular(path: pathlib.Path, dest: pathlib.Path) -> None:
+  """Copies ``path`` (checked regular, resolved) without following a link swapped in since the check."""
+  fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+  with os.fdopen(fd, "rb") as f:
+    if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+      raise DataError(f"{path}: no longer a regular file")
+    with open(dest, "wb") as out:
+      shutil.copyfileobj(f, out)
 
 
 def _shard_plan(src: _Source, max_shard_size: int | str | None) -> tuple[dict[str, list[str]], bool]:
@@ -286,8 +308,8 @@ def write_merged(source: str | pathlib.Path, dest: str | pathlib.Path, base: Map
   passed = tuple(sorted(set(src.info) - set(mapped)))
   if passed:
     log.warning("%s: %d tensors no parameter uses, copied unchanged: %s", source, len(passed), list(passed[:10]))
-  copied = copy_side_files(source, dest)
-  return ExportReport(src.family, len(weight_map), total, tuple(plan), copied, passed)
+  copied, skipped = copy_side_files(src.folder, dest)
+  return ExportReport(src.family, len(weight_map), total, tuple(plan), copied, passed, skipped)
 
 
 def _check_shapes(src: _Source, mapped: Mapping[str, tuple[tuple[str, ...], int | None, bool]],

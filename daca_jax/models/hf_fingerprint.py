@@ -8,8 +8,10 @@ a model nobody trained. :func:`fingerprint` summarises each top-level file of th
 :func:`record_source` stores it in the run's workdir (``init_checkpoint.json``) and
 :func:`check_source` compares a folder with that record.
 
-What a fingerprint covers: every top-level regular file (symlinks followed, as in a Hugging Face cache
-snapshot; hidden entries such as ``.cache/`` skipped). A file up to :data:`FULL_HASH_BYTES` is hashed
+What a fingerprint covers: every top-level regular file inside the folder (symlinks followed when their
+target lies inside it or, for a Hugging Face cache snapshot, in its ``blobs/``:
+:func:`daca_jax.models.checkpoint_folder.entries`; links out of the folder, FIFOs and devices are never
+opened; hidden entries such as ``.cache/`` skipped). A file up to :data:`FULL_HASH_BYTES` is hashed
 whole (``config.json``, tokenizer files, ``*.py``, the shard index); a larger one (a weight shard) by its
 size, its first and last MiB (a safetensors header, with every tensor's name, dtype, shape and
 offsets, is at the start) and 16 evenly spaced 64 KiB blocks: a different checkpoint, revision,
@@ -25,6 +27,7 @@ from typing import Any
 
 from daca_jax.errors import DataError
 from daca_jax.io_utils import atomic_write_json, read_json
+from daca_jax.models import checkpoint_folder
 
 RECORD_FILE = "init_checkpoint.json"  # in the run's workdir
 FULL_HASH_BYTES = 64 * 2**20
@@ -55,11 +58,10 @@ def fingerprint(path: str | os.PathLike) -> dict[str, str]:
   Raises:
     DataError: ``path`` is not a directory.
   """
-  folder = pathlib.Path(path)
-  if not folder.is_dir():
+  if not pathlib.Path(path).expanduser().is_dir():
     raise DataError(f"{path}: not a checkpoint directory")
-  return {p.name: _file_digest(p) for p in sorted(folder.iterdir())
-          if not p.name.startswith(".") and p.is_file()}
+  folder = checkpoint_folder.root(path)
+  return {e.name: _file_digest(e.path) for e in checkpoint_folder.entries(folder) if e.kind == "file"}
 
 
 def record_source(workdir: str | os.PathLike, path: str | os.PathLike) -> dict[str, Any]:

@@ -34,7 +34,6 @@ A training run that starts from a checkpoint (``model.init_checkpoint``) takes t
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import numbers
@@ -44,7 +43,7 @@ from typing import Any, Mapping
 from flax import nnx
 
 from daca_jax.errors import ConfigError, DataError
-from daca_jax.models import checkpoint_loader
+from daca_jax.models import checkpoint_folder, checkpoint_loader
 from daca_jax.models.checkpoint_loader import NAME_MAPS  # noqa: F401  (re-exported: the tensor names)
 from daca_jax.models.llada import Params
 from daca_jax.types import INT_MAX, ModelConfig
@@ -154,14 +153,102 @@ _METADATA = ("model_type", "architectures", "auto_map", "transformers_version", 
 FAMILY_FIELDS = {"llada": LLADA_FIELDS, "dream": DREAM_FIELDS}
 
 
+# Token ids, wherever a config names them: a JSON integer in this range (a list of them for eos).
+TOKEN_ID_RANGE = (0, INT_MAX)
+
+
+def short(value: Any, limit: int = 80) -> Any:
+  """``value`` for an error message: itself when its repr is short, else the repr cut to ``limit``
+  characters (a hostile config may hold megabytes in one field)."""
+  text = repr(value) if not isinstance(value, int) or abs(value) < 10**60 else f"<an integer of {len(str(abs(value)))} digits>"
+  return value if len(text) <= limit else f"{text[:limit]}..."
+
+
+def _is_int(value: Any) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+  return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_token_id(value: Any) -> bool:
+  return _is_int(value) and TOKEN_ID_RANGE[0] <= value <= TOKEN_ID_RANGE[1]
+
+
+def check_metadata(hf: Mapping[str, Any]) -> None:
+  """The types of ``config.json``'s metadata fields (``model_type``, ``architectures``, ...).
+
+  Raises:
+    ConfigError: naming ``config.json:<field>``, for a value of another type.
+  """
+  if not isinstance(hf, Mapping):
+    raise ConfigError("config.json", short(hf), "a JSON object")
+  rules = {"model_type": (lambda v: isinstance(v, str), "a string"),
+           "architectures": (lambda v: isinstance(v, list) and all(isinstance(a, str) for a in v),
+                             "a list of class names (strings)"),
+           "auto_map": (lambda v: isinstance(v, dict), "an object of class names"),
+           "transformers_version": (lambda v: isinstance(v, str), "a string"),
+           "torch_dtype": (lambda v: isinstance(v, str), "a string"),
+           "_name_or_path": (lambda v: isinstance(v, str), "a string")}
+  for name, (ok, allowed) in rules.items():
+    if hf.get(name) is not None and not ok(hf[name]):
+      raise ConfigError(f"config.json:{name}", short(hf[name]), allowed + " or null")
+
+
+def check_field_types(hf: Mapping[str, Any], family: str) -> None:
+  """Every field of the family's reference config that ``hf`` sets has that field's JSON type (the
+  reference default's: true/false, an integer, a number, a string; a field whose default is null takes
+  any scalar), sizes positive integers within int32, other numbers finite and > 0, dropouts in [0, 1] and token ids in :data:`TOKEN_ID_RANGE`; ranges
+  specific to a field (positive sizes, divisibility) are checked where the field is read.
+
+  Raises:
+    ConfigError: naming ``config.json:<field>``, the value and what is allowed.
+  """
+  for name, spec in FAMILY_FIELDS[family].items():
+    if name not in hf or hf[name] is None:
+      continue
+    value, default = hf[name], spec.default
+    if name.endswith("token_id"):
+      ok = _is_token_id(value) or (name == "eos_token_id" and isinstance(value, list) and value
+                                   and all(_is_token_id(v) for v in value))
+      allowed = f"a token id in [{TOKEN_ID_RANGE[0]}, {TOKEN_ID_RANGE[1]}]" + (
+          " (or a list of them)" if name == "eos_token_id" else "") + " or null"
+    elif "dropout" in name:
+      ok, allowed = _is_number(value) and 0 <= value <= 1, "a probability in [0, 1]"
+    elif isinstance(default, bool):
+      ok, allowed = isinstance(value, bool), "true or false"
+    elif isinstance(default, int):  # sizes and counts
+      low = 0 if name in _MAY_BE_ZERO else 1
+      ok = _is_int(value) and low <= value <= INT_MAX
+      allowed = f"{'an integer >= 0' if low == 0 else 'a positive integer'} <= {INT_MAX}" + (
+          " or null" if name in _NULLABLE else "")
+    elif isinstance(default, float):  # theta, epsilons, scales
+      ok, allowed = _is_number(value) and value > 0, "a finite number > 0"
+    elif isinstance(default, str):
+      ok, allowed = isinstance(value, str), "a string"
+    else:  # null by default: a scalar (the field's own check refuses values not implemented)
+      ok, allowed = isinstance(value, (bool, str)) or _is_int(value) or _is_number(value) or (
+          name == "rope_scaling" and isinstance(value, dict)), "a JSON scalar or null"
+    if not ok:
+      raise ConfigError(f"config.json:{name}", short(value), allowed)
+
+
+# Integer fields that the reference also accepts as null (another field then decides).
+_NULLABLE = ("embedding_size", "num_key_value_heads")
+# Integer fields of features this model does not implement, where 0 is meaningful to the reference.
+_MAY_BE_ZERO = ("sliding_window", "max_window_layers")
+
+
 def hf_family(hf: Mapping[str, Any]) -> str:
   """"llada" or "dream" from a parsed ``config.json``.
 
   Raises:
     ConfigError: neither family (the message lists what was found).
   """
-  kind = str(hf.get("model_type", "")).lower()
-  arch = [str(a).lower() for a in hf.get("architectures") or []]
+  check_metadata(hf)
+  kind = (hf.get("model_type") or "").lower()
+  arch = [a.lower() for a in hf.get("architectures") or []]
   if kind == "llada" or "lladamodellm" in arch or "d_model" in hf:
     return "llada"
   if kind == "dream" or "dreammodel" in arch:
@@ -300,6 +387,7 @@ def config_from_hf(hf: Mapping[str, Any], **overrides: Any) -> ModelConfig:
       SiLU; Dream ``rope_scaling``, sliding windows, a non-SiLU MLP; or no mask token id.
   """
   family = hf_family(hf)
+  check_field_types(hf, family)
   get = _reader(hf, family)
   fields = (_llada_fields if family == "llada" else _dream_fields)(get)
   tokenizer_ids = fields.pop("_tokenizer_ids")
@@ -310,7 +398,7 @@ def config_from_hf(hf: Mapping[str, Any], **overrides: Any) -> ModelConfig:
   if tokenizer_ids and tokenizer_ids < fields["vocab_size"]:
     fields["vocab_limit"] = tokenizer_ids
   for name, spec in FAMILY_FIELDS[family].items():
-    if "dropout" in name and float(hf.get(name, spec.default) or 0.0) > 0:
+    if "dropout" in name and (hf.get(name, spec.default) or 0.0) > 0:
       log.warning("config.json:%s=%s: dropout is never applied by this library (inference and RL "
                   "updates run without it)", name, hf.get(name, spec.default))
   fields.update(overrides)
@@ -329,41 +417,38 @@ def tokenizer_size(ckpt: pathlib.Path) -> int | None:
   """1 + the largest id the checkpoint's tokenizer knows (added tokens included), or None without one.
 
   Read from ``tokenizer.json`` (LLaDA), else from the slow tokenizer's files that Dream releases
-  instead: ``vocab.json``, ``added_tokens.json`` and ``tokenizer_config.json``'s ``added_tokens_decoder``.
+  instead: ``vocab.json``, ``added_tokens.json`` and ``tokenizer_config.json``'s ``added_tokens_decoder``;
+  all through :mod:`daca_jax.models.checkpoint_folder`.
 
   Raises:
-    DataError: a ``tokenizer.json`` that the ``tokenizers`` library cannot parse, or a ``vocab.json`` /
-      ``added_tokens.json`` / ``tokenizer_config.json`` that is not the JSON mapping it should be.
+    DataError: a ``tokenizer.json`` that the ``tokenizers`` library cannot parse, a ``vocab.json`` /
+      ``added_tokens.json`` / ``tokenizer_config.json`` that is not the JSON mapping it should be, an
+      id outside ``[0, MAX_TOKEN_ID)``, or a file that is not a regular file inside the folder.
   """
-  path = ckpt / "tokenizer.json"
-  if not path.exists():
-    return _slow_tokenizer_size(ckpt)
-  from tokenizers import Tokenizer
-
-  try:
-    vocab = Tokenizer.from_file(str(path)).get_vocab(with_added_tokens=True)
-  except Exception as e:  # the Rust parser raises a bare Exception for malformed files
-    raise DataError(f"{path}: not a tokenizer the 'tokenizers' library can read ({str(e)[:200]})") from None
+  folder = checkpoint_folder.root(ckpt)
+  if not checkpoint_folder.has(folder, "tokenizer.json"):
+    return _slow_tokenizer_size(folder)
+  vocab = checkpoint_folder.read_tokenizer(folder).get_vocab(with_added_tokens=True)
   return 1 + max(vocab.values()) if vocab else None
 
 
-def _slow_tokenizer_size(ckpt: pathlib.Path) -> int | None:
+def _slow_tokenizer_size(folder: pathlib.Path) -> int | None:
   """:func:`tokenizer_size` of a folder with ``vocab.json`` (+ added tokens) and no ``tokenizer.json``."""
-  if not (ckpt / "vocab.json").is_file():
+  if not checkpoint_folder.has(folder, "vocab.json"):
     return None
-  ids: list[int] = []
+  top = 0
   for name, key in (("vocab.json", None), ("added_tokens.json", None), ("tokenizer_config.json", "added_tokens_decoder")):
-    f = ckpt / name
-    if not f.is_file():
+    if not checkpoint_folder.has(folder, name):
       continue
-    try:
-      data = json.loads(f.read_text())
-      table = data if key is None else data.get(key) or {}
-      found = [int(i) for i in (table.keys() if key else table.values())]
-    except (ValueError, TypeError, AttributeError) as e:
-      raise DataError(f"{f}: not a JSON mapping of tokens and integer ids ({e})") from None
-    ids.extend(found)
-  return 1 + max(ids) if ids else None
+    limit = checkpoint_folder.MAX_TOKENIZER_BYTES if name == "vocab.json" else checkpoint_folder.MAX_JSON_BYTES
+    data = checkpoint_folder.read_json(folder, name, max_bytes=limit)
+    table = data if key is None else data.get(key) or {}
+    if not isinstance(table, dict):
+      raise DataError(f"{folder / name}:{key}: a JSON {type(table).__name__}, expected an object of ids")
+    where = f"{folder / name}" + (f":{key}" if key else "")
+    ids = [int(i) if isinstance(i, str) and i.isdigit() and len(i) < 12 else i for i in table] if key else table.values()
+    top = max(top, checkpoint_folder.check_token_ids(ids, where))
+  return top or None
 
 
 def checkpoint_config(files: checkpoint_loader.CheckpointFiles, **overrides: Any
@@ -378,6 +463,7 @@ def checkpoint_config(files: checkpoint_loader.CheckpointFiles, **overrides: Any
   """
   hf = files.hf
   family = hf_family(hf)
+  check_field_types(hf, family)
   extra = unknown_fields(hf)
   if extra:
     log.warning("%s: config.json fields the %s reference config does not define (ignored): %s", files.path,

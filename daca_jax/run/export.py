@@ -2,8 +2,9 @@
 (``experiments/export_hf.py``; the writers are :mod:`daca_jax.models.hf_export`).
 
 :func:`export_workdir` reads the run's config and checks everything that can be checked cheaply
-before any parameter is read: the output folder (absent, empty, or ``overwrite``; never the source or
-the workdir), that the run started from a checkpoint (``model.init_checkpoint``), that
+before any parameter is read: the output folder (:func:`check_export_dir`: absent, empty, or an
+earlier export of the same run with ``overwrite``; never the source, the workdir or a folder holding or
+inside either), that the run started from a checkpoint (``model.init_checkpoint``), that
 ``adapter_only`` has adapters to write, and that the source folder is the one the run recorded
 (:func:`daca_jax.models.hf_fingerprint.check_source`). Then it reads the checkpoint's parameters (not
 the optimizer state), verified against their checksum, and writes the export into a hidden temporary
@@ -24,9 +25,9 @@ import os
 import pathlib
 from typing import Callable
 
-from daca_jax.errors import ConfigError
-from daca_jax.io_utils import atomic_directory, atomic_write_json, check_output_dir
-from daca_jax.models import hf_export
+from daca_jax.errors import ConfigError, DataError
+from daca_jax.io_utils import atomic_directory, atomic_write_json, check_output_dir, read_json_cache
+from daca_jax.models import checkpoint_folder, hf_export
 from daca_jax.models.hf_fingerprint import check_source, read_record
 from daca_jax.run.harness.loaders import read_trained_params, run_config
 
@@ -44,8 +45,42 @@ class WorkdirExport:
   report: hf_export.ExportReport
 
 
-def _inside(path: pathlib.Path, folder: pathlib.Path) -> bool:
-  return path == folder or folder in path.parents
+def check_export_dir(output_dir: str | os.PathLike, workdir: pathlib.Path,
+                     sources: tuple[pathlib.Path, ...], *, overwrite: bool) -> pathlib.Path:
+  """The export folder, refused where writing (or replacing) it could destroy or leak something.
+
+  Refused: a folder that is, holds or lies inside the run's workdir (its checkpoints: ``--overwrite``
+  onto ``<workdir>/rl`` would delete them) or a source checkpoint folder; a non-empty folder that is
+  not an earlier export of this run (its ``daca_export.json`` names this workdir); an earlier export
+  without ``overwrite``. Symlinks are resolved first, so a link to the workdir is the workdir.
+
+  Args:
+    output_dir: ``--output_dir``.
+    workdir: the run's workdir (resolved).
+    sources: the source checkpoint folders (given and recorded, resolved).
+    overwrite: ``--overwrite``: replace an earlier export of this run.
+  Returns:
+    The absolute export folder.
+  Raises:
+    ConfigError: naming ``--output_dir``, the folder it collides with and what is allowed.
+    DataError: a file, a non-empty folder that is not an earlier export of this run, or an earlier
+      export without ``overwrite``.
+  """
+  out = check_output_dir(output_dir, overwrite=True)  # a file is refused; emptiness is decided here
+  real = out.resolve()
+  for name, folder in (("the run's workdir", workdir),) + tuple(("the source checkpoint", s) for s in sources):
+    if checkpoint_folder.inside(real, folder) or checkpoint_folder.inside(folder, real):
+      raise ConfigError("--output_dir", str(output_dir), f"a folder that neither is, holds nor lies inside "
+                        f"{name} {folder} (the export must not replace or change it)")
+  if real.is_dir() and any(real.iterdir()):
+    record = read_json_cache(real / PROVENANCE_FILE, log=lambda _: None)
+    if not record or record.get("workdir") != str(workdir):
+      raise DataError(f"--output_dir={output_dir} exists, is not empty and is not an earlier export of "
+                      f"run {workdir} (no {PROVENANCE_FILE} naming it): choose an empty or new folder")
+    if not overwrite:
+      raise DataError(f"--output_dir={output_dir} exists and is not empty (an earlier export of this run): "
+                      "choose another folder or pass --overwrite to replace it")
+  return out
 
 
 def parse_shard_size(text: str) -> int | str | None:
@@ -75,21 +110,21 @@ def export_workdir(workdir: str | os.PathLike, output_dir: str | os.PathLike, *,
     output_dir: the export folder (created; must be absent or empty unless ``overwrite``).
     phase: "latest", "rl" or "sft" (:func:`~daca_jax.run.harness.loaders.read_trained_params`).
     adapter_only: write the LoRA adapters as a PEFT adapter instead of the merged model.
-    overwrite: replace a non-empty ``output_dir``.
+    overwrite: replace an earlier export of this run in ``output_dir``.
     source: the source checkpoint folder when it moved since training ("" = the run's
       ``model.init_checkpoint``); its fingerprint must equal the one recorded at the start of the run.
     max_shard_size: reshard (bytes or e.g. "5GB"); None keeps the source's shard files.
     log: progress lines.
   Raises:
     ConfigError: the run did not start from a Hugging Face checkpoint (``model.init_checkpoint``);
-      ``--adapter_only`` for a checkpoint without LoRA adapters; ``--output_dir`` that is (or holds)
-      the source or the workdir.
-    DataError: a non-empty ``--output_dir`` without ``overwrite``; a source folder that moved, changed
+      ``--adapter_only`` for a checkpoint without LoRA adapters; ``--output_dir`` that is, holds or lies
+      inside the source or the workdir (:func:`check_export_dir`).
+    DataError: a non-empty ``--output_dir`` that is not an earlier export of this run, or is one and
+      ``overwrite`` is not set; a source folder that moved, changed
       or was never recorded (:func:`~daca_jax.models.hf_fingerprint.check_source`); a workdir without
       a finished checkpoint; a source whose tensors do not fit the trained parameters.
     CorruptCheckpointError: the checkpoint's parameters differ from those saved.
   """
-  out = check_output_dir(output_dir, overwrite=overwrite)
   wd = pathlib.Path(workdir).expanduser().resolve()
   cfg = run_config(wd)
   if not cfg.model.init_checkpoint:
@@ -102,14 +137,7 @@ def export_workdir(workdir: str | os.PathLike, output_dir: str | os.PathLike, *,
                       "weight; export it without --adapter_only")
   src = pathlib.Path(source or cfg.model.init_checkpoint).expanduser().resolve()
   recorded = pathlib.Path(read_record(wd)["path"])
-  # Replacing a folder that holds the source or the workdir would delete them; the export inside the
-  # source would change the downloaded checkpoint (a folder inside the workdir is fine).
-  for name, folder, may_hold in (("the source checkpoint", src, False), ("the recorded source", recorded, False),
-                                 ("the workdir", wd, True)):
-    if _inside(folder, out.resolve()) or (_inside(out.resolve(), folder) and not may_hold):
-      raise ConfigError("--output_dir", str(output_dir), f"a folder that neither is nor holds {name} {folder}"
-                        + ("" if may_hold else " and is not inside it") + " (the export must not replace or "
-                        "change it)")
+  out = check_export_dir(output_dir, wd, (src, recorded), overwrite=overwrite)
   check_source(wd, src)
   trained = read_trained_params(wd, phase)
   if adapter_only and trained.lora is None:
@@ -134,6 +162,8 @@ def export_workdir(workdir: str | os.PathLike, output_dir: str | os.PathLike, *,
         "kind": "peft_adapter" if adapter_only else "merged",
         "lora": None if trained.lora is None else {"rank": m.lora_rank, "alpha": m.lora_alpha,
                                                   "targets": list(m.lora_target_list)}})
+  if report.skipped:
+    log(f"Not exported (not a regular file inside the source folder): {', '.join(report.skipped)}")
   log(f"Wrote {report.tensors} tensors ({report.total_size / 2**30:.2f} GiB) in {len(report.shards)} file(s)"
       f" and {len(report.copied)} copied file(s) to {out}")
   return WorkdirExport(out, trained.phase, trained.step, report)

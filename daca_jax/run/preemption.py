@@ -7,8 +7,9 @@ loops (:mod:`daca_jax.run.pipeline`) call :func:`stop_requested` at every step b
 says so they save a checkpoint of that step, wait until it is on disk and raise :class:`Preempted`, which
 ``experiments/train.py`` turns into one line on stderr and exit status :data:`EXIT_PREEMPTED`. Running
 the same command again resumes from that checkpoint and continues the run exactly (data order and keys
-are functions of (seed, step)). Further SIGTERMs, e.g. one arriving while the checkpoint is written,
-change nothing: the save completes (orbax writes into a temporary directory renamed when complete, so
+are functions of (seed, step)). Further SIGTERMs, e.g. one arriving while the checkpoint is written
+or during the exit itself, change nothing (the exit status stays 75: after the first one SIGTERM stays
+ignored until the process ends): the save completes (orbax writes into a temporary directory renamed when complete, so
 even a SIGKILL midway leaves the previous checkpoints intact).
 
 Several processes (``jax.distributed``) stop at the same step: at each boundary every process
@@ -72,7 +73,9 @@ _active: _Watch | None = None
 def watching() -> Iterator[None]:
   """Within this block a SIGTERM is a request to stop at the next step boundary (module docstring).
 
-  The previous handler is restored on exit. Outside the main thread (where Python cannot install signal
+  The previous handler is restored on exit, unless a SIGTERM arrived: then further SIGTERMs stay
+  ignored for the rest of the process, so that the exit status stays 75 whatever follows. Outside the
+  main thread (where Python cannot install signal
   handlers) the block watches nothing: a SIGTERM then has its usual effect.
   """
   global _active
@@ -85,7 +88,11 @@ def watching() -> Iterator[None]:
   try:
     yield
   finally:
-    signal.signal(signal.SIGTERM, previous)
+    # Once a SIGTERM arrived the process is on its way out (the checkpoint is saved, Preempted is
+    # raised): restoring the default action would let a second notice during the exit (interpreter
+    # shutdown, orbax's threads joining) kill it with 143 instead of 75, and a requeue keyed on 75
+    # would drop the job. SIG_IGN, unlike a Python handler, also holds through interpreter finalization.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN if watch.signals else previous)
     _active = outer
 
 

@@ -17,6 +17,18 @@
   (``bos_token``, ``eos_token``, ``unk_token``, ``sep_token``, ``pad_token``, ``cls_token``,
   ``mask_token``; those the tokenizer does not define are not set).
 
+A template from the internet is an untrusted program, so it also runs under bounds that transformers
+does not set (:class:`_BoundedEnvironment`): at most :data:`MAX_RENDER_SECONDS` of wall time, at most
+:data:`MAX_RENDER_CHARS` characters of output and of any intermediate string or list (checked before a
+``*`` / ``+`` / ``**`` or a call allocates it), and every ``for`` loop counted item by item. The checks
+run inside the rendering process, at every loop item, call, attribute or item access, operator, filter
+and output chunk: a template has no other way to spend time (Jinja has no ``while``; ``range`` is
+capped by the sandbox; recursion ends at Python's recursion limit), so each bound is hit within one
+loop item of being exceeded. A subprocess with a timeout would bound the same things, but costs a
+process per prompt (tens of milliseconds each, thousands per evaluation) and cannot share the
+compiled template. Every failure (syntax, an undefined name used, a sandbox refusal, recursion,
+``raise_exception``, a bound) is one :class:`~daca_jax.errors.DataError` naming the template's file.
+
 :data:`LLADA_CHAT_TEMPLATE` is LLaDA-8B-Instruct's released template; the byte tokenizer of the tiny
 models renders it with an empty ``bos_token`` (its BOS is an id the tokenizer puts first), which gives
 exactly the chat prompts the tasks wrote before templates came from the tokenizer (a test checks it).
@@ -26,9 +38,17 @@ from __future__ import annotations
 import datetime
 import functools
 import json
+import threading
+import time
 from typing import Any, Mapping, Sequence
 
-from daca_jax.errors import ConfigError
+from daca_jax.errors import ConfigError, DataError
+
+# Bounds of one render (a released template renders a prompt in about a millisecond, a few kB).
+MAX_RENDER_SECONDS = 2.0
+MAX_RENDER_CHARS = 1_000_000
+# The largest integer a template may compute with ``**`` (bits): far beyond any token id or length.
+MAX_INT_BITS = 4096
 
 # LLaDA-8B-Instruct's tokenizer_config.json "chat_template", verbatim (GSAI-ML/LLaDA-8B-Instruct on the
 # Hugging Face hub; read from the copies in monash-yann/dllm-research models/LLaDA-8B-Instruct/
@@ -70,6 +90,9 @@ class ChatTemplate:
     self.variables = {k: str(v) for k, v in variables.items() if v is not None}
     self.origin = origin
 
+  def _refused(self, why: str) -> DataError:
+    return DataError(f"{self.origin or 'an inline chat template'}: the chat template is refused: {why}")
+
   @functools.cached_property
   def _compiled(self) -> Any:
     import jinja2
@@ -77,8 +100,18 @@ class ChatTemplate:
     try:
       return _environment().from_string(self.source)
     except jinja2.TemplateSyntaxError as e:
-      raise ConfigError("chat_template", f"line {e.lineno}: {e.message}",
-                        f"a valid Jinja template ({self.origin or 'the tokenizer'})") from None
+      raise self._refused(f"line {e.lineno}: {' '.join(str(e.message).split())[:200]} (not a valid Jinja "
+                          "template)") from None
+    except RecursionError:
+      raise self._refused("nested too deeply to compile") from None
+
+  def check(self) -> None:
+    """Compiles the template and renders one user message with it, as the library will.
+
+    Raises:
+      DataError: see :meth:`render`.
+    """
+    self.user_turn("Hello")
 
   def render(self, messages: Sequence[Mapping[str, Any]], *, add_generation_prompt: bool = True) -> str:
     """The conversation as the model sees it.
@@ -90,8 +123,12 @@ class ChatTemplate:
       The rendered text (special tokens as text; encode it without adding special tokens).
     Raises:
       ValueError: no messages, or a message that is not a mapping.
-      jinja2.TemplateError: the template raised (``raise_exception``) or failed.
+      DataError: one line naming the template's origin: a syntax error, a Jinja error while rendering
+        (``raise_exception``, an undefined value used, a sandbox refusal), recursion too deep, or a
+        bound exceeded (:data:`MAX_RENDER_SECONDS`, :data:`MAX_RENDER_CHARS`, :data:`MAX_INT_BITS`).
     """
+    import jinja2
+
     if not messages:
       raise ValueError("a chat template needs at least one message")
     plain = []
@@ -99,8 +136,31 @@ class ChatTemplate:
       if not isinstance(m, Mapping):
         raise ValueError(f"chat messages are mappings, got {type(m).__name__}")
       plain.append({str(k): v for k, v in m.items() if v is not None})
-    return self._compiled.render(messages=plain, tools=None, documents=None,
-                                 add_generation_prompt=bool(add_generation_prompt), **self.variables)
+    compiled = self._compiled
+    out: list[str] = []
+    size = 0
+    _budget.deadline = time.monotonic() + MAX_RENDER_SECONDS
+    try:
+      for chunk in compiled.generate(messages=plain, tools=None, documents=None,
+                                     add_generation_prompt=bool(add_generation_prompt), **self.variables):
+        size += len(chunk)
+        if size > MAX_RENDER_CHARS:
+          raise _Exceeded(f"it renders more than {MAX_RENDER_CHARS} characters")
+        _check_time()
+        out.append(chunk)
+    except _Exceeded as e:
+      raise self._refused(str(e)) from None
+    except jinja2.exceptions.SecurityError as e:
+      raise self._refused(f"the sandbox refused an operation ({_short(e)})") from None
+    except jinja2.TemplateError as e:  # raise_exception, UndefinedError, a syntax error of an include
+      raise self._refused(f"{type(e).__name__}: {_short(e)}") from None
+    except RecursionError:
+      raise self._refused("it recurses deeper than Python's recursion limit") from None
+    except (TypeError, ValueError, ArithmeticError, LookupError, AttributeError, OverflowError) as e:
+      raise self._refused(f"{type(e).__name__} while rendering: {_short(e)}") from None
+    finally:
+      _budget.deadline = None
+    return "".join(out)
 
   def user_turn(self, content: str) -> str:
     """One user message, ready for the assistant's answer (d1's ``create_prompt``)."""
@@ -183,9 +243,120 @@ def _environment() -> Any:
   def strftime_now(fmt: str) -> str:
     return datetime.datetime.now().strftime(fmt)
 
-  env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                      extensions=[GenerationBlock, jinja2.ext.loopcontrols])
+  env = _bounded_environment_class()(trim_blocks=True, lstrip_blocks=True,
+                                     extensions=[GenerationBlock, jinja2.ext.loopcontrols])
   env.filters["tojson"] = tojson
+  env.filters = {name: _bounded_filter(f) for name, f in env.filters.items()}
   env.globals.update(raise_exception=raise_exception, strftime_now=strftime_now, dict=Dict(),
                      namespace=Namespace)
   return env
+
+
+# --- bounds of a render (module docstring) -----------------------------------------------------------
+
+_budget = threading.local()  # .deadline: time.monotonic() by which the current render must end
+
+
+def _short(e: BaseException) -> str:
+  return " ".join(str(e).split())[:200] or type(e).__name__
+
+
+class _Exceeded(Exception):
+  """A render went over one of its bounds (caught by :meth:`ChatTemplate.render`)."""
+
+
+def _check_time() -> None:
+  deadline = getattr(_budget, "deadline", None)
+  if deadline is not None and time.monotonic() > deadline:
+    raise _Exceeded(f"it runs longer than {MAX_RENDER_SECONDS} s")
+
+
+def _check_size(value: Any) -> Any:
+  """``value`` unless it is a string or container longer than :data:`MAX_RENDER_CHARS`."""
+  if isinstance(value, (str, list, tuple, dict)) and len(value) > MAX_RENDER_CHARS:
+    raise _Exceeded(f"it builds a value of more than {MAX_RENDER_CHARS} items or characters")
+  return value
+
+
+def _check_args(args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+  """No integer argument large enough to allocate past the bound (``'x'.ljust(10**9)``, ``center``)."""
+  for a in (*args, *kwargs.values()):
+    if isinstance(a, int) and not isinstance(a, bool) and abs(a) > MAX_RENDER_CHARS:
+      raise _Exceeded(f"it passes {a if abs(a) < 10**30 else 'a huge integer'} to a function (more than "
+                      f"{MAX_RENDER_CHARS})")
+
+
+def _bounded_filter(f: Any) -> Any:
+  """Filter ``f`` with the render's bounds checked on its arguments and its result."""
+
+  @functools.wraps(f)  # keeps jinja's pass_context / pass_environment marks
+  def bounded(*args: Any, **kwargs: Any) -> Any:
+    _check_time()
+    _check_args(args[1:], kwargs)
+    return _check_size(f(*args, **kwargs))
+
+  return bounded
+
+
+def _bounded_iter(items: Any) -> Any:
+  """``items`` one by one, the time bound checked at each (a loop with an empty body over a long
+  string calls nothing else)."""
+  for item in items:
+    _check_time()
+    yield item
+
+
+def _binop_size(operator: str, left: Any, right: Any) -> None:
+  """Refuses ``*`` / ``+`` / ``**`` whose result would exceed the bounds, before computing it."""
+  seq = (str, list, tuple)
+  if operator == "*":
+    for a, n in ((left, right), (right, left)):
+      if isinstance(a, seq) and isinstance(n, int) and len(a) * max(n, 0) > MAX_RENDER_CHARS:
+        raise _Exceeded(f"it repeats a value to more than {MAX_RENDER_CHARS} items or characters")
+  elif operator == "+" and isinstance(left, seq) and isinstance(right, seq):
+    if len(left) + len(right) > MAX_RENDER_CHARS:
+      raise _Exceeded(f"it concatenates to more than {MAX_RENDER_CHARS} items or characters")
+  elif operator == "**" and isinstance(left, int) and isinstance(right, int) and abs(left) > 1:
+    if right > 0 and abs(left).bit_length() * right > MAX_INT_BITS:
+      raise _Exceeded(f"it computes an integer of more than {MAX_INT_BITS} bits")
+
+
+@functools.lru_cache(maxsize=1)
+def _bounded_environment_class() -> type:
+  """transformers' sandbox with the bounds of a render (module docstring)."""
+  from jinja2 import nodes
+  from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+  class _BoundedEnvironment(ImmutableSandboxedEnvironment):
+    intercepted_binops = frozenset(["*", "+", "**"])
+    bounded_iter = staticmethod(_bounded_iter)
+
+    def _parse(self, source: str, name: Any, filename: Any) -> Any:
+      # Every for loop iterates through environment.bounded_iter (an attribute of the environment,
+      # which no template can rebind), so that each item checks the time bound.
+      tree = super()._parse(source, name, filename)
+      for loop in tree.find_all(nodes.For):
+        loop.iter = nodes.Call(nodes.EnvironmentAttribute("bounded_iter"), [loop.iter], [], None, None,
+                               lineno=loop.lineno)
+      return tree
+
+    def call(__self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805
+      _check_time()
+      if __obj is not _bounded_iter:
+        _check_args(args, kwargs)
+      return _check_size(super().call(__context, __obj, *args, **kwargs))
+
+    def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+      _check_time()
+      _binop_size(operator, left, right)
+      return super().call_binop(context, operator, left, right)
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+      _check_time()
+      return _check_size(super().getattr(obj, attribute))
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+      _check_time()
+      return _check_size(super().getitem(obj, argument))
+
+  return _BoundedEnvironment

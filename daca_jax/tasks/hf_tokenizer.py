@@ -23,14 +23,15 @@ tokenizer has no post-processor (transformers' ``TokenizersBackend.update_post_p
 """
 from __future__ import annotations
 
-import json
 import logging
+import os
 import pathlib
 from typing import Any, Mapping
 
 import numpy as np
 
 from daca_jax.errors import DataError
+from daca_jax.models import checkpoint_folder
 from daca_jax.tasks.chat import TEMPLATE_TOKEN_ROLES, ChatTemplate
 
 log = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ class HFTokenizer:
                vocab_size: int | None = None, chat_template: ChatTemplate | None = None,
                plain_affixes: tuple[list[int], list[int]] | None = None, source: str = ""):
     if isinstance(path, (str, pathlib.Path)):
-      tok = _read_tokenizer_json(pathlib.Path(path))
+      tok = _read_tokenizer_json(pathlib.Path(path).expanduser())
       source = source or str(path)
     else:
       tok = path
@@ -83,9 +84,10 @@ class HFTokenizer:
     for role, token in (("pad", pad), ("mask", mask), ("eos", eos), ("bos", bos)):
       ids[role] = -1 if token is None else tok.token_to_id(token)
       if ids[role] is None:
-        raise DataError(f"{source}: special token {role}={token!r} is not in the vocabulary")
+        raise DataError(f"{source}: special token {role}={token!r:.100} is not in the vocabulary")
     self.pad_id, self.mask_id, self.eos_id, self.bos_id = (ids["pad"], ids["mask"], ids["eos"], ids["bos"])
     known = np.fromiter(tok.get_vocab(with_added_tokens=True).values(), np.int64)
+    checkpoint_folder.check_token_ids(known.tolist(), source or "the tokenizer")  # bounds the table below
     self._known = np.zeros(int(known.max()) + 1 if known.size else 0, bool)
     self._known[known] = True
     self.vocab_size = max(vocab_size or 0, self._known.size)
@@ -104,23 +106,24 @@ class HFTokenizer:
         vocab.json + merges.txt, a role's token, the mask token), a malformed file, a special token
         that is not in the vocabulary, or an added token whose id disagrees between the files.
     """
-    p = pathlib.Path(path).expanduser()
-    if not p.is_dir():
+    if not pathlib.Path(path).expanduser().is_dir():
       raise DataError(f"{path}: not a checkpoint folder (expected tokenizer_config.json and tokenizer.json "
                       "or vocab.json + merges.txt in it)")
-    has_json = (p / "tokenizer.json").is_file()
-    missing = [] if (p / "tokenizer_config.json").is_file() else [
+    p = checkpoint_folder.root(path)
+    has = lambda name: checkpoint_folder.has(p, name)
+    has_json = has("tokenizer.json")
+    missing = [] if has("tokenizer_config.json") else [
         "tokenizer_config.json (the special tokens by role and the chat template)"]
-    if not has_json and not ((p / "vocab.json").is_file() and (p / "merges.txt").is_file()):
+    if not has_json and not (has("vocab.json") and has("merges.txt")):
       missing.append("tokenizer.json (or vocab.json + merges.txt)")
     if missing:
       raise DataError(f"{p}: the tokenizer files are missing: {'; '.join(missing)}")
     config = _read_json(p / "tokenizer_config.json")
     added = _added_tokens(config, p)
-    tok = _read_tokenizer_json(p / "tokenizer.json") if has_json else _qwen2_bpe(p, config, added)
+    tok = checkpoint_folder.read_tokenizer(p) if has_json else _qwen2_bpe(p, config, added)
     for i, token in added.items():
       if tok.token_to_id(token["content"]) != i:
-        raise DataError(f"{p}: tokenizer_config.json's added token {i} {token['content']!r} has id "
+        raise DataError(f"{p}: tokenizer_config.json's added token {i} {token['content']!r:.100} has id "
                         f"{tok.token_to_id(token['content'])} in the vocabulary")
     roles = _roles(p, config)
     unknown = {r: t for r, t in roles.items() if tok.token_to_id(t) is None}
@@ -216,24 +219,19 @@ class HFTokenizer:
 # --- reading the files -------------------------------------------------------------------------------
 
 
-def _read_json(path: pathlib.Path) -> Any:
-  try:
-    return json.loads(path.read_text(encoding="utf-8"))
-  except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-    raise DataError(f"{path}: not readable JSON ({type(e).__name__}: {e})") from None
+def _read_json(path: pathlib.Path, max_bytes: int = checkpoint_folder.MAX_JSON_BYTES) -> dict[str, Any]:
+  """A JSON object from a file of a checkpoint folder, through its boundary
+  (:func:`daca_jax.models.checkpoint_folder.read_json`)."""
+  return checkpoint_folder.read_json(checkpoint_folder.root(path.parent), path.name, max_bytes=max_bytes)
 
 
 def _read_tokenizer_json(p: pathlib.Path) -> Any:
-  from tokenizers import Tokenizer
-
+  """``tokenizer.json`` given as the file or its folder (``--tokenizer``), through the boundary."""
   if p.is_dir():
     p = p / "tokenizer.json"
-  if not p.exists():
+  if not os.path.lexists(p):
     raise DataError(f"{p}: tokenizer.json not found")
-  try:
-    return Tokenizer.from_file(str(p))
-  except Exception as e:  # the Rust parser raises a bare Exception for malformed files
-    raise DataError(f"{p}: not a readable tokenizer.json ({e})") from None
+  return checkpoint_folder.read_tokenizer(checkpoint_folder.root(p.parent), p.name)
 
 
 def _content(value: Any, where: str) -> str | None:
@@ -242,14 +240,14 @@ def _content(value: Any, where: str) -> str | None:
     return value
   if isinstance(value, Mapping) and isinstance(value.get("content"), str):
     return value["content"]
-  raise DataError(f"{where}: expected a token string or {{'content': ...}}, got {value!r}")
+  raise DataError(f"{where}: expected a token string or {{'content': ...}}, got {value!r:.100}")
 
 
 def _roles(p: pathlib.Path, config: Mapping[str, Any]) -> dict[str, str]:
   """``{role: token}`` of the roles the tokenizer files name: tokenizer_config.json, then
   special_tokens_map.json for those it leaves unset (transformers reads the latter only as a legacy
   fallback)."""
-  fallback = _read_json(p / "special_tokens_map.json") if (p / "special_tokens_map.json").is_file() else {}
+  fallback = _read_json(p / "special_tokens_map.json") if checkpoint_folder.has(p, "special_tokens_map.json") else {}
   roles = {}
   for key in TEMPLATE_TOKEN_ROLES:
     role = key[:-len("_token")]
@@ -267,14 +265,16 @@ def _roles(p: pathlib.Path, config: Mapping[str, Any]) -> dict[str, str]:
 
 def _config_mask_token(p: pathlib.Path, tok: Any) -> str | None:
   """The mask token of ``config.json``'s ``mask_token_id`` (LLaDA names its mask only there), or None."""
-  if not (p / "config.json").is_file():
+  if not checkpoint_folder.has(p, "config.json"):
     return None
   mask_id = _read_json(p / "config.json").get("mask_token_id")
   if mask_id is None:
     return None
-  token = tok.id_to_token(mask_id) if isinstance(mask_id, int) and not isinstance(mask_id, bool) else None
+  in_range = isinstance(mask_id, int) and not isinstance(mask_id, bool) and 0 <= mask_id < checkpoint_folder.MAX_TOKEN_ID
+  token = tok.id_to_token(mask_id) if in_range else None
   if token is None:
-    raise DataError(f"{p / 'config.json'}: mask_token_id={mask_id!r} is not an id of the tokenizer")
+    raise DataError(f"{p / 'config.json'}: mask_token_id={mask_id!r:.60} is not allowed: expected an id of "
+                    "the tokenizer")
   return token
 
 
@@ -287,11 +287,14 @@ def _added_tokens(config: Mapping[str, Any], p: pathlib.Path) -> dict[int, dict[
     raise DataError(f"{where}: added_tokens_decoder is not a mapping of ids to tokens")
   added = {}
   for key, value in raw.items():
-    if not str(key).isdigit() or not isinstance(value, Mapping) or not isinstance(value.get("content"), str):
-      raise DataError(f"{where}: added_tokens_decoder entry {key!r}: expected an id and {{'content': ...}}")
+    if (not str(key).isdigit() or len(str(key)) > 9 or not isinstance(value, Mapping)
+        or not isinstance(value.get("content"), str)):
+      raise DataError(f"{where}: added_tokens_decoder entry {key!r:.60}: expected an id and {{'content': ...}}")
     added[int(key)] = dict(value)
-  if (p / "added_tokens.json").is_file():
+  checkpoint_folder.check_token_ids(added, f"{where}:added_tokens_decoder")
+  if checkpoint_folder.has(p, "added_tokens.json"):
     listed = _read_json(p / "added_tokens.json")
+    checkpoint_folder.check_token_ids(listed.values(), str(p / "added_tokens.json"))
     by_content = {t["content"]: i for i, t in added.items()}
     wrong = {c: (i, by_content.get(c)) for c, i in listed.items() if c in by_content and by_content[c] != i}
     if wrong:
@@ -307,23 +310,23 @@ def _qwen2_bpe(p: pathlib.Path, config: Mapping[str, Any], added: Mapping[int, M
 
   cls = config.get("tokenizer_class")
   if cls not in QWEN2_BPE_CLASSES:
-    raise DataError(f"{p}: no tokenizer.json, and tokenizer_class={cls!r} is not a vocab.json + merges.txt "
+    raise DataError(f"{p}: no tokenizer.json, and tokenizer_class={cls!r:.100} is not a vocab.json + merges.txt "
                     f"layout this library reads (one of {list(QWEN2_BPE_CLASSES)})")
-  vocab = _read_json(p / "vocab.json")
-  if not isinstance(vocab, dict) or not all(isinstance(i, int) for i in vocab.values()):
-    raise DataError(f"{p / 'vocab.json'}: expected a mapping of tokens to ids")
+  vocab = _read_json(p / "vocab.json", checkpoint_folder.MAX_TOKENIZER_BYTES)
+  checkpoint_folder.check_token_ids(vocab.values(), str(p / "vocab.json"))
   merges = []
-  for n, line in enumerate((p / "merges.txt").read_text(encoding="utf-8").splitlines()):
+  text = checkpoint_folder.read_text(p, "merges.txt", checkpoint_folder.MAX_TOKENIZER_BYTES)
+  for n, line in enumerate(text.splitlines()):
     if (n == 0 and line.startswith("#version")) or not line:
       continue
     pair = line.split(" ")
     if len(pair) != 2:
-      raise DataError(f"{p / 'merges.txt'}: line {n + 1} is not two tokens separated by one space: {line!r}")
+      raise DataError(f"{p / 'merges.txt'}: line {n + 1} is not two tokens separated by one space: {line!r:.100}")
     merges.append(tuple(pair))
   by_id = {i: t for t, i in vocab.items()}
   for i, token in added.items():
     if by_id.get(i, token["content"]) != token["content"]:
-      raise DataError(f"{p}: added token {i} {token['content']!r} collides with vocab.json's {by_id[i]!r}")
+      raise DataError(f"{p}: added token {i} {token['content']!r:.100} collides with vocab.json's {by_id[i]!r:.100}")
     vocab[token["content"]] = i  # in the model as well, so that the id is kept as given
   tok = Tokenizer(BPE(vocab=vocab, merges=merges, dropout=None, unk_token=None, continuing_subword_prefix="",
                       end_of_word_suffix="", fuse_unk=False, byte_fallback=False))
@@ -342,18 +345,27 @@ def _qwen2_bpe(p: pathlib.Path, config: Mapping[str, Any], added: Mapping[int, M
 def _chat_template(p: pathlib.Path, config: Mapping[str, Any], variables: dict[str, str]) -> ChatTemplate | None:
   """``chat_template.jinja`` if present, else tokenizer_config.json's ``chat_template`` (a string, or a
   list of named templates of which "default" is used); None when there is none."""
-  jinja = p / "chat_template.jinja"
-  if jinja.is_file():
-    return ChatTemplate(jinja.read_text(encoding="utf-8"), variables, origin=str(jinja))
+  if checkpoint_folder.has(p, "chat_template.jinja"):
+    source = checkpoint_folder.read_text(p, "chat_template.jinja", checkpoint_folder.MAX_TEMPLATE_BYTES)
+    template = ChatTemplate(source, variables, origin=str(p / "chat_template.jinja"))
+    template.check()  # a template that cannot render one user message is refused now, not mid-run
+    return template
+  where = f"{p / 'tokenizer_config.json'}:chat_template"
   source = config.get("chat_template")
   if isinstance(source, list):
     named = {t.get("name"): t.get("template") for t in source if isinstance(t, Mapping)}
     if "default" not in named:
-      raise DataError(f"{p / 'tokenizer_config.json'}: chat_template lists {sorted(map(str, named))}, no 'default'")
+      raise DataError(f"{where} lists {sorted(map(str, named))[:20]}, no 'default'")
     source = named["default"]
   if source is None:
     return None
-  return ChatTemplate(source, variables, origin=f"{p / 'tokenizer_config.json'}:chat_template")
+  if not isinstance(source, str) or not source or len(source) > checkpoint_folder.MAX_TEMPLATE_BYTES:
+    raise DataError(f"{where}: {type(source).__name__} of {len(source) if isinstance(source, str) else '-'} "
+                    f"characters is not allowed: expected a template string of 1 to "
+                    f"{checkpoint_folder.MAX_TEMPLATE_BYTES} characters")
+  template = ChatTemplate(source, variables, origin=where)
+  template.check()
+  return template
 
 
 def _plain_affixes(config: Mapping[str, Any], tok: Any, roles: Mapping[str, str]) -> tuple[list[int], list[int]] | None:

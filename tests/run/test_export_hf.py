@@ -344,15 +344,18 @@ def test_refusals(tmp_path):
   busy = tmp_path / "busy"
   busy.mkdir()
   (busy / "keep.txt").write_text("mine")
-  with pytest.raises(DataError, match=r"--output_dir=.*busy exists and is not empty.*--overwrite"):
-    export_workdir(wd, busy, **quiet)
+  for flag in (False, True):  # a folder of someone else's files is never replaced
+    with pytest.raises(DataError, match=r"--output_dir=.*busy exists, is not empty and is not an earlier export"):
+      export_workdir(wd, busy, overwrite=flag, **quiet)
   assert (busy / "keep.txt").read_text() == "mine"
-  export_workdir(wd, busy, overwrite=True, **quiet)
-  assert not (busy / "keep.txt").exists() and (busy / "config.json").exists()
-  for bad in (ckpt, ckpt / "export", wd, tmp_path):  # would replace or change the source or the workdir
-    with pytest.raises(ConfigError, match=r"--output_dir=.*a folder that neither is nor holds"):
+  export_workdir(wd, tmp_path / "done", **quiet)
+  with pytest.raises(DataError, match=r"done exists and is not empty \(an earlier export of this run\).*--overwrite"):
+    export_workdir(wd, tmp_path / "done", **quiet)
+  export_workdir(wd, tmp_path / "done", overwrite=True, **quiet)  # an earlier export of this run: replaced
+  # would replace or change the source or the workdir (its checkpoints under rl/)
+  for bad in (ckpt, ckpt / "export", wd, tmp_path, wd / "rl", wd / "export"):
+    with pytest.raises(ConfigError, match=r"--output_dir=.*a folder that neither is, holds nor lies inside"):
       export_workdir(wd, bad, overwrite=True, **quiet)
-  export_workdir(wd, wd / "export", **quiet)  # beside the run's files is fine
   # The source moved: refused, and accepted again from its new place (same fingerprint).
   moved = ckpt.rename(tmp_path / "moved")
   with pytest.raises(DataError, match=r"is not a directory: it moved or was deleted; pass --source"):
@@ -408,10 +411,11 @@ def test_interrupted_export_leaves_no_folder_and_keeps_the_old_one(tmp_path, mon
   old = tmp_path / "old"
   old.mkdir()
   (old / "model.safetensors").write_text("previous export")
+  atomic_write_json(old / PROVENANCE_FILE, {"workdir": str(wd.resolve())})
   calls.clear()
   with pytest.raises(KeyboardInterrupt):
     export_workdir(wd, old, overwrite=True, log=lambda _: None)
-  assert [p.name for p in old.iterdir()] == ["model.safetensors"]
+  assert sorted(p.name for p in old.iterdir()) == [PROVENANCE_FILE, "model.safetensors"]
 
 
 def _cli(tmp_path, *flags):

@@ -145,7 +145,8 @@ def test_sigterm_in_sft_and_a_second_one_while_saving(straight, tmp_path, monkey
     pipeline.run_main_job(_cfg(), tmp_path, show_progress=False, log=quiet)
   assert (stopped.value.phase, stopped.value.step) == ("SFT", 7) and exit_code(stopped.value) == 75
   assert saves == [(7, 2)]
-  assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is removed again
+  # further notices stay ignored until the process ends (the exit status stays 75)
+  assert signal.signal(signal.SIGTERM, signal.SIG_DFL) is signal.SIG_IGN
   ckpt = Checkpointer(tmp_path / "sft")
   assert ckpt.all_steps() == [7]
   ckpt.restore(7, None)  # complete and verified against its checksums
@@ -194,3 +195,35 @@ def test_sigterm_to_one_of_two_processes_stops_both_at_the_same_step(tmp_path):
   assert _committed(tmp_path / "split" / "rl", step) and 2 <= step < RL_STEPS
   finish(launch(tmp_path / "split"), 0)
   _assert_same_run(tmp_path / "split", tmp_path / "straight")
+
+
+_EXIT_UNDER_NOTICES = """
+import atexit, os, signal, sys, time
+from daca_jax.run import preemption
+from daca_jax.run.cli_errors import reported_errors
+
+def notice_during_exit():  # a further notice while the interpreter shuts down
+  os.kill(os.getpid(), signal.SIGTERM)
+  time.sleep(0.3)
+
+atexit.register(notice_during_exit)
+with reported_errors():
+  try:
+    with preemption.watching():
+      os.kill(os.getpid(), signal.SIGTERM)
+      time.sleep(0.05)
+      assert preemption.stop_requested()
+      raise preemption.Preempted("RL", 3, sys.argv[1])  # the checkpoint of step 3 is saved
+  finally:
+    os.kill(os.getpid(), signal.SIGTERM)  # another between the watch and the one-line report
+    time.sleep(0.05)
+"""
+
+
+def test_further_sigterms_during_the_preemption_exit_keep_exit_status_75(tmp_path):
+  """Notices after the first (between leaving the watch and the report, and during interpreter
+  shutdown) neither kill the process (143) nor change its exit status."""
+  run = subprocess.run([sys.executable, "-c", _EXIT_UNDER_NOTICES, str(tmp_path)], capture_output=True, text=True,
+                       timeout=120, cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu"))
+  assert run.returncode == 75, (run.returncode, run.stderr)
+  assert run.stderr.strip().splitlines()[-1].startswith("preempted: stopped by SIGTERM after RL step 3")
