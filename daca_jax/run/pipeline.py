@@ -85,6 +85,11 @@ def _sink(dashboard: Dashboard | None, phase: str, start: int) -> PhaseSink | No
   return dashboard.sink(phase, resume_after=start) if dashboard is not None else None
 
 
+def _val_name(step: int) -> str:
+  """The name of the validation pass after RL iteration ``step`` (its outcomes file: ``val_step<N>.outcomes.jsonl``)."""
+  return f"val_step{step}.json"
+
+
 def _has_saved_state(workdir: pathlib.Path) -> bool:
   """Whether the workdir holds anything a rerun would reuse (checkpoints or cached evaluations)."""
   steps = [p for d in ("sft", "rl") for p in (workdir / d).glob("[0-9]*")]
@@ -236,7 +241,7 @@ def _save_and_stop(ckpt: Checkpointer, phase: str, step: int, state: dict[str, A
 
 
 def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOLearner, params: Any,
-           ref_params: Any, workdir: pathlib.Path, *, eval_fn: Callable[[Any], dict] | None = None,
+           ref_params: Any, workdir: pathlib.Path, *, eval_fn: Callable[[Any, int], dict] | None = None,
            show_progress: bool = True, log: Callable[[str], None] = print, mesh: Any = None,
            dashboard: Dashboard | None = None) -> Any:
   """GRPO iterations with checkpoints in ``workdir/rl`` and one ``metrics.jsonl`` line per iteration
@@ -339,7 +344,7 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
       if peak is not None:
         m["device_peak_bytes"] = float(peak)
       if eval_fn is not None and rl.eval_every and (done % rl.eval_every == 0 or done == rl.steps):
-        m.update({f"val/{k}": v for k, v in eval_fn(state["params"]).items()})
+        m.update({f"val/{k}": v for k, v in eval_fn(state["params"], done).items()})
       writer.write(done, m)
       every = cfg.log.trajectory_every
       if every and (done % every == 0 or done == rl.steps) and (cfg.log.tensorboard or cfg.log.wandb):
@@ -390,8 +395,9 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
 
   Returns:
     The results dict written to ``workdir/results.json``:
-    ``{"eval_before", "eval_after", "config", "eval_source", "timings"}`` (and ``val_before`` /
-    ``val_after`` with a validation split, ``eval_protocol`` under d1's protocol).
+    ``{"eval_before", "eval_after", "config", "eval_source", "timings", "outcomes"}`` (and ``val_before`` /
+    ``val_after`` with a validation split, ``eval_protocol`` under d1's protocol); ``outcomes`` names the
+    workdir's per-example outcomes file of each of those evaluations (:mod:`daca_jax.run.outcomes`).
   Raises:
     ConfigError: a config value that does not fit the task, a preset for a pretrained checkpoint run
       without one (``model.init_checkpoint``), or a workdir holding another run.
@@ -520,8 +526,8 @@ def _run_phases(cfg: TrainConfig, views: TaskViews, workdir: pathlib.Path, sft_d
   evaluator = JobEvaluator(cfg, task, logits_fn, jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _EVAL_STREAM),
                            mesh=mesh, show_progress=show_progress, log=log)
 
-  def run_val(prm: Any) -> dict[str, float]:
-    return evaluator.run(prm, val_examples, "validation")
+  def run_val(prm: Any, step: int) -> dict[str, float]:
+    return evaluator.run(prm, val_examples, "validation", outcomes_to=workdir / _val_name(step))
 
   fingerprint = {"eval": dataclasses.asdict(cfg.eval), "num_examples": len(eval_examples),
                  "source": source, "sft_steps": cfg.sft.steps}
@@ -568,11 +574,16 @@ def _run_phases(cfg: TrainConfig, views: TaskViews, workdir: pathlib.Path, sft_d
   if evaluator.protocol is not None:  # d1's: what each length decoded, and which one the plain names report
     results["eval_protocol"] = evaluator.describe()
   records = read_metrics(workdir / "metrics.jsonl", log=log) if (workdir / "metrics.jsonl").exists() else []
+  # Where each evaluation's per-example outcomes are (file names in the workdir; :mod:`daca_jax.run.outcomes`).
+  results["outcomes"] = {"eval_before": evaluator.outcomes_file(workdir / "eval_before.json").name,
+                         "eval_after": evaluator.outcomes_file(workdir / "eval_after.json").name}
   if val_before is not None:
     results["val_before"] = val_before
+    results["outcomes"]["val_before"] = evaluator.outcomes_file(workdir / "val_before.json").name
     val_points = [r for r in records if any(k.startswith("val/") for k in r)]
     if val_points:
       results["val_after"] = {k[4:]: v for k, v in val_points[-1].items() if k.startswith("val/")}
+      results["outcomes"]["val_after"] = evaluator.outcomes_file(workdir / _val_name(val_points[-1]["step"])).name
   trend = reward_trend(records)
   if trend:
     results["reward_trend"] = trend

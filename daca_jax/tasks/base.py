@@ -123,6 +123,30 @@ class Task(abc.ABC):
   def metrics(self, completions: Sequence[str], examples: Sequence[Example]) -> dict[str, float]:
     """Returns evaluation metrics; always includes ``"num_examples"``."""
 
+  # Metrics of :meth:`metrics` that count completions (their per-example outcomes sum to them); every
+  # other metric but ``num_examples`` is a rate, the mean of its per-example outcomes.
+  count_metrics: ClassVar[tuple[str, ...]] = ("grader_bound_hits", "validator_errors")
+
+  def example_outcomes(self, completions: Sequence[str], examples: Sequence[Example]) -> dict[str, np.ndarray]:
+    """Per-example evaluation outcomes: what :meth:`metrics` pools, one value per example.
+
+    Args:
+      completions: N decoded completions.
+      examples: the N examples.
+    Returns:
+      ``{name: float64 [N]}`` with every key of :meth:`metrics` but ``num_examples``: a rate is the mean
+      of its column, a count (:attr:`count_metrics`) the sum. A task may add columns (Sudoku's blank-cell
+      counts) and say how they pool.
+
+    The default grades each example alone with :meth:`metrics` (one grading call per example, so the
+    rates it returns are exact for tasks whose rates are means over examples); tasks with per-example
+    grades at hand override it and pool :meth:`metrics` from it. Like :meth:`metrics`, it adds the
+    bound hits it grades to ``num_bound_hits``.
+    """
+    rows = [self.metrics([c], [ex]) for c, ex in zip(completions, examples, strict=True)]
+    names = [k for k in (rows[0] if rows else self.metrics([], [])) if k != "num_examples"]
+    return {k: np.asarray([float(r[k]) for r in rows], np.float64).reshape(len(rows)) for k in names}
+
   def grading_rules(self) -> str:
     """One line naming how completions are graded (printed in evaluation summaries); "" if the task
     does not say."""
