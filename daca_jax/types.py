@@ -838,6 +838,9 @@ class SFTConfig:
     return self
 
 
+VAL_SPLITS = ("pool", "fixed")  # task.val_split
+
+
 @dataclasses.dataclass(frozen=True)
 class TaskConfig:
   """Which task, and where its evaluation data comes from.
@@ -849,9 +852,15 @@ class TaskConfig:
       else a generated held-out set (announced loudly).
     eval_size: size of the generated held-out set used when no file is found.
     num_eval_examples: evaluate on the first N examples only (0: all).
-    num_val_examples: size of the validation split: this many items drawn with the training pool
-      (generated, so disjoint from the evaluation set) and held out of training; ``rl.eval_every``
-      evaluates on it, so choices are made without touching the test set (0: none).
+    num_val_examples: size of the validation split, held out of training and disjoint from the
+      evaluation set (generated items exclude it); ``rl.eval_every`` evaluates on it, so choices are
+      made without touching the test set (0: none).
+    val_split: how the validation split is drawn: "pool" = the items after the first
+      ``sft.num_train_examples`` of the training pool of ``seed`` (so each warm start has its own);
+      "fixed" = the first ``num_val_examples`` items the task generates from ``val_seed``, the same for
+      every seed, removed from every training pool (the studies' split:
+      :func:`daca_jax.run.task_views.draw_splits`).
+    val_seed: the generator seed of a "fixed" validation split.
     options: task-specific options (e.g. ``{"prompt_style": "chat"}``), passed to the task class as
       keyword arguments; an option the task does not declare (its ``OPTIONS`` table) is a ConfigError
       naming ``task.options.<name>`` and listing the declared ones. ``num_blanks``, ``eval_path`` and
@@ -876,6 +885,8 @@ class TaskConfig:
   eval_size: int = 500
   num_eval_examples: int = 0
   num_val_examples: int = 0
+  val_split: str = "pool"
+  val_seed: int = 20261205
   options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   reward: str = ""
   train_prompt_style: str = ""
@@ -884,7 +895,8 @@ class TaskConfig:
     _check_fields(prefix, self)
     _check_values(f"{prefix}.options", self.options)
     _positive(prefix, self, "num_blanks", "eval_size")
-    _non_negative(prefix, self, "num_eval_examples", "num_val_examples")
+    _non_negative(prefix, self, "num_eval_examples", "num_val_examples", "val_seed")
+    _one_of(prefix, self, "val_split", VAL_SPLITS)
     return self
 
 

@@ -36,7 +36,9 @@ _CONFIGS = flags.DEFINE_list("configs", ["configs/sudoku_tiny.py"],
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
 _PRESET = flags.DEFINE_enum("preset", "quick", list(rp.PRESETS),
                             "quick: plumbing budget; standard: each task config's own recipe (where its base arms "
-                            "learn), validation every 25 iterations; study: the credit study's budget; "
+                            "learn), validation every 25 iterations; study: the credit study's budget; credit: standard with a "
+                            "fixed 5,000-item validation split, validated before and after RL (the pre-registered "
+                            "credit comparison); "
                             "full: the config as is.")
 _BASES = flags.DEFINE_list("bases", ["diffu_grpo", "wd1", "gdpo"],
                           "Base methods; 'name:arm/arm' runs only those arms on that base (e.g. rldf:base).")

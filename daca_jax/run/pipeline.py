@@ -33,7 +33,7 @@ from daca_jax.models import count_params, init_model, lora, make_logits_fn
 from daca_jax.run.job_eval import JobEvaluator
 from daca_jax.run.preflight import check_batches_fit
 from daca_jax.run.task_views import (TaskViews, build_task, build_task_views, check_gen_length,  # noqa: F401
-                                     task_kwargs, validation_split)  # build_task, task_kwargs: re-exported
+                                     draw_splits, task_kwargs)  # build_task, task_kwargs: re-exported
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.rl.downsample import select_rows, take_rows
 from daca_jax.rl.optim import make_optimizer
@@ -448,14 +448,12 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
         "(point DACA_DATA_DIR or --config.data.data_dir at the benchmark files)\n" + "!" * 80)
   else:
     log(f"Evaluation set: {source}; using {len(eval_examples)} examples")
-  # The validation split is drawn with the training pool (distinct items, none from the evaluation
-  # set) and held out of SFT and RL; the pool's first num_train_examples do not depend on its size.
+  # The validation split (distinct items, none from the evaluation set) is held out of SFT and RL; it
+  # is drawn with the training pool or, for studies, fixed across seeds (task.val_split, draw_splits).
   t_prep = time.perf_counter()
   log(f"Preparing {cfg.sft.num_train_examples + cfg.task.num_val_examples} training/validation examples "
       "and the model…")
-  pool = views.train.train_examples(cfg.sft.num_train_examples + cfg.task.num_val_examples, cfg.seed)
-  train_examples = pool[:cfg.sft.num_train_examples]
-  val_examples = validation_split(views, pool, cfg.sft.num_train_examples, cfg.seed)  # the evaluation's prompts
+  train_examples, val_examples, val_source = draw_splits(views, cfg)  # validation: the evaluation's prompts
   if views.split:
     log(f"Training prompts: {cfg.task.name}'s {views.train.prompt_style!r} style (task.train_prompt_style); "
         f"evaluation and validation prompts: its {task.prompt_style!r} style (task.options.prompt_style).")
@@ -471,7 +469,7 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     params = parallel.to_global(params, mesh, parallel.fsdp_shardings(params, mesh)
                                 if cfg.parallel.strategy == "fsdp" else None)
   logits_fn = make_logits_fn(graphdef, logprob_chunk=cfg.model.logprob_chunk)
-  log(f"Prepared {len(pool)} examples and a {count_params(params):,}-parameter model in "
+  log(f"Prepared {len(train_examples) + len(val_examples)} examples and a {count_params(params):,}-parameter model in "
       f"{time.perf_counter() - t_prep:.1f} s.")
   workdir.mkdir(parents=True, exist_ok=True)  # only now: a config refused above leaves no workdir
   check_workdir_config(workdir, cfg)  # after everything that can reject the config up front
@@ -481,7 +479,7 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   try:
     return _run_phases(cfg, views, workdir, pathlib.Path(sft_dir) if sft_dir is not None else workdir / "sft",
                        train_examples, val_examples, eval_examples, source, graphdef, params, logits_fn,
-                       mesh=mesh, show_progress=show_progress, log=log, dashboard=dashboard)
+                       mesh=mesh, show_progress=show_progress, log=log, dashboard=dashboard, val_source=val_source)
   finally:
     if dashboard is not None:
       dashboard.close()
@@ -490,7 +488,8 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
 def _run_phases(cfg: TrainConfig, views: TaskViews, workdir: pathlib.Path, sft_dir: pathlib.Path,
                 train_examples: list[Example], val_examples: list[Example], eval_examples: list[Example],
                 source: str, graphdef: Any, params: Any, logits_fn: Callable[..., Any], *, mesh: Any,
-                show_progress: bool, log: Callable[[str], None], dashboard: Dashboard | None) -> dict[str, Any]:
+                show_progress: bool, log: Callable[[str], None], dashboard: Dashboard | None,
+                val_source: str = "") -> dict[str, Any]:
   """The phases of :func:`run_main_job` once its inputs are checked: SFT → eval → RL → eval. SFT and RL
   read the training view of the task, the evaluations its evaluation view."""
   task = views.eval
@@ -539,8 +538,6 @@ def _run_phases(cfg: TrainConfig, views: TaskViews, workdir: pathlib.Path, sft_d
 
   val_before = None
   if val_examples and cfg.rl.eval_every:
-    val_source = (f"validation split: training-pool items {cfg.sft.num_train_examples}.."
-                  f"{cfg.sft.num_train_examples + len(val_examples) - 1} (seed {cfg.seed}), held out of SFT and RL")
     val_before, _ = evaluator.cached(params, val_examples, "validation (before RL)", workdir / "val_before.json",
                                      dict(fingerprint, split="validation", source=val_source,
                                           num_examples=len(val_examples)))

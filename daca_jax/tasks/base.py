@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import json
 from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
@@ -110,6 +111,11 @@ class Task(abc.ABC):
   @abc.abstractmethod
   def train_examples(self, num: int, seed: int) -> list[Example]:
     """Returns ``num`` training examples; deterministic for a given ``seed``."""
+
+  def item_key(self, example: Example) -> str:
+    """The identity of an example's item whatever its prompt style (two examples of one item have one
+    key): its ``meta`` as sorted JSON. Held-out splits are kept apart by it."""
+    return json.dumps(dict(example.meta), sort_keys=True, default=str)
 
   @abc.abstractmethod
   def eval_examples(self) -> tuple[list[Example], str]:

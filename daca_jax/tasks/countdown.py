@@ -300,6 +300,11 @@ class CountdownTask(Task):
       self._eval = ([self.make_example(n, t) for n, t in rows], source)
     return list(self._eval[0]), self._eval[1]
 
+  def item_key(self, example: Example) -> str:
+    """The numbers as a multiset and the target (the generator's notion of one item: a reordering of the
+    numbers is the same item)."""
+    return f"{sorted(example.meta['numbers'])}={example.meta['target']}"
+
   def train_examples(self, num: int, seed: int) -> list[Example]:
     """Generates ``num`` distinct items (none in the evaluation set) with solver SFT targets."""
     exclude = frozenset((tuple(sorted(ex.meta["numbers"])), ex.meta["target"])
