@@ -81,7 +81,7 @@ def test_the_bootstrap_is_reproducible_and_separates_a_clear_effect():
     (_arm([[1], [0]]), _arm([[1]]), "reference lacks seeds [1]"),
     (_arm([[1]]), _arm([[1], [0]]), "arm lacks seeds [1]"),
     ({0: {"a": 1.0, "b": 0.0}}, {0: {"a": 1.0, "c": 0.0}}, "reference seed 0 lacks 'b' and has extra 'c'"),
-    ({0: {"a": 1.0}, 1: {"b": 1.0}}, {0: {"a": 1.0}, 1: {"b": 1.0}}, "arm seed 1 lacks 'a' and has extra 'b'"),
+    ({0: {"a": 1.0}, 1: {"b": 1.0}}, {0: {"a": 1.0}, 1: {"c": 1.0}}, "reference seed 1 lacks 'b' and has extra 'c'"),
     ({0: {"a": math.nan}}, {0: {"a": 1.0}}, "seed 0 example 'a' is not"),
     ({}, {}, "at least one warm start"),
 ])
@@ -89,3 +89,30 @@ def test_mismatched_arms_are_refused_in_one_line(arm, ref, message):
   with pytest.raises(ValueError, match=None) as e:
     paired.paired_bootstrap(arm, ref)
   assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_warm_starts_with_their_own_examples_are_resampled_nested_as_enumerated():
+  # Seed 0 has examples a, b with differences 2, 0; seed 1 has c with 0. A replicate draws two warm
+  # starts (4 equally likely orders), then for each drawn copy its own examples (seed 0: 4 orders of
+  # a/b, mean 2, 1, 1 or 0; seed 1: always 0). Enumerated below.
+  rows = {0: [2.0, 0.0], 1: [0.0]}
+  exact = {}
+  for seeds in itertools.product(range(2), repeat=2):
+    options = [[np.mean([rows[s][i] for i in pick]) for pick in itertools.product(range(len(rows[s])),
+                                                                                  repeat=len(rows[s]))]
+               for s in seeds]
+    for means in itertools.product(*options):
+      p = 1 / 4 / np.prod([len(o) for o in options])
+      exact[float(np.mean(means))] = exact.get(float(np.mean(means)), 0) + p
+  # By hand: seeds (0, 0) w.p. 1/4 average two copies' means (sum of two {0, 1, 2} w.p. 1/4, 1/2, 1/4);
+  # (0, 1) or (1, 0) w.p. 1/2 halve one copy's mean; (1, 1) w.p. 1/4 give 0.
+  assert exact == pytest.approx({0.0: 25 / 64, 0.5: 20 / 64, 1.0: 14 / 64, 1.5: 4 / 64, 2.0: 1 / 64})
+  arm = {0: {"a": 2.0, "b": 0.0}, 1: {"c": 0.0}}
+  ref = {0: {"a": 0.0, "b": 0.0}, 1: {"c": 0.0}}
+  assert paired.design({s: arm[s].keys() for s in arm}) == "nested"
+  draws = paired.bootstrap_means({0: np.array(rows[0]), 1: np.array(rows[1])}, num_resamples=20_000, seed=5)
+  for value, p in exact.items():
+    freq = np.mean(np.isclose(draws, value))
+    assert abs(freq - p) < 4 * math.sqrt(p * (1 - p) / len(draws)) + 1e-12, (value, freq, p)
+  iv = paired.paired_bootstrap(arm, ref)
+  assert iv.mean == 0.5 and iv.num_seeds == 2  # the mean of the warm starts' means (1 and 0)
