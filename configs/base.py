@@ -124,6 +124,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.rl.rollout_batch = 0  # Rows per rollout call (0: the whole batch at once).
   c.rl.rldf_tau = 0.6  # rldf: drop (state, token) targets below this probability unless committed there.
   c.rl.eval_every = 0  # Evaluate on the validation split every N iterations (0: never; needs task.num_val_examples).
+  c.rl.replicate = 0  # RL's draw of rollout keys and prompt order: 0 = the seed's own | k > 0: another, same warm start.
   c.rl.grad_agreement = True  # Log grad_cos: cosine of successive batches' gradients (one params-sized buffer).
 
   c.sft = ml_collections.ConfigDict()

@@ -740,6 +740,9 @@ class RLConfig:
       optimizer state.
     rldf_tau: rldf's clean-state clip: a (state, position) target whose probability under the
       rollout policy is below tau is dropped unless the position was committed at that state.
+    replicate: which draw of RL's randomness (rollout keys, prompt order) the run takes from its
+      seed: 0 = the seed's own; k > 0 = another independent draw from the same SFT warm start (a
+      second run of one arm per warm start measures the RL seed's share of the spread).
   """
 
   objective: str = "diffu_grpo"
@@ -768,6 +771,7 @@ class RLConfig:
   eval_every: int = 0
   grad_agreement: bool = True
   rldf_tau: float = 0.6
+  replicate: int = 0
 
   def validate(self, prefix: str = "rl") -> "RLConfig":
     _check_fields(prefix, self)
@@ -778,7 +782,7 @@ class RLConfig:
                           f"means {prefix}.advantage='group_std')")
     _positive(prefix, self, "prompts_per_step", "group_size", "num_iterations", "grad_accum")
     _non_negative(prefix, self, "rollout_batch", "steps", "clip_eps", "beta", "learning_rate", "warmup_steps",
-                  "weight_decay", "max_grad_norm", "adam_eps", "eval_every")
+                  "weight_decay", "max_grad_norm", "adam_eps", "eval_every", "replicate")
     if self.group_size < 2:
       raise ConfigError(f"{prefix}.group_size", self.group_size, ">= 2 (group advantages)")
     if self.prompts_per_step % self.grad_accum:

@@ -240,6 +240,22 @@ def _save_and_stop(ckpt: Checkpointer, phase: str, step: int, state: dict[str, A
   raise preemption.Preempted(phase, step, directory)
 
 
+def rl_base_key(cfg: TrainConfig) -> jax.Array:
+  """The key RL's iteration keys fold from: the seed's RL stream, folded with ``rl.replicate`` when it
+  is > 0 (another draw from the same warm start; 0 keeps the stream earlier runs used, so they
+  reproduce)."""
+  key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _RL_STREAM)
+  return jax.random.fold_in(key, cfg.rl.replicate) if cfg.rl.replicate else key
+
+
+def rl_prompt_rows(cfg: TrainConfig, step: int, num_examples: int) -> np.ndarray:
+  """int64 ``[rl.prompts_per_step]``: the training rows RL iteration ``step`` draws (distinct), a pure
+  function of ``(seed, rl.replicate, step)``."""
+  replicate = [cfg.rl.replicate] if cfg.rl.replicate else []
+  rng = np.random.default_rng([cfg.seed, _RL_STREAM, step] + replicate)
+  return rng.choice(num_examples, cfg.rl.prompts_per_step, replace=False)
+
+
 def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOLearner, params: Any,
            ref_params: Any, workdir: pathlib.Path, *, eval_fn: Callable[[Any, int], dict] | None = None,
            show_progress: bool = True, log: Callable[[str], None] = print, mesh: Any = None,
@@ -273,7 +289,7 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
   if start:
     log(f"RL: resuming from iteration {start}.")
   prompts_all = task.encode_prompts(examples)
-  base_key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _RL_STREAM)
+  base_key = rl_base_key(cfg)
   g = rl.group_size
   n = rl.sample_group_size or g  # sampled per prompt; g of them trained on (daca_jax.rl.downsample)
   multi = mesh is not None and parallel.is_multiprocess()
@@ -284,8 +300,7 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
     bar = PhaseProgress(range(start, rl.steps), desc=f"RL {rl.objective}", log=log, disable=not show_progress,
                         first=f"compiling the rollout and the update ({rl.steps - start} iterations to run)")
     for step in bar:
-      rng = np.random.default_rng([cfg.seed, _RL_STREAM, step])
-      idx = rng.choice(len(examples), rl.prompts_per_step, replace=False)
+      idx = rl_prompt_rows(cfg, step, len(examples))
       mine = idx[share]  # this process's prompts (all of them in a single-process run)
       prompts = np.repeat(prompts_all[mine], n, axis=0)
       batch_examples = [examples[i] for i in mine for _ in range(n)]

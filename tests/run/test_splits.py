@@ -1,5 +1,6 @@
-"""The validation split (task.val_split): a fixed study split is the same for every warm start and
-disjoint from every training pool and from the test set; the pool split is as before."""
+"""What a study draws: the validation split (task.val_split; a fixed study split is the same for every
+warm start and disjoint from every training pool and from the test set; the pool split is as before)
+and RL's draw from a warm start (rl.replicate)."""
 import dataclasses
 
 import pytest
@@ -75,3 +76,21 @@ def test_the_credit_preset_validates_on_a_fixed_5000_item_split_before_and_after
 def test_an_unknown_val_split_is_refused_naming_the_field():
   with pytest.raises(ConfigError, match=r"task\.val_split"):
     _cfg(val_split="random")
+
+
+def test_an_rl_replicate_draws_other_prompts_and_keys_from_the_same_seed():
+  import jax
+  import numpy as np
+  from daca_jax.run.pipeline import rl_base_key, rl_prompt_rows
+  cfg = _cfg()
+  again = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, replicate=1))
+  # replicate 0 is the stream every earlier run used: (seed, RL stream 2, step)
+  legacy = np.random.default_rng([cfg.seed, 2, 5]).choice(2000, cfg.rl.prompts_per_step, replace=False)
+  assert rl_prompt_rows(cfg, 5, 2000).tolist() == legacy.tolist()
+  assert (jax.random.key_data(rl_base_key(cfg)) == jax.random.key_data(
+      jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 2))).all()
+  assert rl_prompt_rows(again, 5, 2000).tolist() != legacy.tolist()
+  assert len(set(rl_prompt_rows(again, 5, 2000).tolist())) == cfg.rl.prompts_per_step
+  assert not (jax.random.key_data(rl_base_key(again)) == jax.random.key_data(rl_base_key(cfg))).all()
+  with pytest.raises(ConfigError, match=r"rl\.replicate"):
+    train_config_from_dict(dict(cfg.to_dict(), rl=dict(cfg.to_dict()["rl"], replicate=-1)))
