@@ -16,6 +16,7 @@ JSON object per evaluated example in the evaluated order::
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -65,7 +66,8 @@ def write_outcomes(path: str | os.PathLike, task: Task, completions: Sequence[st
 
 
 def read_outcomes(path: str | os.PathLike, metric: str) -> dict[str, float]:
-  """One column of an outcomes file: ``{example key: value}``.
+  """One column of an outcomes file (gzip-compressed when its name ends in ``.gz``, as results files
+  commit them): ``{example key: value}``.
 
   Raises:
     FileNotFoundError: no such file.
@@ -74,7 +76,8 @@ def read_outcomes(path: str | os.PathLike, metric: str) -> dict[str, float]:
   """
   path = pathlib.Path(path)
   out: dict[str, float] = {}
-  for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+  text = (gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()).decode("utf-8")
+  for n, line in enumerate(text.splitlines(), 1):
     if not line.strip():
       continue
     try:

@@ -1,5 +1,6 @@
 """Per-example outcomes (daca_jax.run.outcomes, Task.example_outcomes): they pool to the task's metrics,
 and the main job's cached evaluations keep them beside the metrics."""
+import gzip
 import json
 
 import numpy as np
@@ -126,6 +127,9 @@ def test_outcome_keys_are_stable_and_damaged_files_are_named(tmp_path):
       outcomes.example_key(Example(prompt="0124", target="x"))
   assert outcomes.outcomes_path(tmp_path / "eval_before_L128.json").name == "eval_before_L128.outcomes.jsonl"
   assert outcomes.outcomes_path(tmp_path / "gen32.jsonl").name == "gen32.outcomes.jsonl"
+  packed = tmp_path / "y.outcomes.jsonl.gz"
+  packed.write_bytes(gzip.compress(b'{"index": 0, "key": "a", "strict_solved": 1.0}\n'))
+  assert outcomes.read_outcomes(packed, "strict_solved") == {"a": 1.0}
   bad = tmp_path / "x.outcomes.jsonl"
   bad.write_text('{"key": "a", "strict_solved": 1}\n{"key": "a", "strict_solved": 0}\n')
   with pytest.raises(DataError, match="line 2 repeats example key 'a'"):

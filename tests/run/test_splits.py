@@ -94,3 +94,24 @@ def test_an_rl_replicate_draws_other_prompts_and_keys_from_the_same_seed():
   assert not (jax.random.key_data(rl_base_key(again)) == jax.random.key_data(rl_base_key(cfg))).all()
   with pytest.raises(ConfigError, match=r"rl\.replicate"):
     train_config_from_dict(dict(cfg.to_dict(), rl=dict(cfg.to_dict()["rl"], replicate=-1)))
+
+
+def test_the_preregistered_arms_differ_from_sml_alone_only_in_their_credit():
+  from configs import credit_protocol
+  cfg = rp.credit_preset(train_config_from_dict(sudoku_tiny.get_config()))
+  cells = rp.study_grid(["sudoku4x4"], [10, 11], credit_protocol.get_arms())
+  assert [c.arm for c in cells[:6]] == [c.arm for c in cells[6:]] and {c.seed for c in cells[:6]} == {10}
+  assert len({c.key for c in cells}) == 12  # arms interleaved per warm start, one folder each
+  by_arm = {c.arm: rp.cell_config(cfg, c) for c in cells if c.seed == 10}
+  base = by_arm["base"]
+  assert (base.rl.credit, base.rl.likelihood, base.likelihood.stratified.partition) == (
+      "uniform", "stratified", "commit_order")
+  assert (base.task.val_split, base.task.num_val_examples, base.seed) == ("fixed", 5000, 10)
+  credits = {"base (RL replicate 1)": "uniform", "DPS + SML": "dps", "drop_agreed + SML": "uniform",
+             "position_value + SML": "position_value", "oracle token_reward + SML": "token_reward"}
+  for arm, credit in credits.items():
+    c = by_arm[arm]
+    assert c.rl.credit == credit and c.sft == base.sft and c.task == base.task and c.likelihood == base.likelihood
+    same_rl = dataclasses.replace(c.rl, credit="uniform", replicate=0)
+    assert same_rl == base.rl, arm
+  assert by_arm["base (RL replicate 1)"].rl.replicate == 1 and by_arm["drop_agreed + SML"].credit.drop_agreed
