@@ -4,7 +4,8 @@ paired by seed (same SFT warm start). Reads ``docs/results/main_job_variants.jso
 (``{"what", "date", "runs": [{"arm", "overrides", "seed", "test_before", "test_after", "val_before",
 "val_curve", "reward_rise", ...}], "countdown_runs": [...]}``; a run without a validation split has
 ``val_before`` null and an empty ``val_curve``; a run whose policy was evaluated again after training
-carries that value as ``val_after``, which then replaces the curve's last point);
+carries that value as ``val_after``, which then replaces the curve's last point; a study that keeps
+the test set sealed until its decision writes ``test_before`` / ``test_after`` as null, shown "n/a");
 ``experiments/variants_table.py`` prints it, and one arm's runs seed by seed (:func:`seed_table`).
 
 Per-example outcomes: a run may carry ``"outcomes": {"test_after": ..., "val_after": ...}``, each the
@@ -86,7 +87,9 @@ def _per_example(outcomes: Any, folder: pathlib.Path, metric: str, where: str) -
 
 
 def _test_change(r: dict[str, Any]) -> float:
-  """The run's test change in points."""
+  """The run's test change in points; NaN where the file keeps the test set sealed (null scores)."""
+  if r["test_before"] is None or r["test_after"] is None:
+    return math.nan
   return 100 * (r["test_after"] - r["test_before"])
 
 
@@ -114,6 +117,11 @@ def _fmt(values: Sequence[float]) -> str:
     return "n/a"
   m, ci = mean_ci95(values)
   return f"{m:+.1f}" + ("" if math.isnan(ci) else f" ± {ci:.1f}")
+
+
+def _per_seed(values: Sequence[float]) -> str:
+  """``+1.0 / n/a / -2.0``: each seed's change in points, "n/a" where it has none."""
+  return " / ".join("n/a" if math.isnan(v) else f"{v:+.1f}" for v in values)
 
 
 def _rl_time(r: dict[str, Any]) -> float:
@@ -159,8 +167,8 @@ def variants_table(runs: Sequence[dict[str, Any]], reference: str = "default",
     paired = [s for s in seeds if s in ref and ref[s]["test_before"] == by_arm[arm][s]["test_before"]
               and (None in (ref[s]["val_before"], by_arm[arm][s]["val_before"])
                    or ref[s]["val_before"] == by_arm[arm][s]["val_before"])]
-    cells = [arm, "/".join(map(str, seeds)), " / ".join(f"{test(r):+.1f}" for r in rs), _fmt([test(r) for r in rs]),
-             " / ".join("n/a" if math.isnan(val(r)) else f"{val(r):+.1f}" for r in rs), _fmt([val(r) for r in rs]),
+    cells = [arm, "/".join(map(str, seeds)), _per_seed([test(r) for r in rs]), _fmt([test(r) for r in rs]),
+             _per_seed([val(r) for r in rs]), _fmt([val(r) for r in rs]),
              " / ".join(f"{r['reward_rise']:+.3f}" for r in rs)]
     for f, split in ((test, "test"), (val, "val")):
       d = [] if arm == reference else [f(by_arm[arm][s]) - f(ref[s]) for s in paired]
@@ -222,8 +230,8 @@ def seed_table(runs: Sequence[dict[str, Any]], arm: str, metric: str = "strict_s
            "|---|---|---|---|---|"]
   for s, r in zip(seeds, rs):
     val = "n/a" if math.isnan(_val_change(r)) else f"{r['val_before']:.3f} → {_val_after(r):.3f}"
-    lines.append(f"| {s} | {r['test_before']:.3f} → {r['test_after']:.3f} | {_test_change(r):+.1f} | {val} | "
-                 f"{r['reward_rise']:+.3f} |")
+    test = "sealed" if math.isnan(_test_change(r)) else f"{r['test_before']:.3f} → {r['test_after']:.3f}"
+    lines.append(f"| {s} | {test} | {_per_seed([_test_change(r)])} | {val} | {r['reward_rise']:+.3f} |")
   rise = sum(r["reward_rise"] for r in rs) / len(rs)
   lines.append(f"| mean ± 95% CI, seeds {_seeds_label(seeds)} (points) | | {_fmt([_test_change(r) for r in rs])} | "
                f"{_fmt([_val_change(r) for r in rs])} | {rise:+.3f} |")
