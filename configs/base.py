@@ -124,6 +124,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.rl.rollout_batch = 0  # Rows per rollout call (0: the whole batch at once).
   c.rl.rldf_tau = 0.6  # rldf: drop (state, token) targets below this probability unless committed there.
   c.rl.eval_every = 0  # Evaluate on the validation split every N iterations (0: never; needs task.num_val_examples).
+  c.rl.replicate = 0  # RL's draw of rollout keys and prompt order: 0 = the seed's own | k > 0: another, same warm start.
   c.rl.grad_agreement = True  # Log grad_cos: cosine of successive batches' gradients (one params-sized buffer).
 
   c.sft = ml_collections.ConfigDict()
@@ -142,6 +143,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.task.eval_size = 500  # Size of the generated fallback evaluation set.
   c.task.num_eval_examples = 0  # Evaluate on the first N examples only (0 = all).
   c.task.num_val_examples = 0  # Validation split held out of the training pool (rl.eval_every uses it).
+  # pool: the validation items follow the training items in the pool of `seed` (one split per warm start) | fixed:
+  # num_val_examples items generated once from task.val_seed, the same for every seed, removed from every pool.
+  c.task.val_split = "pool"
+  c.task.val_seed = 20261205  # Generator seed of a fixed validation split.
   c.task.options = ml_collections.ConfigDict()  # Task options: the names the task declares (its OPTIONS).
   c.task.reward = ""  # RL's reward: "" = the task's graded reward | d1 | d1_dotall (d1's training rewards).
   # RL's prompt style when it differs from evaluation's (task.options.prompt_style): "" = the same | d1_train

@@ -32,11 +32,16 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     OSError: the directory is not writable, the disk is full, ... (the target is left unchanged and
       no temporary file remains).
   """
+  atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+  """Replaces ``path`` with ``data`` atomically (as :func:`atomic_write_text`; raises as it does)."""
   path = pathlib.Path(path)
   fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
   try:
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-      f.write(text)
+    with os.fdopen(fd, "wb") as f:
+      f.write(data)
       f.flush()
       os.fsync(f.fileno())
     os.replace(tmp, path)

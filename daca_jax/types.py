@@ -740,6 +740,9 @@ class RLConfig:
       optimizer state.
     rldf_tau: rldf's clean-state clip: a (state, position) target whose probability under the
       rollout policy is below tau is dropped unless the position was committed at that state.
+    replicate: which draw of RL's randomness (rollout keys, prompt order) the run takes from its
+      seed: 0 = the seed's own; k > 0 = another independent draw from the same SFT warm start (a
+      second run of one arm per warm start measures the RL seed's share of the spread).
   """
 
   objective: str = "diffu_grpo"
@@ -768,6 +771,7 @@ class RLConfig:
   eval_every: int = 0
   grad_agreement: bool = True
   rldf_tau: float = 0.6
+  replicate: int = 0
 
   def validate(self, prefix: str = "rl") -> "RLConfig":
     _check_fields(prefix, self)
@@ -778,7 +782,7 @@ class RLConfig:
                           f"means {prefix}.advantage='group_std')")
     _positive(prefix, self, "prompts_per_step", "group_size", "num_iterations", "grad_accum")
     _non_negative(prefix, self, "rollout_batch", "steps", "clip_eps", "beta", "learning_rate", "warmup_steps",
-                  "weight_decay", "max_grad_norm", "adam_eps", "eval_every")
+                  "weight_decay", "max_grad_norm", "adam_eps", "eval_every", "replicate")
     if self.group_size < 2:
       raise ConfigError(f"{prefix}.group_size", self.group_size, ">= 2 (group advantages)")
     if self.prompts_per_step % self.grad_accum:
@@ -838,6 +842,9 @@ class SFTConfig:
     return self
 
 
+VAL_SPLITS = ("pool", "fixed")  # task.val_split
+
+
 @dataclasses.dataclass(frozen=True)
 class TaskConfig:
   """Which task, and where its evaluation data comes from.
@@ -849,9 +856,15 @@ class TaskConfig:
       else a generated held-out set (announced loudly).
     eval_size: size of the generated held-out set used when no file is found.
     num_eval_examples: evaluate on the first N examples only (0: all).
-    num_val_examples: size of the validation split: this many items drawn with the training pool
-      (generated, so disjoint from the evaluation set) and held out of training; ``rl.eval_every``
-      evaluates on it, so choices are made without touching the test set (0: none).
+    num_val_examples: size of the validation split, held out of training and disjoint from the
+      evaluation set (generated items exclude it); ``rl.eval_every`` evaluates on it, so choices are
+      made without touching the test set (0: none).
+    val_split: how the validation split is drawn: "pool" = the items after the first
+      ``sft.num_train_examples`` of the training pool of ``seed`` (so each warm start has its own);
+      "fixed" = the first ``num_val_examples`` items the task generates from ``val_seed``, the same for
+      every seed, removed from every training pool (the studies' split:
+      :func:`daca_jax.run.task_views.draw_splits`).
+    val_seed: the generator seed of a "fixed" validation split.
     options: task-specific options (e.g. ``{"prompt_style": "chat"}``), passed to the task class as
       keyword arguments; an option the task does not declare (its ``OPTIONS`` table) is a ConfigError
       naming ``task.options.<name>`` and listing the declared ones. ``num_blanks``, ``eval_path`` and
@@ -876,6 +889,8 @@ class TaskConfig:
   eval_size: int = 500
   num_eval_examples: int = 0
   num_val_examples: int = 0
+  val_split: str = "pool"
+  val_seed: int = 20261205
   options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   reward: str = ""
   train_prompt_style: str = ""
@@ -884,7 +899,8 @@ class TaskConfig:
     _check_fields(prefix, self)
     _check_values(f"{prefix}.options", self.options)
     _positive(prefix, self, "num_blanks", "eval_size")
-    _non_negative(prefix, self, "num_eval_examples", "num_val_examples")
+    _non_negative(prefix, self, "num_eval_examples", "num_val_examples", "val_seed")
+    _one_of(prefix, self, "val_split", VAL_SPLITS)
     return self
 
 

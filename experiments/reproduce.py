@@ -10,11 +10,16 @@
   python experiments/reproduce.py --workdir=runs/grid_full --preset=full  # the default configs, hours
   python experiments/reproduce.py --workdir=runs/credit_study --preset=study \
       --study=configs/credit_study.py --num_val_examples=500             # named arms by config overrides
+  python experiments/reproduce.py --workdir=runs/credit_protocol --preset=credit \
+      --study=configs/credit_protocol.py --seeds=10,11,12,13,14,15,16,17,18,19 \
+      --variants=docs/results/credit_protocol.json --sealed_test        # + a variants file with outcomes
 
 Arms: base (uniform credit, the base method's own estimator), +DPS, +SML, +DACA (DPS + SML), +DTCA,
 +DelTA. Every arm of a (task, seed) starts from the same SFT warm start and gets the same rollouts and
 updates. Resumable: a finished cell is never rerun. Writes ``grid.md`` (mean and 95% CI of each task's
-primary metric), ``grid.png`` and ``results.json`` (every cell's per-seed numbers).
+primary metric), ``grid.png`` and ``results.json`` (every cell's per-seed numbers); with ``--variants``,
+also a variants file of the finished cells (``experiments/variants_table.py`` prints it, with the paired
+bootstrap over warm starts and examples from the copied per-example outcomes).
 """
 import pathlib as _pathlib
 import sys as _sys
@@ -26,6 +31,7 @@ import pathlib
 from absl import app, flags, logging
 
 from daca_jax.run import reproduce as rp
+from daca_jax.run import variant_runs
 from daca_jax.run.cli_errors import reported_errors
 from daca_jax.errors import ConfigError
 from daca_jax.io_utils import atomic_write_json, atomic_write_text
@@ -36,7 +42,9 @@ _CONFIGS = flags.DEFINE_list("configs", ["configs/sudoku_tiny.py"],
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
 _PRESET = flags.DEFINE_enum("preset", "quick", list(rp.PRESETS),
                             "quick: plumbing budget; standard: each task config's own recipe (where its base arms "
-                            "learn), validation every 25 iterations; study: the credit study's budget; "
+                            "learn), validation every 25 iterations; study: the credit study's budget; credit: standard with a "
+                            "fixed 5,000-item validation split, validated before and after RL (the pre-registered "
+                            "credit comparison); "
                             "full: the config as is.")
 _BASES = flags.DEFINE_list("bases", ["diffu_grpo", "wd1", "gdpo"],
                           "Base methods; 'name:arm/arm' runs only those arms on that base (e.g. rldf:base).")
@@ -47,6 +55,11 @@ _STUDY = flags.DEFINE_string("study", None, "A file whose get_arms() names arms 
 _VAL = flags.DEFINE_integer("num_val_examples", None, "Validation puzzles per task (task.num_val_examples); "
                             "the table then reports the validation change arms are chosen on.")
 _FINISHED = flags.DEFINE_bool("finished_only", False, "Run nothing: summarise the cells that have finished.")
+_VARIANTS = flags.DEFINE_string("variants", None, "Also write the finished cells as a variants file (read by "
+                                "experiments/variants_table.py), each run's per-example outcomes copied, gzip-"
+                                "compressed, into the folder <file stem>/ beside it.")
+_SEALED = flags.DEFINE_bool("sealed_test", False, "With --variants: null test scores and no test outcomes (a study "
+                            "that reads its test set only after its decision).")
 _TABLE_FROM = flags.DEFINE_string("table_from", None, "Print the markdown table of a grid's results.json "
                                   "(e.g. the committed docs/results/credit_study.json) and exit.")
 
@@ -126,7 +139,20 @@ def run():
        "cells": {c.key: {k: results[c.key][k] for k in ("eval_before", "eval_after", "val_before", "val_after",
                                                          "reward_trend", "grad_agreement", "timings")
                          if k in results[c.key]} for c in cells}})
+  if _VARIANTS.value:
+    _write_variants(pathlib.Path(_VARIANTS.value), cells, work)
   print(table)
+
+
+def _write_variants(path: pathlib.Path, cells, work: pathlib.Path) -> None:
+  """The finished cells as a variants file at ``path`` (daca_jax.run.variant_runs)."""
+  lists = {}
+  for c in cells:
+    lists.setdefault(variant_runs.list_key(c.task), []).append(variant_runs.variants_run(
+        work / "cells" / c.key, arm=c.arm, seed=c.seed, overrides=c.overrides, metric=rp.primary_metric(c.task),
+        folder=path.parent, outcomes_dir=path.parent / path.stem, sealed_test=_SEALED.value))
+  variant_runs.write_variants(path, lists, what=f"experiments/reproduce.py grid {work} (--preset={_PRESET.value})"
+                              + (", test set sealed" if _SEALED.value else ""))
 
 
 if __name__ == "__main__":

@@ -15,8 +15,10 @@ alike) and reports
   ``experiments/compare.py``, ``reward_curve.png``) keep working,
 * ``num_examples`` once.
 
-Each length of a test-set evaluation is cached on its own (``<stem>_L<length>.json`` and its
-``.generations.jsonl``), so an evaluation interrupted between lengths resumes at the next one.
+Each length of a test-set evaluation is cached on its own (``<stem>_L<length>.json``, its
+``.generations.jsonl`` and its per-example ``.outcomes.jsonl``, :mod:`daca_jax.run.outcomes`), so an
+evaluation interrupted between lengths resumes at the next one; the validation passes during RL write
+their per-example outcomes too (:meth:`JobEvaluator.run`).
 Decoding goes through the main job's own decode loop (:func:`daca_jax.run.evaluation.evaluate`, shared
 with the harness), split over the processes of a multi-host run.
 """
@@ -31,6 +33,7 @@ import jax
 
 from daca_jax import io_utils, parallel
 from daca_jax.diffusion.rollout import make_rollout_fn
+from daca_jax.run import outcomes
 from daca_jax.run.evaluation import evaluate
 from daca_jax.run.harness.protocol import EvalProtocol
 from daca_jax.tasks.base import Example, Task
@@ -71,12 +74,18 @@ def combine_lengths(per_length: dict[int, dict[str, float]], headline: int) -> d
 
 
 def cached_eval(path: pathlib.Path, fingerprint: dict[str, Any], run: Callable[[], tuple[dict, list[str]]],
-                examples: Sequence[Example], log: Callable[[str], None] = print) -> tuple[dict[str, float], bool]:
+                examples: Sequence[Example], log: Callable[[str], None] = print,
+                task: Task | None = None) -> tuple[dict[str, float], bool]:
   """Returns (metrics, from_cache). The cache is used only if it was made with the same
   ``fingerprint`` (eval settings, number of examples, training steps behind the parameters); a
-  damaged cache is recomputed. The completions go to ``<path stem>.generations.jsonl``."""
+  damaged cache is recomputed. The completions go to ``<path stem>.generations.jsonl`` and, with
+  ``task``, their per-example outcomes to ``<path stem>.outcomes.jsonl``
+  (:mod:`daca_jax.run.outcomes`), both before the metrics, so a cache never stands without them; a
+  cache written before outcomes were kept gets them from its generations (no decoding)."""
   cached = io_utils.read_json_cache(path, log)
   if cached is not None and cached.get("fingerprint") == fingerprint and isinstance(cached.get("metrics"), dict):
+    if task is not None and parallel.is_primary() and not outcomes.outcomes_path(path).exists():
+      outcomes.outcomes_from_generations(task, path.with_suffix(".generations.jsonl"), examples)
     return cached["metrics"], True
   metrics, completions = run()
   if not parallel.is_primary():
@@ -84,6 +93,8 @@ def cached_eval(path: pathlib.Path, fingerprint: dict[str, Any], run: Callable[[
   io_utils.atomic_write_text(path.with_suffix(".generations.jsonl"), "".join(
       json.dumps({"prompt": ex.prompt, "target": ex.target, "completion": c}) + "\n"
       for ex, c in zip(examples, completions)))
+  if task is not None:
+    outcomes.write_outcomes(path, task, completions, examples)
   io_utils.atomic_write_json(path, {"metrics": metrics, "fingerprint": fingerprint})
   return metrics, False
 
@@ -134,29 +145,42 @@ class JobEvaluator:
                     show_progress=self.show_progress, desc=label,
                     multiple_of=jax.device_count() if self.mesh is not None else 1, log=announce)
 
-  def run(self, params: Any, examples: Sequence[Example], desc: str) -> dict[str, float]:
-    """The metrics of ``examples`` (uncached: the validation split during RL)."""
-    per = {length: self._decode(params, examples, desc, length)[0] for length in self._rollouts}
+  def length_path(self, path: pathlib.Path, length: int) -> pathlib.Path:
+    """The file of one length's evaluation: ``path`` under the rollout protocol, ``<stem>_L<length>.json``
+    under d1's."""
+    return path if self.protocol is None else path.with_name(f"{path.stem}_L{length}.json")
+
+  def outcomes_file(self, path: pathlib.Path) -> pathlib.Path:
+    """The per-example outcomes of the headline length of the evaluation cached at (or named) ``path``."""
+    return outcomes.outcomes_path(self.length_path(path, self.headline))
+
+  def run(self, params: Any, examples: Sequence[Example], desc: str,
+          outcomes_to: pathlib.Path | None = None) -> dict[str, float]:
+    """The metrics of ``examples`` (uncached: the validation split during RL); with ``outcomes_to``
+    (a name like a cache's, e.g. ``val_step25.json``), each length's per-example outcomes are written to
+    :func:`daca_jax.run.outcomes.outcomes_path` of :meth:`length_path`."""
+    per = {}
+    for length in self._rollouts:
+      per[length], completions = self._decode(params, examples, desc, length)
+      if outcomes_to is not None and parallel.is_primary():
+        outcomes.write_outcomes(self.length_path(outcomes_to, length), self.task, completions, examples)
     return per[self.headline] if self.protocol is None else combine_lengths(per, self.headline)
 
   def cached(self, params: Any, examples: Sequence[Example], desc: str, path: pathlib.Path,
              fingerprint: dict[str, Any]) -> tuple[dict[str, float], bool]:
-    """The metrics of ``examples``, each length cached in the workdir (:func:`cached_eval`): under the
-    rollout protocol ``path`` itself, under d1's ``<stem>_L<length>.json`` with the length's sampler in
-    its fingerprint. Returns ``(metrics, every length from the cache)``."""
-    if self.protocol is None:
-      # The sampler is part of the fingerprint: a cache decoded by another sampler (e.g. one written
-      # before the rollout protocol dropped the training rollouts' K/V cache) is decoded again.
-      rcfg = self.rollout_configs()[self.headline]
-      return cached_eval(path, dict(fingerprint, rollout=dataclasses.asdict(rcfg)),
-                         lambda: self._decode(params, examples, desc, self.headline), examples, self.log)
+    """The metrics of ``examples``, each length cached in the workdir (:func:`cached_eval`, with its
+    per-example outcomes): under the rollout protocol ``path`` itself, under d1's
+    ``<stem>_L<length>.json``, with the length's sampler in its fingerprint. Returns ``(metrics, every
+    length from the cache)``."""
+    # The sampler is part of the fingerprint: a cache decoded by another sampler (e.g. one written
+    # before the rollout protocol dropped the training rollouts' K/V cache) is decoded again.
     per, all_cached = {}, True
     for length, rcfg in self.rollout_configs().items():
       per[length], hit = cached_eval(
-          path.with_name(f"{path.stem}_L{length}.json"), dict(fingerprint, rollout=dataclasses.asdict(rcfg)),
-          lambda length=length: self._decode(params, examples, desc, length), examples, self.log)
+          self.length_path(path, length), dict(fingerprint, rollout=dataclasses.asdict(rcfg)),
+          lambda length=length: self._decode(params, examples, desc, length), examples, self.log, self.task)
       all_cached = all_cached and hit
-    return combine_lengths(per, self.headline), all_cached
+    return (per[self.headline] if self.protocol is None else combine_lengths(per, self.headline)), all_cached
 
   def describe(self) -> dict[str, Any]:
     """What the evaluations decode (``results.json``'s ``eval_protocol``)."""

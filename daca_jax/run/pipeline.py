@@ -33,7 +33,7 @@ from daca_jax.models import count_params, init_model, lora, make_logits_fn
 from daca_jax.run.job_eval import JobEvaluator
 from daca_jax.run.preflight import check_batches_fit
 from daca_jax.run.task_views import (TaskViews, build_task, build_task_views, check_gen_length,  # noqa: F401
-                                     task_kwargs, validation_split)  # build_task, task_kwargs: re-exported
+                                     draw_splits, task_kwargs)  # build_task, task_kwargs: re-exported
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.rl.downsample import select_rows, take_rows
 from daca_jax.rl.optim import make_optimizer
@@ -83,6 +83,11 @@ def _metrics_writer(path: pathlib.Path, log: Callable[[str], None], mirror: Phas
 
 def _sink(dashboard: Dashboard | None, phase: str, start: int) -> PhaseSink | None:
   return dashboard.sink(phase, resume_after=start) if dashboard is not None else None
+
+
+def _val_name(step: int) -> str:
+  """The name of the validation pass after RL iteration ``step`` (its outcomes file: ``val_step<N>.outcomes.jsonl``)."""
+  return f"val_step{step}.json"
 
 
 def _has_saved_state(workdir: pathlib.Path) -> bool:
@@ -235,8 +240,24 @@ def _save_and_stop(ckpt: Checkpointer, phase: str, step: int, state: dict[str, A
   raise preemption.Preempted(phase, step, directory)
 
 
+def rl_base_key(cfg: TrainConfig) -> jax.Array:
+  """The key RL's iteration keys fold from: the seed's RL stream, folded with ``rl.replicate`` when it
+  is > 0 (another draw from the same warm start; 0 keeps the stream earlier runs used, so they
+  reproduce)."""
+  key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _RL_STREAM)
+  return jax.random.fold_in(key, cfg.rl.replicate) if cfg.rl.replicate else key
+
+
+def rl_prompt_rows(cfg: TrainConfig, step: int, num_examples: int) -> np.ndarray:
+  """int64 ``[rl.prompts_per_step]``: the training rows RL iteration ``step`` draws (distinct), a pure
+  function of ``(seed, rl.replicate, step)``."""
+  replicate = [cfg.rl.replicate] if cfg.rl.replicate else []
+  rng = np.random.default_rng([cfg.seed, _RL_STREAM, step] + replicate)
+  return rng.choice(num_examples, cfg.rl.prompts_per_step, replace=False)
+
+
 def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOLearner, params: Any,
-           ref_params: Any, workdir: pathlib.Path, *, eval_fn: Callable[[Any], dict] | None = None,
+           ref_params: Any, workdir: pathlib.Path, *, eval_fn: Callable[[Any, int], dict] | None = None,
            show_progress: bool = True, log: Callable[[str], None] = print, mesh: Any = None,
            dashboard: Dashboard | None = None) -> Any:
   """GRPO iterations with checkpoints in ``workdir/rl`` and one ``metrics.jsonl`` line per iteration
@@ -268,7 +289,7 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
   if start:
     log(f"RL: resuming from iteration {start}.")
   prompts_all = task.encode_prompts(examples)
-  base_key = jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _RL_STREAM)
+  base_key = rl_base_key(cfg)
   g = rl.group_size
   n = rl.sample_group_size or g  # sampled per prompt; g of them trained on (daca_jax.rl.downsample)
   multi = mesh is not None and parallel.is_multiprocess()
@@ -279,8 +300,7 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
     bar = PhaseProgress(range(start, rl.steps), desc=f"RL {rl.objective}", log=log, disable=not show_progress,
                         first=f"compiling the rollout and the update ({rl.steps - start} iterations to run)")
     for step in bar:
-      rng = np.random.default_rng([cfg.seed, _RL_STREAM, step])
-      idx = rng.choice(len(examples), rl.prompts_per_step, replace=False)
+      idx = rl_prompt_rows(cfg, step, len(examples))
       mine = idx[share]  # this process's prompts (all of them in a single-process run)
       prompts = np.repeat(prompts_all[mine], n, axis=0)
       batch_examples = [examples[i] for i in mine for _ in range(n)]
@@ -339,7 +359,7 @@ def run_rl(cfg: TrainConfig, task: Task, examples: list[Example], learner: GRPOL
       if peak is not None:
         m["device_peak_bytes"] = float(peak)
       if eval_fn is not None and rl.eval_every and (done % rl.eval_every == 0 or done == rl.steps):
-        m.update({f"val/{k}": v for k, v in eval_fn(state["params"]).items()})
+        m.update({f"val/{k}": v for k, v in eval_fn(state["params"], done).items()})
       writer.write(done, m)
       every = cfg.log.trajectory_every
       if every and (done % every == 0 or done == rl.steps) and (cfg.log.tensorboard or cfg.log.wandb):
@@ -390,8 +410,9 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
 
   Returns:
     The results dict written to ``workdir/results.json``:
-    ``{"eval_before", "eval_after", "config", "eval_source", "timings"}`` (and ``val_before`` /
-    ``val_after`` with a validation split, ``eval_protocol`` under d1's protocol).
+    ``{"eval_before", "eval_after", "config", "eval_source", "timings", "outcomes"}`` (and ``val_before`` /
+    ``val_after`` with a validation split, ``eval_protocol`` under d1's protocol); ``outcomes`` names the
+    workdir's per-example outcomes file of each of those evaluations (:mod:`daca_jax.run.outcomes`).
   Raises:
     ConfigError: a config value that does not fit the task, a preset for a pretrained checkpoint run
       without one (``model.init_checkpoint``), or a workdir holding another run.
@@ -442,14 +463,12 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
         "(point DACA_DATA_DIR or --config.data.data_dir at the benchmark files)\n" + "!" * 80)
   else:
     log(f"Evaluation set: {source}; using {len(eval_examples)} examples")
-  # The validation split is drawn with the training pool (distinct items, none from the evaluation
-  # set) and held out of SFT and RL; the pool's first num_train_examples do not depend on its size.
+  # The validation split (distinct items, none from the evaluation set) is held out of SFT and RL; it
+  # is drawn with the training pool or, for studies, fixed across seeds (task.val_split, draw_splits).
   t_prep = time.perf_counter()
   log(f"Preparing {cfg.sft.num_train_examples + cfg.task.num_val_examples} training/validation examples "
       "and the model…")
-  pool = views.train.train_examples(cfg.sft.num_train_examples + cfg.task.num_val_examples, cfg.seed)
-  train_examples = pool[:cfg.sft.num_train_examples]
-  val_examples = validation_split(views, pool, cfg.sft.num_train_examples, cfg.seed)  # the evaluation's prompts
+  train_examples, val_examples, val_source = draw_splits(views, cfg)  # validation: the evaluation's prompts
   if views.split:
     log(f"Training prompts: {cfg.task.name}'s {views.train.prompt_style!r} style (task.train_prompt_style); "
         f"evaluation and validation prompts: its {task.prompt_style!r} style (task.options.prompt_style).")
@@ -465,7 +484,7 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     params = parallel.to_global(params, mesh, parallel.fsdp_shardings(params, mesh)
                                 if cfg.parallel.strategy == "fsdp" else None)
   logits_fn = make_logits_fn(graphdef, logprob_chunk=cfg.model.logprob_chunk)
-  log(f"Prepared {len(pool)} examples and a {count_params(params):,}-parameter model in "
+  log(f"Prepared {len(train_examples) + len(val_examples)} examples and a {count_params(params):,}-parameter model in "
       f"{time.perf_counter() - t_prep:.1f} s.")
   workdir.mkdir(parents=True, exist_ok=True)  # only now: a config refused above leaves no workdir
   check_workdir_config(workdir, cfg)  # after everything that can reject the config up front
@@ -475,7 +494,7 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   try:
     return _run_phases(cfg, views, workdir, pathlib.Path(sft_dir) if sft_dir is not None else workdir / "sft",
                        train_examples, val_examples, eval_examples, source, graphdef, params, logits_fn,
-                       mesh=mesh, show_progress=show_progress, log=log, dashboard=dashboard)
+                       mesh=mesh, show_progress=show_progress, log=log, dashboard=dashboard, val_source=val_source)
   finally:
     if dashboard is not None:
       dashboard.close()
@@ -484,7 +503,8 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
 def _run_phases(cfg: TrainConfig, views: TaskViews, workdir: pathlib.Path, sft_dir: pathlib.Path,
                 train_examples: list[Example], val_examples: list[Example], eval_examples: list[Example],
                 source: str, graphdef: Any, params: Any, logits_fn: Callable[..., Any], *, mesh: Any,
-                show_progress: bool, log: Callable[[str], None], dashboard: Dashboard | None) -> dict[str, Any]:
+                show_progress: bool, log: Callable[[str], None], dashboard: Dashboard | None,
+                val_source: str = "") -> dict[str, Any]:
   """The phases of :func:`run_main_job` once its inputs are checked: SFT → eval → RL → eval. SFT and RL
   read the training view of the task, the evaluations its evaluation view."""
   task = views.eval
@@ -520,8 +540,8 @@ def _run_phases(cfg: TrainConfig, views: TaskViews, workdir: pathlib.Path, sft_d
   evaluator = JobEvaluator(cfg, task, logits_fn, jax.random.fold_in(jax.random.PRNGKey(cfg.seed), _EVAL_STREAM),
                            mesh=mesh, show_progress=show_progress, log=log)
 
-  def run_val(prm: Any) -> dict[str, float]:
-    return evaluator.run(prm, val_examples, "validation")
+  def run_val(prm: Any, step: int) -> dict[str, float]:
+    return evaluator.run(prm, val_examples, "validation", outcomes_to=workdir / _val_name(step))
 
   fingerprint = {"eval": dataclasses.asdict(cfg.eval), "num_examples": len(eval_examples),
                  "source": source, "sft_steps": cfg.sft.steps}
@@ -533,8 +553,6 @@ def _run_phases(cfg: TrainConfig, views: TaskViews, workdir: pathlib.Path, sft_d
 
   val_before = None
   if val_examples and cfg.rl.eval_every:
-    val_source = (f"validation split: training-pool items {cfg.sft.num_train_examples}.."
-                  f"{cfg.sft.num_train_examples + len(val_examples) - 1} (seed {cfg.seed}), held out of SFT and RL")
     val_before, _ = evaluator.cached(params, val_examples, "validation (before RL)", workdir / "val_before.json",
                                      dict(fingerprint, split="validation", source=val_source,
                                           num_examples=len(val_examples)))
@@ -568,11 +586,16 @@ def _run_phases(cfg: TrainConfig, views: TaskViews, workdir: pathlib.Path, sft_d
   if evaluator.protocol is not None:  # d1's: what each length decoded, and which one the plain names report
     results["eval_protocol"] = evaluator.describe()
   records = read_metrics(workdir / "metrics.jsonl", log=log) if (workdir / "metrics.jsonl").exists() else []
+  # Where each evaluation's per-example outcomes are (file names in the workdir; :mod:`daca_jax.run.outcomes`).
+  results["outcomes"] = {"eval_before": evaluator.outcomes_file(workdir / "eval_before.json").name,
+                         "eval_after": evaluator.outcomes_file(workdir / "eval_after.json").name}
   if val_before is not None:
     results["val_before"] = val_before
+    results["outcomes"]["val_before"] = evaluator.outcomes_file(workdir / "val_before.json").name
     val_points = [r for r in records if any(k.startswith("val/") for k in r)]
     if val_points:
       results["val_after"] = {k[4:]: v for k, v in val_points[-1].items() if k.startswith("val/")}
+      results["outcomes"]["val_after"] = evaluator.outcomes_file(workdir / _val_name(val_points[-1]["step"])).name
   trend = reward_trend(records)
   if trend:
     results["reward_trend"] = trend

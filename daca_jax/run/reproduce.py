@@ -22,6 +22,7 @@ from daca_jax.configure import train_config_from_dict, with_overrides  # noqa: F
 from daca_jax.errors import DataError
 from daca_jax.io_utils import read_json_cache
 from daca_jax.run.metrics import read_metrics, reward_trend
+from daca_jax.run.paired import mean_ci95
 from daca_jax.run.pipeline import run_main_job
 from daca_jax.types import TrainConfig
 
@@ -139,12 +140,6 @@ def run_grid(configs: dict[str, TrainConfig], cells: Sequence[Cell], workdir: st
   return out
 
 
-# Two-sided 95% Student-t quantiles for 1..30 degrees of freedom.
-_T975 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
-         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048,
-         2.045, 2.042]
-
-
 def read_rows(path: str | pathlib.Path) -> list[dict[str, Any]]:
   """The summary rows of a grid's ``results.json`` (as ``experiments/reproduce.py`` writes it).
 
@@ -157,15 +152,6 @@ def read_rows(path: str | pathlib.Path) -> list[dict[str, Any]]:
   if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
     raise DataError(f"{path}: not a grid's results.json (expected an object with a 'rows' list)")
   return data["rows"]
-
-
-def mean_ci95(values: Sequence[float]) -> tuple[float, float]:
-  """(mean, half-width of the 95% Student-t confidence interval); half-width NaN for one value."""
-  v = np.asarray(values, np.float64)
-  if len(v) < 2:
-    return float(v.mean()), math.nan
-  t = _T975[len(v) - 2] if len(v) - 1 <= len(_T975) else 1.96
-  return float(v.mean()), float(t * v.std(ddof=1) / math.sqrt(len(v)))
 
 
 def summarize(cells: Sequence[Cell], results: dict[str, dict[str, Any]],
@@ -314,5 +300,23 @@ def standard_preset(cfg: TrainConfig) -> TrainConfig:
   return cfg.validate()
 
 
+# Validation items of the pre-registered comparisons (docs/results/credit_preregistration.md): with
+# 10 warm starts, 5,000 items make the examples' share of a paired difference's spread small beside the
+# warm starts' (a 0/1 outcome's binomial SE is <= 0.7 points per arm at this size).
+STUDY_VAL_EXAMPLES = 5000
+
+
+def credit_preset(cfg: TrainConfig) -> TrainConfig:
+  """The pre-registered credit comparison (``docs/results/credit_preregistration.md``): each task
+  config's own recipe (:func:`standard_preset`'s), validated on a fixed generated split of
+  :data:`STUDY_VAL_EXAMPLES` items (``task.val_split="fixed"``: the same items for every warm start,
+  held out of every training pool; a larger ``task.num_val_examples`` is kept), evaluated before RL
+  and once after it (``rl.eval_every = rl.steps``: a pass over 5,000 items costs minutes)."""
+  task = dataclasses.replace(cfg.task, val_split="fixed",
+                             num_val_examples=max(cfg.task.num_val_examples, STUDY_VAL_EXAMPLES))
+  return dataclasses.replace(cfg, task=task, rl=dataclasses.replace(cfg.rl, eval_every=cfg.rl.steps)).validate()
+
+
 PRESETS: dict[str, Callable[[TrainConfig], TrainConfig]] = {
-    "quick": quick_preset, "study": study_preset, "standard": standard_preset, "full": lambda cfg: cfg}
+    "quick": quick_preset, "study": study_preset, "standard": standard_preset, "credit": credit_preset,
+    "full": lambda cfg: cfg}

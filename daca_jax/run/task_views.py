@@ -156,3 +156,44 @@ def validation_split(views: TaskViews, pool: Sequence[Example], num_train: int, 
     raise RuntimeError(f"task {views.eval.name!r}: its {views.train.prompt_style!r} and {views.eval.prompt_style!r} "
                        "prompt styles draw different items; the validation split would not be held out of RL")
   return val
+
+
+def _pool_excluding(task: Task, num: int, seed: int, held: set[str]) -> list[Example]:
+  """The first ``num`` items of the training pool of ``seed`` that are not in ``held`` (item keys).
+
+  The pool's first items do not depend on its size, and at most ``len(held)`` of them are held out, so
+  a pool of ``num + len(held)`` always holds enough.
+  """
+  if not held:
+    return task.train_examples(num, seed)
+  kept = [ex for ex in task.train_examples(num + len(held), seed) if task.item_key(ex) not in held]
+  return kept[:num]
+
+
+def draw_splits(views: TaskViews, cfg: TrainConfig) -> tuple[list[Example], list[Example], str]:
+  """The training examples (training view), the validation split (evaluation view) and a line saying
+  where the split comes from, under ``task.val_split``:
+
+  * "pool": the training pool of ``seed`` holds ``sft.num_train_examples + task.num_val_examples``
+    items; the first are the training examples, the rest the validation split (each warm start draws
+    its own).
+  * "fixed": the validation split is the first ``task.num_val_examples`` items the task generates
+    from ``task.val_seed`` (the same items for every seed, so arms and warm starts are compared on
+    one set); every training pool skips them (:meth:`Task.item_key`). Generated items exclude the
+    evaluation set, so the three are disjoint.
+
+  Raises:
+    RuntimeError: see :func:`validation_split`.
+  """
+  n_train, n_val = cfg.sft.num_train_examples, cfg.task.num_val_examples
+  if cfg.task.val_split == "pool" or not n_val:
+    pool = views.train.train_examples(n_train + n_val, cfg.seed)
+    source = (f"validation split: training-pool items {n_train}..{n_train + n_val - 1} (seed {cfg.seed}), "
+              "held out of SFT and RL")
+    return pool[:n_train], validation_split(views, pool, n_train, cfg.seed), source
+  fixed = views.train.train_examples(n_val, cfg.task.val_seed)
+  val = validation_split(views, fixed, 0, cfg.task.val_seed)
+  train = _pool_excluding(views.train, n_train, cfg.seed, {views.train.item_key(ex) for ex in fixed})
+  source = (f"validation split: fixed, {n_val} items generated from task.val_seed={cfg.task.val_seed} "
+            "(the same for every seed), held out of SFT and RL")
+  return train, val, source

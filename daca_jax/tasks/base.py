@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import json
 from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
@@ -111,6 +112,11 @@ class Task(abc.ABC):
   def train_examples(self, num: int, seed: int) -> list[Example]:
     """Returns ``num`` training examples; deterministic for a given ``seed``."""
 
+  def item_key(self, example: Example) -> str:
+    """The identity of an example's item whatever its prompt style (two examples of one item have one
+    key): its ``meta`` as sorted JSON. Held-out splits are kept apart by it."""
+    return json.dumps(dict(example.meta), sort_keys=True, default=str)
+
   @abc.abstractmethod
   def eval_examples(self) -> tuple[list[Example], str]:
     """Returns ``(examples, source)``: the evaluation set and a human-readable description of it."""
@@ -122,6 +128,30 @@ class Task(abc.ABC):
   @abc.abstractmethod
   def metrics(self, completions: Sequence[str], examples: Sequence[Example]) -> dict[str, float]:
     """Returns evaluation metrics; always includes ``"num_examples"``."""
+
+  # Metrics of :meth:`metrics` that count completions (their per-example outcomes sum to them); every
+  # other metric but ``num_examples`` is a rate, the mean of its per-example outcomes.
+  count_metrics: ClassVar[tuple[str, ...]] = ("grader_bound_hits", "validator_errors")
+
+  def example_outcomes(self, completions: Sequence[str], examples: Sequence[Example]) -> dict[str, np.ndarray]:
+    """Per-example evaluation outcomes: what :meth:`metrics` pools, one value per example.
+
+    Args:
+      completions: N decoded completions.
+      examples: the N examples.
+    Returns:
+      ``{name: float64 [N]}`` with every key of :meth:`metrics` but ``num_examples``: a rate is the mean
+      of its column, a count (:attr:`count_metrics`) the sum. A task may add columns (Sudoku's blank-cell
+      counts) and say how they pool.
+
+    The default grades each example alone with :meth:`metrics` (one grading call per example, so the
+    rates it returns are exact for tasks whose rates are means over examples); tasks with per-example
+    grades at hand override it and pool :meth:`metrics` from it. Like :meth:`metrics`, it adds the
+    bound hits it grades to ``num_bound_hits``.
+    """
+    rows = [self.metrics([c], [ex]) for c, ex in zip(completions, examples, strict=True)]
+    names = [k for k in (rows[0] if rows else self.metrics([], [])) if k != "num_examples"]
+    return {k: np.asarray([float(r[k]) for r in rows], np.float64).reshape(len(rows)) for k in names}
 
   def grading_rules(self) -> str:
     """One line naming how completions are graded (printed in evaluation summaries); "" if the task

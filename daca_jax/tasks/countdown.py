@@ -300,6 +300,11 @@ class CountdownTask(Task):
       self._eval = ([self.make_example(n, t) for n, t in rows], source)
     return list(self._eval[0]), self._eval[1]
 
+  def item_key(self, example: Example) -> str:
+    """The numbers as a multiset and the target (the generator's notion of one item: a reordering of the
+    numbers is the same item)."""
+    return f"{sorted(example.meta['numbers'])}={example.meta['target']}"
+
   def train_examples(self, num: int, seed: int) -> list[Example]:
     """Generates ``num`` distinct items (none in the evaluation set) with solver SFT targets."""
     exclude = frozenset((tuple(sorted(ex.meta["numbers"])), ex.meta["target"])
@@ -320,15 +325,23 @@ class CountdownTask(Task):
     """float32 ``[N]`` rewards in {0, 0.1, 1} (see module docstring)."""
     return self._rewards(completions, examples)[0]
 
+  def example_outcomes(self, completions: Sequence[str], examples: Sequence[Example]) -> dict[str, np.ndarray]:
+    """Per-item ``accuracy`` (reward 1), ``well_formed`` (reward > 0), ``mean_reward`` (the reward) and
+    ``grader_bound_hits`` (0/1), float64 ``[N]`` each; :meth:`metrics` pools them."""
+    r, hits = self._rewards(completions, examples)
+    return {"accuracy": (r == CORRECT_REWARD).astype(np.float64), "well_formed": (r > 0).astype(np.float64),
+            "mean_reward": r.astype(np.float64), "grader_bound_hits": hits.astype(np.float64)}
+
   def metrics(self, completions: Sequence[str], examples: Sequence[Example]) -> dict[str, float]:
     """``accuracy`` (reward 1), ``well_formed`` (reward > 0), ``mean_reward``,
-    ``grader_bound_hits`` (count), ``num_examples``."""
-    r, hits = self._rewards(completions, examples)
+    ``grader_bound_hits`` (count), ``num_examples``: :meth:`example_outcomes` pooled."""
+    o = self.example_outcomes(completions, examples)
     n = len(examples)
-    return {"accuracy": float(np.mean(r == CORRECT_REWARD)) if n else 0.0,
-            "well_formed": float(np.mean(r > 0)) if n else 0.0,
-            "mean_reward": float(r.mean()) if n else 0.0,
-            "grader_bound_hits": float(hits.sum()),
+    return {"accuracy": float(o["accuracy"].mean()) if n else 0.0,
+            "well_formed": float(o["well_formed"].mean()) if n else 0.0,
+            # the float32 rewards' mean, as before the outcomes existed (equal to the column's up to float32)
+            "mean_reward": float(o["mean_reward"].astype(np.float32).mean()) if n else 0.0,
+            "grader_bound_hits": float(o["grader_bound_hits"].sum()),
             "num_examples": float(n)}
 
   def grading_rules(self) -> str:

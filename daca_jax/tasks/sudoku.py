@@ -614,8 +614,30 @@ class Sudoku4x4Task(Task):
           rewards[row, pos] = float(ids[row, pos] == ord(digit))
     return rewards, mask
 
+  def example_outcomes(self, completions: Sequence[str], examples: Sequence[Example]) -> dict[str, np.ndarray]:
+    """Per-puzzle outcomes, float64 ``[N]`` each (:meth:`metrics` pools them).
+
+    Returns:
+      ``strict_solved``, ``exact_match`` (0/1); ``cells_correct`` and ``cells_blank`` (counts: the set's
+      ``cell_accuracy`` is Σ cells_correct / Σ cells_blank); ``cell_accuracy`` (the puzzle's own fraction,
+      1.0 without blanks: its mean is the set's when every puzzle has as many blanks, as in d1's test set
+      and a generated set of one ``num_blanks``); ``grader_bound_hits`` (0/1).
+    """
+    answers, good, blanks, hits = self._grade(completions, examples)
+    n = len(examples)
+    return {
+        "strict_solved": np.asarray([is_valid_solution(ex.meta["puzzle"], a) for a, ex in zip(answers, examples)],
+                                    np.float64).reshape(n),
+        "exact_match": np.asarray([a == ex.meta["solution"] for a, ex in zip(answers, examples)],
+                                  np.float64).reshape(n),
+        "cell_accuracy": np.where(blanks > 0, good / np.maximum(blanks, 1), 1.0).astype(np.float64),
+        "cells_correct": good.astype(np.float64),
+        "cells_blank": blanks.astype(np.float64),
+        "grader_bound_hits": hits.astype(np.float64),
+    }
+
   def metrics(self, completions: Sequence[str], examples: Sequence[Example]) -> dict[str, float]:
-    """Evaluation metrics.
+    """Evaluation metrics, pooled from :meth:`example_outcomes`.
 
     Returns:
       ``strict_solved``: fraction of completions whose answer is a valid complete grid keeping the
@@ -624,16 +646,14 @@ class Sudoku4x4Task(Task):
       solution; ``grader_bound_hits``: completions not graded (too long); ``num_examples``: N.
       Rates are 0.0 when N = 0.
     """
-    answers, good, blanks, hits = self._grade(completions, examples)
+    o = self.example_outcomes(completions, examples)
     n = len(examples)
-    strict = sum(is_valid_solution(ex.meta["puzzle"], a) for a, ex in zip(answers, examples))
-    exact = sum(a == ex.meta["solution"] for a, ex in zip(answers, examples))
-    total = int(blanks.sum())
+    total = float(o["cells_blank"].sum())
     return {
-        "strict_solved": strict / n if n else 0.0,
-        "cell_accuracy": (float(good.sum()) / total if total else float(n > 0)) if n else 0.0,
-        "exact_match": exact / n if n else 0.0,
-        "grader_bound_hits": float(hits.sum()),
+        "strict_solved": float(o["strict_solved"].sum()) / n if n else 0.0,
+        "cell_accuracy": (float(o["cells_correct"].sum()) / total if total else float(n > 0)) if n else 0.0,
+        "exact_match": float(o["exact_match"].sum()) / n if n else 0.0,
+        "grader_bound_hits": float(o["grader_bound_hits"].sum()),
         "num_examples": float(n),
     }
 

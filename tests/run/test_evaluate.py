@@ -73,6 +73,11 @@ def test_summary_is_the_tasks_metrics_of_the_jsonl_and_matches_plain_python(tmp_
     assert r["metrics"] == {k: v for k, v in single.items() if k != "num_examples"}
   on_disk = json.loads((tmp_path / "summary.json").read_text())
   assert on_disk["tasks"]["sudoku4x4"]["lengths"]["32"]["metrics"] == got["metrics"]
+  outcomes = _rows(tmp_path / "sudoku4x4" / "gen32.outcomes.jsonl")  # per example, pooling to the summary
+  assert [o["index"] for o in outcomes] == list(range(6))
+  assert np.mean([o["strict_solved"] for o in outcomes]) == got["metrics"]["strict_solved"]
+  assert (sum(o["cells_correct"] for o in outcomes) / sum(o["cells_blank"] for o in outcomes)
+          == got["metrics"]["cell_accuracy"])
   md = (tmp_path / "summary.md").read_text()
   assert "## sudoku4x4" in md and f"| cell_accuracy | {got['metrics']['cell_accuracy']:.4f} |" in md
 

@@ -38,3 +38,15 @@ def test_every_task_evaluates_with_the_checkpoints_tokenizer(tmp_path, family):
     task = eh.prepare_task(name, model, 2).task
     assert result["metrics"] == {k: float(v) for k, v in task.metrics([r["completion"] for r in rows],
                                                                       task.eval_examples()[0][:2]).items()}, name
+    # Every task's per-example outcomes pool to its metrics: rates are means, counts sums (Sudoku's
+    # cell accuracy: its cell counts).
+    outcomes = [json.loads(l) for l in (tmp_path / "out" / name / "gen32.outcomes.jsonl").read_text().splitlines()]
+    assert len(outcomes) == 2, name
+    for metric, value in result["metrics"].items():
+      if metric == "num_examples":
+        continue
+      column = [o["cells_correct" if metric == "cell_accuracy" else metric] for o in outcomes]
+      pooled = (sum(column) if metric in task.count_metrics else
+                sum(column) / sum(o["cells_blank"] for o in outcomes) if metric == "cell_accuracy" and
+                sum(o["cells_blank"] for o in outcomes) else sum(column) / len(column))
+      assert pooled == pytest.approx(value, rel=1e-6), (name, metric)

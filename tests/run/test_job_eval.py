@@ -50,3 +50,16 @@ def test_a_cache_decoded_by_another_sampler_is_decoded_again(tmp_path):
   stale = {"metrics": dict(metrics, strict_solved=-1.0), "fingerprint": fingerprint}
   path.write_text(json.dumps(stale))
   assert ev.cached(params, examples, "eval", path, fingerprint) == (metrics, False)
+
+
+def test_every_evaluation_writes_per_example_outcomes_that_pool_to_its_metrics(tmp_path):
+  ev, task, params = _evaluator(_cfg())
+  examples = task.eval_examples()[0][:6]
+  val = ev.run(params, examples, "validation", outcomes_to=tmp_path / "val_step3.json")
+  rows = [json.loads(line) for line in (tmp_path / "val_step3.outcomes.jsonl").read_text().splitlines()]
+  assert len(rows) == 6 and ev.outcomes_file(tmp_path / "val_step3.json") == tmp_path / "val_step3.outcomes.jsonl"
+  assert sum(r["strict_solved"] for r in rows) / 6 == val["strict_solved"]
+  assert sum(r["cells_correct"] for r in rows) / sum(r["cells_blank"] for r in rows) == val["cell_accuracy"]
+  metrics, _ = ev.cached(params, examples, "eval", tmp_path / "eval_after.json", {"eval": "settings"})
+  cached = [json.loads(line) for line in (tmp_path / "eval_after.outcomes.jsonl").read_text().splitlines()]
+  assert metrics == val and cached == rows  # same decode key, same examples: the same outcomes

@@ -198,6 +198,15 @@ def test_periodic_evaluation_uses_a_held_out_validation_split(tmp_path):
   assert records[-1]["val/num_examples"] == 16 and "val/strict_solved" not in records[0]
   assert res["val_before"]["num_examples"] == 16 and res["val_after"]["num_examples"] == 16
   assert "grad_cos" in records[-1] and res["grad_agreement"]["iterations"] == 2
+  # every evaluation's per-example outcomes are named in results.json and pool to its metrics
+  assert res["outcomes"] == {"eval_before": "eval_before.outcomes.jsonl", "eval_after": "eval_after.outcomes.jsonl",
+                             "val_before": "val_before.outcomes.jsonl", "val_after": "val_step3.outcomes.jsonl"}
+  for name, metrics in (("eval_after", res["eval_after"]), ("val_before", res["val_before"]),
+                        ("val_after", res["val_after"])):
+    rows = [json.loads(line) for line in (tmp_path / res["outcomes"][name]).read_text().splitlines()]
+    assert len(rows) == metrics["num_examples"] and sum(r["strict_solved"] for r in rows) / len(rows) == \
+        metrics["strict_solved"], name
+  assert (tmp_path / "val_step2.outcomes.jsonl").exists()
   # the split is drawn with the training pool, after the training items, and disjoint from both sets
   task = build_task(cfg)
   pool = task.train_examples(cfg.sft.num_train_examples + 16, cfg.seed)

@@ -101,3 +101,33 @@ def test_a_final_re_evaluation_replaces_the_curves_last_point():
   assert md[3] == "| 1 | 0.200 → 0.400 | +20.0 | 0.300 → 0.450 | +0.010 |"
   row = variants_table([again], arms=["a"]).splitlines()[2].split(" | ")
   assert row[4] == "+30.0"
+
+
+def test_runs_with_per_example_outcomes_get_the_bootstrap_interval(tmp_path):
+  # Two warm starts scored on the same two test puzzles: the arm solves puzzle e0 where the reference
+  # does not, and they agree on e1, so D = [[1, 0], [1, 0]]. A replicate's mean is the share of e0 in
+  # its example draw: 0, 1/2, 1 w.p. 1/4, 1/2, 1/4 -> the 95% interval is [0, 1], the mean 1/2.
+  outcomes_dir = tmp_path / "outcomes"
+  outcomes_dir.mkdir()
+  (outcomes_dir / "ref1.jsonl").write_text('{"index": 0, "key": "e0", "strict_solved": 0.0}\n'
+                                           '{"index": 1, "key": "e1", "strict_solved": 0.0}\n')
+  runs = [dict(_run("ref", 0, 0.2, 0.5, 0.2, 0.3), outcomes={"test_after": {"e0": 0, "e1": 1}}),
+          dict(_run("ref", 1, 0.2, 0.0, 0.2, 0.3), outcomes={"test_after": "outcomes/ref1.jsonl"}),
+          dict(_run("arm", 0, 0.2, 1.0, 0.2, 0.3), outcomes={"test_after": {"e0": 1, "e1": 1}}),
+          dict(_run("arm", 1, 0.2, 0.5, 0.2, 0.4), outcomes={"test_after": {"e0": 1, "e1": 0}})]
+  path = tmp_path / "v.json"
+  path.write_text(json.dumps({"runs": runs}))
+  rows = read_variants(path)
+  assert rows[1]["per_example"] == {"test": {"e0": 0.0, "e1": 0.0}}
+  cells = variants_table(rows, reference="ref", arms=["arm"]).splitlines()[2].split(" | ")
+  assert cells[7] == "+50.0 [+0.0, +100.0] (n=2×2, bootstrap)"
+  assert cells[8] == "+5.0 ± 63.5 (n=2) |"  # no validation outcomes: the seed-level t interval
+  # Outcomes of other examples cannot be paired: one line naming the arms, the seed and the keys.
+  runs[3]["outcomes"] = {"test_after": {"e0": 1, "e2": 0}}
+  path.write_text(json.dumps({"runs": runs}))
+  with pytest.raises(DataError, match=r"test outcomes of 'arm' vs 'ref': .*ref seed 1 lacks 'e2' and has extra 'e1'"):
+    variants_table(read_variants(path), reference="ref", arms=["arm"])
+  runs[3]["outcomes"] = {"test_after": "outcomes/missing.jsonl"}
+  path.write_text(json.dumps({"runs": runs}))
+  with pytest.raises(DataError, match=r"runs\[3\]: outcomes file .*missing.jsonl does not exist"):
+    read_variants(path)

@@ -18,6 +18,7 @@ from daca_jax.run.harness.loaders import EvalModel
 from daca_jax.run.harness.protocol import EvalProtocol, PreparedTask, prepare_task
 from daca_jax.run.harness.reports import summary_markdown, write_summary
 from daca_jax.run.evaluation import decode_batches
+from daca_jax.run.outcomes import write_outcomes
 from daca_jax.run.metrics import progress
 from daca_jax.tasks.base import Example, Task
 from daca_jax.types import RolloutConfig
@@ -116,7 +117,8 @@ def _completion_tokens(ids: np.ndarray, eos_id: int) -> np.ndarray:
 
 def summarize_generations(prepared: PreparedTask, gen_path: pathlib.Path, batch_size: int,
                           gen_length: int) -> dict[str, Any]:
-  """The task's metrics recomputed from the completions in ``gen_path`` plus time and throughput.
+  """The task's metrics recomputed from the completions in ``gen_path`` plus time and throughput; their
+  per-example outcomes are written beside it (``gen<L>.outcomes.jsonl``, :mod:`daca_jax.run.outcomes`).
 
   Raises:
     DataError: the file lacks rows of some evaluated examples.
@@ -127,6 +129,7 @@ def summarize_generations(prepared: PreparedTask, gen_path: pathlib.Path, batch_
     raise DataError(f"{gen_path}: {n - len(done)} of {n} examples have no generation yet")
   completions = [done[i]["completion"] for i in range(n)]
   metrics = {k: float(v) for k, v in prepared.task.metrics(completions, prepared.examples).items()}
+  write_outcomes(gen_path, prepared.task, completions, prepared.examples)
   batches = {r["batch"]: r for r in done.values()}
   seconds = sum(r["batch_seconds"] for r in batches.values())
   decode = sum(r["decode_seconds"] for r in batches.values())
