@@ -13,6 +13,8 @@
 * :mod:`~daca_jax.contracts.shapes`: the trace-time shape checks every public entry point runs; a bad
   shape is a :class:`daca_jax.errors.ShapeError` naming the argument, the shape found and the shape
   expected.
+* :mod:`~daca_jax.contracts.sharding`: where batch-first activations live under a device mesh (rows over
+  the batch axes), for the model's layer boundaries and for code that maps a batch row by row.
 
 This package imports only JAX, NumPy, the standard library and :mod:`daca_jax.errors`, so every other
 module may import it.
