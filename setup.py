@@ -63,7 +63,9 @@ setup(
         "DACA-GRPO (Denoising Progress Scores + Stratified Masking Likelihood) and GRPO-style "
         "RL for masked diffusion language models, in JAX/Flax."
     ),
-    packages=find_packages(include=["daca_jax", "daca_jax.*"]),
+    # configs/ ships as the package `configs` (its files import `configs.base`), so every script and
+    # `--config=configs/<file>.py` work from any directory without a sys.path edit.
+    packages=find_packages(include=["daca_jax", "daca_jax.*", "configs"]),
     python_requires=">=3.11",
     install_requires=CORE,
     extras_require={

@@ -10,10 +10,7 @@ results files, one value per file in each cell (the README's: ``docs/results/ali
 ``--measure=credit`` compares the credit assigners' per-token advantages with the task's own per-cell
 credit on the same batches instead (daca_jax.studies.credit_alignment): ``credit_alignment.json`` / ``.md``.
 """
-import pathlib as _pathlib
-import sys as _sys
 
-_sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))  # configs/*.py import configs.base
 import json
 import pathlib
 

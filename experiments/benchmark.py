@@ -36,10 +36,7 @@ Sections (``--sections``, comma separated; ``all`` adds the slow ``accuracy`` an
 Absolute times are only meaningful on an accelerator; ratios measured in the same run are what to
 compare. MFU uses the device's dense bf16 peak (``--peak_tflops`` overrides; 'n/a' on CPU unless given).
 """
-import pathlib as _pathlib
-import sys as _sys
 
-_sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))  # configs/*.py import configs.base
 import dataclasses
 import functools
 import pathlib

@@ -7,10 +7,7 @@
 Runs whose names differ only by a seed suffix (``_s0``, ``-seed1``) form one group, drawn as its mean
 with a min–max band; the table's last columns are each group minus the first, paired by seed.
 """
-import pathlib as _pathlib
-import sys as _sys
 
-_sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))
 
 from absl import app, flags
 

@@ -13,10 +13,7 @@
 Writes ``OUTPUT_DIR/<task>/gen<L>.jsonl`` (appended per batch), ``summary.json`` and ``summary.md``;
 running the same command again resumes where an interrupted run stopped.
 """
-import pathlib as _pathlib
-import sys as _sys
 
-_sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))  # configs/*.py import configs.base
 
 from absl import app, flags, logging
 from ml_collections import config_flags

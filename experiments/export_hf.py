@@ -8,10 +8,7 @@
 
 The output folder appears only when complete (written under a hidden temporary name, then renamed).
 """
-import pathlib as _pathlib
-import sys as _sys
 
-_sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))
 
 from absl import app, flags, logging
 

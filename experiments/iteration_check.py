@@ -10,10 +10,7 @@ model, runs the rollout, the likelihood passes (one jitted call of the estimator
 prints, per phase, the measured seconds and MFU next to the predicted ones, and the allocator's peak
 bytes (GPU/TPU; 'n/a' on CPU) next to the compiled peak. Used by experiments/scripts/gpu_check.sh.
 """
-import pathlib as _pathlib
-import sys as _sys
 
-_sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))
 import dataclasses
 import time
 

@@ -6,10 +6,7 @@
 Prints one JSON line (:func:`daca_jax.run.loader_memory.measure`).
 """
 import json
-import pathlib as _pathlib
-import sys as _sys
 
-_sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))
 
 from absl import app, flags
 

@@ -47,9 +47,6 @@ def _simulate_devices(argv: list[str]) -> None:
 if __name__ == "__main__":
   _simulate_devices(sys.argv)
 
-import pathlib as _pathlib
-
-sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))
 import dataclasses
 import json
 import pathlib

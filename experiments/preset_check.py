@@ -7,10 +7,7 @@
 
 Library: daca_jax/planning/preset_check.py.
 """
-import pathlib as _pathlib
-import sys as _sys
 
-_sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))
 import json
 import pathlib
 import time

@@ -21,10 +21,8 @@ primary metric), ``grid.png`` and ``results.json`` (every cell's per-seed number
 also a variants file of the finished cells (``experiments/variants_table.py`` prints it, with the paired
 bootstrap over warm starts and examples from the copied per-example outcomes).
 """
-import pathlib as _pathlib
 import sys as _sys
 
-_sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))  # configs/*.py import configs.base
 import importlib.util
 import pathlib
 

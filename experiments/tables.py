@@ -9,10 +9,8 @@
 Exit status: 0 done (or, with ``--check``, every table up to date), 1 stale tables (``--check``), 2 a
 marker that cannot be used or a command that failed (file, line and the command's stderr named).
 """
-import pathlib as _pathlib
 import sys as _sys
 
-_sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))
 
 from absl import app, flags
 

@@ -8,10 +8,8 @@ saves the checkpoint of the current SFT/RL step and exits with status 75, "rerun
 (:mod:`daca_jax.run.preemption`); exit statuses 1-3 are errors (:mod:`daca_jax.run.cli_errors`).
 """
 import pathlib as _pathlib
-import sys as _sys
 
 _ROOT = _pathlib.Path(__file__).resolve().parents[1]
-_sys.path.insert(0, str(_ROOT))  # configs/*.py import configs.base
 import sys
 
 from absl import app, flags, logging

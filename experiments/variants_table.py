@@ -5,9 +5,7 @@
   python experiments/variants_table.py --per_seed="default (co 32x4/8 cos2e-4 std 200 it)" --seeds=0,1,2
 """
 import pathlib as _pathlib
-import sys as _sys
 
-_sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))
 
 from absl import app, flags
 

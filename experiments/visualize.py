@@ -10,10 +10,7 @@ completions, the run's rollout settings) is drawn by the run's own learner and w
 ``OUTPUT_DIR/trajectories.png`` and ``OUTPUT_DIR/trajectories.html`` (self-contained; hover a cell for
 its numbers).
 """
-import pathlib as _pathlib
-import sys as _sys
 
-_sys.path.insert(0, str(_pathlib.Path(__file__).resolve().parents[1]))  # configs/*.py import configs.base
 
 from absl import app, flags, logging
 from ml_collections import config_flags

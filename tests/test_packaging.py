@@ -84,3 +84,20 @@ def test_extras_cover_every_import(monkeypatch):
       if not dists & declared:
         missing[top] = module
   assert not missing, f"imported but declared by no extra: {missing}"
+
+
+def test_configs_ship_as_a_package_and_nothing_edits_sys_path(monkeypatch, tmp_path):
+  """``configs`` is installed beside ``daca_jax`` (its files import ``configs.base``), so no script and no
+  module of the package puts the repository on ``sys.path``; only the docs runner's emulation of
+  ``python <script>`` (the script's own folder first) remains."""
+  import subprocess
+
+  assert "configs" in _setup_kwargs(monkeypatch)["packages"]
+  out = subprocess.run([sys.executable, "-c", "import configs.paper, configs.base; print(configs.paper.__file__)"],
+                       cwd=tmp_path, capture_output=True, text=True, check=True)
+  assert pathlib.Path(out.stdout.strip()) == ROOT / "configs" / "paper.py"
+  edits = [f"{p.relative_to(ROOT)}:{i}" for folder in ("daca_jax", "experiments", "configs")
+           for p in sorted((ROOT / folder).rglob("*.py"))
+           for i, line in enumerate(p.read_text().splitlines(), 1)
+           if re.search(r"sys\.path\.(insert|append)", line) and "what `python <script>` does" not in line]
+  assert not edits, f"sys.path edits: {edits}"

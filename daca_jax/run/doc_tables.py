@@ -234,7 +234,7 @@ def _run_forked(argv: Sequence[str], root: pathlib.Path, timeout_s: float) -> Ou
         os.dup2(err.fileno(), 2)
         os.chdir(root)
         sys.argv = [str(script), *argv[2:]]
-        sys.path.insert(0, str(script.parent))
+        sys.path.insert(0, str(script.parent))  # what `python <script>` does: the script's folder first
         runpy.run_path(str(script), run_name="__main__")
         status = 0
       except SystemExit as e:
@@ -279,7 +279,6 @@ def serve() -> None:
   request = json.loads(pathlib.Path(sys.argv[1]).read_text())
   root, timeout_s = pathlib.Path(request["root"]), float(request["timeout_s"])
   commands = [tuple(c) for c in request["commands"]]
-  sys.path.insert(0, str(root))
   for script in dict.fromkeys(root / c[1] for c in commands):
     _preload(script)
   # A fork is safe while this process has one thread (importing JAX starts none; using it would).

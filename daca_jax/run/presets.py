@@ -9,10 +9,9 @@ tests build every one.
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import importlib.util
 import inspect
 import pathlib
-import sys
 from typing import Any, Callable
 
 
@@ -46,21 +45,21 @@ class ConfigFile:
 
 
 def config_files(directory: str | pathlib.Path) -> list[ConfigFile]:
-  """The config files in ``directory`` (a package beside the repository's ``daca_jax``, e.g. ``configs``),
-  sorted by name; modules without ``get_config`` (``base.py``, study arms) are not configs.
+  """The config files in ``directory`` (e.g. the repository's ``configs``), sorted by name; modules
+  without ``get_config`` (``base.py``, study arms) are not configs. Each file is loaded from its path,
+  as ``--config`` loads it; its own ``from configs import base`` finds the installed ``configs`` package.
 
   Raises:
     ImportError: a config file does not import.
   """
   directory = pathlib.Path(directory).resolve()
-  root = str(directory.parent)
-  if root not in sys.path:
-    sys.path.insert(0, root)  # configs/*.py import configs.base
   found = []
   for path in sorted(directory.glob("*.py")):
     if path.name.startswith("_"):
       continue
-    module = importlib.import_module(f"{directory.name}.{path.stem}")
+    spec = importlib.util.spec_from_file_location(f"_daca_config_{directory.name}_{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
     if callable(getattr(module, "get_config", None)):
       takes = bool(inspect.signature(module.get_config).parameters)
       found.append(ConfigFile(path, tuple(getattr(module, "PRESETS", ())), module.get_config, takes,
