@@ -5,8 +5,9 @@
 extras: ``[tasks]`` (graders), ``[data]`` (TFDS + grain pipelines), ``[ckpt]`` (orbax checkpoints),
 ``[viz]`` (plots, trajectory pictures), ``[run]`` (the main job and ``experiments/``: all of those
 but ``[data]``, plus flags, progress bars and TensorBoard files), ``[hf]`` (checkpoint import and export),
-``[wandb]``, ``[docs]`` (the Sphinx site of ``docs/``), ``[all]`` and ``[test]`` (everything the test
-suite needs but ``[hf]``, whose tests skip without it; the suite builds the docs too).
+``[wandb]``, ``[docs]`` (the Sphinx site of ``docs/``, with ``[run]``'s packages, which autodoc
+imports), ``[all]`` and ``[test]`` (everything the test suite needs but ``[hf]``, whose tests skip
+without it; the suite builds the docs too).
 """
 from setuptools import find_packages, setup
 
@@ -50,8 +51,9 @@ HF = PRETRAINED + ["torch==2.13.0", "transformers>=5.0",
                    "peft==0.21.2"]  # the exported LoRA adapter is checked by loading it with peft
 WANDB = ["wandb>=0.16"]  # optional W&B dashboards (--config.log.wandb=<project>)
 # The documentation site: `python -m sphinx -W -b html docs docs/_build/html` (autodoc and napoleon are
-# part of sphinx); Markdown pages through myst-parser.
-DOCS = ["sphinx>=8.1", "myst-parser>=4.0", "sphinx-book-theme>=1.1.3"]
+# part of sphinx); Markdown pages through myst-parser. autodoc imports every module of the API reference,
+# the application layer's included, so the site needs [run]'s packages too.
+DOCS = RUN + ["sphinx>=8.1", "myst-parser>=4.0", "sphinx-book-theme>=1.1.3"]
 TEST = RUN + DATA + DOCS + ["pytest>=8", "hypothesis>=6",
                             "tensorboard>=2.15",  # reads the event files back
                             "filelock>=3.12"]  # JAX's locked compilation cache, shared by the tests' processes

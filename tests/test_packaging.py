@@ -8,6 +8,7 @@ import re
 import runpy
 import sys
 
+import pytest
 import setuptools
 
 from tests.test_import_graph import import_graph
@@ -101,3 +102,90 @@ def test_configs_ship_as_a_package_and_nothing_edits_sys_path(monkeypatch, tmp_p
            for i, line in enumerate(p.read_text().splitlines(), 1)
            if re.search(r"sys\.path\.(insert|append)", line) and "what `python <script>` does" not in line]
   assert not edits, f"sys.path edits: {edits}"
+
+
+def _module_level_imports(path: pathlib.Path) -> set[str]:
+  """Absolute module names ``path`` imports when it is imported: statements outside function bodies and
+  outside ``try`` blocks that catch ImportError (an optional dependency)."""
+  names: set[str] = set()
+
+  def visit(nodes):
+    for node in nodes:
+      if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        continue
+      if isinstance(node, ast.Try) and any(
+          isinstance(h.type, ast.Name) and h.type.id in ("ImportError", "ModuleNotFoundError") for h in node.handlers):
+        continue
+      if isinstance(node, ast.Import):
+        names.update(a.name for a in node.names)
+      elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        names.add(node.module)
+        names.update(f"{node.module}.{a.name}" for a in node.names)
+      visit(ast.iter_child_nodes(node))
+
+  visit(ast.parse(path.read_text()).body)
+  return names
+
+
+def _file_of(module: str) -> pathlib.Path | None:
+  for candidate in (ROOT / (module.replace(".", "/") + ".py"), ROOT / module.replace(".", "/") / "__init__.py"):
+    if candidate.exists():
+      return candidate
+  return None
+
+
+def _import_closure_tops(start: list[pathlib.Path]) -> dict[str, str]:
+  """Third-party top-level packages loaded by importing the files ``start`` (module-level imports,
+  followed through daca_jax and configs, and through each package's ``__init__``): ``{top: importer}``."""
+  tops: dict[str, str] = {}
+  seen: set[pathlib.Path] = set()
+  todo = list(start)
+  while todo:
+    path = todo.pop()
+    if path in seen:
+      continue
+    seen.add(path)
+    for name in _module_level_imports(path):
+      top = name.split(".")[0]
+      if top in ("daca_jax", "configs"):
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):  # a.b.c loads a, a.b and a.b.c
+          f = _file_of(".".join(parts[:i]))
+          if f is not None:
+            todo.append(f)
+      elif top not in sys.stdlib_module_names and top != "__future__":
+        tops.setdefault(top, str(path.relative_to(ROOT)))
+  return tops
+
+
+def _automodules() -> list[pathlib.Path]:
+  mods = set()
+  for rst in (ROOT / "docs" / "api").glob("*.rst"):
+    mods.update(re.findall(r"^\.\. automodule:: (\S+)", rst.read_text(), flags=re.M))
+  return [p for p in (_file_of(m) for m in sorted(mods)) if p is not None]
+
+
+# (extras a documented command installs, the files it imports) of the README's and docs' commands.
+_DOCUMENTED = {
+    "docs": (("docs",), None),  # `pip install -e '.[docs]'`, then sphinx's autodoc of docs/api
+    "run": (("run",), ("experiments/train.py", "experiments/evaluate.py", "experiments/reproduce.py",
+                       "experiments/tables.py", "experiments/plan.py", "experiments/variants_table.py")),
+    "run,pretrained": (("run", "pretrained"), ("experiments/train.py", "experiments/evaluate.py",
+                                               "experiments/export_hf.py")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_DOCUMENTED))
+def test_documented_extras_cover_what_their_commands_import(monkeypatch, name):
+  """Each documented install (``pip install -e '.[<extras>]'``) provides every third-party package its
+  commands load on import: the docs build's autodoc of every module in docs/api, the scripts'
+  module-level imports through the package. (Imports inside functions are checked by
+  :func:`test_extras_cover_every_import` against the extras as a whole.)"""
+  kw = _setup_kwargs(monkeypatch)
+  extras, files = _DOCUMENTED[name]
+  declared = _dists(kw["install_requires"]).union(*(_dists(kw["extras_require"][e]) for e in extras))
+  start = _automodules() if files is None else [ROOT / f for f in files]
+  assert start
+  missing = {top: by for top, by in _import_closure_tops(start).items()
+             if top not in OPTIONAL and not ((_dist_names(top) or {top.lower().replace("_", "-")}) & declared)}
+  assert not missing, f"[{','.join(extras)}] lacks what its commands import: {missing}"
