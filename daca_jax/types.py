@@ -293,9 +293,23 @@ def tiny_config(**overrides: Any) -> ModelConfig:
 
 
 def llada_8b_config(**overrides: Any) -> ModelConfig:
-  """LLaDA-8B-Instruct: D 4096, 32 layers, 32 heads, MLP 12288, V 126464, mask 126336, theta 5e5."""
+  """LLaDA-8B-Instruct: D 4096, 32 layers, 32 heads, MLP 12288, V 126464, mask 126336, theta 5e5.
+
+  The library's one statement of the released shapes (the plan, the benchmarks and the random
+  release-layout checkpoint read it; ``tests/models/test_hf_import.py`` holds the release
+  config.json's import equal to it)."""
   base = ModelConfig(vocab_size=126464, d_model=4096, n_layers=32, n_heads=32, n_kv_heads=32,
                      mlp_dim=12288, rope_theta=500000.0, dtype="bfloat16", mask_token_id=126336)
+  return dataclasses.replace(base, **overrides)
+
+
+def dream_7b_config(**overrides: Any) -> ModelConfig:
+  """Dream-v0-Instruct-7B (Qwen2.5-7B geometry, ``Dream-org/Dream-v0-Instruct-7B`` config.json):
+  D 3584, 28 layers, 28 heads, 4 K/V heads, MLP 18944, V 152064, q/k/v biases, shifted logits."""
+  base = ModelConfig(vocab_size=152064, d_model=3584, n_layers=28, n_heads=28, n_kv_heads=4, mlp_dim=18944,
+                     rope_theta=1e6, norm_eps=1e-6, dtype="bfloat16", param_dtype="bfloat16",
+                     mask_token_id=151666, qkv_bias=True, shift_logits=True, left_pad_id=151643,
+                     vocab_limit=151667)
   return dataclasses.replace(base, **overrides)
 
 

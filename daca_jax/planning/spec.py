@@ -10,18 +10,8 @@ from daca_jax import configure
 from daca_jax.errors import ConfigError
 from daca_jax.planning.devices import device_spec
 from daca_jax.types import (CreditConfig, LikelihoodConfig, ModelConfig, ParallelConfig, RLConfig,
-                            RolloutConfig, StratifiedConfig, TrainConfig, llada_8b_config, tiny_config)
-
-
-def dream_7b_config(**overrides) -> ModelConfig:
-  """Dream-v0-Instruct-7B (Qwen2.5-7B geometry, ``Dream-org/Dream-v0-Instruct-7B`` config.json):
-  D 3584, 28 layers, 28 heads, 4 K/V heads, MLP 18944, V 152064, q/k/v biases, shifted logits."""
-  base = ModelConfig(vocab_size=152064, d_model=3584, n_layers=28, n_heads=28, n_kv_heads=4, mlp_dim=18944,
-                     rope_theta=1e6, norm_eps=1e-6, dtype="bfloat16", param_dtype="bfloat16",
-                     mask_token_id=151666, qkv_bias=True, shift_logits=True, left_pad_id=151643,
-                     vocab_limit=151667)
-  return dataclasses.replace(base, **overrides)
-
+                            RolloutConfig, StratifiedConfig, TrainConfig, dream_7b_config, llada_8b_config,
+                            tiny_config)
 
 # Model presets: bf16 parameters (what a single-accelerator run of an 8B model can hold).
 MODELS = {

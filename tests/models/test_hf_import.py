@@ -432,3 +432,18 @@ def test_sampled_rollout_on_a_checkpoint_equals_the_reference_loop_over_full_pas
   np.testing.assert_array_equal(np.asarray(traj.commit_step), ref_commit)
   np.testing.assert_allclose(np.asarray(traj.step_conf), ref_conf, rtol=1e-4, atol=1e-5)
   assert len(set(ref_x[:, 6:].ravel().tolist())) > 3  # sampled, not one token repeated
+
+
+def test_the_released_shapes_have_one_source():
+  """The release-layout config.json the library writes for LLaDA-8B imports as ``llada_8b_config()``:
+  the architecture is stated once (daca_jax.types), the random checkpoint's file agrees with it."""
+  import dataclasses
+
+  from daca_jax.models.random_checkpoint import LLADA_8B_CONFIG
+  from daca_jax.types import llada_8b_config
+
+  released = config_from_hf(LLADA_8B_CONFIG)
+  ours = llada_8b_config()
+  differ = {f.name: (getattr(released, f.name), getattr(ours, f.name)) for f in dataclasses.fields(ours)
+            if f.name != "dtype" and getattr(released, f.name) != getattr(ours, f.name)}
+  assert not differ, differ  # dtype: the compute dtype is the run's choice, not the checkpoint's
