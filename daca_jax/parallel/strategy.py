@@ -71,7 +71,7 @@ ROLLOUT_GATHER_FRACTION = 0.4
 
 
 def tree_bytes(tree: Any) -> float:
-  """Bytes of all leaves of ``tree`` (arrays or ``ShapeDtypeStruct``s), unsharded."""
+  """Bytes of all leaves of ``tree`` (arrays or ``ShapeDtypeStruct`` values), unsharded."""
   return float(sum(math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(tree)))
 
 

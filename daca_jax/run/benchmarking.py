@@ -158,8 +158,10 @@ def abstract_rollout_memory(model_cfg: ModelConfig, rollout_cfg: RolloutConfig, 
 
 
 def device_peak_bytes(device: jax.Device | None = None) -> int | None:
-  """The allocator's peak bytes in use on ``device`` (GPU/TPU), or None where it keeps no stats (CPU)."""
-  device = device or jax.devices()[0]
+  """The allocator's peak bytes in use on ``device`` (default: this process's first device; GPU/TPU), or
+  None where it keeps no stats (CPU). Only a process's own devices report memory (in a multi-process run
+  ``jax.devices()[0]`` belongs to process 0 and querying it elsewhere raises)."""
+  device = device or jax.local_devices()[0]
   stats = device.memory_stats() if hasattr(device, "memory_stats") else None
   if not stats or "peak_bytes_in_use" not in stats:
     return None
@@ -172,7 +174,7 @@ def peak_flops(override_tflops: float = 0.0, device: jax.Device | None = None) -
   unknown (CPU, or a kind without an entry), in which case MFU is reported as 'n/a'."""
   if override_tflops > 0:
     return override_tflops * 1e12
-  spec = device_for_kind((device or jax.devices()[0]).device_kind)
+  spec = device_for_kind((device or jax.local_devices()[0]).device_kind)
   return None if spec is None else spec.peak_bf16_flops
 
 
