@@ -117,7 +117,7 @@ class Block(nnx.Module):
         x = jnp.where(keep, x / (1.0 - rate), jnp.zeros((), dt)).astype(dt)
       delta = (x @ lora[target]["a"].astype(dt)) @ lora[target]["b"].astype(dt)
       y = y + (self.cfg.lora_alpha / self.cfg.lora_rank) * delta
-    return y
+    return batch_sharded(y)
 
   def qkv(self, x: jax.Array, positions: jax.Array, lora: Adapters | None = None,
           dropout_key: jax.Array | None = None) -> tuple[jax.Array, jax.Array, jax.Array]:
