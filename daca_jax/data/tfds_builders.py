@@ -16,7 +16,7 @@ and :mod:`daca_jax.data.pipeline` (grain).
 Where the files come from (constructor arg ``download``):
 
 * ``"auto"`` (default): the local copy if all of the split's files exist under ``source_dir`` (default
-  :func:`daca_jax.data.local_data.default_data_dir`, the layout of ``../shared/data``), else a download of
+  :func:`daca_jax.local_data.default_data_dir`, the layout of ``../shared/data``), else a download of
   the official files through the TFDS download manager;
 * ``"never"``: the local copy only (a missing file is a :class:`DataError`); tests use this;
 * ``"always"``: download.
@@ -120,7 +120,7 @@ class _FileBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
 
   Args:
     source_dir: folder laid out like ``../shared/data``; ``None`` = ``download_config.manual_dir``
-      when given, else :func:`daca_jax.data.local_data.default_data_dir`.
+      when given, else :func:`daca_jax.local_data.default_data_dir`.
     download: ``"auto"``, ``"never"`` or ``"always"`` (see the module docstring).
     **kwargs: ``tfds.core.GeneratorBasedBuilder`` arguments (``data_dir``, ``file_format``, ...).
   """

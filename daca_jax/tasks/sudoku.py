@@ -444,7 +444,7 @@ class Sudoku4x4Task(Task):
 
   Args:
     data_dir: data directory (config field ``data.data_dir``): ``None`` = no local data; ``""`` =
-      :func:`daca_jax.data.local_data.default_data_dir` if it exists; otherwise a directory that must
+      :func:`daca_jax.local_data.default_data_dir` if it exists; otherwise a directory that must
       exist. The d1 test set is read from ``<data_dir>/sudoku/d1_test.csv`` when present.
     eval_path: explicit evaluation CSV (``Puzzle,Solution`` header, d1 layout); overrides
       ``data_dir``.
