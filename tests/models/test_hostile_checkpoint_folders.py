@@ -263,6 +263,49 @@ def test_a_chat_template_that_fails_loops_or_floods_is_stopped_and_named(valid, 
   assert re.search(match, message), message
 
 
+_LONG = "{% set s = 'x' * 999999 %}"
+
+
+@pytest.mark.parametrize("template", [
+    # one operation whose result is the product of its inputs' sizes
+    "{{ '%999999999d' % 1 }}", "{{ '{:>999999999}'.format(1) }}", "{{ '%999999999s'|format('x') }}",
+    _LONG + "{{ s|replace('', s) }}", _LONG + "{{ s.replace('x', s) }}",
+    "{% set s = 'x\n' * 400000 %}{{ s|indent(999999) }}", "{{ ('\t' * 999999).expandtabs(999999) }}",
+    "{{ ('x ' * 499999)|wordwrap(1, wrapstring='x' * 999999) }}",
+    # a container holding one long string many times: its join / string / tojson is the product
+    _LONG + "{{ ([s] * 999999)|join }}", _LONG + "{{ ''.join([s] * 999999) }}",
+    _LONG + "{{ ([s] * 999)|string }}", _LONG + "{{ [s, s, s, s, s, s]|tojson }}", _LONG + "{{ [s, s, s] }}",
+    # concatenation and text built outside the output check
+    _LONG + "{{ s ~ s ~ s ~ s ~ s ~ s ~ s ~ s ~ s ~ s ~ s ~ s }}",
+    _LONG + "{% set t %}{% for i in range(100000) %}{{ s }}{% endfor %}{% endset %}{{ t|length }}",
+    _LONG + "{% macro f() %}{% for i in range(100000) %}{{ s }}{% endfor %}{% endmacro %}{{ f()|length }}",
+    # memory kept across loop items (each item within the bounds)
+    "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] * 999999 %}{% endfor %}",
+    "{% set ns = namespace(p=none) %}{% for i in range(100000) %}{% set ns.p = namespace(p=ns.p, s='x' * 999999) %}"
+    "{% endfor %}",
+    "{% set ns = namespace(d={}) %}{% for i in range(100000) %}{% set ns.d = dict(ns.d, **{('k' ~ i): 'x' * 999999}) %}"
+    "{% endfor %}",
+    "{% set ns = namespace(n=2) %}{% for i in range(100) %}{% set ns.n = ns.n * ns.n %}{% endfor %}",
+    # Jinja's lorem-ipsum global loops in Python for minutes, out of the time bound's reach
+    "{{ lipsum(10**6) }}",
+])
+def test_a_chat_template_cannot_allocate_past_its_bounds(template):
+  """Every value a template builds is bounded by what it holds through nested containers (a list of one
+  long string repeated is as long as its join), and an operation whose inputs promise a huge result is
+  refused before it runs: one line, a fraction of a second, a few MB."""
+  import tracemalloc
+
+  t = chat.ChatTemplate(template, {"bos_token": "<s>"}, origin="/ckpt/chat_template.jinja")
+  tracemalloc.start()
+  try:
+    message = _quick(t.user_turn, "Hello", seconds=4.0)  # tracemalloc slows the walks
+    peak = tracemalloc.get_traced_memory()[1]
+  finally:
+    tracemalloc.stop()
+  assert message.startswith("/ckpt/chat_template.jinja: the chat template is refused: "), message
+  assert peak < 100 * 2**20, (peak, message)
+
+
 def test_a_released_template_renders_well_inside_the_bounds(valid):
   tok = HFTokenizer.from_checkpoint(valid["dream"])
   t0 = time.monotonic()
