@@ -41,6 +41,8 @@ MAX_TOKENIZER_BYTES = 100_000_000
 MAX_TEMPLATE_BYTES = 1_000_000
 # Released configs nest 3 levels (tokenizer_config.json's added_tokens_decoder); an index 2.
 MAX_JSON_DEPTH = 32
+# A file name's limit on Linux, macOS and Windows file systems (NAME_MAX).
+MAX_NAME_BYTES = 255
 
 
 def _kind(mode: int) -> str:
@@ -87,11 +89,14 @@ def check_name(folder: pathlib.Path, name: Any, where: str) -> str:
 
   Raises:
     DataError: naming ``where`` (the file and field that gave the name), for a name that is not a
-      non-empty string, is ``.`` / ``..``, or holds a path separator or NUL.
+      non-empty string, is ``.`` / ``..``, holds a path separator, NUL or another non-printable
+      character (a newline or a terminal escape would reach the one-line error messages and the
+      terminal that prints them), or is longer than a file name may be (:data:`MAX_NAME_BYTES`).
   """
   if (not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name
-      or "\x00" in name):
-    raise DataError(f"{where}: {name!r:.100} is not allowed: expected a plain file name inside {folder}")
+      or not name.isprintable() or len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES):
+    raise DataError(f"{where}: {name!r:.100} is not allowed: expected a plain file name inside {folder} "
+                    f"(printable, at most {MAX_NAME_BYTES} bytes)")
   return name
 
 
@@ -336,7 +341,7 @@ def entries(folder: pathlib.Path) -> list[Entry]:
   return out
 
 
-__all__ = ["Entry", "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_TEMPLATE_BYTES", "MAX_TOKEN_ID",
+__all__ = ["Entry", "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_NAME_BYTES", "MAX_TEMPLATE_BYTES", "MAX_TOKEN_ID",
            "MAX_TOKENIZER_BYTES", "check_name", "check_token_ids", "entries", "has", "inside", "json_depth", "member", "open_member",
            "read_bytes", "read_json",
            "read_text", "read_tokenizer", "require", "root"]

@@ -126,6 +126,19 @@ def test_index_entries_and_the_symlinks_they_name_stay_inside_the_folder(valid, 
   assert "expected a plain file name" in _quick(cl.open_checkpoint, folder)
 
 
+@pytest.mark.parametrize("name", ["a\nb.safetensors", "\x1b]0;owned\x07.safetensors", "\u200b.safetensors",
+                                  "x" * 5000 + ".safetensors", "\u00e9" * 128 + ".safetensors"])
+def test_index_names_that_no_file_system_or_terminal_takes_are_refused(valid, tmp_path, name):
+  """A shard name reaches the one-line error messages and the terminal: a newline, a terminal escape,
+  an invisible character or a name longer than a file name may be (255 bytes) is refused, named short."""
+  folder = _copy(valid, tmp_path)
+  index = json.loads((folder / cl.INDEX_FILE).read_text())
+  index["weight_map"][next(iter(index["weight_map"]))] = name
+  (folder / cl.INDEX_FILE).write_text(json.dumps(index))
+  message = _quick(cl.open_checkpoint, folder)
+  assert "is not allowed: expected a plain file name" in message and "\x1b" not in message, message
+
+
 def _first_shard(folder):
   return sorted(set(json.loads((folder / cl.INDEX_FILE).read_text())["weight_map"].values()))[0]
 
