@@ -10,6 +10,9 @@ the export copies out of it is reached through this module, which promises:
   is followed only when its final target lies inside the folder, or, for a snapshot of the Hugging
   Face hub cache (``.../models--<org>--<name>/snapshots/<revision>/``, whose files are links to
   ``../../blobs/<hash>``), inside that repository's ``blobs/`` (:func:`allowed_roots`);
+* **checked where it is read**: a file is opened by :func:`open_member`, which checks the open
+  descriptor itself (a regular file, which the kernel places inside the folder), so that an entry
+  swapped between the check and the open is refused rather than read;
 * **bounded reads**: the size is checked on the open descriptor (``fstat``) before a byte is read, and
   no more than the limit is ever read, whatever the file claims;
 * **bounded JSON**: strict (no NaN, no duplicate keys), of the expected top-level type, and at most
@@ -25,7 +28,7 @@ import dataclasses
 import os
 import pathlib
 import stat
-from typing import Any
+from typing import Any, BinaryIO
 
 from daca_jax.errors import DataError
 from daca_jax.models.safetensors_file import strict_json
@@ -38,6 +41,8 @@ MAX_TOKENIZER_BYTES = 100_000_000
 MAX_TEMPLATE_BYTES = 1_000_000
 # Released configs nest 3 levels (tokenizer_config.json's added_tokens_decoder); an index 2.
 MAX_JSON_DEPTH = 32
+# A file name's limit on Linux, macOS and Windows file systems (NAME_MAX).
+MAX_NAME_BYTES = 255
 
 
 def _kind(mode: int) -> str:
@@ -84,11 +89,14 @@ def check_name(folder: pathlib.Path, name: Any, where: str) -> str:
 
   Raises:
     DataError: naming ``where`` (the file and field that gave the name), for a name that is not a
-      non-empty string, is ``.`` / ``..``, or holds a path separator or NUL.
+      non-empty string, is ``.`` / ``..``, holds a path separator, NUL or another non-printable
+      character (a newline or a terminal escape would reach the one-line error messages and the
+      terminal that prints them), or is longer than a file name may be (:data:`MAX_NAME_BYTES`).
   """
   if (not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name
-      or "\x00" in name):
-    raise DataError(f"{where}: {name!r:.100} is not allowed: expected a plain file name inside {folder}")
+      or not name.isprintable() or len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES):
+    raise DataError(f"{where}: {name!r:.100} is not allowed: expected a plain file name inside {folder} "
+                    f"(printable, at most {MAX_NAME_BYTES} bytes)")
   return name
 
 
@@ -139,21 +147,62 @@ def require(folder: pathlib.Path, name: str, what: str) -> pathlib.Path:
   return path
 
 
+def _opened_path(fd: int) -> pathlib.Path | None:
+  """The path of the file open on ``fd`` as the kernel knows it (Linux ``/proc/self/fd``), or None
+  where the platform does not say."""
+  try:
+    return pathlib.Path(os.readlink(f"/proc/self/fd/{fd}"))
+  except OSError:
+    return None
+
+
+def open_member(folder: pathlib.Path, name: str, *, where: str = "") -> BinaryIO:
+  """Regular file ``folder/name`` opened for binary reading, checked on its open descriptor.
+
+  :func:`member` checks a path; between that check and an ``open`` the entry (or a link it resolves
+  through) could be swapped for a FIFO, a device or a link out of the folder. So the resolved path is
+  opened without following a final symlink and without blocking (a FIFO swapped in cannot block the
+  open), and the descriptor itself is checked: a regular file, which the kernel places inside the
+  folder (or a hub snapshot's ``blobs/``). What is read is then what was checked.
+
+  Raises:
+    DataError: see :func:`require`; the entry changed between the check and the open (now a symlink,
+      not a regular file, or outside the folder).
+  """
+  path = require(folder, name, "a file the library reads")
+  shown = folder / name
+  try:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
+  except OSError as e:  # ELOOP: a symlink swapped in after the check; ENOENT: removed
+    raise DataError(f"{shown}: changed while being opened ({e.strerror}); expected a regular file inside the "
+                    f"checkpoint folder{' named by ' + where if where else ''}") from None
+  f = os.fdopen(fd, "rb")
+  try:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+      raise DataError(f"{shown}: {_kind(st.st_mode)}; expected a regular file")
+    opened = _opened_path(fd)
+    if opened is not None and opened.is_absolute() and not _within(opened, folder):
+      raise DataError(f"{shown}: opens {str(opened)!r:.200}, outside the checkpoint folder {folder} (changed "
+                      "since it was checked); expected a regular file inside it")
+    os.set_blocking(fd, True)
+  except BaseException:
+    f.close()
+    raise
+  return f
+
+
 def read_bytes(folder: pathlib.Path, name: str, max_bytes: int) -> bytes:
   """The bytes of regular file ``folder/name``, at most ``max_bytes`` of them.
 
-  The file is opened non-blocking (a FIFO swapped in after the check cannot block the open) and
-  checked again on its descriptor, so what is read is what was checked.
+  The file is opened by :func:`open_member` (checked on its descriptor), so what is read is what was
+  checked.
 
   Raises:
-    DataError: see :func:`require`; a file larger than ``max_bytes``.
+    DataError: see :func:`open_member`; a file larger than ``max_bytes``.
   """
-  path = require(folder, name, "a file the library reads")
-  fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOFOLLOW", 0))
-  with os.fdopen(fd, "rb") as f:
+  with open_member(folder, name) as f:
     st = os.fstat(f.fileno())
-    if not stat.S_ISREG(st.st_mode):
-      raise DataError(f"{folder / name}: {_kind(st.st_mode)}; expected a regular file")
     if st.st_size > max_bytes:
       raise DataError(f"{folder / name}: {st.st_size} bytes, more than the {max_bytes} a {name} may have")
     data = f.read(max_bytes + 1)
@@ -292,6 +341,7 @@ def entries(folder: pathlib.Path) -> list[Entry]:
   return out
 
 
-__all__ = ["Entry", "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_TEMPLATE_BYTES", "MAX_TOKEN_ID",
-           "MAX_TOKENIZER_BYTES", "check_name", "check_token_ids", "entries", "has", "inside", "json_depth", "member", "read_bytes", "read_json",
+__all__ = ["Entry", "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "MAX_NAME_BYTES", "MAX_TEMPLATE_BYTES", "MAX_TOKEN_ID",
+           "MAX_TOKENIZER_BYTES", "check_name", "check_token_ids", "entries", "has", "inside", "json_depth", "member", "open_member",
+           "read_bytes", "read_json",
            "read_text", "read_tokenizer", "require", "root"]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import pathlib
 import re
 from typing import Any, Callable
@@ -38,7 +39,8 @@ from flax import nnx
 from daca_jax.errors import DataError
 from daca_jax.models import checkpoint_folder
 from daca_jax.models.llada import Params, Transformer
-from daca_jax.models.safetensors_file import FLOAT_CODES, TensorEntry, read_header, read_rows, strict_json
+from daca_jax.models.safetensors_file import (FLOAT_CODES, MAX_HEADER_BYTES, MAX_TENSORS, TensorEntry, read_header,
+                                              read_rows, strict_json)
 from daca_jax.types import DTYPES, ModelConfig
 
 CONFIG_MAX_BYTES = 10_000_000  # a real config.json is ~2 kB; an index ~30 kB
@@ -162,12 +164,21 @@ def open_checkpoint(path: str | pathlib.Path) -> CheckpointFiles:
   else:
     raise DataError(f"{folder}: neither {INDEX_FILE} nor {SINGLE_FILE} found (the weights)")
   shards = tuple(dict.fromkeys(files.values())) if files is not None else (folder / SINGLE_FILE,)
-  headers = {}
+  headers, header_bytes, count = {}, 0, 0
   for shard in shards:
     if checkpoint_folder.member(folder, shard.name, where=str(index)) is None:
       listed = next(t for t, s in files.items() if s == shard)
       raise DataError(f"{index}: shard {shard.name} (tensor {listed!r} and others) does not exist")
-    headers[shard] = read_header(shard)
+    with checkpoint_folder.open_member(folder, shard.name, where=str(index)) as handle:
+      headers[shard] = read_header(shard, handle)
+      handle.seek(0)
+      header_bytes += int.from_bytes(handle.read(8), "little")  # checked by read_header
+    # The bounds of one header hold for the folder as a whole: an index may list thousands of shard
+    # names, each a link to the same file with a header at the limit.
+    count += len(headers[shard])
+    if header_bytes > MAX_HEADER_BYTES or count > MAX_TENSORS:
+      raise DataError(f"{index}: its shards' headers hold more than {MAX_HEADER_BYTES} bytes or "
+                      f"{MAX_TENSORS} tensors in all (at {shard.name}); expected a LLaDA or Dream checkpoint")
   if files is None:
     tensors = dict(headers[shards[0]])
   else:
@@ -283,6 +294,19 @@ def _slices(index: tuple[Any, ...], shape: tuple[int, ...]) -> tuple[slice, ...]
   return tuple(out)
 
 
+def _reopen(entry: TensorEntry) -> Any:
+  """The shard of ``entry`` opened again through the folder boundary, refused unless it is the very
+  file whose header was checked (same device and inode): the weights are read long after the headers,
+  and the folder may have changed meanwhile."""
+  handle = checkpoint_folder.open_member(checkpoint_folder.root(entry.path.parent), entry.path.name)
+  st = os.fstat(handle.fileno())
+  if entry.file_id is not None and (st.st_dev, st.st_ino) != entry.file_id:
+    handle.close()
+    raise DataError(f"{entry.path}: replaced since its header was read (another file now); expected the "
+                    "checkpoint folder to stay unchanged while it is loaded")
+  return handle
+
+
 class _Reader:
   """Reads one device's slice of a parameter from the shards (one open handle per shard file)."""
 
@@ -300,7 +324,7 @@ class _Reader:
     torch_index = index[::-1] if transpose else index
     handle = self.handles.get(entry.path)
     if handle is None:
-      handle = self.handles[entry.path] = open(entry.path, "rb")
+      handle = self.handles[entry.path] = _reopen(entry)
     x = read_rows(entry, torch_index[0], handle)[(slice(None),) + torch_index[1:]]
     if not np.isfinite(x).all():
       bad = np.unravel_index(int(np.argmax(~np.isfinite(x))), x.shape)

@@ -22,8 +22,9 @@ import json
 import math
 import os
 import pathlib
+import stat
 import sys
-from typing import Any
+from typing import Any, BinaryIO
 
 import ml_dtypes
 import numpy as np
@@ -32,6 +33,10 @@ from daca_jax.errors import DataError
 
 # The safetensors reference refuses headers above 100 MB (safetensors/src/tensor.rs, MAX_HEADER_SIZE).
 MAX_HEADER_BYTES = 100_000_000
+# Tensors one file may hold. A header is parsed into Python objects of about 1 kB per tensor, so a
+# 100 MB header of a million empty tensors would take gigabytes; released LLaDA / Dream shards hold a
+# few hundred (the largest hub checkpoints, with hundreds of experts per layer, ~10^5).
+MAX_TENSORS = 200_000
 MAX_RANK = 8
 # Every dtype code of the format, with the numpy type it is read as (None: recognised, never read).
 DTYPE_CODES: dict[str, tuple[int, Any]] = {
@@ -92,6 +97,7 @@ class TensorEntry:
   shape: tuple[int, ...]
   begin: int
   end: int
+  file_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the file the header was read from
 
   @property
   def itemsize(self) -> int:
@@ -102,13 +108,14 @@ def _fail(path: pathlib.Path, what: str) -> DataError:
   return DataError(f"{path}: malformed safetensors file: {what}")
 
 
-def _entry(path: pathlib.Path, name: str, spec: Any, data_start: int, data_size: int) -> TensorEntry:
+def _entry(path: pathlib.Path, name: str, spec: Any, data_start: int, data_size: int,
+           file_id: tuple[int, int] | None = None) -> TensorEntry:
   """A header entry checked field by field (dtype code, shape, offsets in range, size = shape x dtype)."""
   where = f"tensor {name!r}"
   if not isinstance(spec, dict) or set(spec) != {"dtype", "shape", "data_offsets"}:
     raise _fail(path, f"{where}: expected {{'dtype', 'shape', 'data_offsets'}}, found {spec!r:.200}")
   dtype, shape, offsets = spec["dtype"], spec["shape"], spec["data_offsets"]
-  if dtype not in DTYPE_CODES:
+  if not isinstance(dtype, str) or dtype not in DTYPE_CODES:
     raise _fail(path, f"{where}: unknown dtype {dtype!r:.50} (the format's: {sorted(DTYPE_CODES)})")
   is_int = lambda v: isinstance(v, int) and not isinstance(v, bool)
   if (not isinstance(shape, list) or len(shape) > MAX_RANK
@@ -122,36 +129,73 @@ def _entry(path: pathlib.Path, name: str, spec: Any, data_start: int, data_size:
   if offsets[1] - offsets[0] != need:
     raise _fail(path, f"{where}: data_offsets {offsets} hold {offsets[1] - offsets[0]} bytes; "
                 f"{dtype} x {tuple(shape)} needs {need}")
-  return TensorEntry(path, name, dtype, tuple(shape), data_start + offsets[0], data_start + offsets[1])
+  return TensorEntry(path, name, dtype, tuple(shape), data_start + offsets[0], data_start + offsets[1], file_id)
 
 
-def read_header(path: str | os.PathLike) -> dict[str, TensorEntry]:
+def open_regular(path: str | os.PathLike) -> BinaryIO:
+  """``path`` opened for binary reading when it is a regular file, checked on the open descriptor
+  (opened without blocking, so a FIFO cannot hang the open). Files of a checkpoint folder are opened
+  through :func:`daca_jax.models.checkpoint_folder.open_member` instead, which also keeps them inside
+  the folder.
+
+  Raises:
+    DataError: no such file, or not a regular file.
+  """
+  path = pathlib.Path(path)
+  try:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+  except OSError as e:
+    raise DataError(f"{path}: safetensors file not readable ({e.strerror})") from None
+  f = os.fdopen(fd, "rb")
+  if not stat.S_ISREG(os.fstat(fd).st_mode):
+    f.close()
+    raise DataError(f"{path}: not a regular file (expected a safetensors file)")
+  os.set_blocking(fd, True)
+  return f
+
+
+def read_header(path: str | os.PathLike, handle: BinaryIO | None = None) -> dict[str, TensorEntry]:
   """The tensors of a safetensors file, every claim of the header checked against the file.
 
   Only the header is read (at most :data:`MAX_HEADER_BYTES`); no tensor data.
 
+  Args:
+    path: the file (named in errors and in the entries).
+    handle: the file, already opened (and checked) by the caller; None opens ``path``
+      (:func:`open_regular`). The size and identity checked are those of the open file.
   Returns:
-    ``{name: TensorEntry}`` (``__metadata__`` is checked to be a str -> str map and dropped).
+    ``{name: TensorEntry}`` (``__metadata__`` is checked to be a str -> str map and dropped); each
+    entry records the file's ``(st_dev, st_ino)``, so that a reader can tell the same file.
   Raises:
-    DataError: naming the file and the fault: shorter than 8 bytes, a header length of 0, above the
-      limit or past the end of the file, a header that is not a UTF-8 JSON object (duplicate keys and
-      NaN included), an entry without ``dtype`` / ``shape`` / ``data_offsets``, an unknown dtype, a
-      bad shape, offsets outside the data section or not matching shape x dtype, or two tensors whose
-      bytes overlap.
+    DataError: naming the file and the fault: not a regular file, shorter than 8 bytes, a header length
+      of 0, above the limit or past the end of the file, a header that is not a UTF-8 JSON object
+      (duplicate keys and NaN included), more than :data:`MAX_TENSORS` tensors, an entry without
+      ``dtype`` / ``shape`` / ``data_offsets``, an unknown dtype, a bad shape, offsets outside the data
+      section or not matching shape x dtype, or two tensors whose bytes overlap.
   """
   path = pathlib.Path(path)
-  if not path.is_file():
-    raise DataError(f"{path}: safetensors file not found")
-  size = path.stat().st_size
-  if size < 8:
-    raise _fail(path, f"{size} bytes, shorter than the 8-byte header length")
-  with open(path, "rb") as f:
+  own = handle is None
+  f = open_regular(path) if own else handle
+  try:
+    st = os.fstat(f.fileno())
+    size, file_id = st.st_size, (st.st_dev, st.st_ino)
+    if size < 8:
+      raise _fail(path, f"{size} bytes, shorter than the 8-byte header length")
+    f.seek(0)
     n = int.from_bytes(f.read(8), "little")
     if n == 0 or n > MAX_HEADER_BYTES:
       raise _fail(path, f"header length {n} is not in [1, {MAX_HEADER_BYTES}] (not a safetensors file?)")
     if 8 + n > size:
       raise _fail(path, f"header length {n} runs past the end of the {size}-byte file (truncated?)")
     raw = f.read(n)
+  finally:
+    if own:
+      f.close()
+  if len(raw) != n:
+    raise _fail(path, f"header length {n}, but the file ends after {len(raw)} header bytes (truncated?)")
+  # Counted on the bytes, before json builds an object per tensor: every entry names its data_offsets.
+  if raw.count(b'"data_offsets"') > MAX_TENSORS:
+    raise _fail(path, f"more than {MAX_TENSORS} tensors in one file")
   header = strict_json(raw, f"{path}: safetensors header")
   if not isinstance(header, dict):
     raise _fail(path, f"the header is a JSON {type(header).__name__}, not an object")
@@ -159,7 +203,8 @@ def read_header(path: str | os.PathLike) -> dict[str, TensorEntry]:
   if not isinstance(meta, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items()):
     raise _fail(path, "__metadata__ is not a map of strings to strings")
   data_start = 8 + n
-  entries = {name: _entry(path, name, spec, data_start, size - data_start) for name, spec in header.items()}
+  entries = {name: _entry(path, name, spec, data_start, size - data_start, file_id)
+             for name, spec in header.items()}
   spans = sorted((e.begin, e.end, e.name) for e in entries.values() if e.end > e.begin)
   for (_, end0, a), (begin1, _, b) in zip(spans, spans[1:]):
     if begin1 < end0:
@@ -193,7 +238,7 @@ def read_rows(entry: TensorEntry, rows: slice = slice(None), handle: Any = None)
   count = (stop - start) * row_bytes
   buf = np.empty(count, np.uint8)
   own = handle is None
-  f = open(entry.path, "rb") if own else handle
+  f = open_regular(entry.path) if own else handle
   try:
     f.seek(entry.begin + start * row_bytes)
     got = f.readinto(memoryview(buf)) if count else 0

@@ -52,7 +52,10 @@ def check_export_dir(output_dir: str | os.PathLike, workdir: pathlib.Path,
   Refused: a folder that is, holds or lies inside the run's workdir (its checkpoints: ``--overwrite``
   onto ``<workdir>/rl`` would delete them) or a source checkpoint folder; a non-empty folder that is
   not an earlier export of this run (its ``daca_export.json`` names this workdir); an earlier export
-  without ``overwrite``. Symlinks are resolved first, so a link to the workdir is the workdir.
+  without ``overwrite``. Symlinks are resolved first, so a link to the workdir is the workdir, and
+  the folder returned (where the export is written) is the resolved one: a link to a folder, even a
+  dangling one, is that folder (the final rename could not put a folder in place of the link), and
+  ``a/..`` is ``a``'s parent.
 
   Args:
     output_dir: ``--output_dir``.
@@ -60,7 +63,7 @@ def check_export_dir(output_dir: str | os.PathLike, workdir: pathlib.Path,
     sources: the source checkpoint folders (given and recorded, resolved).
     overwrite: ``--overwrite``: replace an earlier export of this run.
   Returns:
-    The absolute export folder.
+    The export folder, resolved (symlinks followed, ``..`` removed).
   Raises:
     ConfigError: naming ``--output_dir``, the folder it collides with and what is allowed.
     DataError: a file, a non-empty folder that is not an earlier export of this run, or an earlier
@@ -80,7 +83,9 @@ def check_export_dir(output_dir: str | os.PathLike, workdir: pathlib.Path,
     if not overwrite:
       raise DataError(f"--output_dir={output_dir} exists and is not empty (an earlier export of this run): "
                       "choose another folder or pass --overwrite to replace it")
-  return out
+  if real.exists() and not real.is_dir():  # a link to a file
+    raise DataError(f"--output_dir={output_dir} leads to {real}, a file, not a folder")
+  return real
 
 
 def parse_shard_size(text: str) -> int | str | None:

@@ -126,6 +126,112 @@ def test_index_entries_and_the_symlinks_they_name_stay_inside_the_folder(valid, 
   assert "expected a plain file name" in _quick(cl.open_checkpoint, folder)
 
 
+@pytest.mark.parametrize("name", ["a\nb.safetensors", "\x1b]0;owned\x07.safetensors", "\u200b.safetensors",
+                                  "x" * 5000 + ".safetensors", "\u00e9" * 128 + ".safetensors"])
+def test_index_names_that_no_file_system_or_terminal_takes_are_refused(valid, tmp_path, name):
+  """A shard name reaches the one-line error messages and the terminal: a newline, a terminal escape,
+  an invisible character or a name longer than a file name may be (255 bytes) is refused, named short."""
+  folder = _copy(valid, tmp_path)
+  index = json.loads((folder / cl.INDEX_FILE).read_text())
+  index["weight_map"][next(iter(index["weight_map"]))] = name
+  (folder / cl.INDEX_FILE).write_text(json.dumps(index))
+  message = _quick(cl.open_checkpoint, folder)
+  assert "is not allowed: expected a plain file name" in message and "\x1b" not in message, message
+
+
+def _first_shard(folder):
+  return sorted(set(json.loads((folder / cl.INDEX_FILE).read_text())["weight_map"].values()))[0]
+
+
+@pytest.mark.parametrize("swap", ["symlink_out", "fifo", "parent_moved"])
+def test_a_file_swapped_between_its_check_and_its_open_is_refused(valid, tmp_path, monkeypatch, swap):
+  """The check (:func:`cf.require`) and the open are two steps: whatever is swapped in between (a link
+  out of the folder, a FIFO that would block the open, the folder itself replaced by a link elsewhere)
+  is caught on the open descriptor, never read."""
+  folder = _copy(valid, tmp_path)
+  shard = _first_shard(folder)
+  outside = tmp_path / "outside"
+  outside.mkdir()
+  real_require = cf.require
+
+  def require(f, name, what):
+    path = real_require(f, name, what)
+    if name == shard:
+      if swap == "symlink_out":
+        shutil.copy(folder / shard, outside / shard)
+        (folder / shard).unlink()
+        (folder / shard).symlink_to(outside / shard)
+      elif swap == "fifo":
+        (folder / shard).unlink()
+        os.mkfifo(folder / shard)
+      else:  # the checked folder's path now leads elsewhere, to a copy holding the same names
+        shutil.copytree(folder, outside / "copy")
+        folder.rename(tmp_path / "moved")
+        folder.symlink_to(outside / "copy")
+    return path
+
+  monkeypatch.setattr(cf, "require", require)
+  message = _quick(cl.open_checkpoint, folder)
+  assert shard in message, message
+  assert {"symlink_out": "changed while being opened", "fifo": "a FIFO",
+          "parent_moved": "outside the checkpoint folder"}[swap] in message, message
+
+
+def test_a_shard_replaced_after_its_header_was_read_is_refused(valid, tmp_path):
+  """The weights are read long after the headers were checked: a shard replaced meanwhile (another file
+  under the same name) is refused, never read with the old header's offsets."""
+  from daca_jax.models.hf_import import checkpoint_config
+
+  folder = _copy(valid, tmp_path)
+  files = cl.open_checkpoint(folder)
+  shard = _first_shard(folder)
+  shutil.copy(folder / shard, tmp_path / "other")
+  os.replace(tmp_path / "other", folder / shard)
+  cfg, family, _ = checkpoint_config(files)
+  assert "replaced since its header was read" in _quick(cl.load_params, files, cfg, family)
+
+
+def _header_file(path, header, data=b""):
+  raw = json.dumps(header).encode()
+  path.write_bytes(len(raw).to_bytes(8, "little") + raw + data)
+
+
+@pytest.mark.parametrize("spec,match", [
+    ({"dtype": ["F32"], "shape": [1], "data_offsets": [0, 4]}, r"unknown dtype \['F32'\]"),
+    ({"dtype": {"F32": 1}, "shape": [1], "data_offsets": [0, 4]}, r"unknown dtype"),
+    ({"dtype": "F32", "shape": [2**64, 2**64, 0], "data_offsets": [0, 4]}, r"needs 0"),
+    ({"dtype": "F32", "shape": [2**40, 2**40], "data_offsets": [0, 4]}, r"needs \d+"),
+])
+def test_safetensors_header_fields_of_any_json_type_are_one_line(tmp_path, spec, match):
+  from daca_jax.models.safetensors_file import read_header
+
+  _header_file(tmp_path / "x.safetensors", {"t": spec}, b"\0" * 4)
+  assert re.search(match, _quick(read_header, tmp_path / "x.safetensors")), match
+
+
+def test_headers_are_bounded_per_file_and_per_folder(valid, tmp_path, monkeypatch):
+  """A header is parsed into objects of ~1 kB per tensor, and an index may name thousands of shards
+  (links to one file): the tensor count of a file is checked on its bytes before parsing, and the
+  headers of all shards together are held to one header's bounds."""
+  from daca_jax.models import safetensors_file
+
+  monkeypatch.setattr(safetensors_file, "MAX_TENSORS", 10)
+  many = {f"t{i}": {"dtype": "U8", "shape": [0], "data_offsets": [0, 0]} for i in range(11)}
+  _header_file(tmp_path / "many.safetensors", many)
+  assert "more than 10 tensors in one file" in _quick(safetensors_file.read_header, tmp_path / "many.safetensors")
+
+  monkeypatch.undo()
+  monkeypatch.setattr(cl, "MAX_HEADER_BYTES", 100_000)
+  folder = _copy(valid, tmp_path)
+  _header_file(folder / "big.safetensors", {"__metadata__": {"pad": "x" * 40_000}})
+  index = json.loads((folder / cl.INDEX_FILE).read_text())
+  for i in range(5):
+    (folder / f"s{i}.safetensors").symlink_to("big.safetensors")
+    index["weight_map"][f"pad{i}"] = f"s{i}.safetensors"
+  (folder / cl.INDEX_FILE).write_text(json.dumps(index))
+  assert "shards' headers hold more than 100000 bytes" in _quick(cl.open_checkpoint, folder)
+
+
 # --- sizes and nesting ----------------------------------------------------------------------------------
 
 
@@ -261,6 +367,49 @@ def test_a_chat_template_that_fails_loops_or_floods_is_stopped_and_named(valid, 
   message = _quick(HFTokenizer.from_checkpoint, folder, seconds=3.0)
   assert f"{where}" in message and "the chat template is refused" in message
   assert re.search(match, message), message
+
+
+_LONG = "{% set s = 'x' * 999999 %}"
+
+
+@pytest.mark.parametrize("template", [
+    # one operation whose result is the product of its inputs' sizes
+    "{{ '%999999999d' % 1 }}", "{{ '{:>999999999}'.format(1) }}", "{{ '%999999999s'|format('x') }}",
+    _LONG + "{{ s|replace('', s) }}", _LONG + "{{ s.replace('x', s) }}",
+    "{% set s = 'x\n' * 400000 %}{{ s|indent(999999) }}", "{{ ('\t' * 999999).expandtabs(999999) }}",
+    "{{ ('x ' * 499999)|wordwrap(1, wrapstring='x' * 999999) }}",
+    # a container holding one long string many times: its join / string / tojson is the product
+    _LONG + "{{ ([s] * 999999)|join }}", _LONG + "{{ ''.join([s] * 999999) }}",
+    _LONG + "{{ ([s] * 999)|string }}", _LONG + "{{ [s, s, s, s, s, s]|tojson }}", _LONG + "{{ [s, s, s] }}",
+    # concatenation and text built outside the output check
+    _LONG + "{{ s ~ s ~ s ~ s ~ s ~ s ~ s ~ s ~ s ~ s ~ s ~ s }}",
+    _LONG + "{% set t %}{% for i in range(100000) %}{{ s }}{% endfor %}{% endset %}{{ t|length }}",
+    _LONG + "{% macro f() %}{% for i in range(100000) %}{{ s }}{% endfor %}{% endmacro %}{{ f()|length }}",
+    # memory kept across loop items (each item within the bounds)
+    "{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = [ns.l] * 999999 %}{% endfor %}",
+    "{% set ns = namespace(p=none) %}{% for i in range(100000) %}{% set ns.p = namespace(p=ns.p, s='x' * 999999) %}"
+    "{% endfor %}",
+    "{% set ns = namespace(d={}) %}{% for i in range(100000) %}{% set ns.d = dict(ns.d, **{('k' ~ i): 'x' * 999999}) %}"
+    "{% endfor %}",
+    "{% set ns = namespace(n=2) %}{% for i in range(100) %}{% set ns.n = ns.n * ns.n %}{% endfor %}",
+    # Jinja's lorem-ipsum global loops in Python for minutes, out of the time bound's reach
+    "{{ lipsum(10**6) }}",
+])
+def test_a_chat_template_cannot_allocate_past_its_bounds(template):
+  """Every value a template builds is bounded by what it holds through nested containers (a list of one
+  long string repeated is as long as its join), and an operation whose inputs promise a huge result is
+  refused before it runs: one line, a fraction of a second, a few MB."""
+  import tracemalloc
+
+  t = chat.ChatTemplate(template, {"bos_token": "<s>"}, origin="/ckpt/chat_template.jinja")
+  tracemalloc.start()
+  try:
+    message = _quick(t.user_turn, "Hello", seconds=4.0)  # tracemalloc slows the walks
+    peak = tracemalloc.get_traced_memory()[1]
+  finally:
+    tracemalloc.stop()
+  assert message.startswith("/ckpt/chat_template.jinja: the chat template is refused: "), message
+  assert peak < 100 * 2**20, (peak, message)
 
 
 def test_a_released_template_renders_well_inside_the_bounds(valid):

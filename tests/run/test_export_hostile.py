@@ -85,3 +85,21 @@ def test_command_line_overwrite_into_the_workdir_exits_2(run):
   assert out.returncode == 2, out.stderr
   assert out.stderr.strip().splitlines()[-1].startswith("error: --output_dir=") and "Traceback" not in out.stderr
   assert Checkpointer(wd / "rl").all_steps() == [3]
+
+
+def test_an_output_that_is_a_symlink_is_written_where_it_leads(run):
+  """``--output_dir`` a link to an empty folder, or a dangling one: the export is written at the target
+  (the final rename cannot put a folder in place of the link: it failed after the whole export), the
+  link is left as it was, and ``--overwrite`` through the link replaces the earlier export there."""
+  _, wd, base = run
+  (base / "empty_target").mkdir()
+  (base / "to_empty").symlink_to(base / "empty_target")
+  (base / "to_nowhere").symlink_to(base / "not_yet")
+  for link, target in (("to_empty", "empty_target"), ("to_nowhere", "not_yet")):
+    done = export_workdir(wd, base / link, **quiet)
+    assert done.output_dir == base / target and (base / target / "daca_export.json").is_file()
+    assert (base / link).is_symlink() and (base / link).resolve() == base / target
+  (base / "empty_target" / "stale").write_text("from before")
+  export_workdir(wd, base / "to_empty", overwrite=True, **quiet)
+  assert (base / "to_empty").is_symlink() and not (base / "empty_target" / "stale").exists()
+  assert (base / "empty_target" / "daca_export.json").is_file()
