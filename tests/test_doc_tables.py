@@ -28,6 +28,10 @@ REFERENCE_TABLES = {
     "| value | GDPO | source |",
     "| registry | names | source |",
     "| task (`task.name`) | data (`../shared/data`, or `$DACA_DATA_DIR`) | grading | checked on the real files |",
+    # the credit pre-registration's protocol (docs/results/credit_preregistration.md): no measured numbers
+    "| piece | where | what it does |",
+    "| variant | knob | status |",
+    "| arm | overrides | role |",
 }
 
 
