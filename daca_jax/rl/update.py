@@ -182,7 +182,8 @@ def make_objective_grad(logits_fn: Any, cfg: TrainConfig, *, mask_id: int,
       if seq_adv is None:  # REINFORCE++: the rollout policy's KL under this pass's masks
         seq_adv = advantage(rewards, rl.group_size, jnp.sum(mask * (old - ref), -1), rl.beta)
       batch = PolicyBatch(logp_old=old, logp_ref=ref, advantages=seq_adv, weights=w, mask=mask,
-                          rewards=rewards, commit_now=commit_now, token_advantages=tok_adv)
+                          rewards=rewards, commit_now=commit_now, token_advantages=tok_adv,
+                          completion_mask=traj.completion_mask)
       loss, aux = objective(logp, batch, rl)
       if adv is None:
         aux = dict(aux, adv_std=jnp.std(seq_adv))
