@@ -646,20 +646,22 @@ class SPGBlockConfig:
   Attributes:
     num_t: masked contexts (forward passes) per sequence, each with its own block; at most the
       completion's ``gen_length / block_length`` blocks (SPG: 2).
-    block_length: completion positions per block; divides ``rollout.gen_length`` (SPG: 32, its rollout's
-      block length). ``block_length = gen_length`` is SPG's ``forward_type="random"``.
+    block_length: completion positions per block; divides ``rollout.gen_length``; 0 means
+      ``rollout.block_length`` (the learner fills it in: SPG masks its generation blocks, 32 in its recipe).
+      ``block_length = gen_length`` is SPG's ``forward_type="random"``.
     min_t: fewest positions of the chosen block masked, as a fraction of its valid positions (at least 1).
     max_t: most positions masked, as that fraction; ``min_t = max_t = 1`` is ``forward_type="block_all"``.
   """
 
   num_t: int = 2
-  block_length: int = 32
+  block_length: int = 0
   min_t: float = 0.0
   max_t: float = 1.0
 
   def validate(self, prefix: str = "likelihood.spg_block") -> "SPGBlockConfig":
     _check_fields(prefix, self)
-    _positive(prefix, self, "num_t", "block_length")
+    _positive(prefix, self, "num_t")
+    _non_negative(prefix, self, "block_length")
     if not 0.0 <= self.min_t <= self.max_t <= 1.0:
       raise ConfigError(f"{prefix}.min_t", self.min_t, f"0 <= min_t <= max_t={self.max_t} <= 1")
     return self
@@ -794,7 +796,8 @@ class RLConfig:
     advantage: sequence-advantage estimator (registry ``ADVANTAGES``, :mod:`daca_jax.rl.advantages`):
       "group_mean" (d1: r − group mean), "group_std" (GRPO: also / group std), "batch_whiten"
       (whitened over the whole batch), "reinforce_pp" (REINFORCE++: KL-shaped reward, whitened over
-      the batch); "" picks the objective's own (``reinforce_pp`` for that objective, else
+      the batch), "rloo" (leave-one-out group baseline, ESPO's); "" picks the objective's own
+      (``reinforce_pp`` for that objective, ``rloo`` for ``espo``, else
       ``group_mean``, or ``group_std`` with ``normalize_adv_std``).
     learning_rate: peak AdamW learning rate.
     warmup_steps: linear warmup (optimizer updates).

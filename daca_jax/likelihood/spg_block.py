@@ -52,6 +52,8 @@ def spg_block_masks(key: jax.Array, lengths: jax.Array, gen_length: int, num_t: 
   Raises:
     ValueError: ``block_length`` does not divide L, or ``num_t`` exceeds the block count (trace time).
   """
+  if block_length <= 0:
+    raise ValueError("likelihood.spg_block.block_length must be set (the learner fills 0 with rollout.block_length)")
   if gen_length % block_length:
     raise ValueError(f"likelihood.spg_block.block_length={block_length} must divide the completion length {gen_length}")
   num_blocks = gen_length // block_length
@@ -100,7 +102,8 @@ def spg_block_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_le
     key: PRNG key of the masks.
     mask_id: ``[MASK]`` id.
     completion_mask: float32 [B, L] (1 up to and including the first EOS); None: every position valid.
-    spg_block: ``num_t``, ``block_length``, ``min_t``, ``max_t`` (``likelihood.spg_block``).
+    spg_block: ``num_t``, ``block_length`` (> 0: the learner fills 0 with ``rollout.block_length``),
+      ``min_t``, ``max_t`` (``likelihood.spg_block``).
     p_mask_prompt: SPG's ``p_mask_prompt``, applied to every position the block mask leaves clean.
     strata_batch: 0 vectorises the ``num_t`` passes; 0 < n < num_t runs n at a time (``lax.map``).
   Returns:

@@ -131,12 +131,13 @@ def check_spg_config(cfg: TrainConfig, token_level: bool = False) -> None:
   rl = cfg.rl
   if rl.likelihood == "spg_block":
     blk = cfg.likelihood.spg_block
-    if cfg.rollout.gen_length % blk.block_length:
+    size = blk.block_length or cfg.rollout.block_length  # 0: the rollout's blocks
+    if cfg.rollout.gen_length % size:
       raise ConfigError("likelihood.spg_block.block_length", blk.block_length,
                         f"a divisor of rollout.gen_length={cfg.rollout.gen_length} (SPG masks whole blocks)")
-    if blk.num_t > cfg.rollout.gen_length // blk.block_length:
+    if blk.num_t > cfg.rollout.gen_length // size:
       raise ConfigError("likelihood.spg_block.num_t", blk.num_t,
-                        f"<= the {cfg.rollout.gen_length // blk.block_length} blocks of the completion "
+                        f"<= the {cfg.rollout.gen_length // size} blocks of {size} positions of the completion "
                         "(one block per context, SPG asserts num_t <= num_blocks)")
   if rl.objective != "spg":
     return

@@ -38,11 +38,14 @@ UpdateFn = Callable[..., tuple[Any, optax.OptState, dict[str, jax.Array]]]
 
 def with_trajectory_steps(cfg: TrainConfig) -> TrainConfig:
   """``cfg`` with ``likelihood.trajectory_steps`` = ``rollout.steps`` when unset (0): the trajectory and
-  RLDF estimators rebuild the rollout's own steps."""
-  if cfg.likelihood.trajectory_steps:
-    return cfg
-  return dataclasses.replace(cfg, likelihood=dataclasses.replace(cfg.likelihood,
-                                                                 trajectory_steps=cfg.rollout.steps))
+  RLDF estimators rebuild the rollout's own steps; and ``likelihood.spg_block.block_length`` =
+  ``rollout.block_length`` when unset (0): SPG masks the rollout's blocks."""
+  lik = cfg.likelihood
+  if not lik.spg_block.block_length:
+    lik = dataclasses.replace(lik, spg_block=dataclasses.replace(lik.spg_block, block_length=cfg.rollout.block_length))
+  if not lik.trajectory_steps:
+    lik = dataclasses.replace(lik, trajectory_steps=cfg.rollout.steps)
+  return cfg if lik == cfg.likelihood else dataclasses.replace(cfg, likelihood=lik)
 
 
 def check_rollout_batch(cfg: TrainConfig, traj: Trajectory, rewards: Any, weights: Any = None) -> tuple[int, int]:
