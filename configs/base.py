@@ -99,10 +99,10 @@ def get_config() -> ml_collections.ConfigDict:
   c.likelihood.spg_block.block_length = 0  # spg_block: positions per block, dividing rollout.gen_length (0: rollout.block_length).
   c.likelihood.spg_block.min_t = 0.0  # spg_block: fewest masked in the chosen block, fraction of its valid positions.
   c.likelihood.spg_block.max_t = 1.0  # spg_block: most masked in the chosen block, that fraction.
-  c.likelihood.espo = ml_collections.ConfigDict()
-  c.likelihood.espo.num_mc = 1  # espo_elbo: mask draws averaged (ESPO's recipes: 2).
-  c.likelihood.espo.coupled = True  # espo_elbo: also score each mask's complement (ESPO reduce_var).
-  c.likelihood.espo.stratify = "row"  # espo_elbo: mask counts stratified over a row's draws | batch (ESPO's; grad_accum 1 only).
+  c.likelihood.espo_elbo = ml_collections.ConfigDict()
+  c.likelihood.espo_elbo.num_mc = 1  # espo_elbo: mask draws averaged (ESPO's recipes: 2).
+  c.likelihood.espo_elbo.coupled = True  # espo_elbo: also score each mask's complement (ESPO reduce_var).
+  c.likelihood.espo_elbo.stratify = "row"  # espo_elbo: mask counts stratified over a row's draws | batch (ESPO's; grad_accum 1 only).
 
   c.rl = ml_collections.ConfigDict()
   c.rl.objective = "diffu_grpo"  # Base method: diffu_grpo | wd1 | gdpo | gspo | reinforce_pp | rldf | spg | espo.

@@ -294,11 +294,11 @@ def _espo(c: ml_collections.ConfigDict, task: str) -> None:
   c.rl.objective = "espo"  # espo_train.py ESPOTrainer: sequence ELBO ratio / L, clipped, k2 KL
   c.rl.likelihood = "espo_elbo"  # espo_trainer.py _get_elbo: stratified counts, coupled complement
   c.likelihood.elbo_terms = "summed"  # the ratio and KL are on the sequence ELBO (ESPOTrainer.compute_loss)
-  c.likelihood.espo.num_mc = 2  # run_<task>_llada.sh --num_mc 2
-  c.likelihood.espo.coupled = True  # train.yaml reduce_var: true
+  c.likelihood.espo_elbo.num_mc = 2  # run_<task>_llada.sh --num_mc 2
+  c.likelihood.espo_elbo.coupled = True  # train.yaml reduce_var: true
   # ESPO stratifies over the 3 rows of a device's micro-batch (forward_process); with rl.grad_accum > 1
   # the rows draw from their own keys, so the presets stratify a row's 2 draws ("batch" is refused there).
-  c.likelihood.espo.stratify = "row"
+  c.likelihood.espo_elbo.stratify = "row"
   c.likelihood.p_mask_prompt = 0.0  # forward_process masks completion positions only
   c.rl.advantage = "rloo"  # _generate_and_score_completions leave_one_out = True; train.yaml scale_rewards: false
   c.rl.beta = _ESPO_BETA[task]  # run_<task>_llada.sh --beta

@@ -689,7 +689,7 @@ class ESPOELBOConfig:
   coupled: bool = True
   stratify: str = "row"
 
-  def validate(self, prefix: str = "likelihood.espo") -> "ESPOELBOConfig":
+  def validate(self, prefix: str = "likelihood.espo_elbo") -> "ESPOELBOConfig":
     _check_fields(prefix, self)
     _positive(prefix, self, "num_mc")
     _one_of(prefix, self, "stratify", ESPO_STRATIFY)
@@ -723,7 +723,7 @@ class LikelihoodConfig:
     trajectory: :class:`TrajectoryConfig`.
     rldf: :class:`RLDFConfig`.
     spg_block: :class:`SPGBlockConfig` (SPG's block-wise masks).
-    espo: :class:`ESPOELBOConfig` (ESPO's stratified, coupled ELBO).
+    espo_elbo: :class:`ESPOELBOConfig` (ESPO's stratified, coupled ELBO).
   """
 
   p_mask_prompt: float = 0.0
@@ -736,7 +736,7 @@ class LikelihoodConfig:
   trajectory: TrajectoryConfig = TrajectoryConfig()
   rldf: RLDFConfig = RLDFConfig()
   spg_block: SPGBlockConfig = SPGBlockConfig()
-  espo: ESPOELBOConfig = ESPOELBOConfig()
+  espo_elbo: ESPOELBOConfig = ESPOELBOConfig()
 
   def validate(self, prefix: str = "likelihood") -> "LikelihoodConfig":
     _check_sections(prefix, self)

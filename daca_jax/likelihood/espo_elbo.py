@@ -9,7 +9,7 @@ uniformly, masked (pass 1) and scored with the factor ``(L+1)/x`` (ESPO divides 
 its positions scored with ``(L+1)/(L−x)`` (ESPO's ``L/(L+1) − p_mask``), and the two passes are
 averaged, so every position is scored exactly once per draw. The counts are stratified: ESPO draws an
 offset ``k ~ U{0, …, L}`` and gives row r of the B rows of a call ``x_r = round(k + r(L+1)/B) mod (L+1)``
-(``likelihood.espo.stratify="batch"``); ``"row"`` stratifies the ``num_mc`` draws of one sequence the
+(``likelihood.espo_elbo.stratify="batch"``); ``"row"`` stratifies the ``num_mc`` draws of one sequence the
 same way instead (``x_m = round(k + m(L+1)/M) mod (L+1)``), which keeps the masks row-local (per-row keys
 under ``rl.grad_accum`` and data parallelism).
 
@@ -48,7 +48,7 @@ def espo_counts(key: jax.Array, batch: int, length: int, num_mc: int, stratify: 
     return jax.vmap(lambda k: stratified_counts(k, batch, length))(jax.random.split(key, num_mc))
   if stratify == "row":  # one offset per row, shared by its draws
     return jax.vmap(lambda k: stratified_counts(k, num_mc, length))(jax.random.split(key, batch)).T
-  raise ValueError(f"likelihood.espo.stratify={stratify!r} is not 'row' or 'batch'")
+  raise ValueError(f"likelihood.espo_elbo.stratify={stratify!r} is not 'row' or 'batch'")
 
 
 def exact_count_masks(key: jax.Array, counts: jax.Array, length: int) -> jax.Array:
@@ -60,7 +60,7 @@ def exact_count_masks(key: jax.Array, counts: jax.Array, length: int) -> jax.Arr
 
 @register_estimator("espo_elbo")
 def espo_elbo_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
-                       *, mask_id: int, espo: ESPOELBOConfig = ESPOELBOConfig(),
+                       *, mask_id: int, espo_elbo: ESPOELBOConfig = ESPOELBOConfig(),
                        p_mask_prompt: float = LikelihoodConfig.p_mask_prompt,
                        strata_batch: int = LikelihoodConfig.strata_batch) -> TokenScores:
   """ESPO's ELBO targets (kind ``"elbo"``; ``contributions()`` [B, L] are the per-token ELBO terms, whose
@@ -72,7 +72,7 @@ def espo_elbo_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_le
     prompt_len: P (static).
     key: PRNG key (prompt mask, counts, positions).
     mask_id: ``[MASK]`` id.
-    espo: ``num_mc``, ``coupled``, ``stratify`` (``likelihood.espo``).
+    espo_elbo: ``num_mc``, ``coupled``, ``stratify`` (``likelihood.espo_elbo``).
     p_mask_prompt: prompt masking of the library's estimators (ESPO masks no prompt token: 0).
     strata_batch: 0 vectorises the passes; 0 < n < passes runs n at a time (``lax.map``, rematerialised).
   Returns:
@@ -84,14 +84,14 @@ def espo_elbo_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_le
   k_count, k_pos = jax.random.split(k_est)
   b, total = tokens.shape
   length = total - prompt_len
-  m = espo.num_mc
-  counts = espo_counts(k_count, b, length, m, espo.stratify)  # [M, B]
+  m = espo_elbo.num_mc
+  counts = espo_counts(k_count, b, length, m, espo_elbo.stratify)  # [M, B]
   first = exact_count_masks(k_pos, counts, length)  # [M, B, L]
   x = counts.astype(jnp.float32)[..., None]
-  share = 1.0 / (m * (2 if espo.coupled else 1))
+  share = 1.0 / (m * (2 if espo_elbo.coupled else 1))
   # Zero, not inf, where a pass has no target (x = 0 or x = L): 0·inf would be NaN.
   f_first = jnp.where(x > 0, (length + 1) / jnp.maximum(x, 1.0), 0.0)
-  if espo.coupled:
+  if espo_elbo.coupled:
     f_second = jnp.where(x < length, (length + 1) / jnp.maximum(length - x, 1.0), 0.0)
     masks = jnp.stack([first, ~first], axis=1).reshape(2 * m, b, length)  # draw-major
     factors = jnp.stack([f_first, f_second], axis=1).reshape(2 * m, b, 1)

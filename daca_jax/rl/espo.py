@@ -85,13 +85,13 @@ def check_espo_config(cfg: TrainConfig, token_level: bool = False) -> None:
     cfg: the configuration (values already validated).
     token_level: ``rl.credit`` returns per-token advantages.
   Raises:
-    ConfigError: ``likelihood.espo.stratify="batch"`` with ``rl.grad_accum > 1``; ``rl.objective="espo"``
+    ConfigError: ``likelihood.espo_elbo.stratify="batch"`` with ``rl.grad_accum > 1``; ``rl.objective="espo"``
       with per-token advantages, ``likelihood.elbo_terms="per_target"``, an estimator of
       :data:`ESPO_REFUSED_LIKELIHOODS`.
   """
   rl = cfg.rl
-  if rl.likelihood == "espo_elbo" and cfg.likelihood.espo.stratify == "batch" and rl.grad_accum > 1:
-    raise ConfigError("likelihood.espo.stratify", "batch", "'row' with rl.grad_accum > 1 (micro-batches draw "
+  if rl.likelihood == "espo_elbo" and cfg.likelihood.espo_elbo.stratify == "batch" and rl.grad_accum > 1:
+    raise ConfigError("likelihood.espo_elbo.stratify", "batch", "'row' with rl.grad_accum > 1 (micro-batches draw "
                       "each row's masks from its own key, so there is no batch of rows to stratify over)")
   if rl.objective != "espo":
     return

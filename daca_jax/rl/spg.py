@@ -90,20 +90,20 @@ def spg_loss(logp: jax.Array, batch: PolicyBatch, *, spg: SPGConfig = SPGConfig(
 
   Args:
     logp: float32 [B, S·L] the current policy's log-probs of the estimator's targets (differentiable).
-    batch: ``mask``, ``weights`` [B, S·L]; ``advantages`` [B]; ``completion_mask`` [B, L] (required:
-      the per-context mask rates and the sequence lengths).
+    batch: ``mask``, ``weights`` [B, S·L]; ``advantages`` [B]; ``completion_mask`` [B, L] (the
+      per-context mask rates and the sequence lengths; the learner sets it; None means S = 1 and the
+      completion mask is ``batch.mask``).
     spg: ``eubo_beta`` β and ``mix_weight`` ω (``rl.spg``).
   Returns:
     (scalar loss, aux with "pg_loss", "elbo", "eubo" (batch means of the bounds), "neg_frac" (rows
     on the mixed bound), "kl" (0), "clip_frac" (0), "ratio_mean" (1)).
   Raises:
-    ValueError: ``batch.token_advantages`` set, or ``batch.completion_mask`` missing.
+    ValueError: ``batch.token_advantages`` set.
   """
   _sequence_advantages_only(batch, "spg")
-  if batch.completion_mask is None:
-    raise ValueError("objective 'spg' needs batch.completion_mask (the learner sets it): the per-context "
-                     "mask rates and the sequence lengths come from it")
-  cm = batch.completion_mask
+  # Without the completion mask (a direct call on [B, L] log-probs): one context whose targets are the
+  # completion, t = 1.
+  cm = batch.mask if batch.completion_mask is None else batch.completion_mask
   elbo, eubo = spg_bounds(logp, batch.mask, batch.weights, cm, spg.eubo_beta)
   adv = batch.advantages
   positive = adv > 0

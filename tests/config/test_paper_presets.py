@@ -90,7 +90,7 @@ def test_spg_and_espo_recipe_values():
   sudoku = train_config_from_dict(paper.get_config("spg_sudoku"))
   assert (sudoku.rl.spg.eubo_beta, sudoku.rollout.temperature, sudoku.rl.grad_accum) == (1.0, 0.3, 4)
   espo = train_config_from_dict(paper.get_config("espo_gsm8k"))
-  e = espo.likelihood.espo
+  e = espo.likelihood.espo_elbo
   assert (e.num_mc, e.coupled, e.stratify, espo.likelihood.elbo_terms, espo.likelihood.p_mask_prompt) == (
       2, True, "row", "summed", 0.0)
   assert (espo.rl.advantage, espo.rl.beta, espo.rl.clip_eps, espo.rl.num_iterations) == ("rloo", 1e-3, 0.2, 8)
@@ -111,7 +111,7 @@ def test_smoke_forms_are_tiny_and_keep_the_recipe():
   method_fields = ("rl.objective", "rl.credit", "rl.likelihood", "rl.advantage", "rl.clip_eps", "rl.beta",
                    "rl.learning_rate", "rl.adam_b2", "rl.weight_decay", "rl.max_grad_norm",
                    "likelihood.p_mask_prompt", "likelihood.elbo.nodes", "rollout.block_length",
-                   "likelihood.elbo_terms", "likelihood.spg_block", "likelihood.espo", "rl.spg",
+                   "likelihood.elbo_terms", "likelihood.spg_block", "likelihood.espo_elbo", "rl.spg",
                    "rollout.temperature", "task.name", "task.reward", "task.train_prompt_style", "task.options",
                    "model.lora_dropout", "model.require_checkpoint", "eval.protocol", "eval.block_length",
                    "eval.steps", "eval.temperature", "seed")

@@ -187,7 +187,7 @@ def test_estimator_elbo_matches_the_reference_transcription(cfg):
   params = make_params(P + L, V, seed=1)
   key = jax.random.PRNGKey(11)
   s = jax.jit(lambda t, k: espo_elbo_logprobs(jax_logits, jax.tree.map(jnp.asarray, params), t, P, k, mask_id=MASK,
-                                              espo=cfg))(jnp.asarray(tokens), key)
+                                              espo_elbo=cfg))(jnp.asarray(tokens), key)
   assert s.kind == "elbo" and s.num_states == cfg.num_mc * (2 if cfg.coupled else 1)
   _, k_est = jax.random.split(key)
   k_count, k_pos = jax.random.split(k_est)
@@ -206,7 +206,7 @@ def test_estimator_with_zero_and_full_mask_counts_is_finite():
   tokens = jnp.asarray(rng.integers(0, 9, (L + 1, P + L)), jnp.int32)  # B = L+1 rows: counts 0..L all drawn
   params = jax.tree.map(jnp.asarray, make_params(P + L, V, seed=2))
   s = espo_elbo_logprobs(jax_logits, params, tokens, P, jax.random.PRNGKey(0), mask_id=MASK,
-                         espo=ESPOELBOConfig(num_mc=1, stratify="batch"))
+                         espo_elbo=ESPOELBOConfig(num_mc=1, stratify="batch"))
   assert np.isfinite(np.asarray(s.contributions())).all()
   counts = np.asarray(np.asarray(s.mask)[:, :L].sum(-1))
   assert set(counts.astype(int)) == set(range(L + 1))
@@ -218,7 +218,7 @@ def _train_cfg(lik=None, **rl):
   base = dict(objective="espo", likelihood="espo_elbo", credit="uniform", beta=0.01, clip_eps=0.2, group_size=4,
               prompts_per_step=2)
   return TrainConfig(rollout=RolloutConfig(gen_length=8, block_length=4, steps=4),
-                     likelihood=lik or LikelihoodConfig(elbo_terms="summed", espo=ESPOELBOConfig(num_mc=2)),
+                     likelihood=lik or LikelihoodConfig(elbo_terms="summed", espo_elbo=ESPOELBOConfig(num_mc=2)),
                      rl=RLConfig(**{**base, **rl}))
 
 
@@ -236,15 +236,15 @@ def test_espo_config_accepts_the_recipe_sml_and_other_sequence_likelihoods():
     (LikelihoodConfig(elbo_terms="summed", spg_block=SPGBlockConfig(block_length=4)), dict(likelihood="spg_block"),
      r"rl\.likelihood='spg_block'.*not a sequence likelihood"),
     (None, dict(credit="token_reward"), r"rl\.credit='token_reward'.*sequence-level action"),
-    (LikelihoodConfig(elbo_terms="summed", espo=ESPOELBOConfig(stratify="batch")), dict(grad_accum=2),
-     r"likelihood\.espo\.stratify='batch'.*'row' with rl\.grad_accum > 1"),
+    (LikelihoodConfig(elbo_terms="summed", espo_elbo=ESPOELBOConfig(stratify="batch")), dict(grad_accum=2),
+     r"likelihood\.espo_elbo\.stratify='batch'.*'row' with rl\.grad_accum > 1"),
 ])
 def test_espo_refuses_combinations_that_are_not_meaningful(lik, rl, match):
   with pytest.raises(ConfigError, match=match):
     validate(_train_cfg(lik, **rl))
-  with pytest.raises(ConfigError, match=r"likelihood\.espo\.num_mc"):
+  with pytest.raises(ConfigError, match=r"likelihood\.espo_elbo\.num_mc"):
     ESPOELBOConfig(num_mc=0).validate()
-  with pytest.raises(ConfigError, match=r"likelihood\.espo\.stratify"):
+  with pytest.raises(ConfigError, match=r"likelihood\.espo_elbo\.stratify"):
     ESPOELBOConfig(stratify="prompt").validate()
 
 

@@ -154,11 +154,12 @@ def test_gradient_matches_finite_differences_of_the_reference():
   np.testing.assert_array_equal(g[np.asarray(batch.mask) == 0], 0.0)
 
 
-def test_spg_needs_the_completion_mask_and_sequence_advantages():
+def test_without_the_completion_mask_spg_reads_one_context_and_refuses_token_advantages():
   logp, pm, cm, adv = _case()
+  one = _policy_batch(np.ones((B, 1, L), bool), cm, adv)
+  np.testing.assert_allclose(float(spg_loss(_flat(logp[:, :1]), one.replace(completion_mask=None))[0]),
+                             float(spg_loss(_flat(logp[:, :1]), one)[0]), rtol=1e-6)
   batch = _policy_batch(pm, cm, adv)
-  with pytest.raises(ValueError, match="completion_mask"):
-    spg_loss(_flat(logp), batch.replace(completion_mask=None))
   with pytest.raises(ValueError, match="sequence advantages"):
     spg_loss(_flat(logp), batch.replace(token_advantages=batch.weights))
 
