@@ -682,7 +682,8 @@ class ESPOELBOConfig:
     stratify: how mask counts are stratified: "row" (the ``num_mc`` draws of a sequence share one
       random offset on a grid of ``L+1`` counts: row-local, so independent of ``rl.grad_accum`` and the
       device count) or "batch" (ESPO's: the rows of one estimator call share the offset, row r at
-      ``offset + r (L+1)/B``; only with ``rl.grad_accum = 1`` and no per-row keys).
+      ``offset + r (L+1)/B``; refused with ``rl.grad_accum > 1`` and ``parallel.strategy="pmap"``, whose
+      rows draw from their own keys).
   """
 
   num_mc: int = 1

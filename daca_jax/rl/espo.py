@@ -85,14 +85,16 @@ def check_espo_config(cfg: TrainConfig, token_level: bool = False) -> None:
     cfg: the configuration (values already validated).
     token_level: ``rl.credit`` returns per-token advantages.
   Raises:
-    ConfigError: ``likelihood.espo_elbo.stratify="batch"`` with ``rl.grad_accum > 1``; ``rl.objective="espo"``
+    ConfigError: ``likelihood.espo_elbo.stratify="batch"`` with ``rl.grad_accum > 1`` or ``pmap``; ``rl.objective="espo"``
       with per-token advantages, ``likelihood.elbo_terms="per_target"``, an estimator of
       :data:`ESPO_REFUSED_LIKELIHOODS`.
   """
   rl = cfg.rl
-  if rl.likelihood == "espo_elbo" and cfg.likelihood.espo_elbo.stratify == "batch" and rl.grad_accum > 1:
-    raise ConfigError("likelihood.espo_elbo.stratify", "batch", "'row' with rl.grad_accum > 1 (micro-batches draw "
-                      "each row's masks from its own key, so there is no batch of rows to stratify over)")
+  per_row = rl.grad_accum > 1 or cfg.parallel.strategy == "pmap"  # each row drawn under its own key
+  if rl.likelihood == "espo_elbo" and cfg.likelihood.espo_elbo.stratify == "batch" and per_row:
+    raise ConfigError("likelihood.espo_elbo.stratify", "batch", "'row' with rl.grad_accum > 1 or parallel.strategy="
+                      "'pmap' (each row's masks are drawn from its own key there, so there is no batch of rows to "
+                      "stratify over)")
   if rl.objective != "espo":
     return
   if token_level:
