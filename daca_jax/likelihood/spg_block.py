@@ -17,6 +17,9 @@ positions (the completion mask: up to and including the first EOS):
    ``is_mask_prompt = ~is_mask & (rand < p_mask_prompt)`` spans the whole sequence, not the prompt only);
    completion positions masked this way are scored too.
 
+Where ``⌊n_k·max_t⌋ < 1`` (e.g. ``max_t = 0``) SPG's assertion ``start <= end`` would fail; here one position
+is masked. The random draws are JAX's, not torch's: the same distribution, not the same masks.
+
 The targets of a context are its masked completion positions (SPG's ``perturb_mask``; the learner
 intersects them with the completion mask). This module only builds the contexts and scores them: the
 lower and upper bounds and their 1/t factors (``t`` = the context's share of masked valid positions) are
