@@ -94,11 +94,20 @@ def get_config() -> ml_collections.ConfigDict:
   c.likelihood.rldf.states = 4  # rldf: rollout states rebuilt per sequence (one pass each).
   c.likelihood.rldf.sampling = "softmax"  # rldf: softmax of step surprisal | uniform | topk.
   c.likelihood.rldf.temperature = 1.0  # rldf: T of the softmax state sampling.
+  c.likelihood.spg_block = ml_collections.ConfigDict()
+  c.likelihood.spg_block.num_t = 2  # spg_block: block-masked contexts (passes) per sequence (SPG: 2).
+  c.likelihood.spg_block.block_length = 0  # spg_block: positions per block, dividing rollout.gen_length (0: rollout.block_length).
+  c.likelihood.spg_block.min_t = 0.0  # spg_block: fewest masked in the chosen block, fraction of its valid positions.
+  c.likelihood.spg_block.max_t = 1.0  # spg_block: most masked in the chosen block, that fraction.
+  c.likelihood.espo_elbo = ml_collections.ConfigDict()
+  c.likelihood.espo_elbo.num_mc = 1  # espo_elbo: mask draws averaged (ESPO's recipes: 2).
+  c.likelihood.espo_elbo.coupled = True  # espo_elbo: also score each mask's complement (ESPO reduce_var).
+  c.likelihood.espo_elbo.stratify = "row"  # espo_elbo: mask counts stratified over a row's draws | batch (ESPO's; grad_accum 1 only).
 
   c.rl = ml_collections.ConfigDict()
-  c.rl.objective = "diffu_grpo"  # Base method: diffu_grpo | wd1 | gdpo | gspo | reinforce_pp | rldf.
+  c.rl.objective = "diffu_grpo"  # Base method: diffu_grpo | wd1 | gdpo | gspo | reinforce_pp | rldf | spg | espo.
   c.rl.credit = "dps"  # uniform | dps (DACA's Denoising Progress Scores) | dtca | delta | position_value | token_reward.
-  # mean_field (d1) | stratified (DACA's SML) | coupled | elbo | trajectory | rldf.
+  # mean_field (d1) | stratified (DACA's SML) | coupled | elbo | trajectory | rldf | spg_block (SPG) | espo_elbo (ESPO).
   c.rl.likelihood = "stratified"
   c.rl.steps = 150  # RL iterations (one rollout batch each).
   c.rl.prompts_per_step = 8  # Distinct prompts per iteration.
@@ -110,7 +119,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.rl.beta = 0.04  # k3 KL penalty to the SFT reference (d1).
   c.rl.normalize_adv_std = False  # d1 uses r - mean(r) without dividing by the std.
   # Advantage estimator: "" = the objective's own (reinforce_pp's, else group_mean, or group_std with
-  # normalize_adv_std) | group_mean (d1) | group_std (GRPO) | batch_whiten | reinforce_pp.
+  # normalize_adv_std; espo's: rloo) | group_mean (d1) | group_std (GRPO) | batch_whiten | reinforce_pp | rloo.
   c.rl.advantage = ""
   c.rl.learning_rate = 1e-4  # Peak AdamW learning rate.
   c.rl.warmup_steps = 5  # Linear warmup (optimizer updates).
@@ -126,6 +135,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.rl.eval_every = 0  # Evaluate on the validation split every N iterations (0: never; needs task.num_val_examples).
   c.rl.replicate = 0  # RL's draw of rollout keys and prompt order: 0 = the seed's own | k > 0: another, same warm start.
   c.rl.grad_agreement = True  # Log grad_cos: cosine of successive batches' gradients (one params-sized buffer).
+  c.rl.spg = ml_collections.ConfigDict()
+  c.rl.spg.eubo_beta = 1.5  # spg: β of the upper bound's power mean (SPG: 1.5; Sudoku 1.0).
+  c.rl.spg.mix_weight = 0.5  # spg: ω, the upper bound's share for A <= 0 (1: EUBO only, 0: ELBO only).
 
   c.sft = ml_collections.ConfigDict()
   c.sft.steps = 300  # Warm-start steps (masked-diffusion SFT on the task's generated targets).

@@ -9,7 +9,7 @@ Launch (from the repository root; the checkpoint folder is yours, downloaded bef
       --config.model.init_checkpoint=/tmp/tiny-llada
 
 Names (the text after ':'): ``<base>_<task>[_<arm>][,smoke]`` with base in :data:`BASES` (d1 =
-diffu-GRPO, wd1, gdpo), task in :data:`TASKS` and arm in :data:`ARMS`: none = the base method, ``dps``
+diffu-GRPO, wd1, gdpo, spg, espo), task in :data:`TASKS` and arm in :data:`ARMS`: none = the base method, ``dps``
 = ``rl.credit=dps``, ``sml`` = ``rl.likelihood=stratified``, ``daca`` = both. :func:`preset_names`
 lists all 84 (and their ``,smoke`` forms).
 
@@ -49,7 +49,7 @@ import ml_collections
 from configs import base
 from daca_jax.errors import ConfigError
 
-BASES = ("d1", "wd1", "gdpo")
+BASES = ("d1", "wd1", "gdpo", "spg", "espo")
 TASKS = ("gsm8k", "math500", "countdown", "sudoku", "humaneval", "mbpp", "json")
 ARMS = ("", "dps", "sml", "daca")
 
@@ -63,6 +63,8 @@ SOURCES = {
                  "(research/gdpo/configs/gdpo_llada_8b.yaml, README.md: a port of GDPO's published recipe; "
                  "the authors' kevinrojas1499/GDPO is not in the offline store)",
     "llada": "ML-GSAI/LLaDA @ b7e6c3565f194352da44b38dd12b6970597309f3 (generate.py)",
+    "spg": "facebookresearch/SPG @ a1c712091aee3fde759bbf73b7850546265cd52d",
+    "espo": "ML-GSAI/ESPO @ b5f2dac4c54073a2f36c00bb28bc754a99730159",
 }
 
 # The library's task names; the names of a preset are the short forms.
@@ -244,6 +246,91 @@ def _gdpo(c: ml_collections.ConfigDict, task: str) -> None:
   # its own data code is not available offline).
 
 
+# SPG's eubo_beta per task (spg/slurm_scripts/spg_mix/<task>_base_spg_mix_beta<β>_weight0.5.sbatch @ a1c7120,
+# the "mix" runs of its main table); code and JSON have no SPG script: GSM8K's.
+_SPG_EUBO_BETA = {"gsm8k": 1.5, "math500": 1.5, "countdown": 1.5, "sudoku": 1.0, "humaneval": 1.5, "mbpp": 1.5,
+                  "json": 1.5}
+
+
+def _spg(c: ml_collections.ConfigDict, task: str) -> None:
+  """SPG (facebookresearch/SPG, the ``spg_mix`` runs): d1's train.yaml (SPG's ``spg/slurm_scripts/train.yaml``
+  is d1's, same values) with SPG's sbatch flags on top."""
+  _d1(c, task)
+  c.rl.objective = "spg"  # sbatch --trainer spg (spg_trainer.py SPGTrainer)
+  c.rl.likelihood = "spg_block"  # sbatch --forward_type block_random
+  c.likelihood.spg_block.num_t = 2  # sbatch --num_t 2
+  c.likelihood.spg_block.block_length = 32  # train.yaml block_length 32 (forward_process reads args.block_length)
+  c.likelihood.spg_block.min_t = 0.0  # sbatch --min_t 0
+  c.likelihood.spg_block.max_t = 1.0  # sbatch --max_t 1
+  c.likelihood.p_mask_prompt = 0.15  # train.yaml p_mask_prompt, use_mask_prompt true
+  c.rl.spg.eubo_beta = _SPG_EUBO_BETA[task]  # sbatch --eubo_beta (see _SPG_EUBO_BETA)
+  c.rl.spg.mix_weight = 0.5  # sbatch --logp_estimation mix --mix_weight 0.5
+  c.rl.beta = 0.0  # sbatch --beta 0.0 (SPGTrainer.compute_loss raises for beta != 0)
+  c.rl.advantage = "group_mean"  # spg_trainer.py _generate_and_score_completions: rewards - group mean
+  c.rl.num_iterations = 4  # sbatch NUM_ITER=4
+  c.rl.group_size = 6  # sbatch --num_generations 6
+  if task == "sudoku":
+    c.rollout.temperature = 0.3  # sudoku_new_base_spg_mix_beta1.0_weight0.5.sbatch --temperature 0.3
+    # 3 rows per GPU x 8 GPUs x gradient_accumulation_steps 4 = 96 rows = 16 prompts, 4 micro-batches.
+    c.rl.grad_accum = 4  # sudoku sbatch --per_device_train_batch_size 3 --gradient_accumulation_steps 4
+  else:
+    c.rollout.temperature = 0.9  # diffu_grpo_config.py temperature default 0.9 (the sbatch sets none)
+    c.rl.grad_accum = 2  # sbatch --per_device_train_batch_size 6 --gradient_accumulation_steps 2 (96 rows = 16 prompts)
+  # Not expressible: Sudoku's 3-shot prompts and max_prompt_length 1500 (sbatch --few_shot 3), SPG's
+  # own Sudoku split (dataset/train_sudoku_split_new.csv); d1's 4-bit base (as _d1 says).
+
+
+# ESPO's KL weight per task (recipes/run_<task>_llada.sh --beta @ b5f2dac); code: run_code_llada.sh; JSON: GSM8K's.
+_ESPO_BETA = {"gsm8k": 1e-3, "math500": 1e-3, "countdown": 3e-3, "sudoku": 1e-2, "humaneval": 1e-2, "mbpp": 1e-2,
+              "json": 1e-3}
+# ESPO's denoising steps (run_<task>_llada.sh --diffusion_steps).
+_ESPO_STEPS = {"gsm8k": 256, "math500": 256, "countdown": 128, "sudoku": 128, "humaneval": 256, "mbpp": 256,
+               "json": 256}
+
+
+def _espo(c: ml_collections.ConfigDict, task: str) -> None:
+  """ESPO (ML-GSAI/ESPO ``recipes/run_<task>_llada.sh`` on ``recipes/train.yaml``) from LLaDA-8B-Instruct."""
+  _d1(c, task)  # then every RL value ESPO sets differently
+  c.rl.objective = "espo"  # espo_train.py ESPOTrainer: sequence ELBO ratio / L, clipped, k2 KL
+  c.rl.likelihood = "espo_elbo"  # espo_trainer.py _get_elbo: stratified counts, coupled complement
+  c.likelihood.elbo_terms = "summed"  # the ratio and KL are on the sequence ELBO (ESPOTrainer.compute_loss)
+  c.likelihood.espo_elbo.num_mc = 2  # run_<task>_llada.sh --num_mc 2
+  c.likelihood.espo_elbo.coupled = True  # train.yaml reduce_var: true
+  # ESPO stratifies over the 3 rows of a device's micro-batch (forward_process); with rl.grad_accum > 1
+  # the rows draw from their own keys, so the presets stratify a row's 2 draws ("batch" is refused there).
+  c.likelihood.espo_elbo.stratify = "row"
+  c.likelihood.p_mask_prompt = 0.0  # forward_process masks completion positions only
+  c.rl.advantage = "rloo"  # _generate_and_score_completions leave_one_out = True; train.yaml scale_rewards: false
+  c.rl.beta = _ESPO_BETA[task]  # run_<task>_llada.sh --beta
+  c.rl.clip_eps = 0.0 if task == "countdown" else 0.2  # train.yaml epsilon 0.2; run_countdown_llada.sh --epsilon 0
+  c.rl.num_iterations = 8  # run_<task>_llada.sh NUM_ITER=8
+  c.rl.learning_rate = 3e-6  # run_<task>_llada.sh --learning_rate 3e-6
+  c.rl.weight_decay = 0.01  # run_<task>_llada.sh --weight_decay 0.01
+  c.rl.max_grad_norm = 0.2  # run_<task>_llada.sh --max_grad_norm 0.2
+  c.rl.adam_b2 = 0.99  # train.yaml adam_beta2 0.99 (adam_beta1 0.9 as d1)
+  c.rl.lr_schedule = "constant"  # run_<task>_llada.sh --lr_scheduler_type constant_with_warmup
+  c.rollout.steps = _ESPO_STEPS[task]  # run_<task>_llada.sh --diffusion_steps
+  c.rollout.block_length = 32  # espo_trainer.py generate(..., block_length=32) for LLaDA
+  c.rollout.temperature = 1.0  # train.yaml generation_temperature 1.0
+  c.rollout.gen_length = 256  # train.yaml max_completion_length 256
+  if task in ("humaneval", "mbpp"):
+    c.rl.group_size = 10  # run_code_llada.sh --num_generations 10
+    c.rl.prompts_per_step = 16  # --per_device_train_batch_size 1 x 8 GPUs x --gradient_accumulation_steps 20 = 160 rows
+    c.rl.grad_accum = 16  # micro-batches hold whole groups here: 16 of one prompt's 10 rows (ESPO: 20 of 8)
+    c.rl.rollout_batch = 80  # library choice (memory): 5 prompts' groups per rollout call
+  else:
+    c.rl.group_size = 6  # run_<task>_llada.sh --num_generations 6
+    c.rl.prompts_per_step = 16  # 3 rows per GPU x 8 GPUs x gradient_accumulation_steps 4 = 96 rows
+    c.rl.grad_accum = 4  # --per_device_train_batch_size 3 --gradient_accumulation_steps 4
+    c.rl.rollout_batch = 48  # --generation_batch_size 6 per GPU x 8 GPUs
+  c.rl.steps = math.ceil(1 * c.sft.num_train_examples / c.rl.prompts_per_step)  # train.yaml num_train_epochs 1
+  c.rl.warmup_steps = math.ceil(1e-3 * c.rl.steps * c.rl.num_iterations)  # run_<task>_llada.sh --warmup_ratio 0.001
+  c.checkpoint.every = math.ceil(500 / c.rl.num_iterations)  # train.yaml save_steps 500 (optimizer updates)
+  c.rl.eval_every = math.ceil(WD1_EVAL["every_updates"] / c.rl.num_iterations)  # train.yaml do_eval false: wd1's cadence
+  c.seed = 42  # train.yaml seed 42
+  # Not expressible: max_prompt_length 400 (prompts are not truncated here), ESPO's own data files.
+
+
 def _arm(c: ml_collections.ConfigDict, arm: str) -> None:
   """DACA's arms (arXiv 2605.16342): DPS credit and/or SML likelihood, at this library's defaults
   (the paper's alpha, clip and K are not available offline)."""
@@ -291,7 +378,7 @@ def get_config(preset: str = "d1_gsm8k") -> ml_collections.ConfigDict:
   """
   base_name, task, arm, smoke = parse_name(preset)
   c = base.get_config()
-  {"d1": _d1, "wd1": _wd1, "gdpo": _gdpo}[base_name](c, task)
+  {"d1": _d1, "wd1": _wd1, "gdpo": _gdpo, "spg": _spg, "espo": _espo}[base_name](c, task)
   _arm(c, arm)
   if smoke:
     _smoke(c)

@@ -70,12 +70,29 @@ def check_train_prompt_style(style: str, task_name: str) -> None:
 
 
 def validate(cfg: TrainConfig) -> TrainConfig:
-  """``cfg.validate()`` (values, cross-section checks) and :func:`check_names`; returns ``cfg``.
+  """``cfg.validate()`` (values, cross-section checks), :func:`check_names` and
+  :func:`check_combinations`; returns ``cfg``.
 
   Raises:
     ConfigError: the first field that is not allowed.
   """
-  return check_names(cfg.validate())
+  return check_combinations(check_names(cfg.validate()))
+
+
+def check_combinations(cfg: TrainConfig) -> TrainConfig:
+  """Refuses combinations of registered pieces that are not meaningful, each with its reason (the
+  methods' own checks: SPG's :func:`~daca_jax.rl.spg.check_spg_config`, ESPO's
+  :func:`~daca_jax.rl.espo.check_espo_config`). Names must already resolve (:func:`check_names`).
+
+  Raises:
+    ConfigError: the first combination refused.
+  """
+  from daca_jax.rl.espo import check_espo_config
+  from daca_jax.rl.spg import check_spg_config
+  token_level = CREDIT.get(cfg.rl.credit).token_level
+  for check in (check_spg_config, check_espo_config):
+    check(cfg, token_level)
+  return cfg
 
 
 # Fields that moved into their method's own section: the error of an old name says where it is now.

@@ -653,6 +653,65 @@ class RLDFConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class SPGBlockConfig:
+  """SPG's block-wise masking (``rl.likelihood="spg_block"``, :mod:`daca_jax.likelihood.spg_block`;
+  facebookresearch/SPG ``spg/spg_trainer.py`` ``SPGTrainer.forward_process``, ``forward_type="block_random"``).
+
+  Attributes:
+    num_t: masked contexts (forward passes) per sequence, each with its own block; at most the
+      completion's ``gen_length / block_length`` blocks (SPG: 2).
+    block_length: completion positions per block; divides ``rollout.gen_length``; 0 means
+      ``rollout.block_length`` (the learner fills it in: SPG masks its generation blocks, 32 in its recipe).
+      ``block_length = gen_length`` is SPG's ``forward_type="random"``.
+    min_t: fewest positions of the chosen block masked, as a fraction of its valid positions (at least 1).
+    max_t: most positions masked, as that fraction; ``min_t = max_t = 1`` is ``forward_type="block_all"``.
+  """
+
+  num_t: int = 2
+  block_length: int = 0
+  min_t: float = 0.0
+  max_t: float = 1.0
+
+  def validate(self, prefix: str = "likelihood.spg_block") -> "SPGBlockConfig":
+    _check_fields(prefix, self)
+    _positive(prefix, self, "num_t")
+    _non_negative(prefix, self, "block_length")
+    if not 0.0 <= self.min_t <= self.max_t <= 1.0:
+      raise ConfigError(f"{prefix}.min_t", self.min_t, f"0 <= min_t <= max_t={self.max_t} <= 1")
+    return self
+
+
+ESPO_STRATIFY = ("row", "batch")
+
+
+@dataclasses.dataclass(frozen=True)
+class ESPOELBOConfig:
+  """ESPO's ELBO estimator (``rl.likelihood="espo_elbo"``, :mod:`daca_jax.likelihood.espo_elbo`;
+  ML-GSAI/ESPO ``espo/espo_trainer.py`` ``forward_process`` and ``ESPOTrainer._get_elbo``).
+
+  Attributes:
+    num_mc: Monte-Carlo mask draws per sequence, averaged (ESPO ``num_mc``: 1 by default, 2 in its recipes).
+    coupled: also score the complement of every mask (ESPO ``reduce_var``: True), so every completion
+      position is scored once per draw; two passes per draw instead of one.
+    stratify: how mask counts are stratified: "row" (the ``num_mc`` draws of a sequence share one
+      random offset on a grid of ``L+1`` counts: row-local, so independent of ``rl.grad_accum`` and the
+      device count) or "batch" (ESPO's: the rows of one estimator call share the offset, row r at
+      ``offset + r (L+1)/B``; refused with ``rl.grad_accum > 1`` and ``parallel.strategy="pmap"``, whose
+      rows draw from their own keys).
+  """
+
+  num_mc: int = 1
+  coupled: bool = True
+  stratify: str = "row"
+
+  def validate(self, prefix: str = "likelihood.espo_elbo") -> "ESPOELBOConfig":
+    _check_fields(prefix, self)
+    _positive(prefix, self, "num_mc")
+    _one_of(prefix, self, "stratify", ESPO_STRATIFY)
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
 class LikelihoodConfig:
   """Options of the likelihood estimators: what they share, then one section per estimator. The
   estimator is chosen by ``rl.likelihood`` and receives only the fields it declares (SML:
@@ -678,6 +737,8 @@ class LikelihoodConfig:
     elbo: :class:`ELBOConfig`.
     trajectory: :class:`TrajectoryConfig`.
     rldf: :class:`RLDFConfig`.
+    spg_block: :class:`SPGBlockConfig` (SPG's block-wise masks).
+    espo_elbo: :class:`ESPOELBOConfig` (ESPO's stratified, coupled ELBO).
   """
 
   p_mask_prompt: float = 0.0
@@ -689,6 +750,8 @@ class LikelihoodConfig:
   elbo: ELBOConfig = ELBOConfig()
   trajectory: TrajectoryConfig = TrajectoryConfig()
   rldf: RLDFConfig = RLDFConfig()
+  spg_block: SPGBlockConfig = SPGBlockConfig()
+  espo_elbo: ESPOELBOConfig = ESPOELBOConfig()
 
   def validate(self, prefix: str = "likelihood") -> "LikelihoodConfig":
     _check_sections(prefix, self)
@@ -696,6 +759,31 @@ class LikelihoodConfig:
       raise ConfigError(f"{prefix}.p_mask_prompt", self.p_mask_prompt, "a probability in [0, 1)")
     _one_of(prefix, self, "elbo_terms", ("per_target", "summed"))
     _non_negative(prefix, self, "strata_batch", "trajectory_steps")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class SPGConfig:
+  """SPG's sandwiched bound (``rl.objective="spg"``, :mod:`daca_jax.rl.spg`; facebookresearch/SPG
+  ``spg/spg_trainer.py`` ``SPGTrainer._get_per_seq_logps``).
+
+  Attributes:
+    eubo_beta: β > 0 of the upper bound's power mean ``(1/β) log E[p^β / t]`` (SPG ``eubo_beta``:
+      1.5 for GSM8K and MATH, 2.0 for Countdown, 1.0 for Sudoku).
+    mix_weight: ω in [0, 1], the upper bound's share of a negative-advantage sequence's bound,
+      ``ω·EUBO + (1−ω)·ELBO`` (SPG ``mix_weight`` 0.5 with ``logp_estimation="mix"``; 1 is its
+      ``"eubo"``, 0 its ``"elbo"``). Positive-advantage sequences always use the ELBO.
+  """
+
+  eubo_beta: float = 1.5
+  mix_weight: float = 0.5
+
+  def validate(self, prefix: str = "rl.spg") -> "SPGConfig":
+    _check_fields(prefix, self)
+    if not self.eubo_beta > 0:
+      raise ConfigError(f"{prefix}.eubo_beta", self.eubo_beta, "a number > 0")
+    if not 0.0 <= self.mix_weight <= 1.0:
+      raise ConfigError(f"{prefix}.mix_weight", self.mix_weight, "a number in [0, 1]")
     return self
 
 
@@ -723,7 +811,8 @@ class RLConfig:
     advantage: sequence-advantage estimator (registry ``ADVANTAGES``, :mod:`daca_jax.rl.advantages`):
       "group_mean" (d1: r − group mean), "group_std" (GRPO: also / group std), "batch_whiten"
       (whitened over the whole batch), "reinforce_pp" (REINFORCE++: KL-shaped reward, whitened over
-      the batch); "" picks the objective's own (``reinforce_pp`` for that objective, else
+      the batch), "rloo" (leave-one-out group baseline, ESPO's); "" picks the objective's own
+      (``reinforce_pp`` for that objective, ``rloo`` for ``espo``, else
       ``group_mean``, or ``group_std`` with ``normalize_adv_std``).
     learning_rate: peak AdamW learning rate.
     warmup_steps: linear warmup (optimizer updates).
@@ -757,6 +846,7 @@ class RLConfig:
     replicate: which draw of RL's randomness (rollout keys, prompt order) the run takes from its
       seed: 0 = the seed's own; k > 0 = another independent draw from the same SFT warm start (a
       second run of one arm per warm start measures the RL seed's share of the spread).
+    spg: :class:`SPGConfig` (``rl.objective="spg"``: its bound's β and mixture weight).
   """
 
   objective: str = "diffu_grpo"
@@ -786,9 +876,11 @@ class RLConfig:
   grad_agreement: bool = True
   rldf_tau: float = 0.6
   replicate: int = 0
+  spg: SPGConfig = SPGConfig()
 
   def validate(self, prefix: str = "rl") -> "RLConfig":
     _check_fields(prefix, self)
+    self.spg.validate(f"{prefix}.spg")
     if self.advantage:
       if self.normalize_adv_std and self.advantage != "group_std":
         raise ConfigError(f"{prefix}.normalize_adv_std", self.normalize_adv_std,

@@ -26,6 +26,9 @@ REFERENCE_TABLES = {
     "| task | terms (max) | correct = |",
     "| value | wd1 | source |",
     "| value | GDPO | source |",
+    "| value | SPG | source |",
+    "| value | ESPO | source |",
+    "| method | what it estimates | passes per update (forward, per inner update) | memory | source |",
     "| registry | names | source |",
     "| task (`task.name`) | data (`../shared/data`, or `$DACA_DATA_DIR`) | grading | checked on the real files |",
     # the credit pre-registration's protocol (docs/results/credit_preregistration.md): no measured numbers

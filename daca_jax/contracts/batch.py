@@ -27,6 +27,10 @@ class PolicyBatch:
     token_advantages: float32 [B, L] per-token advantages that replace ``advantages[:, None] *
       weights`` (credit built on task-defined token rewards), or None. Only the objectives in
       :data:`TOKEN_ADVANTAGE_OBJECTIVES` accept them.
+    completion_mask: float32 [B, L_c] the rollout's completion mask over its L_c completion positions,
+      or None. ``logp``'s L is S·L_c for an estimator that scores S contexts; objectives that need
+      that structure (SPG's per-context mask rates and per-sequence lengths) read S and the lengths
+      from it.
   """
 
   logp_old: jax.Array
@@ -37,6 +41,7 @@ class PolicyBatch:
   rewards: jax.Array | None = None
   commit_now: jax.Array | None = None
   token_advantages: jax.Array | None = None
+  completion_mask: jax.Array | None = None
 
 
 def check_policy_batch(logp: jax.Array, batch: PolicyBatch, name: str = "objective",
@@ -65,6 +70,12 @@ def check_policy_batch(logp: jax.Array, batch: PolicyBatch, name: str = "objecti
   check_optional_shape("batch.rewards", batch.rewards, (b,), "[B]: one reward per sequence")
   check_optional_shape("batch.commit_now", batch.commit_now, (b, length), tok)
   check_optional_shape("batch.token_advantages", batch.token_advantages, (b, length), tok)
+  if batch.completion_mask is not None:
+    _, comp = check_shape("batch.completion_mask", batch.completion_mask, (b, "L_c"),
+                          "[B, L_c]: the rollout's completion mask")
+    if comp == 0 or length % comp:
+      raise ShapeError("batch.completion_mask", batch.completion_mask.shape,
+                       f"[B, L_c] with L_c dividing logp's L={length} (S contexts of L_c positions)")
   if group_size and b % group_size:
     raise ShapeError(f"{name}: logp", (b, length),
                      f"B a multiple of rl.group_size={group_size} (groups of G adjacent rows)")

@@ -9,3 +9,5 @@ from daca_jax.likelihood.mean_field import mean_field_logprobs
 from daca_jax.likelihood.rldf import rldf_logprobs, sample_states, step_surprisal
 from daca_jax.likelihood.stratified import assign_strata, stratified_logprobs, stratum_positions
 from daca_jax.likelihood.trajectory import trajectory_logprobs
+from daca_jax.likelihood.spg_block import spg_block_logprobs, spg_block_masks  # SPG (issue 43)
+from daca_jax.likelihood.espo_elbo import espo_elbo_logprobs, stratified_counts  # ESPO (issue 43)

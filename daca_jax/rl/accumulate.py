@@ -122,7 +122,8 @@ def make_accumulated_grad(scores_fn: RowScoresFn, objective: Callable[..., Any],
     elif adv is None:
       adv = advantage(rewards, rl.group_size)
     batch = PolicyBatch(logp_old=logp_old, logp_ref=logp_ref, advantages=adv, weights=w, mask=mask,
-                        rewards=rewards, commit_now=commit_now, token_advantages=tok)
+                        rewards=rewards, commit_now=commit_now, token_advantages=tok,
+                        completion_mask=traj.completion_mask)
     filler = logp_old.reshape(num, b, -1)  # the constant log-probs of the rows outside a micro-batch
 
     def step(acc: Any, kp: tuple[jax.Array, Trajectory]) -> tuple[Any, jax.Array]:

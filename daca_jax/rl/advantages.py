@@ -137,8 +137,34 @@ def zero_std_group_fraction(rewards: jax.Array, group_size: int) -> jax.Array:
   return jnp.mean((jnp.max(r, 1) - jnp.min(r, 1) <= 1e-8).astype(jnp.float32))
 
 
+def rloo_advantages(rewards: jax.Array, group_size: int) -> jax.Array:
+  """RLOO (leave-one-out) advantages: ``A_g = r_g − (Σ_{h≠g} r_h) / (G − 1)`` within each group,
+  ``= G/(G−1) · (r_g − mean_group r)``. ESPO's (ML-GSAI/ESPO ``espo/espo_trainer.py``
+  ``_generate_and_score_completions``, ``leave_one_out = True``; its recipes set ``scale_rewards: false``,
+  so no std division).
+
+  Args:
+    rewards: float32 [B], the G completions of a prompt adjacent; group_size: G >= 2 (static).
+  Returns:
+    float32 [B]; zero-mean within every group.
+  Raises:
+    ValueError: B is not a multiple of G, or G < 2 (no other completion to leave in).
+  """
+  if group_size < 2:
+    raise ValueError(f"rl.advantage='rloo' needs rl.group_size >= 2, got {group_size}")
+  r = _groups(rewards, group_size)
+  baseline = (jnp.sum(r, axis=1, keepdims=True) - r) / (group_size - 1)
+  return (r - baseline).reshape(rewards.shape[0])
+
+
+@register_advantage("rloo")
+def _rloo(rewards, group_size, kl_seq, beta):
+  del kl_seq, beta
+  return rloo_advantages(rewards, group_size)
+
+
 # Objectives whose own advantage estimator is not d1's group mean.
-OBJECTIVE_ADVANTAGE = {"reinforce_pp": "reinforce_pp"}
+OBJECTIVE_ADVANTAGE = {"reinforce_pp": "reinforce_pp", "espo": "rloo"}
 
 
 def advantage_name(objective: str, advantage: str = "", normalize_adv_std: bool = False) -> str:

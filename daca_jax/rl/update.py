@@ -38,11 +38,14 @@ UpdateFn = Callable[..., tuple[Any, optax.OptState, dict[str, jax.Array]]]
 
 def with_trajectory_steps(cfg: TrainConfig) -> TrainConfig:
   """``cfg`` with ``likelihood.trajectory_steps`` = ``rollout.steps`` when unset (0): the trajectory and
-  RLDF estimators rebuild the rollout's own steps."""
-  if cfg.likelihood.trajectory_steps:
-    return cfg
-  return dataclasses.replace(cfg, likelihood=dataclasses.replace(cfg.likelihood,
-                                                                 trajectory_steps=cfg.rollout.steps))
+  RLDF estimators rebuild the rollout's own steps; and ``likelihood.spg_block.block_length`` =
+  ``rollout.block_length`` when unset (0): SPG masks the rollout's blocks."""
+  lik = cfg.likelihood
+  if not lik.spg_block.block_length:
+    lik = dataclasses.replace(lik, spg_block=dataclasses.replace(lik.spg_block, block_length=cfg.rollout.block_length))
+  if not lik.trajectory_steps:
+    lik = dataclasses.replace(lik, trajectory_steps=cfg.rollout.steps)
+  return cfg if lik == cfg.likelihood else dataclasses.replace(cfg, likelihood=lik)
 
 
 def check_rollout_batch(cfg: TrainConfig, traj: Trajectory, rewards: Any, weights: Any = None) -> tuple[int, int]:
@@ -182,7 +185,8 @@ def make_objective_grad(logits_fn: Any, cfg: TrainConfig, *, mask_id: int,
       if seq_adv is None:  # REINFORCE++: the rollout policy's KL under this pass's masks
         seq_adv = advantage(rewards, rl.group_size, jnp.sum(mask * (old - ref), -1), rl.beta)
       batch = PolicyBatch(logp_old=old, logp_ref=ref, advantages=seq_adv, weights=w, mask=mask,
-                          rewards=rewards, commit_now=commit_now, token_advantages=tok_adv)
+                          rewards=rewards, commit_now=commit_now, token_advantages=tok_adv,
+                          completion_mask=traj.completion_mask)
       loss, aux = objective(logp, batch, rl)
       if adv is None:
         aux = dict(aux, adv_std=jnp.std(seq_adv))

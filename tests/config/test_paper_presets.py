@@ -20,9 +20,9 @@ SMOKE = paper.preset_names(smoke=True)
 
 def test_names_are_exactly_the_cross_product():
   expected = {f"{b}_{t}" + (f"_{a}" if a else "") for b, t, a in itertools.product(
-      ("d1", "wd1", "gdpo"), ("gsm8k", "math500", "countdown", "sudoku", "humaneval", "mbpp", "json"),
+      ("d1", "wd1", "gdpo", "spg", "espo"), ("gsm8k", "math500", "countdown", "sudoku", "humaneval", "mbpp", "json"),
       ("", "dps", "sml", "daca"))}
-  assert len(ALL) == len(set(ALL)) == 84 and set(ALL) == expected
+  assert len(ALL) == len(set(ALL)) == 140 and set(ALL) == expected
   assert SMOKE == [n + ",smoke" for n in ALL]
 
 
@@ -30,8 +30,9 @@ def test_every_preset_and_its_smoke_form_validates():
   for name in ALL + SMOKE:
     cfg = train_config_from_dict(paper.get_config(name))  # raises ConfigError naming the field
     base, task, arm, _ = paper.parse_name(name)
-    objective = {"d1": "diffu_grpo", "wd1": "wd1", "gdpo": "gdpo"}[base]
-    likelihood = {"d1": "mean_field", "wd1": "mean_field", "gdpo": "elbo"}[base]
+    objective = {"d1": "diffu_grpo", "wd1": "wd1", "gdpo": "gdpo", "spg": "spg", "espo": "espo"}[base]
+    likelihood = {"d1": "mean_field", "wd1": "mean_field", "gdpo": "elbo", "spg": "spg_block",
+                  "espo": "espo_elbo"}[base]
     assert cfg.rl.objective == objective, name
     assert cfg.rl.credit == ("dps" if arm in ("dps", "daca") else "uniform"), name
     assert cfg.rl.likelihood == ("stratified" if arm in ("sml", "daca") else likelihood), name
@@ -78,10 +79,39 @@ def test_d1_recipe_values():
   assert json_cfg.task.name == "json_schema" and json_cfg.task.options["source"] == "jsonschemabench"
 
 
+def test_spg_and_espo_recipe_values():
+  """SPG's spg_mix sbatch flags on d1's train.yaml; ESPO's run_<task>_llada.sh on its train.yaml."""
+  spg = train_config_from_dict(paper.get_config("spg_gsm8k"))
+  blk = spg.likelihood.spg_block
+  assert (blk.num_t, blk.block_length, blk.min_t, blk.max_t, spg.likelihood.p_mask_prompt) == (2, 32, 0.0, 1.0, 0.15)
+  assert (spg.rl.spg.eubo_beta, spg.rl.spg.mix_weight, spg.rl.beta, spg.rl.num_iterations) == (1.5, 0.5, 0.0, 4)
+  assert (spg.rl.group_size, spg.rl.prompts_per_step, spg.rl.grad_accum, spg.rollout.temperature) == (6, 16, 2, 0.9)
+  assert spg.rl.advantage == "group_mean" and spg.rl.learning_rate == 3e-6
+  sudoku = train_config_from_dict(paper.get_config("spg_sudoku"))
+  assert (sudoku.rl.spg.eubo_beta, sudoku.rollout.temperature, sudoku.rl.grad_accum) == (1.0, 0.3, 4)
+  espo = train_config_from_dict(paper.get_config("espo_gsm8k"))
+  e = espo.likelihood.espo_elbo
+  assert (e.num_mc, e.coupled, e.stratify, espo.likelihood.elbo_terms, espo.likelihood.p_mask_prompt) == (
+      2, True, "row", "summed", 0.0)
+  assert (espo.rl.advantage, espo.rl.beta, espo.rl.clip_eps, espo.rl.num_iterations) == ("rloo", 1e-3, 0.2, 8)
+  assert (espo.rl.group_size, espo.rl.prompts_per_step, espo.rl.grad_accum, espo.rollout.steps) == (6, 16, 4, 256)
+  assert (espo.rl.learning_rate, espo.rl.weight_decay, espo.rl.max_grad_norm, espo.rollout.temperature) == (
+      3e-6, 0.01, 0.2, 1.0)
+  countdown = train_config_from_dict(paper.get_config("espo_countdown"))
+  assert (countdown.rl.beta, countdown.rl.clip_eps, countdown.rollout.steps) == (3e-3, 0.0, 128)
+  assert train_config_from_dict(paper.get_config("espo_sudoku")).rl.beta == 1e-2
+  code = train_config_from_dict(paper.get_config("espo_mbpp"))
+  assert (code.rl.group_size, code.rl.beta, code.rl.grad_accum) == (10, 1e-2, 16)
+  # the SML arm swaps the estimator and keeps the method's objective
+  assert train_config_from_dict(paper.get_config("espo_sudoku_sml")).rl.likelihood == "stratified"
+  assert train_config_from_dict(paper.get_config("spg_gsm8k_daca")).rl.objective == "spg"
+
+
 def test_smoke_forms_are_tiny_and_keep_the_recipe():
   method_fields = ("rl.objective", "rl.credit", "rl.likelihood", "rl.advantage", "rl.clip_eps", "rl.beta",
                    "rl.learning_rate", "rl.adam_b2", "rl.weight_decay", "rl.max_grad_norm",
                    "likelihood.p_mask_prompt", "likelihood.elbo.nodes", "rollout.block_length",
+                   "likelihood.elbo_terms", "likelihood.spg_block", "likelihood.espo_elbo", "rl.spg",
                    "rollout.temperature", "task.name", "task.reward", "task.train_prompt_style", "task.options",
                    "model.lora_dropout", "model.require_checkpoint", "eval.protocol", "eval.block_length",
                    "eval.steps", "eval.temperature", "seed")
@@ -101,7 +131,7 @@ def test_smoke_forms_are_tiny_and_keep_the_recipe():
 
 def test_every_recipe_line_names_its_source():
   # each assignment in the recipe functions carries a comment (on its line or the line above)
-  for fn in (paper._d1, paper._wd1, paper._gdpo, paper._arm):
+  for fn in (paper._d1, paper._wd1, paper._gdpo, paper._spg, paper._espo, paper._arm):
     previous = ""
     for line in inspect.getsource(fn).splitlines():
       if re.match(r"\s*c\.[\w.]+ = ", line):

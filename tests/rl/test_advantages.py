@@ -28,16 +28,17 @@ def test_estimators_against_numpy():
       "group_std": ((g - g.mean(1, keepdims=True)) / (g.std(1, keepdims=True) + 1e-4)).reshape(-1),
       "batch_whiten": (r - r.mean()) / (r.std() + 1e-8),
       "reinforce_pp": ((r - 0.3 * kl) - (r - 0.3 * kl).mean()) / ((r - 0.3 * kl).std() + 1e-8),
+      "rloo": (g - (g.sum(1, keepdims=True) - g) / (G - 1)).reshape(-1),  # ESPO's leave-one-out baseline
   }
   assert sorted(want) == ADVANTAGES.names()
   for name, expect in want.items():
     got = np.asarray(ADVANTAGES.get(name)(jnp.asarray(r), G, jnp.asarray(kl), 0.3))
     np.testing.assert_allclose(got, expect, rtol=1e-5, atol=1e-6, err_msg=name)
   assert ADVANTAGES.get("reinforce_pp").needs_kl
-  assert not any(ADVANTAGES.get(n).needs_kl for n in ("group_mean", "group_std", "batch_whiten"))
+  assert not any(ADVANTAGES.get(n).needs_kl for n in ("group_mean", "group_std", "batch_whiten", "rloo"))
 
 
-@pytest.mark.parametrize("name", ["group_mean", "group_std", "batch_whiten"])
+@pytest.mark.parametrize("name", ["group_mean", "group_std", "batch_whiten", "rloo"])
 def test_estimators_reject_a_ragged_batch(name):
   with pytest.raises(ValueError, match="rl.group_size=4"):
     ADVANTAGES.get(name)(jnp.zeros(10), G)
@@ -55,7 +56,7 @@ def test_default_estimator_per_objective():
 
 def test_unknown_advantage_is_one_config_error():
   with pytest.raises(ConfigError, match=r"rl\.advantage='zscore'.*\['batch_whiten', 'group_mean', 'group_std', "
-                                        r"'reinforce_pp'\]"):
+                                        r"'reinforce_pp', 'rloo'\]"):
     configure.validate(TrainConfig(rl=RLConfig(advantage="zscore")))
   with pytest.raises(ConfigError, match=r"rl\.advantage=1 .*a string"):
     RLConfig(advantage=1).validate()
