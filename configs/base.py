@@ -94,6 +94,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.likelihood.rldf.states = 4  # rldf: rollout states rebuilt per sequence (one pass each).
   c.likelihood.rldf.sampling = "softmax"  # rldf: softmax of step surprisal | uniform | topk.
   c.likelihood.rldf.temperature = 1.0  # rldf: T of the softmax state sampling.
+  c.likelihood.elbo_mc = ml_collections.ConfigDict()
+  c.likelihood.elbo_mc.samples = 16  # elbo_mc (BGPO): n_t Monte-Carlo samples of the ELBO, one pass each.
+  c.likelihood.elbo_mc.stratified_t = True  # elbo_mc: t_j in the j-th of n_t equal bins (else i.i.d.).
 
   c.rl = ml_collections.ConfigDict()
   c.rl.objective = "diffu_grpo"  # Base method: diffu_grpo | wd1 | gdpo | gspo | reinforce_pp | rldf.
@@ -126,6 +129,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.rl.eval_every = 0  # Evaluate on the validation split every N iterations (0: never; needs task.num_val_examples).
   c.rl.replicate = 0  # RL's draw of rollout keys and prompt order: 0 = the seed's own | k > 0: another, same warm start.
   c.rl.grad_agreement = True  # Log grad_cos: cosine of successive batches' gradients (one params-sized buffer).
+  c.rl.pass_accum = False  # Accumulate the gradient one likelihood pass at a time (BGPO; pass-local objectives).
 
   c.sft = ml_collections.ConfigDict()
   c.sft.steps = 300  # Warm-start steps (masked-diffusion SFT on the task's generated targets).

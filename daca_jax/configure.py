@@ -18,7 +18,9 @@ from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.registry import Registry
 from daca_jax.rl.advantages import ADVANTAGES
+from daca_jax.rl.bgpo import check_bgpo
 from daca_jax.rl.objectives import OBJECTIVES
+from daca_jax.rl.pass_accum import check_pass_accum
 from daca_jax.tasks import TASKS
 from daca_jax.tasks.training_rewards import check_reward
 from daca_jax.types import TrainConfig
@@ -75,7 +77,14 @@ def validate(cfg: TrainConfig) -> TrainConfig:
   Raises:
     ConfigError: the first field that is not allowed.
   """
-  return check_names(cfg.validate())
+  cfg = check_names(cfg.validate())
+  for refuse in COMBINATION_CHECKS:
+    refuse(cfg)
+  return cfg
+
+
+# Combinations of registered pieces that are not meaningful, each refused with its reason (one line).
+COMBINATION_CHECKS = (check_bgpo, check_pass_accum)
 
 
 # Fields that moved into their method's own section: the error of an old name says where it is now.

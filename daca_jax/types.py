@@ -639,6 +639,24 @@ class RLDFConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class ELBOMCConfig:
+  """BGPO's Monte-Carlo ELBO (``rl.likelihood="elbo_mc"``, :mod:`daca_jax.likelihood.elbo_mc`).
+
+  Attributes:
+    samples: n_t, Monte-Carlo samples (t_j, mask_j) of the ELBO, one forward pass each (BGPO: 16).
+    stratified_t: draw t_j in the j-th of n_t equal bins of (0, 1] (stratified) rather than i.i.d.
+  """
+
+  samples: int = 16
+  stratified_t: bool = True
+
+  def validate(self, prefix: str = "likelihood.elbo_mc") -> "ELBOMCConfig":
+    _check_fields(prefix, self)
+    _positive(prefix, self, "samples")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
 class LikelihoodConfig:
   """Options of the likelihood estimators: what they share, then one section per estimator. The
   estimator is chosen by ``rl.likelihood`` and receives only the fields it declares (SML:
@@ -664,6 +682,7 @@ class LikelihoodConfig:
     elbo: :class:`ELBOConfig`.
     trajectory: :class:`TrajectoryConfig`.
     rldf: :class:`RLDFConfig`.
+    elbo_mc: :class:`ELBOMCConfig` (BGPO).
   """
 
   p_mask_prompt: float = 0.0
@@ -675,6 +694,7 @@ class LikelihoodConfig:
   elbo: ELBOConfig = ELBOConfig()
   trajectory: TrajectoryConfig = TrajectoryConfig()
   rldf: RLDFConfig = RLDFConfig()
+  elbo_mc: ELBOMCConfig = ELBOMCConfig()
 
   def validate(self, prefix: str = "likelihood") -> "LikelihoodConfig":
     _check_sections(prefix, self)
@@ -743,6 +763,10 @@ class RLConfig:
     replicate: which draw of RL's randomness (rollout keys, prompt order) the run takes from its
       seed: 0 = the seed's own; k > 0 = another independent draw from the same SFT warm start (a
       second run of one arm per warm start measures the RL seed's share of the spread).
+    pass_accum: per-pass gradient accumulation (:mod:`daca_jax.rl.pass_accum`): the gradient of an
+      objective that is a sum of per-pass terms (BGPO's bound, the token-level objectives) is
+      accumulated one likelihood pass at a time inside a ``lax.scan``, each pass's graph dropped, so
+      memory stays that of one pass whatever the number of passes (BGPO's n_t, SML's K).
   """
 
   objective: str = "diffu_grpo"
@@ -772,6 +796,7 @@ class RLConfig:
   grad_agreement: bool = True
   rldf_tau: float = 0.6
   replicate: int = 0
+  pass_accum: bool = False
 
   def validate(self, prefix: str = "rl") -> "RLConfig":
     _check_fields(prefix, self)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import jax
 
-from daca_jax.contracts.pytree import pytree_dataclass
+from daca_jax.contracts.pytree import field, pytree_dataclass
 from daca_jax.contracts.shapes import check_optional_shape, check_shape
 from daca_jax.errors import ShapeError
 
@@ -27,6 +27,9 @@ class PolicyBatch:
     token_advantages: float32 [B, L] per-token advantages that replace ``advantages[:, None] *
       weights`` (credit built on task-defined token rewards), or None. Only the objectives in
       :data:`TOKEN_ADVANTAGE_OBJECTIVES` accept them.
+    num_states: S (static), the contexts the per-token fields hold, context-major (``j·L_c + i``):
+      1, or the estimator's ``TokenScores.num_states`` (BGPO groups the targets of each Monte-Carlo
+      sample by it).
   """
 
   logp_old: jax.Array
@@ -37,6 +40,7 @@ class PolicyBatch:
   rewards: jax.Array | None = None
   commit_now: jax.Array | None = None
   token_advantages: jax.Array | None = None
+  num_states: int = field(static=True, default=1)
 
 
 def check_policy_batch(logp: jax.Array, batch: PolicyBatch, name: str = "objective",

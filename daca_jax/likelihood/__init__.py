@@ -9,3 +9,5 @@ from daca_jax.likelihood.mean_field import mean_field_logprobs
 from daca_jax.likelihood.rldf import rldf_logprobs, sample_states, step_surprisal
 from daca_jax.likelihood.stratified import assign_strata, stratified_logprobs, stratum_positions
 from daca_jax.likelihood.trajectory import trajectory_logprobs
+from daca_jax.likelihood.passes import PASSES, register_passes
+from daca_jax.likelihood.elbo_mc import elbo_mc_logprobs  # registers "elbo_mc" (BGPO)

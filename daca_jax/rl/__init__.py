@@ -6,3 +6,4 @@ from daca_jax.rl.learner import GRPOLearner
 from daca_jax.rl.objectives import OBJECTIVES, PolicyBatch, diffu_grpo_loss, k3_kl
 from daca_jax.rl.optim import make_optimizer
 from daca_jax.rl.update import make_objective_grad, make_scores_fn, make_update
+from daca_jax.rl import bgpo as _bgpo  # noqa: E402,F401  (registers the objective "bgpo")

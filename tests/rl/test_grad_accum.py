@@ -24,7 +24,7 @@ ROLLOUT = RolloutConfig(gen_length=8, block_length=4, steps=4, temperature=1.0)
 # Each objective with an estimator of another kind: S = 1 log-probs with random strata, the mean-field
 # pass, ELBO targets (weights) over 2 quadrature nodes, RLDF's rebuilt states (S = 2, commit_now).
 CASES = {"diffu_grpo": "stratified", "wd1": "mean_field", "gspo": "stratified", "gdpo": "elbo",
-         "reinforce_pp": "stratified", "rldf": "rldf"}
+         "reinforce_pp": "stratified", "rldf": "rldf", "bgpo": "elbo_mc"}
 
 
 def _cfg(objective, likelihood, grad_accum, **rl):
