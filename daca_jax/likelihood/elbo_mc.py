@@ -101,12 +101,15 @@ def elbo_mc_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len:
 @register_passes("elbo_mc", lambda cfg: cfg.elbo_mc.samples)
 def elbo_mc_one_pass(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                      *, mask_id: int, pass_index: jax.Array, elbo_mc: ELBOMCConfig = ELBOMCConfig(),
-                     p_mask_prompt: float = LikelihoodConfig.p_mask_prompt) -> TokenScores:
-  """:func:`elbo_mc_logprobs` with only sample ``pass_index`` scored (the others' log-probs 0):
-  one forward pass."""
+                     p_mask_prompt: float = LikelihoodConfig.p_mask_prompt) -> tuple[TokenScores, jax.Array]:
+  """:func:`elbo_mc_logprobs` with only sample ``pass_index`` scored (the others' log-probs 0), and
+  the bool [B, n·L] targets of that sample: one forward pass."""
   prompt, comp, t, masked = _setup(tokens, prompt_len, key, mask_id, elbo_mc, p_mask_prompt)
   mk = jax.lax.dynamic_index_in_dim(masked, pass_index, keepdims=False)
   x = jnp.concatenate([prompt, jnp.where(mk, mask_id, comp)], axis=1)
   lp = score_targets(logits_fn, params, x, comp, prompt_len, mask_id)  # [B, L]
   per_sample = jnp.zeros(masked.shape, jnp.float32).at[pass_index].set(lp)
-  return _scores(per_sample, t, masked)
+  scores = _scores(per_sample, t, masked)
+  n, b, length = masked.shape
+  here = jnp.broadcast_to(jnp.arange(n * length)[None] // length == pass_index, (b, n * length))
+  return scores, here

@@ -12,7 +12,7 @@ that sample) are; GSPO/GDPO's exp of a sequence sum over every pass is not. For 
 gradient is the sum over j of the gradient of the loss in which pass j's targets are live and the
 others constant, so
 
-    grads = Σ_j ∇_θ loss(live_j(θ)),   live_j = pass j's log-probs where context = j, constants elsewhere,
+    grads = Σ_j ∇_θ loss(live_j(θ)),   live_j = pass j's log-probs on its targets, constants elsewhere,
 
 computed in a ``lax.scan`` over j whose step runs pass j's forward and backward: what a step keeps
 dies with it (JAX's form of BGPO's "backward per sample, graph freed"). Cost per inner update: S
@@ -23,8 +23,8 @@ At the first inner update (θ = θ_old) pass j's θ_old log-probs are its own st
 in its own step: no θ_old pass. The metrics are the objective's aux on the whole live log-probs,
 collected pass by pass.
 
-Refused up front (:func:`check_pass_accum`): objectives that are not pass-local, estimators without a
-per-pass form, ``elbo_terms="summed"`` (it sums the passes into each token), advantages that read the
+Refused up front (:func:`check_pass_accum`): objectives that are not pass-local (GSPO/GDPO), BGPO
+over passes that are not whole samples (SML's strata), estimators without a per-pass form, ``elbo_terms="summed"`` (it sums the passes into each token), advantages that read the
 KL (REINFORCE++), ``rl.grad_accum > 1`` and ``parallel.strategy="pmap"`` (not combined yet).
 """
 from __future__ import annotations
@@ -39,11 +39,15 @@ from daca_jax.errors import ConfigError
 from daca_jax.rl.advantages import ADVANTAGES, AdvantageEstimator, advantage_name
 from daca_jax.types import TrainConfig
 
-# (params, traj, key, pass_index int32 []) -> TokenScores with only that pass's log-probs
-PassScoresFn = Callable[[Any, Trajectory, jax.Array, jax.Array], TokenScores]
+# (params, traj, key, pass_index int32 []) -> (TokenScores with only that pass's log-probs, bool [B, S·L]
+# its targets)
+PassScoresFn = Callable[[Any, Trajectory, jax.Array, jax.Array], tuple[TokenScores, jax.Array]]
 
 # Objectives whose loss gradient w.r.t. pass j's targets reads only pass j (module docstring).
 PASS_LOCAL_OBJECTIVES = frozenset({"bgpo", "diffu_grpo", "wd1", "reinforce_pp", "rldf"})
+# Estimators whose every pass is one Monte-Carlo sample of the sequence likelihood (BGPO's terms are
+# per sample; SML's strata are parts of one sample).
+SAMPLE_PER_PASS = ("elbo_mc",)
 
 
 def check_pass_accum(cfg: TrainConfig) -> None:
@@ -63,6 +67,10 @@ def check_pass_accum(cfg: TrainConfig) -> None:
   if rl.likelihood not in PASSES:
     raise ConfigError("rl.pass_accum", True, f"False with rl.likelihood={rl.likelihood!r}: it has no per-pass "
                       f"form; estimators with one: {sorted(PASSES)}")
+  if rl.objective == "bgpo" and rl.likelihood not in SAMPLE_PER_PASS:
+    raise ConfigError("rl.pass_accum", True, f"False with rl.objective='bgpo' and rl.likelihood={rl.likelihood!r}: "
+                      "BGPO's Jensen term exponentiates a whole Monte-Carlo sample, which spans every pass "
+                      f"there; estimators with one sample per pass: {list(SAMPLE_PER_PASS)}")
   if cfg.likelihood.elbo_terms != "per_target":
     raise ConfigError("rl.pass_accum", True, "False with likelihood.elbo_terms='summed' (it sums every pass "
                       "into each token's term)")
@@ -106,17 +114,15 @@ def make_pass_accumulated_grad(pass_scores: PassScoresFn, num_passes: int, objec
       """(logp, mask, weights, commit_now, token advantages) of the objective, [B, S·L] each."""
       return objective_inputs(scores, traj.completion_mask, weights, token_adv, elbo_terms)
 
-    structure = jax.eval_shape(lambda: pass_scores(params, traj, key, passes[0]))  # no computation
+    structure = jax.eval_shape(lambda: pass_scores(params, traj, key, passes[0])[0])  # no computation
     states = objective_states(structure, elbo_terms)
-    shapes = jax.eval_shape(lambda: inputs(pass_scores(params, traj, key, passes[0])))
+    shapes = jax.eval_shape(lambda: inputs(pass_scores(params, traj, key, passes[0])[0]))
     zeros = lambda s: jnp.zeros(s.shape, s.dtype)
-    width = shapes[0].shape[1]
-    context = (jnp.arange(width) // (width // states))[None]  # [1, S·L] the pass of each target
 
     def sweep(prm: Any) -> jax.Array:
       """float32 [B, S·L] the whole log-probs under ``prm``, pass by pass, no gradient."""
       def body(acc, j):
-        return acc + jax.lax.stop_gradient(inputs(pass_scores(prm, traj, key, j))[0]), None
+        return acc + jax.lax.stop_gradient(inputs(pass_scores(prm, traj, key, j)[0])[0]), None
       return jax.lax.scan(body, zeros(shapes[0]), passes)[0]
 
     old_all = None if old_params is None else sweep(old_params)
@@ -130,10 +136,10 @@ def make_pass_accumulated_grad(pass_scores: PassScoresFn, num_passes: int, objec
 
     def step(carry, j):
       acc, live_sum, _ = carry
-      here = context == j
 
       def loss(t: Any):
-        fields = inputs(pass_scores(replace(params, t), traj, key, j))
+        scores, here = pass_scores(replace(params, t), traj, key, j)
+        fields = inputs(scores)
         # The other passes are constants: θ_old's log-probs, or (θ_old = θ, not yet known) zeros whose
         # θ_old value is zero too; a pass-local loss's gradient w.r.t. pass j does not read them.
         filler = 0.0 if old_all is None else old_all

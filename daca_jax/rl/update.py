@@ -208,7 +208,7 @@ def _pass_accumulated(logits_fn: Any, cfg: TrainConfig, objective: Any, advantag
   form = PASSES[cfg.rl.likelihood]  # configure.check_pass_accum refused estimators without one
   fns, run = as_model_fns(logits_fn), training_passes(form.run)
 
-  def pass_scores(params: Any, traj: Trajectory, key: jax.Array, j: jax.Array) -> TokenScores:
+  def pass_scores(params: Any, traj: Trajectory, key: jax.Array, j: jax.Array) -> tuple[TokenScores, jax.Array]:
     return run(fns, params, traj.tokens, traj.prompt_len, key, cfg.likelihood, mask_id=mask_id, pass_index=j,
                commit_step=traj.commit_step, commit_conf=traj.commit_conf, completion_mask=traj.completion_mask)
 

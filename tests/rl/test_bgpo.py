@@ -16,7 +16,9 @@ from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.likelihood.elbo_mc import mc_samples
 from daca_jax.rl import GRPOLearner, make_objective_grad
 from daca_jax.rl.bgpo import bgpo_loss, bgpo_terms, sample_log_ratios
-from daca_jax.types import ELBOMCConfig, LikelihoodConfig, RLConfig, RolloutConfig, TrainConfig
+from daca_jax.likelihood import PASSES
+from daca_jax.types import (ELBOConfig, ELBOMCConfig, LikelihoodConfig, RLConfig, RolloutConfig, StratifiedConfig,
+                            TrainConfig)
 from tests.fixed_logit_model import jax_logits, make_params, np_logits
 
 V, MASK, EOS, P, G, PROMPTS = 12, 10, 11, 3, 4, 2
@@ -123,7 +125,8 @@ def test_elbo_mc_estimator_against_numpy():
 
 
 def _cfg(objective, samples, pass_accum, beta=0.04, strata_batch=0, likelihood="elbo_mc"):
-  lik = LikelihoodConfig(elbo_mc=ELBOMCConfig(samples=samples), p_mask_prompt=0.2, strata_batch=strata_batch)
+  lik = LikelihoodConfig(elbo_mc=ELBOMCConfig(samples=samples), p_mask_prompt=0.2, strata_batch=strata_batch,
+                         stratified=StratifiedConfig(num_strata=3), elbo=ELBOConfig(nodes=3))
   return TrainConfig(rollout=ROLLOUT, likelihood=lik,
                      rl=RLConfig(objective=objective, credit="dps", likelihood=likelihood, group_size=G,
                                  prompts_per_step=PROMPTS, clip_eps=0.2, beta=beta, pass_accum=pass_accum))
@@ -142,15 +145,38 @@ def _rollout():
   return params, ref, old, traj, rewards, weights
 
 
-@pytest.mark.parametrize("objective,beta", [("bgpo", 0.04), ("bgpo", 0.0), ("diffu_grpo", 0.04)])
-def test_pass_accumulated_gradient_equals_the_one_shot_gradient(objective, beta):
-  """rl.pass_accum (n_t passes, one at a time) against the one-shot gradient of the same loss under
-  the same masks, at the first inner update (θ_old = θ) and a later one (θ_old given)."""
+@pytest.mark.parametrize("likelihood", sorted(PASSES))
+def test_one_pass_forms_add_up_to_the_estimator(likelihood):
+  """Each per-pass form's log-probs, summed over its passes, are the estimator's; its target masks
+  partition the targets; mask and weight are the estimator's in every pass."""
+  params, _, _, traj, _, _ = _rollout()
+  cfg = _cfg("diffu_grpo", 4, False).likelihood
+  key = jax.random.PRNGKey(3)
+  rows = dict(mask_id=MASK, commit_step=traj.commit_step, commit_conf=traj.commit_conf,
+              completion_mask=traj.completion_mask)
+  full = LIKELIHOOD.get(likelihood)(jax_logits, params, traj.tokens, P, key, cfg, **rows)
+  form = PASSES[likelihood]
+  outs = [form.run(jax_logits, params, traj.tokens, P, key, cfg, pass_index=jnp.int32(j), **rows)
+          for j in range(form.num_passes(cfg))]
+  np.testing.assert_allclose(np.asarray(sum(o[0].logp for o in outs)), np.asarray(full.logp), rtol=1e-6, atol=1e-6)
+  np.testing.assert_array_equal(np.asarray(sum(o[1].astype(jnp.int32) for o in outs)), 1)
+  for scores, _ in outs:
+    np.testing.assert_array_equal(np.asarray(scores.mask), np.asarray(full.mask))
+    assert scores.num_states == full.num_states and scores.kind == full.kind
+
+
+@pytest.mark.parametrize("objective,beta,likelihood", [("bgpo", 0.04, "elbo_mc"), ("bgpo", 0.0, "elbo_mc"),
+                                                       ("diffu_grpo", 0.04, "elbo_mc"), ("wd1", 0.04, "stratified"),
+                                                       ("diffu_grpo", 0.04, "stratified"), ("diffu_grpo", 0.0, "elbo")])
+def test_pass_accumulated_gradient_equals_the_one_shot_gradient(objective, beta, likelihood):
+  """rl.pass_accum (the passes one at a time: BGPO's n_t samples, SML's K strata, GDPO's nodes)
+  against the one-shot gradient of the same loss under the same masks, at the first inner update
+  (θ_old = θ) and a later one (θ_old given)."""
   params, ref, old, traj, rewards, weights = _rollout()
   key = jax.random.PRNGKey(7)
   out = []
   for pass_accum in (False, True):
-    grad = make_objective_grad(jax_logits, _cfg(objective, 4, pass_accum, beta), mask_id=MASK)
+    grad = make_objective_grad(jax_logits, _cfg(objective, 4, pass_accum, beta, likelihood=likelihood), mask_id=MASK)
     out.append(jax.jit(lambda p, r, o: (grad(p, r, traj, rewards, weights, key),
                                         grad(p, r, traj, rewards, weights, key, old_params=o)))(params, ref, old))
   for (g_want, aux_want), (g_got, aux_got) in zip(*out):
@@ -205,7 +231,9 @@ def test_refused_combinations():
   with pytest.raises(ConfigError, match="couples the passes"):
     configure.validate(TrainConfig(rl=RLConfig(objective="gspo", likelihood="elbo_mc", pass_accum=True)))
   with pytest.raises(ConfigError, match="no per-pass form"):
-    configure.validate(TrainConfig(rl=RLConfig(objective="bgpo", likelihood="mean_field", pass_accum=True)))
+    configure.validate(TrainConfig(rl=RLConfig(objective="bgpo", likelihood="trajectory", pass_accum=True)))
+  with pytest.raises(ConfigError, match="spans every pass"):
+    configure.validate(TrainConfig(rl=RLConfig(objective="bgpo", likelihood="stratified", pass_accum=True)))
   with pytest.raises(ConfigError, match="grad_accum"):
     configure.validate(TrainConfig(rl=RLConfig(objective="bgpo", likelihood="elbo_mc", pass_accum=True,
                                                grad_accum=2, prompts_per_step=2)))
