@@ -103,6 +103,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.likelihood.espo_elbo.num_mc = 1  # espo_elbo: mask draws averaged (ESPO's recipes: 2).
   c.likelihood.espo_elbo.coupled = True  # espo_elbo: also score each mask's complement (ESPO reduce_var).
   c.likelihood.espo_elbo.stratify = "row"  # espo_elbo: mask counts stratified over a row's draws | batch (ESPO's; grad_accum 1 only).
+  c.likelihood.elbo_mc = ml_collections.ConfigDict()
+  c.likelihood.elbo_mc.samples = 16  # elbo_mc (BGPO): n_t Monte-Carlo samples of the ELBO, one pass each.
+  c.likelihood.elbo_mc.stratified_t = True  # elbo_mc: t_j in the j-th of n_t equal bins (else i.i.d.).
 
   c.rl = ml_collections.ConfigDict()
   c.rl.objective = "diffu_grpo"  # Base method: diffu_grpo | wd1 | gdpo | gspo | reinforce_pp | rldf | spg | espo.
@@ -138,6 +141,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.rl.spg = ml_collections.ConfigDict()
   c.rl.spg.eubo_beta = 1.5  # spg: β of the upper bound's power mean (SPG: 1.5; Sudoku 1.0).
   c.rl.spg.mix_weight = 0.5  # spg: ω, the upper bound's share for A <= 0 (1: EUBO only, 0: ELBO only).
+  c.rl.pass_accum = False  # Accumulate the gradient one likelihood pass at a time (BGPO; pass-local objectives).
 
   c.sft = ml_collections.ConfigDict()
   c.sft.steps = 300  # Warm-start steps (masked-diffusion SFT on the task's generated targets).

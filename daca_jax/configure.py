@@ -18,7 +18,9 @@ from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.registry import Registry
 from daca_jax.rl.advantages import ADVANTAGES
+from daca_jax.rl.bgpo import check_bgpo
 from daca_jax.rl.objectives import OBJECTIVES
+from daca_jax.rl.pass_accum import check_pass_accum
 from daca_jax.tasks import TASKS
 from daca_jax.tasks.training_rewards import check_reward
 from daca_jax.types import TrainConfig
@@ -82,7 +84,8 @@ def validate(cfg: TrainConfig) -> TrainConfig:
 def check_combinations(cfg: TrainConfig) -> TrainConfig:
   """Refuses combinations of registered pieces that are not meaningful, each with its reason (the
   methods' own checks: SPG's :func:`~daca_jax.rl.spg.check_spg_config`, ESPO's
-  :func:`~daca_jax.rl.espo.check_espo_config`). Names must already resolve (:func:`check_names`).
+  :func:`~daca_jax.rl.espo.check_espo_config`, and :data:`COMBINATION_CHECKS`). Names must already
+  resolve (:func:`check_names`).
 
   Raises:
     ConfigError: the first combination refused.
@@ -92,7 +95,13 @@ def check_combinations(cfg: TrainConfig) -> TrainConfig:
   token_level = CREDIT.get(cfg.rl.credit).token_level
   for check in (check_spg_config, check_espo_config):
     check(cfg, token_level)
+  for refuse in COMBINATION_CHECKS:
+    refuse(cfg)
   return cfg
+
+
+# Combinations of registered pieces that are not meaningful, each refused with its reason (one line).
+COMBINATION_CHECKS = (check_bgpo, check_pass_accum)
 
 
 # Fields that moved into their method's own section: the error of an old name says where it is now.

@@ -708,6 +708,20 @@ class ESPOELBOConfig:
     _check_fields(prefix, self)
     _positive(prefix, self, "num_mc")
     _one_of(prefix, self, "stratify", ESPO_STRATIFY)
+class ELBOMCConfig:
+  """BGPO's Monte-Carlo ELBO (``rl.likelihood="elbo_mc"``, :mod:`daca_jax.likelihood.elbo_mc`).
+
+  Attributes:
+    samples: n_t, Monte-Carlo samples (t_j, mask_j) of the ELBO, one forward pass each (BGPO: 16).
+    stratified_t: draw t_j in the j-th of n_t equal bins of (0, 1] (stratified) rather than i.i.d.
+  """
+
+  samples: int = 16
+  stratified_t: bool = True
+
+  def validate(self, prefix: str = "likelihood.elbo_mc") -> "ELBOMCConfig":
+    _check_fields(prefix, self)
+    _positive(prefix, self, "samples")
     return self
 
 
@@ -739,6 +753,7 @@ class LikelihoodConfig:
     rldf: :class:`RLDFConfig`.
     spg_block: :class:`SPGBlockConfig` (SPG's block-wise masks).
     espo_elbo: :class:`ESPOELBOConfig` (ESPO's stratified, coupled ELBO).
+    elbo_mc: :class:`ELBOMCConfig` (BGPO).
   """
 
   p_mask_prompt: float = 0.0
@@ -752,6 +767,7 @@ class LikelihoodConfig:
   rldf: RLDFConfig = RLDFConfig()
   spg_block: SPGBlockConfig = SPGBlockConfig()
   espo_elbo: ESPOELBOConfig = ESPOELBOConfig()
+  elbo_mc: ELBOMCConfig = ELBOMCConfig()
 
   def validate(self, prefix: str = "likelihood") -> "LikelihoodConfig":
     _check_sections(prefix, self)
@@ -847,6 +863,10 @@ class RLConfig:
       seed: 0 = the seed's own; k > 0 = another independent draw from the same SFT warm start (a
       second run of one arm per warm start measures the RL seed's share of the spread).
     spg: :class:`SPGConfig` (``rl.objective="spg"``: its bound's β and mixture weight).
+    pass_accum: per-pass gradient accumulation (:mod:`daca_jax.rl.pass_accum`): the gradient of an
+      objective that is a sum of per-pass terms (BGPO's bound, the token-level objectives) is
+      accumulated one likelihood pass at a time inside a ``lax.scan``, each pass's graph dropped, so
+      memory stays that of one pass whatever the number of passes (BGPO's n_t, SML's K).
   """
 
   objective: str = "diffu_grpo"
@@ -877,6 +897,7 @@ class RLConfig:
   rldf_tau: float = 0.6
   replicate: int = 0
   spg: SPGConfig = SPGConfig()
+  pass_accum: bool = False
 
   def validate(self, prefix: str = "rl") -> "RLConfig":
     _check_fields(prefix, self)

@@ -24,7 +24,7 @@ from daca_jax.contracts.model import (HeadFn, HiddenFn, LogitsFn, ModelFns, as_m
                                       call_logits, check_logits)
 from daca_jax.contracts.params import ParamSplit
 from daca_jax.contracts.scores import (ELBO_TERMS, SCORE_KINDS, TokenScores, check_token_scores, objective_inputs,
-                                       token_scores)
+                                       objective_states, token_scores)
 from daca_jax.contracts.shapes import (check_completion_rows, check_integer, check_optional_shape, check_shape,
                                        check_static_int, check_tokens, shape_of)
 from daca_jax.contracts.trajectory import Trajectory, check_trajectory

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import jax
 
-from daca_jax.contracts.pytree import pytree_dataclass
+from daca_jax.contracts.pytree import field, pytree_dataclass
 from daca_jax.contracts.shapes import check_optional_shape, check_shape
 from daca_jax.errors import ShapeError
 
@@ -31,6 +31,9 @@ class PolicyBatch:
       or None. ``logp``'s L is S·L_c for an estimator that scores S contexts; objectives that need
       that structure (SPG's per-context mask rates and per-sequence lengths) read S and the lengths
       from it.
+    num_states: S (static), the contexts the per-token fields hold, context-major (``j·L_c + i``):
+      1, or the estimator's ``TokenScores.num_states`` (BGPO groups the targets of each Monte-Carlo
+      sample by it).
   """
 
   logp_old: jax.Array
@@ -42,6 +45,7 @@ class PolicyBatch:
   commit_now: jax.Array | None = None
   token_advantages: jax.Array | None = None
   completion_mask: jax.Array | None = None
+  num_states: int = field(static=True, default=1)
 
 
 def check_policy_batch(logp: jax.Array, batch: PolicyBatch, name: str = "objective",

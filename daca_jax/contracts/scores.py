@@ -132,5 +132,11 @@ def objective_inputs(scores: TokenScores, completion_mask: jax.Array, weights: j
   return scores.logp, mask, w, scores.committed_here, tok
 
 
+def objective_states(scores: TokenScores, elbo_terms: str = "per_target") -> int:
+  """S of the targets :func:`objective_inputs` hands an objective (``PolicyBatch.num_states``): the
+  estimator's contexts, or 1 where ``"summed"`` folds an ELBO estimator's contexts into each token."""
+  return 1 if scores.kind == "elbo" and elbo_terms == "summed" else scores.num_states
+
+
 __all__ = ["ELBO_TERMS", "SCORE_KINDS", "TokenScores", "check_token_scores", "objective_inputs",
-           "token_scores"]
+           "objective_states", "token_scores"]

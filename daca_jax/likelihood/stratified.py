@@ -16,8 +16,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from daca_jax.contracts import TokenScores, token_scores
 from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_positions
+from daca_jax.likelihood.passes import register_passes
 from daca_jax.types import STRATA_PARTITIONS, LikelihoodConfig, StratifiedConfig
 
 
@@ -138,26 +140,12 @@ def stratified_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
   Returns:
     float32 [B, L]; costs K forward passes of batch B (the output head: one pass in total).
   """
-  k_prompt, k_part = split_key(key)
-  b, total = tokens.shape
-  length = total - prompt_len
-  num_strata = stratified.num_strata
-  # per_prompt keys off the unmasked prompt, so prompt masking cannot split a group's strata.
-  strata = assign_strata(k_part, b, length, num_strata, stratified.partition, commit_step,
-                         prompt=tokens[:, :prompt_len])
-  prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], p_mask_prompt, mask_id)
-  comp = tokens[:, prompt_len:]
-
-  positions, valid = stratum_positions(strata, num_strata)  # [K, B, C]
-
-  def one_pass(xs: tuple[jax.Array, jax.Array]) -> jax.Array:
-    k, pos = xs  # pos: [B, C] completion positions of stratum k
-    x = jnp.concatenate([prompt, jnp.where(strata == k, mask_id, comp)], axis=1)
-    targets = jnp.take_along_axis(comp, pos, axis=1)
-    return score_positions(logits_fn, params, x, targets, pos + prompt_len, mask_id)  # [B, C]
-
-  xs = (jnp.arange(num_strata, dtype=jnp.int32), positions)
-  if strata_batch and strata_batch < num_strata:
+  prompt, comp, strata, positions, valid = _plan(tokens, prompt_len, key, mask_id, commit_step, stratified,
+                                                 p_mask_prompt)
+  b, length = comp.shape
+  one_pass = lambda xs: _stratum_pass(logits_fn, params, prompt, comp, strata, mask_id, *xs)
+  xs = (jnp.arange(stratified.num_strata, dtype=jnp.int32), positions)
+  if strata_batch and strata_batch < stratified.num_strata:
     # Rematerialised per group: the backward pass re-runs each group's forward instead of keeping
     # the activations of all K passes, so memory is that of ``strata_batch`` passes (one more
     # forward per pass in a gradient step).
@@ -168,3 +156,43 @@ def stratified_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
   rows = jnp.arange(b)[None, :, None]
   # Every position is one valid slot; the padding slots add zero.
   return jnp.zeros((b, length), jnp.float32).at[rows, positions].add(jnp.where(valid, per_pass, 0.0))
+
+
+def _plan(tokens: jax.Array, prompt_len: int, key: jax.Array, mask_id: int, commit_step: jax.Array | None,
+          stratified: StratifiedConfig, p_mask_prompt: float):
+  """(masked prompt [B, P], completion [B, L], strata [B, L], positions and valid [K, B, C]) of SML
+  under ``key``: what every pass shares."""
+  k_prompt, k_part = split_key(key)
+  b, total = tokens.shape
+  length = total - prompt_len
+  # per_prompt keys off the unmasked prompt, so prompt masking cannot split a group's strata.
+  strata = assign_strata(k_part, b, length, stratified.num_strata, stratified.partition, commit_step,
+                         prompt=tokens[:, :prompt_len])
+  prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], p_mask_prompt, mask_id)
+  positions, valid = stratum_positions(strata, stratified.num_strata)  # [K, B, C]
+  return prompt, tokens[:, prompt_len:], strata, positions, valid
+
+
+def _stratum_pass(logits_fn: Any, params: Any, prompt: jax.Array, comp: jax.Array, strata: jax.Array,
+                  mask_id: int, k: jax.Array, pos: jax.Array) -> jax.Array:
+  """float32 [B, C] pass k: stratum k masked, its positions ``pos`` [B, C] scored."""
+  x = jnp.concatenate([prompt, jnp.where(strata == k, mask_id, comp)], axis=1)
+  targets = jnp.take_along_axis(comp, pos, axis=1)
+  return score_positions(logits_fn, params, x, targets, pos + prompt.shape[1], mask_id)
+
+
+@register_passes("stratified", lambda cfg: cfg.stratified.num_strata)
+def stratified_one_pass(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array, *,
+                        mask_id: int, pass_index: jax.Array, commit_step: jax.Array | None = None,
+                        stratified: StratifiedConfig = StratifiedConfig(),
+                        p_mask_prompt: float = LikelihoodConfig.p_mask_prompt) -> tuple[TokenScores, jax.Array]:
+  """SML's pass ``pass_index`` alone (:mod:`daca_jax.likelihood.passes`): the log-probs of stratum
+  ``pass_index`` (0 elsewhere) and bool [B, L] its positions; one forward pass."""
+  prompt, comp, strata, positions, valid = _plan(tokens, prompt_len, key, mask_id, commit_step, stratified,
+                                                 p_mask_prompt)
+  pos = jax.lax.dynamic_index_in_dim(positions, pass_index, keepdims=False)
+  ok = jax.lax.dynamic_index_in_dim(valid, pass_index, keepdims=False)
+  lp = _stratum_pass(logits_fn, params, prompt, comp, strata, mask_id, pass_index, pos)
+  rows = jnp.arange(comp.shape[0])[:, None]
+  logp = jnp.zeros(comp.shape, jnp.float32).at[rows, pos].add(jnp.where(ok, lp, 0.0))
+  return token_scores(logp), strata == pass_index

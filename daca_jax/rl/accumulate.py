@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from daca_jax.contracts import ParamSplit, PolicyBatch, TokenScores, Trajectory, objective_inputs
+from daca_jax.contracts import ParamSplit, PolicyBatch, TokenScores, Trajectory, objective_inputs, objective_states
 from daca_jax.errors import ConfigError
 from daca_jax.parallel.mesh import BATCH_AXES
 from daca_jax.rl.advantages import AdvantageEstimator
@@ -123,7 +123,8 @@ def make_accumulated_grad(scores_fn: RowScoresFn, objective: Callable[..., Any],
       adv = advantage(rewards, rl.group_size)
     batch = PolicyBatch(logp_old=logp_old, logp_ref=logp_ref, advantages=adv, weights=w, mask=mask,
                         rewards=rewards, commit_now=commit_now, token_advantages=tok,
-                        completion_mask=traj.completion_mask)
+                        completion_mask=traj.completion_mask,
+                        num_states=objective_states(old_scores, elbo_terms))
     filler = logp_old.reshape(num, b, -1)  # the constant log-probs of the rows outside a micro-batch
 
     def step(acc: Any, kp: tuple[jax.Array, Trajectory]) -> tuple[Any, jax.Array]:

@@ -19,13 +19,15 @@ import optax
 
 from daca_jax import parallel
 from daca_jax.contracts import (ParamSplit, PolicyBatch, TokenScores, Trajectory, as_model_fns,
-                                check_optional_shape, check_shape, check_trajectory, objective_inputs)
+                                check_optional_shape, check_shape, check_trajectory, objective_inputs,
+                                objective_states)
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.likelihood.base import LikelihoodFn
 from daca_jax.rl.accumulate import check_grad_accum, make_accumulated_grad
 from daca_jax.rl.advantages import ADVANTAGES, advantage_name, zero_std_group_fraction
 from daca_jax.rl.objectives import OBJECTIVES
 from daca_jax.rl.optim import read_grad_agreement
+from daca_jax.rl.pass_accum import make_pass_accumulated_grad
 from daca_jax.types import TrainConfig
 
 # Folded into a likelihood key for the model's own training noise (ModelFns.train: LoRA dropout).
@@ -155,6 +157,8 @@ def make_objective_grad(logits_fn: Any, cfg: TrainConfig, *, mask_id: int,
   advantage = ADVANTAGES.get(advantage_name(rl.objective, rl.advantage, rl.normalize_adv_std))
   accumulated = (make_accumulated_grad(scores_fn, objective, advantage, cfg, param_split)
                  if rl.grad_accum > 1 else None)
+  if rl.pass_accum:  # one likelihood pass at a time (rl.pass_accum; the registry's per-pass form)
+    accumulated = _pass_accumulated(logits_fn, cfg, objective, advantage, mask_id, param_split)
 
   def grad(params: Any, ref_params: Any, traj: Trajectory, rewards: jax.Array, weights: Any, key: jax.Array,
            old_params: Any = None, advantages: jax.Array | None = None) -> tuple[Any, dict[str, jax.Array]]:
@@ -169,16 +173,18 @@ def make_objective_grad(logits_fn: Any, cfg: TrainConfig, *, mask_id: int,
       adv = advantage(rewards, rl.group_size)
 
     def targets(prm):
-      """(logp, mask, weights, commit_now, token advantages) of the objective: the estimator's targets
-      (S contexts of L positions, mask and weights tiled; ELBO factors per ``likelihood.elbo_terms``)."""
-      return objective_inputs(scores_fn(prm, traj, key), traj.completion_mask, weights, token_adv,
-                              cfg.likelihood.elbo_terms)
+      """(logp, mask, weights, commit_now, token advantages, S) of the objective: the estimator's
+      targets (S contexts of L positions, mask and weights tiled; ELBO factors per
+      ``likelihood.elbo_terms``)."""
+      scores = scores_fn(prm, traj, key)
+      return (*objective_inputs(scores, traj.completion_mask, weights, token_adv, cfg.likelihood.elbo_terms),
+              objective_states(scores, cfg.likelihood.elbo_terms))
 
     logp_old = None if old_params is None else jax.lax.stop_gradient(targets(old_params)[0])
     logp_ref = jax.lax.stop_gradient(targets(ref_params)[0]) if rl.beta > 0 else None
 
     def loss_fn(prm):
-      logp, mask, w, commit_now, tok_adv = targets(prm)
+      logp, mask, w, commit_now, tok_adv, states = targets(prm)
       old = jax.lax.stop_gradient(logp) if logp_old is None else logp_old
       ref = old if logp_ref is None else logp_ref
       seq_adv = adv
@@ -186,7 +192,7 @@ def make_objective_grad(logits_fn: Any, cfg: TrainConfig, *, mask_id: int,
         seq_adv = advantage(rewards, rl.group_size, jnp.sum(mask * (old - ref), -1), rl.beta)
       batch = PolicyBatch(logp_old=old, logp_ref=ref, advantages=seq_adv, weights=w, mask=mask,
                           rewards=rewards, commit_now=commit_now, token_advantages=tok_adv,
-                          completion_mask=traj.completion_mask)
+                          completion_mask=traj.completion_mask, num_states=states)
       loss, aux = objective(logp, batch, rl)
       if adv is None:
         aux = dict(aux, adv_std=jnp.std(seq_adv))
@@ -196,6 +202,22 @@ def make_objective_grad(logits_fn: Any, cfg: TrainConfig, *, mask_id: int,
     return grads, dict(aux, loss=loss)
 
   return grad
+
+
+def _pass_accumulated(logits_fn: Any, cfg: TrainConfig, objective: Any, advantage: Any, mask_id: int,
+                      param_split: ParamSplit | None) -> Callable[..., Any]:
+  """:func:`daca_jax.rl.pass_accum.make_pass_accumulated_grad` over ``PASSES[rl.likelihood]``, its
+  passes through the model's training variant as :func:`make_scores_fn`'s."""
+  from daca_jax.likelihood import PASSES
+  form = PASSES[cfg.rl.likelihood]  # configure.check_pass_accum refused estimators without one
+  fns, run = as_model_fns(logits_fn), training_passes(form.run)
+
+  def pass_scores(params: Any, traj: Trajectory, key: jax.Array, j: jax.Array) -> tuple[TokenScores, jax.Array]:
+    return run(fns, params, traj.tokens, traj.prompt_len, key, cfg.likelihood, mask_id=mask_id, pass_index=j,
+               commit_step=traj.commit_step, commit_conf=traj.commit_conf, completion_mask=traj.completion_mask)
+
+  return make_pass_accumulated_grad(pass_scores, form.num_passes(cfg.likelihood), objective, advantage, cfg,
+                                    param_split)
 
 
 def make_update(logits_fn: Any, cfg: TrainConfig, optimizer: optax.GradientTransformation, *,

@@ -33,6 +33,7 @@ ESTIMATOR_READS = {
     "rldf": {"rldf", "trajectory_steps", "p_mask_prompt", "strata_batch"},
     "spg_block": {"spg_block", "p_mask_prompt", "strata_batch"},
     "espo_elbo": {"espo_elbo", "p_mask_prompt", "strata_batch"},
+    "elbo_mc": {"elbo_mc", "p_mask_prompt", "strata_batch"},
 }
 CREDIT_READS = {"uniform": set(), "dps": {"dps"}, "dtca": {"dtca", "dps"}, "delta": {"delta"},
                 "position_value": {"position_value", "dps"}, "token_reward": set(), "contrast": {"contrast", "dps"}}
@@ -40,6 +41,7 @@ OBJECTIVE_READS = {"diffu_grpo": {"clip_eps", "beta"}, "wd1": {"group_size", "be
                    "gspo": {"clip_eps", "beta"}, "gdpo": {"clip_eps", "beta"},
                    "reinforce_pp": {"clip_eps"}, "rldf": {"clip_eps", "beta", "rldf_tau"},
                    "spg": {"spg"}, "espo": {"clip_eps", "beta"}}
+                   "bgpo": {"clip_eps", "beta"}}
 
 
 def test_every_registered_algorithm_reads_only_its_own_fields():

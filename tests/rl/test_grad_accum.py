@@ -28,6 +28,7 @@ CASES = {"diffu_grpo": "stratified", "wd1": "mean_field", "gspo": "stratified", 
          "reinforce_pp": "stratified", "rldf": "rldf",
          # SPG's block-masked contexts (S = 2, per-context mask rates); ESPO's summed ELBO terms (S = 4 passes).
          "spg": "spg_block", "espo": "espo_elbo"}
+         "reinforce_pp": "stratified", "rldf": "rldf", "bgpo": "elbo_mc"}
 
 
 def _cfg(objective, likelihood, grad_accum, **rl):

@@ -1,0 +1,65 @@
+"""One pass at a time: the per-pass form of a multi-pass likelihood estimator (registry ``PASSES``).
+
+An estimator whose S contexts are independent forward passes (BGPO's Monte-Carlo ELBO samples, SML's
+strata, GDPO's quadrature nodes) can also be evaluated one pass at a time: ``PASSES[name]`` holds
+``fn(logits_fn, params, tokens, prompt_len, key, cfg: LikelihoodConfig, *, mask_id, pass_index,
+commit_step=None, commit_conf=None, completion_mask=None) -> (TokenScores, here)`` — the estimator's
+whole output under the same key (the same masks, mask and weight of every context) with ``logp`` zero
+outside the targets that pass ``pass_index`` (an int32 scalar, traced) scores, whose single forward
+pass it runs, and ``here`` bool [B, S·L] marking those targets (a context of the ELBO's samples, a
+stratum of SML's single context) — and ``num_passes(cfg: LikelihoodConfig) -> S``. :mod:`daca_jax.rl.pass_accum` differentiates an objective
+that is a sum of per-pass terms one pass at a time through it, in memory constant in S.
+"""
+from __future__ import annotations
+
+import inspect
+from typing import Any, Callable, NamedTuple
+
+import jax
+
+from daca_jax.contracts import TokenScores, as_model_fns, check_token_scores
+from daca_jax.likelihood.base import check_estimator_inputs
+from daca_jax.registry import config_fields, section_kwargs
+from daca_jax.types import LikelihoodConfig
+
+
+class PassForm(NamedTuple):
+  """The per-pass form of estimator ``name``: ``run`` (the entry described in the module docstring)
+  and ``num_passes(cfg: LikelihoodConfig) -> S``."""
+
+  run: Callable[..., tuple[TokenScores, jax.Array]]
+  num_passes: Callable[[LikelihoodConfig], int]
+
+
+PASSES: dict[str, PassForm] = {}
+
+
+def register_passes(name: str, num_passes: Callable[[LikelihoodConfig], int]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+  """Decorator registering ``fn(logits_fn, params, tokens, prompt_len, key, *, mask_id, pass_index,
+  <rows it reads>, <LikelihoodConfig fields it reads>) -> (TokenScores, here)`` as ``PASSES[name]`` (the entry
+  hands it its config fields, as :func:`daca_jax.likelihood.base.register_estimator` does, and checks
+  inputs and output). Returns ``fn`` unchanged."""
+
+  def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+    declared = frozenset(inspect.signature(fn).parameters)
+    reads = config_fields(fn, LikelihoodConfig)
+
+    def run(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
+            cfg: LikelihoodConfig, *, mask_id: int, pass_index: jax.Array, commit_step: jax.Array | None = None,
+            commit_conf: jax.Array | None = None,
+            completion_mask: jax.Array | None = None) -> tuple[TokenScores, jax.Array]:
+      rows = {"commit_step": commit_step, "commit_conf": commit_conf, "completion_mask": completion_mask}
+      b, _, length = check_estimator_inputs(tokens, prompt_len, **rows)
+      out, here = fn(as_model_fns(logits_fn), params, tokens, prompt_len, key, mask_id=mask_id, pass_index=pass_index,
+               **{k: v for k, v in rows.items() if k in declared}, **section_kwargs(cfg, reads))
+      check_token_scores(out, b, length, f"likelihood {name!r} (one pass)")
+      return out, here
+
+    run.reads = reads
+    PASSES[name] = PassForm(run, num_passes)
+    return fn
+
+  return deco
+
+
+__all__ = ["PASSES", "PassForm", "register_passes"]
