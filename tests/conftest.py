@@ -64,13 +64,37 @@ def pytest_runtest_teardown(item):
 def pytest_addoption(parser):
   parser.addoption("--runslow", action="store_true", default=False,
                    help="also run the tests marked slow (more main-job variants; the 8B benchmark path)")
+  parser.addoption("--group", default=None, metavar="I/N",
+                   help="run the I-th of N groups of the selected tests (1 <= I <= N): every N-th test of the "
+                        "collection order, starting at the I-th; the slow tests' groups (docs/reliability.md)")
 
 
 def pytest_configure(config):
   config.addinivalue_line("markers", "slow: a long test left out of the default run (use --runslow)")
 
 
+def _group(spec: str) -> tuple[int, int]:
+  """``(i, n)`` of ``--group=i/n``; a UsageError names the flag otherwise."""
+  try:
+    i, n = (int(x) for x in spec.split("/"))
+  except ValueError:
+    i = n = 0
+  if not 1 <= i <= n:
+    raise pytest.UsageError(f"--group={spec}: expected I/N with 1 <= I <= N, e.g. --group=2/4")
+  return i, n
+
+
+@pytest.hookimpl(trylast=True)  # after -m / -k have deselected: the groups split what is left
 def pytest_collection_modifyitems(config, items):
+  spec = config.getoption("--group")
+  if spec:
+    i, n = _group(spec)
+    # Interleaved rather than contiguous: each group gets its share of every file's tests (the heavy
+    # end-to-end files sit next to each other in collection order).
+    keep = items[i - 1::n]
+    kept = set(map(id, keep))
+    config.hook.pytest_deselected(items=[x for x in items if id(x) not in kept])
+    items[:] = keep
   if config.getoption("--runslow"):
     return
   skip = pytest.mark.skip(reason="slow: run with --runslow")

@@ -82,11 +82,22 @@ def test_a_dual_cache_with_several_layers_approximates_but_keeps_its_records_con
   assert bool(traj.finished)
 
 
+@functools.lru_cache(maxsize=None)
+def _training_rollout(kv_cache, threshold):
+  """One two-layer training rollout per mode, read by every assigner: the learners of this file record
+  every trajectory record whatever their credit (``extra_records``), so each credit's learner samples
+  with the same sampler, model, prompts and key, and its rollout is this one (sampled once, not seven
+  times)."""
+  _, _, params, learner, _, prompts = _setup(kv_cache, threshold, "dps", layers=2)
+  return learner.rollout(params, prompts, jax.random.PRNGKey(1))
+
+
 @pytest.mark.parametrize("kv_cache,threshold", MODES[1:3] + MODES[5:])
 @pytest.mark.parametrize("credit", CREDIT.names())
 def test_every_credit_assigner_and_the_update_run_on_fast_training_rollouts(kv_cache, threshold, credit):
   cfg, task, params, learner, examples, prompts = _setup(kv_cache, threshold, credit, layers=2)
-  traj = learner.rollout(params, prompts, jax.random.PRNGKey(1))
+  assert learner.cfg.rollout == _setup(kv_cache, threshold, "dps", layers=2)[0].rollout
+  traj = _training_rollout(kv_cache, threshold)
   b, length = traj.completion_mask.shape
   assert bool(traj.finished) and (b, length) == (prompts.shape[0], cfg.rollout.gen_length)
   rewards = jnp.asarray(np.random.default_rng(0).uniform(size=b), jnp.float32)

@@ -47,7 +47,8 @@ def _setup(flag, preset):
   """The preset with a tiny model: (cfg, task, logits_fn, hidden_fn, params, learner, examples, traj)."""
   cf = next(f for f in FILES if f.flag == flag)
   cfg = train_config_from_dict(cf.build(preset))
-  tiny = dataclasses.replace(cfg.model, d_model=16, n_layers=1, n_heads=2, n_kv_heads=0, mlp_dim=32, lora_rank=0)
+  tiny = dataclasses.replace(cfg.model, d_model=16, n_layers=1, n_heads=2, n_kv_heads=0, mlp_dim=32, lora_rank=0,
+                             lora_dropout=0.0)  # no adapters: their dropout must be off (a config error otherwise)
   cfg = configure.validate(dataclasses.replace(cfg, model=tiny))
   task = build_task(cfg)
   tok = task.tokenizer

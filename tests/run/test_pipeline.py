@@ -78,10 +78,18 @@ def _smoke_cfg(**rl):
   return train_config_from_dict(c)
 
 
-def test_resumed_run_continues_the_same_run(tmp_path):
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory):
+  """One uninterrupted 4-iteration run (checkpoints at 2 and 4), read by the tests below: the reference
+  of the resumed run, and the workdir whose latest checkpoint the fallback test damages (in a copy)."""
+  workdir = tmp_path_factory.mktemp("straight")
+  run_main_job(_smoke_cfg(steps=4), workdir, show_progress=False, log=lambda *a, **k: None)
+  return workdir
+
+
+def test_resumed_run_continues_the_same_run(straight, tmp_path):
   quiet = lambda *a, **k: None
-  straight, split = tmp_path / "straight", tmp_path / "split"
-  run_main_job(_smoke_cfg(steps=4), straight, show_progress=False, log=quiet)
+  split = tmp_path / "split"
   run_preempted_after(2, run_main_job, _smoke_cfg(steps=4), split, show_progress=False, log=quiet)
   # The same run of another length is another run: the cosine schedule decays over rl.steps.
   with pytest.raises(ConfigError, match=r"rl\.steps=6 is not allowed: expected 4 as in the run .*'cosine' the learning rate decays"):
@@ -143,10 +151,14 @@ def _slow(*values):
   return pytest.param(*values, marks=pytest.mark.slow)
 
 
+# One end-to-end run in the default suite, with a non-default objective and a non-default likelihood
+# together: the config reaches both through the main job (the default pair runs in the tests above).
+# Each objective's loss and gradient are checked against numpy in tests/rl/test_objectives.py, each
+# estimator in tests/likelihood; the other pairs run here with --runslow.
 @__import__("pytest").mark.parametrize("objective,likelihood", [
-    _slow("wd1", "stratified"), _slow("gspo", "stratified"), ("gdpo", "stratified"),
-    _slow("reinforce_pp", "stratified"), ("diffu_grpo", "trajectory"), _slow("gdpo", "elbo"),
-    _slow("diffu_grpo", "coupled")])
+    _slow("wd1", "stratified"), _slow("gspo", "stratified"), _slow("gdpo", "stratified"),
+    _slow("reinforce_pp", "stratified"), _slow("diffu_grpo", "trajectory"), ("gdpo", "trajectory"),
+    _slow("gdpo", "elbo"), _slow("diffu_grpo", "coupled")])
 def test_every_base_method_and_estimator_by_config(tmp_path, objective, likelihood):
   c = sudoku_tiny.get_config("smoke")
   c.rl.objective = objective
@@ -156,17 +168,18 @@ def test_every_base_method_and_estimator_by_config(tmp_path, objective, likeliho
   c.task.num_eval_examples = 8
   c.eval.batch_size = 8
   res = run_main_job(train_config_from_dict(c), tmp_path, show_progress=False, log=lambda *a, **k: None)
-  assert res["config"]["rl"]["objective"] == objective
+  assert res["config"]["rl"]["objective"] == objective and res["config"]["rl"]["likelihood"] == likelihood
   records = read_metrics(tmp_path / "metrics.jsonl")
   assert [r["step"] for r in records] == [1, 2]
   assert all(np.isfinite(r["loss"]) and np.isfinite(r["grad_norm"]) for r in records)
 
 
-def test_damaged_latest_checkpoint_falls_back_and_shorter_rerun_is_refused(tmp_path):
+def test_damaged_latest_checkpoint_falls_back_and_shorter_rerun_is_refused(straight, tmp_path):
   import shutil
   from daca_jax.errors import ConfigError
   quiet = lambda *a, **k: None
-  run_main_job(_smoke_cfg(steps=4), tmp_path, show_progress=False, log=quiet)
+  tmp_path = tmp_path / "run"
+  shutil.copytree(straight, tmp_path)  # the same 4-iteration run as made in place (the shared one stays whole)
   before = read_metrics(tmp_path / "metrics.jsonl")
   # Damage the latest RL checkpoint's array data; the run must resume from step 2 and redo 3 and 4.
   shutil.rmtree(tmp_path / "rl" / "4" / "state")
