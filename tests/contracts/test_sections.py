@@ -40,8 +40,7 @@ CREDIT_READS = {"uniform": set(), "dps": {"dps"}, "dtca": {"dtca", "dps"}, "delt
 OBJECTIVE_READS = {"diffu_grpo": {"clip_eps", "beta"}, "wd1": {"group_size", "beta"},
                    "gspo": {"clip_eps", "beta"}, "gdpo": {"clip_eps", "beta"},
                    "reinforce_pp": {"clip_eps"}, "rldf": {"clip_eps", "beta", "rldf_tau"},
-                   "spg": {"spg"}, "espo": {"clip_eps", "beta"}}
-                   "bgpo": {"clip_eps", "beta"}}
+                   "spg": {"spg"}, "espo": {"clip_eps", "beta"}, "bgpo": {"clip_eps", "beta"}}
 
 
 def test_every_registered_algorithm_reads_only_its_own_fields():

@@ -27,8 +27,9 @@ ROLLOUT = RolloutConfig(gen_length=8, block_length=4, steps=4, temperature=1.0)
 CASES = {"diffu_grpo": "stratified", "wd1": "mean_field", "gspo": "stratified", "gdpo": "elbo",
          "reinforce_pp": "stratified", "rldf": "rldf",
          # SPG's block-masked contexts (S = 2, per-context mask rates); ESPO's summed ELBO terms (S = 4 passes).
-         "spg": "spg_block", "espo": "espo_elbo"}
-         "reinforce_pp": "stratified", "rldf": "rldf", "bgpo": "elbo_mc"}
+         "spg": "spg_block", "espo": "espo_elbo",
+         # BGPO's Monte-Carlo ELBO samples (one pass each)
+         "bgpo": "elbo_mc"}
 
 
 def _cfg(objective, likelihood, grad_accum, **rl):
