@@ -708,6 +708,10 @@ class ESPOELBOConfig:
     _check_fields(prefix, self)
     _positive(prefix, self, "num_mc")
     _one_of(prefix, self, "stratify", ESPO_STRATIFY)
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
 class ELBOMCConfig:
   """BGPO's Monte-Carlo ELBO (``rl.likelihood="elbo_mc"``, :mod:`daca_jax.likelihood.elbo_mc`).
 
