@@ -11,3 +11,4 @@ from daca_jax.likelihood.stratified import assign_strata, stratified_logprobs, s
 from daca_jax.likelihood.trajectory import trajectory_logprobs
 from daca_jax.likelihood.passes import PASSES, register_passes
 from daca_jax.likelihood.elbo_mc import elbo_mc_logprobs  # registers "elbo_mc" (BGPO)
+from daca_jax.likelihood.stepmerge import stepmerge_logprobs  # registers "stepmerge" (MAP)

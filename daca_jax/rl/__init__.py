@@ -7,3 +7,4 @@ from daca_jax.rl.objectives import OBJECTIVES, PolicyBatch, diffu_grpo_loss, k3_
 from daca_jax.rl.optim import make_optimizer
 from daca_jax.rl.update import make_objective_grad, make_scores_fn, make_update
 from daca_jax.rl import bgpo as _bgpo  # noqa: E402,F401  (registers the objective "bgpo")
+from daca_jax.rl import map_pg as _map_pg  # noqa: E402,F401  (registers the objective "map")

@@ -16,7 +16,8 @@ from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.parallel import per_sequence_keys
 from daca_jax.rl import OBJECTIVES, GRPOLearner, make_objective_grad, make_update
 from daca_jax.rl.accumulate import check_grad_accum
-from daca_jax.types import LikelihoodConfig, RLConfig, RLDFConfig, RolloutConfig, StratifiedConfig, TrainConfig
+from daca_jax.types import (LikelihoodConfig, RLConfig, RLDFConfig, RolloutConfig, StepMergeConfig, StratifiedConfig,
+                            TrainConfig)
 from tests.fixed_logit_model import jax_logits, make_params
 
 V, MASK, EOS, P, G, PROMPTS = 12, 10, 11, 3, 4, 4
@@ -24,11 +25,13 @@ ROLLOUT = RolloutConfig(gen_length=8, block_length=4, steps=4, temperature=1.0)
 # Each objective with an estimator of another kind: S = 1 log-probs with random strata, the mean-field
 # pass, ELBO targets (weights) over 2 quadrature nodes, RLDF's rebuilt states (S = 2, commit_now).
 CASES = {"diffu_grpo": "stratified", "wd1": "mean_field", "gspo": "stratified", "gdpo": "elbo",
-         "reinforce_pp": "stratified", "rldf": "rldf", "bgpo": "elbo_mc"}
+         "reinforce_pp": "stratified", "rldf": "rldf", "bgpo": "elbo_mc",
+         "map": "stepmerge"}
 
 
 def _cfg(objective, likelihood, grad_accum, **rl):
-  lik = LikelihoodConfig(stratified=StratifiedConfig(num_strata=2), rldf=RLDFConfig(states=2), p_mask_prompt=0.2)
+  lik = LikelihoodConfig(stratified=StratifiedConfig(num_strata=2), rldf=RLDFConfig(states=2), p_mask_prompt=0.2,
+                         stepmerge=StepMergeConfig(segments=2, sample=1))
   return TrainConfig(rollout=ROLLOUT, likelihood=lik,
                      rl=RLConfig(objective=objective, credit="dps", likelihood=likelihood, group_size=G,
                                  prompts_per_step=PROMPTS, learning_rate=0.05, warmup_steps=0, clip_eps=0.2,
