@@ -106,6 +106,15 @@ def get_config() -> ml_collections.ConfigDict:
   c.likelihood.elbo_mc = ml_collections.ConfigDict()
   c.likelihood.elbo_mc.samples = 16  # elbo_mc (BGPO): n_t Monte-Carlo samples of the ELBO, one pass each.
   c.likelihood.elbo_mc.stratified_t = True  # elbo_mc: t_j in the j-th of n_t equal bins (else i.i.d.).
+  c.likelihood.stepmerge = ml_collections.ConfigDict()
+  c.likelihood.stepmerge.segments = 32  # stepmerge (MAP): N runs of consecutive steps, one pass each.
+  c.likelihood.stepmerge.sample = 0  # stepmerge: K of the N segments scored per update (0: all).
+  c.likelihood.stepmerge.position = True  # stepmerge: also the unmasking-position log-probs (objective map).
+  c.likelihood.stepmerge.position_method = "softmax"  # stepmerge: softmax (Plackett-Luce) | bradley_terry.
+  c.likelihood.stepmerge.position_scope = "segment"  # stepmerge: competitors in later segments | position (+ later steps).
+  c.likelihood.stepmerge.position_confidence = "max_logit"  # stepmerge: competitors' confidence: max_logit | top_prob.
+  c.likelihood.stepmerge.position_source = "gt"  # stepmerge: the token's own: gt (its logit / prob) | max.
+  c.likelihood.stepmerge.position_temperature = 1.0  # stepmerge: tau of the position scores.
 
   c.rl = ml_collections.ConfigDict()
   c.rl.objective = "diffu_grpo"  # Base method: diffu_grpo | wd1 | gdpo | gspo | reinforce_pp | rldf | spg | espo.
@@ -142,6 +151,8 @@ def get_config() -> ml_collections.ConfigDict:
   c.rl.spg.eubo_beta = 1.5  # spg: β of the upper bound's power mean (SPG: 1.5; Sudoku 1.0).
   c.rl.spg.mix_weight = 0.5  # spg: ω, the upper bound's share for A <= 0 (1: EUBO only, 0: ELBO only).
   c.rl.pass_accum = False  # Accumulate the gradient one likelihood pass at a time (BGPO; pass-local objectives).
+  c.rl.clip_eps_high = 0.0  # map: upper clip 1 + eps_high of the sequence ratios (0: clip_eps).
+  c.rl.map_position_weight = 1.0  # map: lambda of the position loss.
 
   c.sft = ml_collections.ConfigDict()
   c.sft.steps = 300  # Warm-start steps (masked-diffusion SFT on the task's generated targets).

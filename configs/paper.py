@@ -9,9 +9,9 @@ Launch (from the repository root; the checkpoint folder is yours, downloaded bef
       --config.model.init_checkpoint=/tmp/tiny-llada
 
 Names (the text after ':'): ``<base>_<task>[_<arm>][,smoke]`` with base in :data:`BASES` (d1 =
-diffu-GRPO, wd1, gdpo, spg, espo), task in :data:`TASKS` and arm in :data:`ARMS`: none = the base method, ``dps``
+diffu-GRPO, wd1, gdpo, spg, espo, bgpo), task in :data:`TASKS` and arm in :data:`ARMS`: none = the base method, ``dps``
 = ``rl.credit=dps``, ``sml`` = ``rl.likelihood=stratified``, ``daca`` = both. :func:`preset_names`
-lists all 84 (and their ``,smoke`` forms).
+lists them all (and their ``,smoke`` forms).
 
 Every value below names its source on its line: a repository, file and commit (short hashes; the
 full ones are in :data:`SOURCES`), or says that it is this library's choice where no source gives one.
@@ -49,7 +49,7 @@ import ml_collections
 from configs import base
 from daca_jax.errors import ConfigError
 
-BASES = ("d1", "wd1", "gdpo", "spg", "espo")
+BASES = ("d1", "wd1", "gdpo", "spg", "espo", "bgpo")
 TASKS = ("gsm8k", "math500", "countdown", "sudoku", "humaneval", "mbpp", "json")
 ARMS = ("", "dps", "sml", "daca")
 
@@ -65,6 +65,9 @@ SOURCES = {
     "llada": "ML-GSAI/LLaDA @ b7e6c3565f194352da44b38dd12b6970597309f3 (generate.py)",
     "spg": "facebookresearch/SPG @ a1c712091aee3fde759bbf73b7850546265cd52d",
     "espo": "ML-GSAI/ESPO @ b5f2dac4c54073a2f36c00bb28bc754a99730159",
+    "bgpo": "Lin et al. 2025, arXiv 2510.11683 (abstract; THU-KEG/BGPO README as mirrored at stig.sh): "
+            "the repository itself is not in the offline store, so its config files could not be read",
+    "issue43": "issue 43 (the library's issue text: BGPO with n_t = 16-32 samples)",
 }
 
 # The library's task names; the names of a preset are the short forms.
@@ -331,6 +334,19 @@ def _espo(c: ml_collections.ConfigDict, task: str) -> None:
   # Not expressible: max_prompt_length 400 (prompts are not truncated here), ESPO's own data files.
 
 
+def _bgpo(c: ml_collections.ConfigDict, task: str) -> None:
+  """BGPO (Lin et al. 2025): its linear lower bound of the ELBO ratio over n_t Monte-Carlo samples,
+  back-propagated one sample at a time; everything its paper does not state (offline) is d1's."""
+  _d1(c, task)
+  c.rl.objective = "bgpo"  # arXiv 2510.11683: Taylor bound for A >= 0, Jensen bound for A < 0 (daca_jax.rl.bgpo)
+  c.rl.likelihood = "elbo_mc"  # arXiv 2510.11683: the ELBO by Monte-Carlo samples (t, masked y_t), one pass each
+  c.likelihood.elbo_mc.samples = 16  # issue43: n_t = 16-32 (BGPO's "large MC sample size"; its per-task value not readable offline)
+  c.rl.pass_accum = True  # arXiv 2510.11683: each sample's gradient accumulated on its own (constant memory in n_t)
+  c.rl.num_iterations = 1  # arXiv 2510.11683 abstract: the bound's value and gradient equal the ELBO objective's "in on-policy training"
+  c.rl.grad_accum = 1  # library choice: rl.pass_accum does not nest with micro-batches yet (d1 uses 2)
+  # BGPO's learning rate, KL, clip, group size, batch and schedule are not available offline: d1's (_d1).
+
+
 def _arm(c: ml_collections.ConfigDict, arm: str) -> None:
   """DACA's arms (arXiv 2605.16342): DPS credit and/or SML likelihood, at this library's defaults
   (the paper's alpha, clip and K are not available offline)."""
@@ -338,6 +354,8 @@ def _arm(c: ml_collections.ConfigDict, arm: str) -> None:
     c.rl.credit = "dps"  # DPS with credit.dps.* defaults: alpha 0.5, weights clipped to [0.5, 2.0] (configs/base.py)
   if arm in ("sml", "daca"):
     c.rl.likelihood = "stratified"  # SML with likelihood.stratified.* defaults: K = 4 random strata (configs/base.py)
+    if c.rl.objective == "bgpo":
+      c.rl.pass_accum = False  # library: SML's strata are parts of one sample, so BGPO's Jensen term spans every pass
 
 
 def _smoke(c: ml_collections.ConfigDict) -> None:
@@ -355,7 +373,7 @@ def _smoke(c: ml_collections.ConfigDict) -> None:
   c.rl.prompts_per_step = 2
   c.rl.group_size = 2
   c.rl.num_iterations = 2  # μ > 1 still exercised
-  c.rl.grad_accum = 2  # batch 4 in two micro-batches
+  c.rl.grad_accum = 1 if c.rl.pass_accum else 2  # batch 4 in two micro-batches (pass accumulation: one)
   c.rl.rollout_batch = 2  # rollouts in two calls
   c.rl.warmup_steps = 1
   c.rl.eval_every = 2
@@ -378,7 +396,7 @@ def get_config(preset: str = "d1_gsm8k") -> ml_collections.ConfigDict:
   """
   base_name, task, arm, smoke = parse_name(preset)
   c = base.get_config()
-  {"d1": _d1, "wd1": _wd1, "gdpo": _gdpo, "spg": _spg, "espo": _espo}[base_name](c, task)
+  {"d1": _d1, "wd1": _wd1, "gdpo": _gdpo, "spg": _spg, "espo": _espo, "bgpo": _bgpo}[base_name](c, task)
   _arm(c, arm)
   if smoke:
     _smoke(c)

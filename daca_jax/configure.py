@@ -19,6 +19,7 @@ from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.registry import Registry
 from daca_jax.rl.advantages import ADVANTAGES
 from daca_jax.rl.bgpo import check_bgpo
+from daca_jax.rl.map_pg import check_map
 from daca_jax.rl.objectives import OBJECTIVES
 from daca_jax.rl.pass_accum import check_pass_accum
 from daca_jax.tasks import TASKS
@@ -101,7 +102,7 @@ def check_combinations(cfg: TrainConfig) -> TrainConfig:
 
 
 # Combinations of registered pieces that are not meaningful, each refused with its reason (one line).
-COMBINATION_CHECKS = (check_bgpo, check_pass_accum)
+COMBINATION_CHECKS = (check_bgpo, check_pass_accum, check_map)
 
 
 # Fields that moved into their method's own section: the error of an old name says where it is now.

@@ -730,6 +730,47 @@ class ELBOMCConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class StepMergeConfig:
+  """d2's StepMerge trajectory likelihood with MAP's position term (``rl.likelihood="stepmerge"``,
+  :mod:`daca_jax.likelihood.stepmerge`).
+
+  Attributes:
+    segments: N, runs of consecutive denoising steps (MAP's gsm8k recipe: 32).
+    sample: K segments scored per update (0: all N); MAP's recipe: 12.
+    position: also return the unmasking-position log-probs (the objective ``map`` reads them).
+    position_method: "softmax" (Plackett-Luce choice among the competitors) or "bradley_terry".
+    position_scope: competitors of a token: "segment" (positions unmasked in later segments) or
+      "position" (also later steps of its own segment).
+    position_confidence: "max_logit" or "top_prob" (the competitors' confidence).
+    position_source: "gt" (the committed token's logit / probability) or "max" (as the competitors').
+    position_temperature: tau of the position scores (> 0).
+  """
+
+  segments: int = 32
+  sample: int = 0
+  position: bool = True
+  position_method: str = "softmax"
+  position_scope: str = "segment"
+  position_confidence: str = "max_logit"
+  position_source: str = "gt"
+  position_temperature: float = 1.0
+
+  def validate(self, prefix: str = "likelihood.stepmerge") -> "StepMergeConfig":
+    _check_fields(prefix, self)
+    _positive(prefix, self, "segments")
+    _non_negative(prefix, self, "sample")
+    if self.sample > self.segments:
+      raise ConfigError(f"{prefix}.sample", self.sample, f"0 (all) or at most {prefix}.segments={self.segments}")
+    _one_of(prefix, self, "position_method", ("softmax", "bradley_terry"))
+    _one_of(prefix, self, "position_scope", ("segment", "position"))
+    _one_of(prefix, self, "position_confidence", ("max_logit", "top_prob"))
+    _one_of(prefix, self, "position_source", ("gt", "max"))
+    if not self.position_temperature > 0:
+      raise ConfigError(f"{prefix}.position_temperature", self.position_temperature, "a number > 0")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
 class LikelihoodConfig:
   """Options of the likelihood estimators: what they share, then one section per estimator. The
   estimator is chosen by ``rl.likelihood`` and receives only the fields it declares (SML:
@@ -758,6 +799,7 @@ class LikelihoodConfig:
     spg_block: :class:`SPGBlockConfig` (SPG's block-wise masks).
     espo_elbo: :class:`ESPOELBOConfig` (ESPO's stratified, coupled ELBO).
     elbo_mc: :class:`ELBOMCConfig` (BGPO).
+    stepmerge: :class:`StepMergeConfig` (MAP).
   """
 
   p_mask_prompt: float = 0.0
@@ -772,6 +814,7 @@ class LikelihoodConfig:
   spg_block: SPGBlockConfig = SPGBlockConfig()
   espo_elbo: ESPOELBOConfig = ESPOELBOConfig()
   elbo_mc: ELBOMCConfig = ELBOMCConfig()
+  stepmerge: StepMergeConfig = StepMergeConfig()
 
   def validate(self, prefix: str = "likelihood") -> "LikelihoodConfig":
     _check_sections(prefix, self)
@@ -871,6 +914,9 @@ class RLConfig:
       objective that is a sum of per-pass terms (BGPO's bound, the token-level objectives) is
       accumulated one likelihood pass at a time inside a ``lax.scan``, each pass's graph dropped, so
       memory stays that of one pass whatever the number of passes (BGPO's n_t, SML's K).
+    clip_eps_high: upper clip 1 + ε_high of ``map``'s sequence-level ratios (0: ``clip_eps``; the lower
+      clip is always 1 − ``clip_eps``).
+    map_position_weight: λ of MAP's position loss (``rl.objective="map"``).
   """
 
   objective: str = "diffu_grpo"
@@ -902,6 +948,8 @@ class RLConfig:
   replicate: int = 0
   spg: SPGConfig = SPGConfig()
   pass_accum: bool = False
+  clip_eps_high: float = 0.0
+  map_position_weight: float = 1.0
 
   def validate(self, prefix: str = "rl") -> "RLConfig":
     _check_fields(prefix, self)
@@ -912,6 +960,7 @@ class RLConfig:
                           f"False with {prefix}.advantage={self.advantage!r} (normalize_adv_std=True "
                           f"means {prefix}.advantage='group_std')")
     _positive(prefix, self, "prompts_per_step", "group_size", "num_iterations", "grad_accum")
+    _non_negative(prefix, self, "clip_eps_high", "map_position_weight")
     _non_negative(prefix, self, "rollout_batch", "steps", "clip_eps", "beta", "learning_rate", "warmup_steps",
                   "weight_decay", "max_grad_norm", "adam_eps", "eval_every", "replicate")
     if self.group_size < 2:

@@ -13,3 +13,4 @@ from daca_jax.likelihood.spg_block import spg_block_logprobs, spg_block_masks  #
 from daca_jax.likelihood.espo_elbo import espo_elbo_logprobs, stratified_counts  # ESPO (issue 43)
 from daca_jax.likelihood.passes import PASSES, register_passes
 from daca_jax.likelihood.elbo_mc import elbo_mc_logprobs  # registers "elbo_mc" (BGPO)
+from daca_jax.likelihood.stepmerge import stepmerge_logprobs  # registers "stepmerge" (MAP)

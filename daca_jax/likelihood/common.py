@@ -156,3 +156,19 @@ def mask_prompt(key: jax.Array, prompt: jax.Array, p_mask_prompt: float, mask_id
     return prompt
   hit = jax.random.uniform(key, prompt.shape) < p_mask_prompt
   return jnp.where(hit, mask_id, prompt)
+
+
+def check_steps(estimator: str, rows: dict[str, Any], steps: int, passes_field: str, passes: int) -> None:
+  """The checks of an estimator that rebuilds rollout states: its Trajectory rows given, S set, and
+  at most S passes (``passes_field``, e.g. ``likelihood.rldf.states``).
+
+  Raises:
+    ValueError: a row is None, ``steps <= 0``, or ``passes > steps``.
+  """
+  missing = [name for name, value in rows.items() if value is None]
+  if missing:
+    raise ValueError(f"rl.likelihood={estimator!r} needs the rollout's {' and '.join(rows)}")
+  if steps <= 0:
+    raise ValueError("likelihood.trajectory_steps must be set to the rollout's number of steps")
+  if passes > steps:
+    raise ValueError(f"{passes_field}={passes} must be <= the rollout's steps ({steps})")

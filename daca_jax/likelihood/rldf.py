@@ -27,7 +27,7 @@ import jax.numpy as jnp
 
 from daca_jax.contracts import TokenScores
 from daca_jax.likelihood.base import register_estimator, split_key
-from daca_jax.likelihood.common import mask_prompt, score_targets
+from daca_jax.likelihood.common import check_steps, mask_prompt, score_targets
 from daca_jax.types import LikelihoodConfig, RLDFConfig
 
 
@@ -91,13 +91,8 @@ def rldf_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: in
   Raises:
     ValueError: a Trajectory field is missing, S unset, or k > S.
   """
-  if commit_step is None or commit_conf is None:
-    raise ValueError("rl.likelihood='rldf' needs the rollout's commit_step and commit_conf")
   steps, k = trajectory_steps, rldf.states
-  if steps <= 0:
-    raise ValueError("likelihood.trajectory_steps must be set to the rollout's number of steps")
-  if k > steps:
-    raise ValueError(f"likelihood.rldf.states={k} must be <= the rollout's steps ({steps})")
+  check_steps("rldf", {"commit_step": commit_step, "commit_conf": commit_conf}, steps, "likelihood.rldf.states", k)
   valid = jnp.ones(commit_step.shape, jnp.float32) if completion_mask is None else completion_mask
   k_prompt, k_states = split_key(key)
   prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], p_mask_prompt, mask_id)

@@ -20,9 +20,10 @@ SMOKE = paper.preset_names(smoke=True)
 
 def test_names_are_exactly_the_cross_product():
   expected = {f"{b}_{t}" + (f"_{a}" if a else "") for b, t, a in itertools.product(
-      ("d1", "wd1", "gdpo", "spg", "espo"), ("gsm8k", "math500", "countdown", "sudoku", "humaneval", "mbpp", "json"),
+      paper.BASES, ("gsm8k", "math500", "countdown", "sudoku", "humaneval", "mbpp", "json"),
       ("", "dps", "sml", "daca"))}
-  assert len(ALL) == len(set(ALL)) == 140 and set(ALL) == expected
+  assert {"d1", "wd1", "gdpo", "bgpo"} <= set(paper.BASES)
+  assert len(ALL) == len(set(ALL)) == 28 * len(paper.BASES) and set(ALL) == expected
   assert SMOKE == [n + ",smoke" for n in ALL]
 
 
@@ -30,9 +31,10 @@ def test_every_preset_and_its_smoke_form_validates():
   for name in ALL + SMOKE:
     cfg = train_config_from_dict(paper.get_config(name))  # raises ConfigError naming the field
     base, task, arm, _ = paper.parse_name(name)
-    objective = {"d1": "diffu_grpo", "wd1": "wd1", "gdpo": "gdpo", "spg": "spg", "espo": "espo"}[base]
+    objective = {"d1": "diffu_grpo", "wd1": "wd1", "gdpo": "gdpo", "spg": "spg", "espo": "espo",
+                 "bgpo": "bgpo"}.get(base, base)
     likelihood = {"d1": "mean_field", "wd1": "mean_field", "gdpo": "elbo", "spg": "spg_block",
-                  "espo": "espo_elbo"}[base]
+                  "espo": "espo_elbo", "bgpo": "elbo_mc"}[base]
     assert cfg.rl.objective == objective, name
     assert cfg.rl.credit == ("dps" if arm in ("dps", "daca") else "uniform"), name
     assert cfg.rl.likelihood == ("stratified" if arm in ("sml", "daca") else likelihood), name
@@ -126,12 +128,13 @@ def test_smoke_forms_are_tiny_and_keep_the_recipe():
     assert small.model.lora_rank <= 4 and small.model.dtype == "float32" and small.rl.steps == 2
     assert small.rollout.gen_length <= 64 and small.rl.prompts_per_step * small.rl.group_size <= 4
     assert max(small.eval.lengths) <= 64 and small.task.num_eval_examples <= 2 and small.sft.num_train_examples <= 8
-    assert small.log.plumbing_check and small.rl.num_iterations >= 2 and small.rl.grad_accum == 2
+    assert small.log.plumbing_check and small.rl.num_iterations >= 2
+    assert small.rl.grad_accum == (1 if small.rl.pass_accum else 2), name
 
 
 def test_every_recipe_line_names_its_source():
   # each assignment in the recipe functions carries a comment (on its line or the line above)
-  for fn in (paper._d1, paper._wd1, paper._gdpo, paper._spg, paper._espo, paper._arm):
+  for fn in (paper._d1, paper._wd1, paper._gdpo, paper._spg, paper._espo, paper._bgpo, paper._arm):
     previous = ""
     for line in inspect.getsource(fn).splitlines():
       if re.match(r"\s*c\.[\w.]+ = ", line):

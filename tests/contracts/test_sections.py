@@ -34,13 +34,15 @@ ESTIMATOR_READS = {
     "spg_block": {"spg_block", "p_mask_prompt", "strata_batch"},
     "espo_elbo": {"espo_elbo", "p_mask_prompt", "strata_batch"},
     "elbo_mc": {"elbo_mc", "p_mask_prompt", "strata_batch"},
+    "stepmerge": {"stepmerge", "trajectory_steps", "strata_batch"},
 }
 CREDIT_READS = {"uniform": set(), "dps": {"dps"}, "dtca": {"dtca", "dps"}, "delta": {"delta"},
                 "position_value": {"position_value", "dps"}, "token_reward": set(), "contrast": {"contrast", "dps"}}
 OBJECTIVE_READS = {"diffu_grpo": {"clip_eps", "beta"}, "wd1": {"group_size", "beta"},
                    "gspo": {"clip_eps", "beta"}, "gdpo": {"clip_eps", "beta"},
                    "reinforce_pp": {"clip_eps"}, "rldf": {"clip_eps", "beta", "rldf_tau"},
-                   "spg": {"spg"}, "espo": {"clip_eps", "beta"}, "bgpo": {"clip_eps", "beta"}}
+                   "spg": {"spg"}, "espo": {"clip_eps", "beta"}, "bgpo": {"clip_eps", "beta"},
+                   "map": {"clip_eps", "clip_eps_high", "beta", "map_position_weight"}}
 
 
 def test_every_registered_algorithm_reads_only_its_own_fields():

@@ -238,3 +238,17 @@ def test_refused_combinations():
     configure.validate(TrainConfig(rl=RLConfig(objective="bgpo", likelihood="elbo_mc", pass_accum=True,
                                                grad_accum=2, prompts_per_step=2)))
   configure.validate(TrainConfig(rl=RLConfig(objective="bgpo", likelihood="elbo_mc", pass_accum=True)))
+
+
+def test_bgpo_presets():
+  """configs/paper.py:bgpo_<task>: BGPO's pieces on d1's recipe; the SML arm drops pass accumulation
+  (refused there), the smoke form keeps the method."""
+  from configs import paper
+  from daca_jax.configure import train_config_from_dict
+  cfg = train_config_from_dict(paper.get_config("bgpo_gsm8k"))
+  assert (cfg.rl.objective, cfg.rl.likelihood, cfg.likelihood.elbo_mc.samples) == ("bgpo", "elbo_mc", 16)
+  assert (cfg.rl.pass_accum, cfg.rl.num_iterations, cfg.rl.grad_accum) == (True, 1, 1)
+  sml = train_config_from_dict(paper.get_config("bgpo_gsm8k_daca"))
+  assert (sml.rl.likelihood, sml.rl.pass_accum, sml.rl.credit) == ("stratified", False, "dps")
+  small = train_config_from_dict(paper.get_config("bgpo_gsm8k,smoke"))
+  assert (small.rl.objective, small.rl.pass_accum, small.rl.grad_accum) == ("bgpo", True, 1)

@@ -16,8 +16,8 @@ from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.parallel import per_sequence_keys
 from daca_jax.rl import OBJECTIVES, GRPOLearner, make_objective_grad, make_update
 from daca_jax.rl.accumulate import check_grad_accum
-from daca_jax.types import (LikelihoodConfig, RLConfig, RLDFConfig, RolloutConfig, SPGBlockConfig, StratifiedConfig,
-                            TrainConfig)
+from daca_jax.types import (LikelihoodConfig, RLConfig, RLDFConfig, RolloutConfig, SPGBlockConfig, StepMergeConfig,
+                            StratifiedConfig, TrainConfig)
 from tests.fixed_logit_model import jax_logits, make_params
 
 V, MASK, EOS, P, G, PROMPTS = 12, 10, 11, 3, 4, 4
@@ -29,12 +29,14 @@ CASES = {"diffu_grpo": "stratified", "wd1": "mean_field", "gspo": "stratified", 
          # SPG's block-masked contexts (S = 2, per-context mask rates); ESPO's summed ELBO terms (S = 4 passes).
          "spg": "spg_block", "espo": "espo_elbo",
          # BGPO's Monte-Carlo ELBO samples (one pass each)
-         "bgpo": "elbo_mc"}
+         "bgpo": "elbo_mc",
+         "map": "stepmerge"}
 
 
 def _cfg(objective, likelihood, grad_accum, **rl):
   lik = LikelihoodConfig(stratified=StratifiedConfig(num_strata=2), rldf=RLDFConfig(states=2), p_mask_prompt=0.2,
                          spg_block=SPGBlockConfig(num_t=2, block_length=4),
+                         stepmerge=StepMergeConfig(segments=2, sample=1),
                          elbo_terms="summed" if objective == "espo" else "per_target")
   return TrainConfig(rollout=ROLLOUT, likelihood=lik,
                      rl=RLConfig(objective=objective, credit="dps", likelihood=likelihood, group_size=G,
