@@ -9,7 +9,7 @@ Launch (from the repository root; the checkpoint folder is yours, downloaded bef
       --config.model.init_checkpoint=/tmp/tiny-llada
 
 Names (the text after ':'): ``<base>_<task>[_<arm>][,smoke]`` with base in :data:`BASES` (d1 =
-diffu-GRPO, wd1, gdpo, spg, espo, bgpo), task in :data:`TASKS` and arm in :data:`ARMS`: none = the base method, ``dps``
+diffu-GRPO, wd1, gdpo, spg, espo, bgpo, map; :data:`NO_ARMS` lists the arms a base cannot take), task in :data:`TASKS` and arm in :data:`ARMS`: none = the base method, ``dps``
 = ``rl.credit=dps``, ``sml`` = ``rl.likelihood=stratified``, ``daca`` = both. :func:`preset_names`
 lists them all (and their ``,smoke`` forms).
 
@@ -49,9 +49,12 @@ import ml_collections
 from configs import base
 from daca_jax.errors import ConfigError
 
-BASES = ("d1", "wd1", "gdpo", "spg", "espo", "bgpo")
+BASES = ("d1", "wd1", "gdpo", "spg", "espo", "bgpo", "map")
 TASKS = ("gsm8k", "math500", "countdown", "sudoku", "humaneval", "mbpp", "json")
 ARMS = ("", "dps", "sml", "daca")
+# Arms a base cannot take, with the reason (their names are not presets; parse_name says why).
+NO_ARMS = {"map": (("sml", "daca"), "MAP's position term is scored in StepMerge's segment passes, which SML's "
+                                    "likelihood would replace")}
 
 # Full commit hashes of the sources cited by short hash on the lines below.
 SOURCES = {
@@ -68,6 +71,9 @@ SOURCES = {
     "bgpo": "Lin et al. 2025, arXiv 2510.11683 (abstract; THU-KEG/BGPO README as mirrored at stig.sh): "
             "the repository itself is not in the offline store, so its config files could not be read",
     "issue43": "issue 43 (the library's issue text: BGPO with n_t = 16-32 samples)",
+    "map": "Haran71/mask-aware-policy-gradients @ a7ff19d6cf561860eb58020d27840ff06659f4b6 "
+           "(map/configs/gsm8k.yaml, map/configs/math.yaml, scripts/train_gsm8k.sh; the yaml files call "
+           "themselves a 'draft release recipe' whose paper reproduction is not verified)",
 }
 
 # The library's task names; the names of a preset are the short forms.
@@ -114,7 +120,8 @@ PRESET_PATTERN = (f"<base>_<task>[_<arm>][,smoke] with base in {list(BASES)}, ta
 
 def preset_names(smoke: bool = False) -> list[str]:
   """Every preset name (with ``,smoke`` appended when ``smoke``): the cross product of the parts."""
-  names = [f"{b}_{t}" + (f"_{a}" if a else "") for b in BASES for t in TASKS for a in ARMS]
+  names = [f"{b}_{t}" + (f"_{a}" if a else "") for b in BASES for t in TASKS for a in ARMS
+           if a not in NO_ARMS.get(b, ((), ""))[0]]
   return [n + ",smoke" for n in names] if smoke else names
 
 
@@ -133,7 +140,11 @@ def parse_name(preset: str) -> tuple[str, str, str, bool]:
   if (flags not in ([], ["smoke"]) or len(parts) not in (2, 3) or parts[0] not in BASES
       or parts[1] not in TASKS or (len(parts) == 3 and parts[2] not in ARMS[1:])):
     raise ConfigError("configs/paper.py preset", preset, PRESET_PATTERN)
-  return parts[0], parts[1], parts[2] if len(parts) == 3 else "", flags == ["smoke"]
+  arm = parts[2] if len(parts) == 3 else ""
+  if arm in NO_ARMS.get(parts[0], ((), ""))[0]:
+    raise ConfigError("configs/paper.py preset", preset, f"another arm for base {parts[0]!r}: "
+                      f"{NO_ARMS[parts[0]][1]}")
+  return parts[0], parts[1], arm, flags == ["smoke"]
 
 
 def _d1(c: ml_collections.ConfigDict, task: str) -> None:
@@ -347,6 +358,47 @@ def _bgpo(c: ml_collections.ConfigDict, task: str) -> None:
   # BGPO's learning rate, KL, clip, group size, batch and schedule are not available offline: d1's (_d1).
 
 
+# MAP's recipe per task: map/configs/<file>.yaml (gsm8k and math only; the other tasks take gsm8k's).
+_MAP_K = {"math500": 8}  # math.yaml stepmerge_sample_k_blocks 8 (gsm8k.yaml: 12)
+
+
+def _map(c: ml_collections.ConfigDict, task: str) -> None:
+  """Mask-Aware Policy Gradient (map/configs/gsm8k.yaml; math.yaml for MATH500), on d1's trainer
+  settings where the yaml repeats them (its trainer is d1's diffu-GRPO trainer, adapted)."""
+  _d1(c, task)
+  c.rl.objective = "map"  # gsm8k.yaml loss_type gspo, position_loss_type gspo, use_position_likelihood true
+  c.rl.likelihood = "stepmerge"  # gsm8k.yaml use_stepmerge true
+  c.likelihood.stepmerge.segments = 32  # gsm8k.yaml num_stepmerge_blocks 32
+  c.likelihood.stepmerge.sample = _MAP_K.get(task, 12)  # gsm8k.yaml stepmerge_sample_k_blocks 12 (math.yaml: 8)
+  c.likelihood.stepmerge.position = True  # gsm8k.yaml use_position_likelihood true
+  c.likelihood.stepmerge.position_method = "softmax"  # gsm8k.yaml position_likelihood_method
+  c.likelihood.stepmerge.position_scope = "segment"  # gsm8k.yaml position_likelihood_scope
+  c.likelihood.stepmerge.position_confidence = "max_logit"  # gsm8k.yaml position_likelihood_confidence
+  c.likelihood.stepmerge.position_source = "gt"  # gsm8k.yaml position_confidence_source
+  c.likelihood.stepmerge.position_temperature = 1.0  # gsm8k.yaml position_likelihood_temperature
+  c.likelihood.strata_batch = 1  # gsm8k.yaml stepmerge_blocks_per_microbatch 1
+  c.rl.map_position_weight = 1.0  # gsm8k.yaml position_likelihood_lambda
+  c.rl.clip_eps = 3e-4  # gsm8k.yaml clip_eps_low and position_clip_eps_low 0.0003
+  c.rl.clip_eps_high = 4e-4  # gsm8k.yaml clip_eps_high and position_clip_eps_high 0.0004
+  c.rl.beta = 0.0  # gsm8k.yaml beta
+  c.rl.num_iterations = 12  # gsm8k.yaml num_iterations
+  # gsm8k.yaml advantage_estimator rloo: r - mean of the other G-1 = G/(G-1) (r - group mean); the
+  # library's group_mean is that times 3/4 at G = 4 (no rloo estimator on this branch).
+  c.rl.advantage = "group_mean"
+  c.rl.group_size = 4  # gsm8k.yaml num_generations
+  # per_device_train_batch_size 1 x 8 processes (train_gsm8k.sh NUM_PROCESSES 8) x gradient_accumulation_steps 4
+  # = 32 completions = 8 prompts of 4.
+  c.rl.prompts_per_step = 8
+  c.rl.grad_accum = 4  # gsm8k.yaml gradient_accumulation_steps
+  c.rl.rollout_batch = 16  # library choice (memory); gsm8k.yaml generation_batch_size 6 does not divide 32 rows
+  c.rl.steps = math.ceil(10 * c.sft.num_train_examples / c.rl.prompts_per_step)  # gsm8k.yaml num_train_epochs 10 (upper bound)
+  c.rl.warmup_steps = math.ceil(1e-4 * c.rl.steps * c.rl.num_iterations)  # gsm8k.yaml warmup_ratio 0.0001
+  c.checkpoint.every = math.ceil(100 / c.rl.num_iterations)  # gsm8k.yaml save_steps 100
+  c.rl.eval_every = math.ceil(WD1_EVAL["every_updates"] / c.rl.num_iterations)  # as the other bases
+  # lr 3e-6, constant with warmup, weight decay 0.1, grad norm 0.2, betas 0.9/0.99, LoRA 128/64/0.05,
+  # lengths 256/32/128, temperature 0.9, seed 42: gsm8k.yaml's values, which _d1 already sets.
+
+
 def _arm(c: ml_collections.ConfigDict, arm: str) -> None:
   """DACA's arms (arXiv 2605.16342): DPS credit and/or SML likelihood, at this library's defaults
   (the paper's alpha, clip and K are not available offline)."""
@@ -396,7 +448,7 @@ def get_config(preset: str = "d1_gsm8k") -> ml_collections.ConfigDict:
   """
   base_name, task, arm, smoke = parse_name(preset)
   c = base.get_config()
-  {"d1": _d1, "wd1": _wd1, "gdpo": _gdpo, "spg": _spg, "espo": _espo, "bgpo": _bgpo}[base_name](c, task)
+  {"d1": _d1, "wd1": _wd1, "gdpo": _gdpo, "spg": _spg, "espo": _espo, "bgpo": _bgpo, "map": _map}[base_name](c, task)
   _arm(c, arm)
   if smoke:
     _smoke(c)

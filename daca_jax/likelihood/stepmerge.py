@@ -2,7 +2,9 @@
 unmasking-position term (MAP, Haran71/mask-aware-policy-gradients).
 
 The S denoising steps are split into N segments of consecutive steps (segment g starts at step
-``⌈g S / N⌉``). Segment g is one forward pass on the rollout state before its first step,
+``⌊g S / N⌋``: d2 ``diffu-grpo/diffu_grpo_trainer.py`` ``d2StepMergeTrainer.generate`` keeps the state
+after ``int(k * (steps / N))`` steps and marks the tokens committed until the next one). Segment g is
+one forward pass on the rollout state before its first step,
 ``x_g = [MASK] where commit_step >= start_g, else the final token``. In that pass every token
 committed in the segment is scored (MAP ``map/trainer.py`` ``DiffuGRPOTrainer._get_per_token_logps_stepmerge``):
 
@@ -23,9 +25,9 @@ Tokens of the other segments are not targets (mask 0). The output has S = 2 cont
 ``position`` (``logp[:, :L]`` token terms, ``logp[:, L:]`` position terms, both masked by the sampled
 segments) for the objective ``map``, S = 1 without.
 
-Conventions (where the reference differs): MAP's recorded ``unmask_steps`` count from 0 and its
+Conventions (where the references differ): MAP's recorded ``unmask_steps`` count from 0 and its
 segment n covers ``(n·T/N, (n+1)·T/N]`` in the state after step ``n·T/N``, so tokens committed at
-step 0 are never scored and its last segment has T/N − 1 steps; here segment g covers
+step 0 are never scored and its last segment has T/N − 1 steps; here, as in d2, segment g covers
 ``[start_g, start_{g+1})`` in the state before ``start_g`` — MAP's computation with ``unmask_steps =
 commit_step + 1`` (the oracle test transcribes it so). Confidences are over the proposable ids (MAP:
 the whole vocabulary, [MASK] included); the prompt is not masked (as MAP's StepMerge).
@@ -47,13 +49,14 @@ _NEG = -1e30
 
 
 def segment_starts(steps: int, segments: int) -> np.ndarray:
-  """int32 [N+1] first step of each segment, then S (``⌈g S / N⌉``, as ``trajectory.groups``)."""
-  return np.asarray([-(-g * steps // segments) for g in range(segments)] + [steps], np.int32)
+  """int32 [N+1] first step of each segment, then S: ``⌊g S / N⌋`` (d2's ``int(index * (steps / N))``)."""
+  return np.asarray([g * steps // segments for g in range(segments)] + [steps], np.int32)
 
 
 def token_segments(commit_step: jax.Array, steps: int, segments: int) -> jax.Array:
-  """int32 [B, L] the segment of each position's commit step."""
-  return jnp.clip(commit_step, 0, steps - 1) * segments // steps
+  """int32 [B, L] the segment of each position's commit step (the last start at or before it)."""
+  starts = jnp.asarray(segment_starts(steps, segments)[:-1])
+  return jnp.sum(jnp.clip(commit_step, 0, steps - 1)[..., None] >= starts, axis=-1).astype(jnp.int32) - 1
 
 
 def sample_segments(key: jax.Array, seg: jax.Array, valid: jax.Array, segments: int, sample: int) -> jax.Array:

@@ -21,9 +21,11 @@ SMOKE = paper.preset_names(smoke=True)
 def test_names_are_exactly_the_cross_product():
   expected = {f"{b}_{t}" + (f"_{a}" if a else "") for b, t, a in itertools.product(
       paper.BASES, ("gsm8k", "math500", "countdown", "sudoku", "humaneval", "mbpp", "json"),
-      ("", "dps", "sml", "daca"))}
-  assert {"d1", "wd1", "gdpo", "bgpo"} <= set(paper.BASES)
-  assert len(ALL) == len(set(ALL)) == 28 * len(paper.BASES) and set(ALL) == expected
+      ("", "dps", "sml", "daca")) if a not in paper.NO_ARMS.get(b, ((), ""))[0]}
+  assert {"d1", "wd1", "gdpo", "bgpo", "map"} <= set(paper.BASES)
+  assert len(ALL) == len(set(ALL)) == len(expected) and set(ALL) == expected
+  with pytest.raises(ConfigError, match="StepMerge"):
+    paper.parse_name("map_gsm8k_sml")
   assert SMOKE == [n + ",smoke" for n in ALL]
 
 
@@ -32,9 +34,9 @@ def test_every_preset_and_its_smoke_form_validates():
     cfg = train_config_from_dict(paper.get_config(name))  # raises ConfigError naming the field
     base, task, arm, _ = paper.parse_name(name)
     objective = {"d1": "diffu_grpo", "wd1": "wd1", "gdpo": "gdpo", "spg": "spg", "espo": "espo",
-                 "bgpo": "bgpo"}.get(base, base)
+                 "bgpo": "bgpo", "map": "map"}[base]
     likelihood = {"d1": "mean_field", "wd1": "mean_field", "gdpo": "elbo", "spg": "spg_block",
-                  "espo": "espo_elbo", "bgpo": "elbo_mc"}[base]
+                  "espo": "espo_elbo", "bgpo": "elbo_mc", "map": "stepmerge"}[base]
     assert cfg.rl.objective == objective, name
     assert cfg.rl.credit == ("dps" if arm in ("dps", "daca") else "uniform"), name
     assert cfg.rl.likelihood == ("stratified" if arm in ("sml", "daca") else likelihood), name
@@ -134,7 +136,7 @@ def test_smoke_forms_are_tiny_and_keep_the_recipe():
 
 def test_every_recipe_line_names_its_source():
   # each assignment in the recipe functions carries a comment (on its line or the line above)
-  for fn in (paper._d1, paper._wd1, paper._gdpo, paper._spg, paper._espo, paper._bgpo, paper._arm):
+  for fn in (paper._d1, paper._wd1, paper._gdpo, paper._spg, paper._espo, paper._bgpo, paper._map, paper._arm):
     previous = ""
     for line in inspect.getsource(fn).splitlines():
       if re.match(r"\s*c\.[\w.]+ = ", line):

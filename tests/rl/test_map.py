@@ -169,3 +169,18 @@ def test_refused_combinations():
   with pytest.raises(ConfigError, match="segments of at least one step"):
     configure.validate(TrainConfig(rl=RLConfig(objective="map", likelihood="stepmerge"),
                                    likelihood=LikelihoodConfig(stepmerge=StepMergeConfig(segments=64))))
+
+
+def test_map_presets_carry_the_recipe():
+  """configs/paper.py:map_<task>: map/configs/gsm8k.yaml (math.yaml's K = 8 for MATH500); no SML arm."""
+  from configs import paper
+  from daca_jax.configure import train_config_from_dict
+  cfg = train_config_from_dict(paper.get_config("map_gsm8k"))
+  sm, rl = cfg.likelihood.stepmerge, cfg.rl
+  assert (rl.objective, rl.likelihood, sm.segments, sm.sample, sm.position) == ("map", "stepmerge", 32, 12, True)
+  assert (sm.position_method, sm.position_scope, sm.position_confidence, sm.position_source) == (
+      "softmax", "segment", "max_logit", "gt")
+  assert (rl.clip_eps, rl.clip_eps_high, rl.beta, rl.num_iterations, rl.map_position_weight) == (3e-4, 4e-4, 0.0, 12, 1.0)
+  assert (rl.group_size, rl.prompts_per_step, rl.grad_accum, rl.learning_rate) == (4, 8, 4, 3e-6)
+  assert train_config_from_dict(paper.get_config("map_math500")).likelihood.stepmerge.sample == 8
+  assert "map_gsm8k_dps" in paper.PRESETS and "map_gsm8k_sml" not in paper.PRESETS

@@ -23,7 +23,8 @@ from tests.tiny_data import write_tiny_bench, write_tiny_data, write_tiny_humane
 
 # (preset, checkpoint family) of the default suite; every other case is slow.
 FAST = {("d1_sudoku_daca,smoke", "llada"), ("wd1_countdown_daca,smoke", "dream")}
-CASES = ([(f"{b}_{t}_daca,smoke", "dream" if (b, t) == ("wd1", "countdown") else "llada")
+CASES = ([(f"{b}_{t}_{'dps' if 'daca' in paper.NO_ARMS.get(b, ((), ''))[0] else 'daca'},smoke",
+           "dream" if (b, t) == ("wd1", "countdown") else "llada")
           for b in paper.BASES for t in paper.TASKS] + [("d1_gsm8k,smoke", "llada")]
          + [("bgpo_sudoku,smoke", "llada")])  # BGPO's own ELBO samples with per-pass accumulation
 _D1_TASKS = ("gsm8k", "math500", "countdown", "sudoku")
