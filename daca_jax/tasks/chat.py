@@ -29,7 +29,7 @@ bound; and an operation whose inputs already promise a result above :data:`MAX_C
 bound. Jinja's ``lipsum`` global is removed (it loops in Python out of the time bound's reach). The
 checks run inside the rendering process, at every loop item, call, attribute or item access, operator,
 filter and output chunk: a template has no other way to spend time (Jinja has no ``while``; ``range`` is
-capped by the sandbox; recursion ends at Python's recursion limit), so each bound is hit within one
+capped by the sandbox; calls nest at most :data:`MAX_RENDER_DEPTH` deep), so each bound is hit within one
 loop item of being exceeded. A subprocess with a timeout would bound the same things, but costs a
 process per prompt (tens of milliseconds each, thousands per evaluation) and cannot share the
 compiled template. Every failure (syntax, an undefined name used, a sandbox refusal, recursion,
@@ -57,6 +57,10 @@ MAX_RENDER_SECONDS = 2.0
 MAX_RENDER_CHARS = 1_000_000
 # The largest integer a template may compute with ``**`` (bits): far beyond any token id or length.
 MAX_INT_BITS = 4096
+# Calls (macros, recursive loops, functions) a template may nest; released templates nest a few. Far
+# below Python's recursion limit, so a recursive template is stopped within microseconds rather than
+# after a thousand Python frames (whose unwinding alone can pass the time bound on a loaded host).
+MAX_RENDER_DEPTH = 64
 
 # LLaDA-8B-Instruct's tokenizer_config.json "chat_template", verbatim (GSAI-ML/LLaDA-8B-Instruct on the
 # Hugging Face hub; read from the copies in monash-yann/dllm-research models/LLaDA-8B-Instruct/
@@ -133,7 +137,8 @@ class ChatTemplate:
       ValueError: no messages, or a message that is not a mapping.
       DataError: one line naming the template's origin: a syntax error, a Jinja error while rendering
         (``raise_exception``, an undefined value used, a sandbox refusal), recursion too deep, or a
-        bound exceeded (:data:`MAX_RENDER_SECONDS`, :data:`MAX_RENDER_CHARS`, :data:`MAX_INT_BITS`).
+        bound exceeded (:data:`MAX_RENDER_SECONDS`, :data:`MAX_RENDER_CHARS`, :data:`MAX_INT_BITS`,
+        :data:`MAX_RENDER_DEPTH`).
     """
     import jinja2
 
@@ -148,6 +153,7 @@ class ChatTemplate:
     out: list[str] = []
     size = 0
     _budget.deadline = time.monotonic() + MAX_RENDER_SECONDS
+    _budget.depth = 0
     try:
       for chunk in compiled.generate(messages=plain, tools=None, documents=None,
                                      add_generation_prompt=bool(add_generation_prompt), **self.variables):
@@ -162,7 +168,7 @@ class ChatTemplate:
       raise self._refused(f"the sandbox refused an operation ({_short(e)})") from None
     except jinja2.TemplateError as e:  # raise_exception, UndefinedError, a syntax error of an include
       raise self._refused(f"{type(e).__name__}: {_short(e)}") from None
-    except RecursionError:
+    except RecursionError:  # nesting inside one call (the depth bound counts calls)
       raise self._refused("it recurses deeper than Python's recursion limit") from None
     except (TypeError, ValueError, ArithmeticError, LookupError, AttributeError, OverflowError) as e:
       raise self._refused(f"{type(e).__name__} while rendering: {_short(e)}") from None
@@ -271,7 +277,8 @@ def _environment() -> Any:
 
 # --- bounds of a render (module docstring) -----------------------------------------------------------
 
-_budget = threading.local()  # .deadline: time.monotonic() by which the current render must end
+# .deadline: time.monotonic() by which the current render must end; .depth: calls now nested.
+_budget = threading.local()
 
 
 def _short(e: BaseException) -> str:
@@ -510,7 +517,14 @@ def _bounded_environment_class() -> type:
           _check_estimate(owner, (*args, *kwargs.values()), fmt)
         elif args:
           _check_estimate(args[0], (*args[1:], *kwargs.values()))
-      return _check_size(super().call(__context, __obj, *args, **kwargs))
+      depth = getattr(_budget, "depth", 0)
+      if depth >= MAX_RENDER_DEPTH:
+        raise _Exceeded(f"it recurses deeper than {MAX_RENDER_DEPTH} nested calls")
+      _budget.depth = depth + 1
+      try:
+        return _check_size(super().call(__context, __obj, *args, **kwargs))
+      finally:
+        _budget.depth = depth
 
     def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
       _check_time()
