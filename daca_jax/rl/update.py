@@ -139,6 +139,9 @@ def make_objective_grad(logits_fn: Any, cfg: TrainConfig, *, mask_id: int,
   ``cfg.rollout`` or rewards / weights of the wrong shape raise :class:`~daca_jax.errors.ShapeError`
   at trace time.
 
+  With ``rl.pass_accum`` the gradient is accumulated one likelihood pass at a time over the registry's
+  per-pass form of ``rl.likelihood`` (:mod:`daca_jax.rl.pass_accum`; ``estimator`` is then not used).
+
   With ``rl.grad_accum = M > 1`` the gradient is summed over M micro-batches of the rows inside the
   function (:mod:`daca_jax.rl.accumulate`: the same gradient and metrics as the whole batch's under
   the same per-row masks); ``param_split`` (LoRA's adapters) limits the accumulated gradient to the

@@ -156,8 +156,8 @@ def test_one_pass_forms_add_up_to_the_estimator(likelihood):
               completion_mask=traj.completion_mask)
   full = LIKELIHOOD.get(likelihood)(jax_logits, params, traj.tokens, P, key, cfg, **rows)
   form = PASSES[likelihood]
-  outs = [form.run(jax_logits, params, traj.tokens, P, key, cfg, pass_index=jnp.int32(j), **rows)
-          for j in range(form.num_passes(cfg))]
+  one = jax.jit(lambda j: form.run(jax_logits, params, traj.tokens, P, key, cfg, pass_index=j, **rows))
+  outs = [one(jnp.int32(j)) for j in range(form.num_passes(cfg))]
   np.testing.assert_allclose(np.asarray(sum(o[0].logp for o in outs)), np.asarray(full.logp), rtol=1e-6, atol=1e-6)
   np.testing.assert_array_equal(np.asarray(sum(o[1].astype(jnp.int32) for o in outs)), 1)
   for scores, _ in outs:
