@@ -145,6 +145,17 @@ def _rollout():
   return params, ref, old, traj, rewards, weights
 
 
+def _assert_same(want, got):
+  """Both (grads, aux) pairs (first and later inner update) equal: gradients to 1e-5 of their size."""
+  for (g_want, aux_want), (g_got, aux_got) in zip(want, got):
+    size = max(float(jnp.max(jnp.abs(x))) for x in jax.tree.leaves(g_want))
+    assert size > 1e-4
+    for a, b in zip(jax.tree.leaves(g_want), jax.tree.leaves(g_got)):
+      np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5 * size)
+    for k in aux_want:
+      np.testing.assert_allclose(float(aux_got[k]), float(aux_want[k]), rtol=1e-5, atol=1e-6, err_msg=k)
+
+
 @pytest.mark.parametrize("likelihood", sorted(PASSES))
 def test_one_pass_forms_add_up_to_the_estimator(likelihood):
   """Each per-pass form's log-probs, summed over its passes, are the estimator's; its target masks
@@ -179,13 +190,7 @@ def test_pass_accumulated_gradient_equals_the_one_shot_gradient(objective, beta,
     grad = make_objective_grad(jax_logits, _cfg(objective, 4, pass_accum, beta, likelihood=likelihood), mask_id=MASK)
     out.append(jax.jit(lambda p, r, o: (grad(p, r, traj, rewards, weights, key),
                                         grad(p, r, traj, rewards, weights, key, old_params=o)))(params, ref, old))
-  for (g_want, aux_want), (g_got, aux_got) in zip(*out):
-    size = max(float(jnp.max(jnp.abs(x))) for x in jax.tree.leaves(g_want))
-    assert size > 1e-4
-    for a, b in zip(jax.tree.leaves(g_want), jax.tree.leaves(g_got)):
-      np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5 * size)
-    for k in aux_want:
-      np.testing.assert_allclose(float(aux_got[k]), float(aux_want[k]), rtol=1e-5, atol=1e-6, err_msg=k)
+  _assert_same(*out)
 
 
 @pytest.mark.parametrize("objective,likelihood", [("bgpo", "elbo_mc"), ("diffu_grpo", "stratified")])
@@ -205,13 +210,7 @@ def test_pass_accumulation_inside_micro_batches_equals_the_whole_batch(objective
     grad = make_objective_grad(jax_logits, cfg(pa, ga), mask_id=MASK, estimator=est)
     out.append(jax.jit(lambda p, r, o: (grad(p, r, traj, rewards, weights, key),
                                         grad(p, r, traj, rewards, weights, key, old_params=o)))(params, ref, old))
-  for (g_want, aux_want), (g_got, aux_got) in zip(*out):
-    size = max(float(jnp.max(jnp.abs(x))) for x in jax.tree.leaves(g_want))
-    assert size > 1e-4
-    for a, b in zip(jax.tree.leaves(g_want), jax.tree.leaves(g_got)):
-      np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-5 * size)
-    for k in aux_want:
-      np.testing.assert_allclose(float(aux_got[k]), float(aux_want[k]), rtol=1e-5, atol=1e-6, err_msg=k)
+  _assert_same(*out)
 
 
 def _wide_logits(params, tokens):
