@@ -266,6 +266,7 @@ def _bgpo(c: ml_collections.ConfigDict, task: str) -> None:
   c.rl.likelihood = "elbo_mc"  # arXiv 2510.11683: the ELBO by Monte-Carlo samples (t, masked y_t), one pass each
   c.likelihood.elbo_mc.samples = 16  # issue43: n_t = 16-32 (BGPO's "large MC sample size"; its per-task value not readable offline)
   c.rl.pass_accum = True  # arXiv 2510.11683: each sample's gradient accumulated on its own (constant memory in n_t)
+  c.likelihood.strata_batch = 1  # library choice: θ_ref's / θ_old's no-gradient log-probs one sample at a time too
   c.rl.num_iterations = 1  # arXiv 2510.11683 abstract: the bound's value and gradient equal the ELBO objective's "in on-policy training"
   # BGPO's learning rate, KL, clip, group size, batch and schedule are not available offline: d1's (_d1).
 
