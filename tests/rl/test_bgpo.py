@@ -2,6 +2,7 @@
 the bound (arXiv 2510.11683: Taylor for A >= 0, Jensen for A < 0), its on-policy equivalence to the
 ELBO-ratio objective, per-pass accumulation against the one-shot gradient, and the constant-memory
 claim (compiled peak memory flat in n_t while the vectorised gradient's grows)."""
+import dataclasses
 import functools
 
 import jax
@@ -161,7 +162,7 @@ def test_one_pass_forms_add_up_to_the_estimator(likelihood):
   """Each per-pass form's log-probs, summed over its passes, are the estimator's; its target masks
   partition the targets; mask and weight are the estimator's in every pass."""
   params, _, _, traj, _, _ = _rollout()
-  cfg = _cfg("diffu_grpo", 4, False).likelihood
+  cfg = dataclasses.replace(_cfg("diffu_grpo", 4, False).likelihood, trajectory_steps=ROLLOUT.steps)
   key = jax.random.PRNGKey(3)
   rows = dict(mask_id=MASK, commit_step=traj.commit_step, commit_conf=traj.commit_conf,
               completion_mask=traj.completion_mask)
@@ -178,7 +179,8 @@ def test_one_pass_forms_add_up_to_the_estimator(likelihood):
 
 @pytest.mark.parametrize("objective,beta,likelihood", [("bgpo", 0.04, "elbo_mc"), ("bgpo", 0.0, "elbo_mc"),
                                                        ("diffu_grpo", 0.04, "elbo_mc"), ("wd1", 0.04, "stratified"),
-                                                       ("diffu_grpo", 0.04, "stratified"), ("diffu_grpo", 0.0, "elbo")])
+                                                       ("diffu_grpo", 0.04, "stratified"), ("diffu_grpo", 0.0, "elbo"),
+                                                       ("wd1", 0.04, "trajectory")])
 def test_pass_accumulated_gradient_equals_the_one_shot_gradient(objective, beta, likelihood):
   """rl.pass_accum (the passes one at a time: BGPO's n_t samples, SML's K strata, GDPO's nodes)
   against the one-shot gradient of the same loss under the same masks, at the first inner update
@@ -256,7 +258,7 @@ def test_refused_combinations():
   with pytest.raises(ConfigError, match="couples the passes"):
     configure.validate(TrainConfig(rl=RLConfig(objective="gspo", likelihood="elbo_mc", pass_accum=True)))
   with pytest.raises(ConfigError, match="no per-pass form"):
-    configure.validate(TrainConfig(rl=RLConfig(objective="bgpo", likelihood="trajectory", pass_accum=True)))
+    configure.validate(TrainConfig(rl=RLConfig(objective="bgpo", likelihood="mean_field", pass_accum=True)))
   with pytest.raises(ConfigError, match="spans every pass"):
     configure.validate(TrainConfig(rl=RLConfig(objective="bgpo", likelihood="stratified", pass_accum=True)))
   configure.validate(TrainConfig(rl=RLConfig(objective="bgpo", likelihood="elbo_mc", pass_accum=True)))
