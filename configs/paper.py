@@ -353,8 +353,8 @@ def _bgpo(c: ml_collections.ConfigDict, task: str) -> None:
   c.rl.likelihood = "elbo_mc"  # arXiv 2510.11683: the ELBO by Monte-Carlo samples (t, masked y_t), one pass each
   c.likelihood.elbo_mc.samples = 16  # issue43: n_t = 16-32 (BGPO's "large MC sample size"; its per-task value not readable offline)
   c.rl.pass_accum = True  # arXiv 2510.11683: each sample's gradient accumulated on its own (constant memory in n_t)
+  c.likelihood.strata_batch = 1  # library choice: θ_ref's / θ_old's no-gradient log-probs one sample at a time too
   c.rl.num_iterations = 1  # arXiv 2510.11683 abstract: the bound's value and gradient equal the ELBO objective's "in on-policy training"
-  c.rl.grad_accum = 1  # library choice: rl.pass_accum does not nest with micro-batches yet (d1 uses 2)
   # BGPO's learning rate, KL, clip, group size, batch and schedule are not available offline: d1's (_d1).
 
 
@@ -425,7 +425,7 @@ def _smoke(c: ml_collections.ConfigDict) -> None:
   c.rl.prompts_per_step = 2
   c.rl.group_size = 2
   c.rl.num_iterations = 2  # μ > 1 still exercised
-  c.rl.grad_accum = 1 if c.rl.pass_accum else 2  # batch 4 in two micro-batches (pass accumulation: one)
+  c.rl.grad_accum = 2  # batch 4 in two micro-batches
   c.rl.rollout_batch = 2  # rollouts in two calls
   c.rl.warmup_steps = 1
   c.rl.eval_every = 2

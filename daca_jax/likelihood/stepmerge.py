@@ -40,7 +40,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from daca_jax.contracts import TokenScores, as_model_fns, call_logits
+from daca_jax.contracts import TokenScores, as_model_fns, call_hidden, call_logits
 from daca_jax.likelihood.base import register_estimator
 from daca_jax.likelihood.common import check_steps, policy_ids
 from daca_jax.types import LikelihoodConfig, StepMergeConfig
@@ -80,6 +80,26 @@ def _pass_stats(logits: jax.Array, targets: jax.Array, ok: np.ndarray | None):
   own = jnp.take_along_axis(z, targets[..., None], axis=-1)[..., 0]
   top = jnp.max(z, axis=-1)
   return own - lse, own, jnp.exp(own - lse), top, jnp.exp(top - lse)
+
+
+def completion_stats(fns: Any, params: Any, x: jax.Array, comp: jax.Array, prompt_len: int, mask_id: int):
+  """:func:`_pass_stats` of the completion positions of ``x`` under the sampler's policy. With the
+  model's hidden/head split the output head runs on the completion only, ``logprob_chunk`` positions
+  at a time (rematerialised), so ``[B, T, V]`` logits never exist at once (LLaDA: V = 126k)."""
+  if not fns.has_split:
+    logits = call_logits(fns, params, x)[0][:, prompt_len:]
+    return _pass_stats(logits, comp, policy_ids(fns, params, logits.shape[-1], mask_id))
+  ok = policy_ids(fns, params, None, mask_id)
+  hidden = call_hidden(fns, params, x)[:, prompt_len:]  # [B, L, D]
+  b, length = comp.shape
+  chunk = fns.logprob_chunk if 0 < fns.logprob_chunk < length else length
+  pad = -length % chunk
+  h = jnp.pad(hidden, ((0, 0), (0, pad), (0, 0))).reshape(b, -1, chunk, hidden.shape[-1]).swapaxes(0, 1)
+  y = jnp.pad(comp, ((0, 0), (0, pad))).reshape(b, -1, chunk).swapaxes(0, 1)
+  body = jax.checkpoint(lambda hy: jnp.stack(_pass_stats(fns.head(params, hy[0]), hy[1], ok)))
+  out = jax.lax.map(body, (h, y))  # [n, 5, B, C]
+  out = out.transpose(1, 2, 0, 3).reshape(5, b, -1)[:, :, :length]
+  return tuple(out)
 
 
 def position_logprobs(own_conf: jax.Array, all_conf: jax.Array, competitor: jax.Array, method: str,
@@ -132,9 +152,7 @@ def stepmerge_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_le
 
   def one(g: jax.Array) -> tuple[jax.Array, jax.Array]:  # g: int32 [B], one segment per row
     x = jnp.concatenate([prompt, jnp.where(commit_step >= starts[g][:, None], mask_id, comp)], axis=1)
-    logits = call_logits(fns, params, x)[0][:, prompt_len:]
-    logp, own_logit, own_prob, top_logit, top_prob = _pass_stats(logits, comp, policy_ids(fns, params, logits.shape[-1],
-                                                                                           mask_id))
+    logp, own_logit, own_prob, top_logit, top_prob = completion_stats(fns, params, x, comp, prompt_len, mask_id)
     here = seg == g[:, None]
     if not stepmerge.position:
       return jnp.where(here, logp, 0.0), jnp.zeros_like(logp)

@@ -19,8 +19,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from daca_jax.contracts import TokenScores, token_scores
 from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
+from daca_jax.likelihood.passes import register_passes
 from daca_jax.types import LikelihoodConfig, TrajectoryConfig
 
 
@@ -43,27 +45,49 @@ def trajectory_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
   Raises:
     ValueError: no ``commit_step`` or ``trajectory_steps`` unset.
   """
-  if commit_step is None:
-    raise ValueError("rl.likelihood='trajectory' needs the rollout's commit_step")
-  steps = trajectory_steps
-  if steps <= 0:
-    raise ValueError("likelihood.trajectory_steps must be set to the rollout's number of steps")
-  k_prompt, _ = split_key(key)
-  prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], p_mask_prompt, mask_id)
-  comp = tokens[:, prompt_len:]
-
-  groups = trajectory.groups or steps
-  if not 1 <= groups <= steps:
-    raise ValueError(f"likelihood.trajectory.groups={groups} must be in [1, S={steps}]")
+  prompt, comp, starts, run = _plan(tokens, prompt_len, key, mask_id, commit_step, trajectory, trajectory_steps,
+                                    p_mask_prompt)
 
   def at_step(s: jax.Array) -> jax.Array:
     x = jnp.concatenate([prompt, jnp.where(commit_step >= s, mask_id, comp)], axis=1)
     return score_targets(logits_fn, params, x, comp, prompt_len, mask_id)
 
-  starts = jnp.asarray([-(-g * steps // groups) for g in range(groups)], jnp.int32)  # first step of run g
-  if strata_batch and strata_batch < groups:
+  if strata_batch and strata_batch < starts.shape[0]:
     per_run = jax.lax.map(at_step, starts, batch_size=strata_batch)
   else:
     per_run = jax.vmap(at_step)(starts)  # [G_s, B, L]
-  run = jnp.clip(commit_step, 0, steps - 1) * groups // steps  # run of each token's commit step
   return jnp.take_along_axis(per_run, run[None], axis=0)[0]
+
+
+def _plan(tokens: jax.Array, prompt_len: int, key: jax.Array, mask_id: int, commit_step: jax.Array | None,
+          trajectory: TrajectoryConfig, steps: int, p_mask_prompt: float):
+  """(masked prompt [B, P], completion [B, L], first step of each run int32 [G_s], run of each
+  token int32 [B, L]), after the checks of :func:`trajectory_logprobs`."""
+  if commit_step is None:
+    raise ValueError("rl.likelihood='trajectory' needs the rollout's commit_step")
+  if steps <= 0:
+    raise ValueError("likelihood.trajectory_steps must be set to the rollout's number of steps")
+  k_prompt, _ = split_key(key)
+  prompt = mask_prompt(k_prompt, tokens[:, :prompt_len], p_mask_prompt, mask_id)
+  groups = trajectory.groups or steps
+  if not 1 <= groups <= steps:
+    raise ValueError(f"likelihood.trajectory.groups={groups} must be in [1, S={steps}]")
+  starts = jnp.asarray([-(-g * steps // groups) for g in range(groups)], jnp.int32)  # first step of run g
+  run = jnp.clip(commit_step, 0, steps - 1) * groups // steps  # run of each token's commit step
+  return prompt, tokens[:, prompt_len:], starts, run
+
+
+@register_passes("trajectory", lambda cfg: cfg.trajectory.groups or cfg.trajectory_steps)
+def trajectory_one_run(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array, *,
+                       mask_id: int, pass_index: jax.Array, commit_step: jax.Array | None = None,
+                       trajectory: TrajectoryConfig = TrajectoryConfig(),
+                       trajectory_steps: int = LikelihoodConfig.trajectory_steps,
+                       p_mask_prompt: float = LikelihoodConfig.p_mask_prompt) -> tuple[TokenScores, jax.Array]:
+  """Run ``pass_index`` alone (:mod:`daca_jax.likelihood.passes`): the log-probs of the tokens
+  committed in it (0 elsewhere) and bool [B, L] those tokens; one forward pass."""
+  prompt, comp, starts, run = _plan(tokens, prompt_len, key, mask_id, commit_step, trajectory, trajectory_steps,
+                                    p_mask_prompt)
+  x = jnp.concatenate([prompt, jnp.where(commit_step >= starts[pass_index], mask_id, comp)], axis=1)
+  here = run == pass_index
+  lp = score_targets(logits_fn, params, x, comp, prompt_len, mask_id)
+  return token_scores(jnp.where(here, lp, 0.0)), here

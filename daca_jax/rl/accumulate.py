@@ -75,7 +75,8 @@ def _rows(x: jax.Array) -> jax.Array:
 
 
 def make_accumulated_grad(scores_fn: RowScoresFn, objective: Callable[..., Any], advantage: AdvantageEstimator,
-                          cfg: TrainConfig, param_split: ParamSplit | None = None) -> Callable[..., Any]:
+                          cfg: TrainConfig, param_split: ParamSplit | None = None,
+                          passes: tuple[Callable[..., Any], int] | None = None) -> Callable[..., Any]:
   """``grad(params, ref_params, traj, rewards, weights, token_adv, key, old_params=None, advantages=None)
   -> (grads, aux)`` over ``cfg.rl.grad_accum`` micro-batches (module docstring), with the arguments and
   results of :func:`daca_jax.rl.update.make_objective_grad`'s (its ``weights`` split into ``weights``
@@ -90,6 +91,10 @@ def make_accumulated_grad(scores_fn: RowScoresFn, objective: Callable[..., Any],
     param_split: the trainable part of the parameters (LoRA: the adapters): gradients are taken and
       accumulated for it only; the rest of the returned tree is zeros, as the frozen base's gradient
       of a one-batch update.
+    passes: ``(pass_scores, S)`` with ``rl.pass_accum``: ``pass_scores(params, micro-batch, key,
+      row_offset, j) -> (TokenScores, here)`` the per-pass form drawing per row; each micro-batch's
+      gradient is then accumulated one pass at a time (:mod:`daca_jax.rl.pass_accum`), the other
+      passes and rows holding θ_old's log-probs.
   """
   rl = cfg.rl
   num = rl.grad_accum
@@ -129,6 +134,8 @@ def make_accumulated_grad(scores_fn: RowScoresFn, objective: Callable[..., Any],
 
     def step(acc: Any, kp: tuple[jax.Array, Trajectory]) -> tuple[Any, jax.Array]:
       k, part = kp
+      if passes is not None:
+        return pass_step(acc, k, part)
 
       def loss(t: Any) -> tuple[jax.Array, jax.Array]:
         live = logp_of(scores_fn(replace(params, t), part, key, k * b), part.completion_mask)
@@ -136,6 +143,25 @@ def make_accumulated_grad(scores_fn: RowScoresFn, objective: Callable[..., Any],
 
       (_, live), g = jax.value_and_grad(loss, has_aux=True)(trainable(params))
       return jax.tree.map(lambda a, x: a + x.astype(jnp.float32), acc, g), live
+
+    def pass_step(acc: Any, k: jax.Array, part: Trajectory) -> tuple[Any, jax.Array]:
+      """Micro-batch k's gradient one pass at a time; its live log-probs, assembled over the passes."""
+      pass_scores, num_passes = passes
+
+      def one(carry, j):
+        acc, live_sum = carry
+
+        def loss(t: Any) -> tuple[jax.Array, jax.Array]:
+          scores, here = pass_scores(replace(params, t), part, key, k * b, j)
+          lp = logp_of(scores, part.completion_mask)
+          live = jnp.where(here, lp, filler[k])
+          return objective(_rows(filler.at[k].set(live)), batch, rl)[0], jnp.where(here, lp, 0.0)
+
+        (_, own), g = jax.value_and_grad(loss, has_aux=True)(trainable(params))
+        return (jax.tree.map(lambda a, x: a + x.astype(jnp.float32), acc, g), live_sum + own), None
+
+      (acc, live), _ = jax.lax.scan(one, (acc, jnp.zeros_like(filler[k])), jnp.arange(num_passes, dtype=jnp.int32))
+      return acc, live
 
     zeros = jax.tree.map(lambda x: jnp.zeros(x.shape, jnp.float32), trainable(params))
     acc, live = jax.lax.scan(step, zeros, (index, parts))

@@ -25,7 +25,8 @@ collected pass by pass.
 
 Refused up front (:func:`check_pass_accum`): objectives that are not pass-local (GSPO/GDPO), BGPO
 over passes that are not whole samples (SML's strata), estimators without a per-pass form, ``elbo_terms="summed"`` (it sums the passes into each token), advantages that read the
-KL (REINFORCE++), ``rl.grad_accum > 1`` and ``parallel.strategy="pmap"`` (not combined yet).
+KL (REINFORCE++) and ``parallel.strategy="pmap"`` (not combined yet). With ``rl.grad_accum > 1`` each
+micro-batch is differentiated pass by pass (:func:`daca_jax.rl.accumulate.make_accumulated_grad`).
 """
 from __future__ import annotations
 
@@ -77,9 +78,6 @@ def check_pass_accum(cfg: TrainConfig) -> None:
   if ADVANTAGES.get(advantage_name(rl.objective, rl.advantage, rl.normalize_adv_std)).needs_kl:
     raise ConfigError("rl.pass_accum", True, "False with a KL-shaped advantage (REINFORCE++ reads every pass's "
                       "KL before any gradient)")
-  if rl.grad_accum > 1:
-    raise ConfigError("rl.pass_accum", True, f"False with rl.grad_accum={rl.grad_accum} > 1 (micro-batches "
-                      "and passes are not nested yet)")
   if cfg.parallel.strategy == "pmap":
     raise ConfigError("rl.pass_accum", True, "False with parallel.strategy='pmap' (use 'fsdp' or 'none')")
 

@@ -142,6 +142,9 @@ def make_objective_grad(logits_fn: Any, cfg: TrainConfig, *, mask_id: int,
   ``cfg.rollout`` or rewards / weights of the wrong shape raise :class:`~daca_jax.errors.ShapeError`
   at trace time.
 
+  With ``rl.pass_accum`` the gradient is accumulated one likelihood pass at a time over the registry's
+  per-pass form of ``rl.likelihood`` (:mod:`daca_jax.rl.pass_accum`; ``estimator`` is then not used).
+
   With ``rl.grad_accum = M > 1`` the gradient is summed over M micro-batches of the rows inside the
   function (:mod:`daca_jax.rl.accumulate`: the same gradient and metrics as the whole batch's under
   the same per-row masks); ``param_split`` (LoRA's adapters) limits the accumulated gradient to the
@@ -155,9 +158,10 @@ def make_objective_grad(logits_fn: Any, cfg: TrainConfig, *, mask_id: int,
   scores_fn = make_scores_fn(logits_fn, cfg, mask_id=mask_id, estimator=estimator)
   objective = OBJECTIVES.get(rl.objective)
   advantage = ADVANTAGES.get(advantage_name(rl.objective, rl.advantage, rl.normalize_adv_std))
-  accumulated = (make_accumulated_grad(scores_fn, objective, advantage, cfg, param_split)
+  passes = _row_keyed_passes(logits_fn, cfg, mask_id) if rl.pass_accum and rl.grad_accum > 1 else None
+  accumulated = (make_accumulated_grad(scores_fn, objective, advantage, cfg, param_split, passes)
                  if rl.grad_accum > 1 else None)
-  if rl.pass_accum:  # one likelihood pass at a time (rl.pass_accum; the registry's per-pass form)
+  if rl.pass_accum and rl.grad_accum == 1:  # one likelihood pass at a time (the registry's per-pass form)
     accumulated = _pass_accumulated(logits_fn, cfg, objective, advantage, mask_id, param_split)
 
   def grad(params: Any, ref_params: Any, traj: Trajectory, rewards: jax.Array, weights: Any, key: jax.Array,
@@ -218,6 +222,23 @@ def _pass_accumulated(logits_fn: Any, cfg: TrainConfig, objective: Any, advantag
 
   return make_pass_accumulated_grad(pass_scores, form.num_passes(cfg.likelihood), objective, advantage, cfg,
                                     param_split)
+
+
+def _row_keyed_passes(logits_fn: Any, cfg: TrainConfig, mask_id: int) -> tuple[Callable[..., Any], int]:
+  """(``pass_scores(params, micro-batch, key, row_offset, j)``, S): ``PASSES[rl.likelihood]`` drawing
+  per row (:func:`daca_jax.parallel.per_sequence_keys`), for micro-batches with ``rl.pass_accum``."""
+  from daca_jax.likelihood import PASSES
+  form = PASSES[cfg.rl.likelihood]
+  fns = as_model_fns(logits_fn)
+
+  def pass_scores(params: Any, traj: Trajectory, key: jax.Array, row_offset: jax.Array,
+                  j: jax.Array) -> tuple[TokenScores, jax.Array]:
+    run = parallel.per_sequence_keys(training_passes(lambda *a, **kw: form.run(*a, pass_index=j, **kw)))
+    return run(fns, params, traj.tokens, traj.prompt_len, key, cfg.likelihood, mask_id=mask_id,
+               row_offset=row_offset, commit_step=traj.commit_step, commit_conf=traj.commit_conf,
+               completion_mask=traj.completion_mask)
+
+  return pass_scores, form.num_passes(cfg.likelihood)
 
 
 def make_update(logits_fn: Any, cfg: TrainConfig, optimizer: optax.GradientTransformation, *,

@@ -25,7 +25,7 @@ class ConfigFile:
     get_config: its ``get_config([preset]) -> ConfigDict``.
     takes_preset: whether ``get_config`` takes a preset.
     pattern: the file's ``PRESET_PATTERN`` ("" if none): how ``--help`` describes presets too many to
-      list (``configs/paper.py``'s 168).
+      list (``configs/paper.py``'s 252).
   """
 
   path: pathlib.Path

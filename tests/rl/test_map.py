@@ -184,3 +184,19 @@ def test_map_presets_carry_the_recipe():
   assert (rl.group_size, rl.prompts_per_step, rl.grad_accum, rl.learning_rate) == (4, 8, 4, 3e-6)
   assert train_config_from_dict(paper.get_config("map_math500")).likelihood.stepmerge.sample == 8
   assert "map_gsm8k_dps" in paper.PRESETS and "map_gsm8k_sml" not in paper.PRESETS
+
+
+def test_stepmerge_through_the_model_split_equals_the_plain_logits():
+  """With the hidden/head split (chunked head over the completion only) the token and position
+  log-probs are those of the plain logits function."""
+  from daca_jax.models import init_model, make_logits_fn, tiny_config
+  mcfg = tiny_config(d_model=32, n_layers=1, n_heads=2, mlp_dim=32, vocab_size=V + 1, mask_token_id=MASK)
+  gd, prm = init_model(mcfg, seed=0)
+  tokens, commit_step = _inputs(seed=2)
+  cfg = LikelihoodConfig(stepmerge=StepMergeConfig(segments=N, sample=2, position_scope="position"),
+                         trajectory_steps=S)
+  run = lambda fn: LIKELIHOOD.get("stepmerge")(fn, prm, jnp.asarray(tokens), P, jax.random.PRNGKey(1), cfg,
+                                               mask_id=MASK, commit_step=jnp.asarray(commit_step)).logp
+  plain = run(lambda p, t: make_logits_fn(gd)(p, t))
+  for fn in (make_logits_fn(gd), make_logits_fn(gd, logprob_chunk=3)):
+    np.testing.assert_allclose(np.asarray(run(fn)), np.asarray(plain), rtol=1e-5, atol=1e-5)
