@@ -13,9 +13,13 @@ import tempfile
 # One cache per test session, removed at its end: a cache shared by concurrent sessions on one machine
 # (two pytest runs, a run beside a training job's tests) let one read another's half-written entry,
 # which crashed the reading process inside XLA's deserializer (a segmentation fault).
-if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+# Under pytest-xdist (``-n``) each worker process is a session of its own and gets its own cache (its
+# subprocesses inherit it); the controller's, inherited by the workers, is replaced.
+if ("JAX_COMPILATION_CACHE_DIR" not in os.environ
+    or os.environ.get("_DACA_JAX_TEST_CACHE_OF") not in (None, os.environ.get("PYTEST_XDIST_WORKER", ""))):
   _CACHE = tempfile.mkdtemp(prefix="daca_jax_test_xla_cache_")
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _CACHE
+  os.environ["_DACA_JAX_TEST_CACHE_OF"] = os.environ.get("PYTEST_XDIST_WORKER", "")
   atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 try:  # a size limit turns on JAX's file lock around every cache read and write (processes run concurrently)
   import filelock  # noqa: F401  (what JAX's locked cache needs)
