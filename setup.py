@@ -55,6 +55,7 @@ WANDB = ["wandb>=0.16"]  # optional W&B dashboards (--config.log.wandb=<project>
 # the application layer's included, so the site needs [run]'s packages too.
 DOCS = RUN + ["sphinx>=8.1", "myst-parser>=4.0", "sphinx-book-theme>=1.1.3"]
 TEST = RUN + DATA + DOCS + ["pytest>=8", "hypothesis>=6",
+                            "pytest-xdist>=3.5",  # the suite runs on every core (-n auto), a file per worker
                             "tensorboard>=2.15",  # reads the event files back
                             "filelock>=3.12"]  # JAX's locked compilation cache, shared by the tests' processes
 

@@ -74,8 +74,15 @@ def _fifo(path):
 
 
 def _socket(path):
+  # Bound by a name relative to its folder: AF_UNIX addresses hold ~107 bytes, less than a deep tmp path
+  # (pytest-xdist's per-worker folders) takes.
   s = socket.socket(socket.AF_UNIX)
-  s.bind(str(path))
+  cwd = os.getcwd()
+  os.chdir(pathlib.Path(path).parent)
+  try:
+    s.bind(pathlib.Path(path).name)
+  finally:
+    os.chdir(cwd)
   return s
 
 
