@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from daca_jax.errors import ConfigError
-from daca_jax.hardware import device_for_kind
+from daca_jax.hardware import device_for_kind, device_peak_bytes  # noqa: F401  (device_peak_bytes: re-exported)
 from daca_jax.types import ModelConfig, RolloutConfig
 
 def time_fn(fn: Callable[..., Any], *args: Any, repeats: int = 5, warmup: int = 1) -> dict[str, float]:
@@ -155,17 +155,6 @@ def abstract_rollout_memory(model_cfg: ModelConfig, rollout_cfg: RolloutConfig, 
   prompts = jax.ShapeDtypeStruct((batch, prompt_len), np.int32)
   key = jax.eval_shape(lambda: jax.random.PRNGKey(0))
   return memory_stats(fn.lower(abstract, prompts, key).compile())
-
-
-def device_peak_bytes(device: jax.Device | None = None) -> int | None:
-  """The allocator's peak bytes in use on ``device`` (default: this process's first device; GPU/TPU), or
-  None where it keeps no stats (CPU). Only a process's own devices report memory (in a multi-process run
-  ``jax.devices()[0]`` belongs to process 0 and querying it elsewhere raises)."""
-  device = device or jax.local_devices()[0]
-  stats = device.memory_stats() if hasattr(device, "memory_stats") else None
-  if not stats or "peak_bytes_in_use" not in stats:
-    return None
-  return int(stats["peak_bytes_in_use"])
 
 
 def peak_flops(override_tflops: float = 0.0, device: jax.Device | None = None) -> float | None:

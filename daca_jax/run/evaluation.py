@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import jax
 import numpy as np
 
-from daca_jax.run.metrics import PhaseProgress, progress
+from daca_jax.progress import PhaseProgress, progress
 from daca_jax.parallel.distributed import to_host
 from daca_jax.tasks.base import Example, Task
 
@@ -87,7 +87,7 @@ def generate(rollout_fn: Callable[..., Any], params: Any, prompts: np.ndarray, b
   Args:
     rollout_fn, prompts, batch_size, key: as :func:`decode_batches`.
     log: if given, the first batch is announced there (it compiles the decoder) and its time
-      reported before the bar starts (:class:`daca_jax.run.metrics.PhaseProgress`).
+      reported before the bar starts (:class:`daca_jax.progress.PhaseProgress`).
   Returns:
     int32 [N, L] completion tokens (on every process of a multi-process run).
   """

@@ -21,14 +21,15 @@ import optax
 
 from daca_jax import configure, parallel
 from daca_jax import io_utils
+from daca_jax.hardware import device_peak_bytes
+from daca_jax.progress import PhaseProgress
 from daca_jax.run import from_checkpoint, guards, preemption
-from daca_jax.run.benchmarking import device_peak_bytes
 from daca_jax.run.checkpoint import Checkpointer
 from daca_jax.credit import CREDIT, TAGGERS
 from daca_jax.diffusion.sft import sft_loss
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.run.dashboards import Dashboard, PhaseSink, check_log_config
-from daca_jax.run.metrics import MetricsWriter, PhaseProgress, format_table, plot_curves, read_metrics, reward_trend
+from daca_jax.run.metrics import MetricsWriter, format_table, plot_curves, read_metrics, reward_trend
 from daca_jax.models import count_params, init_model, lora, make_logits_fn
 from daca_jax.run.job_eval import JobEvaluator
 from daca_jax.run.preflight import check_batches_fit

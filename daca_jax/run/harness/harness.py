@@ -19,7 +19,7 @@ from daca_jax.run.harness.protocol import EvalProtocol, PreparedTask, prepare_ta
 from daca_jax.run.harness.reports import summary_markdown, write_summary
 from daca_jax.run.evaluation import decode_batches
 from daca_jax.run.outcomes import write_outcomes
-from daca_jax.run.metrics import progress
+from daca_jax.progress import progress
 from daca_jax.tasks.base import Example, Task
 from daca_jax.types import RolloutConfig
 
