@@ -9,7 +9,7 @@ the test set sealed until its decision writes ``test_before`` / ``test_after`` a
 ``experiments/variants_table.py`` prints it, and one arm's runs seed by seed (:func:`seed_table`).
 
 Per-example outcomes: a run may carry ``"outcomes": {"test_after": ..., "val_after": ...}``, each the
-path of the evaluation's outcomes file (:mod:`daca_jax.run.outcomes`; relative to the variants file's
+path of the evaluation's outcomes file (:mod:`daca_jax.evaluation.outcomes`; relative to the variants file's
 folder) or the outcomes themselves as ``{example key: value}`` of the list's metric (:data:`METRICS`).
 Where every paired seed of an arm and the reference carries them for a split, the paired column of that
 split is the hierarchical bootstrap's interval (:func:`daca_jax.run.paired.paired_bootstrap`, over warm
@@ -23,7 +23,7 @@ import pathlib
 from typing import Any, Sequence
 
 from daca_jax.errors import DataError
-from daca_jax.run.outcomes import read_outcomes
+from daca_jax.evaluation.outcomes import read_outcomes
 from daca_jax.run.paired import mean_ci95, paired_bootstrap
 
 # RL wall time of a run (seconds), measured only when two runs shared a 2-core machine one core each;

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from daca_jax.run import harness as eh
+from daca_jax import evaluation as eh
+from daca_jax.run import eval_models
 from daca_jax.tasks.base import TASKS
 from tests.hf_fixtures import write_tiny_checkpoint
 from tests.tiny_data import write_tiny_data, write_tiny_humaneval
@@ -22,7 +23,7 @@ def test_every_task_evaluates_with_the_checkpoints_tokenizer(tmp_path, family):
   data = write_tiny_data(tmp_path / "data", n=2)
   tasks = [n for n in TASKS.names() if data is not None or n not in NEEDS_FILES]
   ckpt = write_tiny_checkpoint(tmp_path / family, family, layers=1)
-  model = eh.load_model(hf_checkpoint=str(ckpt), hf_dtype="float32", data_dir=str(data or ""))
+  model = eval_models.load_model(hf_checkpoint=str(ckpt), hf_dtype="float32", data_dir=str(data or ""))
   # A few problems of the tasks whose evaluation set is not a file of the data folder.
   model.task_options.update({
       "humaneval": {"data_dir": str(data) if data else None, "eval_path": str(write_tiny_humaneval(tmp_path / "he.jsonl"))},

@@ -1,4 +1,4 @@
-"""experiments/evaluate.py and daca_jax.run.harness: d1's protocol on tiny models, summaries recomputed
+"""experiments/evaluate.py and daca_jax.evaluation: d1's protocol on tiny models, summaries recomputed
 from the generations, resumption equal to an uninterrupted run, greedy determinism, HF import path,
 and the errors that name the flag at fault."""
 import dataclasses
@@ -12,9 +12,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from daca_jax.run import harness as eh
+from daca_jax import evaluation as eh
+from daca_jax.run import eval_models
 from daca_jax.errors import ConfigError, DataError
-from daca_jax.run.evaluation import generate
+from daca_jax.evaluation.decode import generate
 from daca_jax.tasks.base import make_task
 from daca_jax.tasks.tokenizer import ByteTokenizer
 from daca_jax.configure import train_config_from_dict
@@ -28,7 +29,7 @@ SMALL = eh.EvalProtocol(gen_lengths=(32,), block_length=32, batch_size=4, num_ex
 
 @pytest.fixture(scope="module")
 def tiny_model():
-  return eh.model_from_random_init(TrainConfig(model=TINY, task=TaskConfig(name="sudoku4x4")))
+  return eval_models.model_from_random_init(TrainConfig(model=TINY, task=TaskConfig(name="sudoku4x4")))
 
 
 def _oracle_model() -> eh.EvalModel:
@@ -85,7 +86,7 @@ def test_summary_is_the_tasks_metrics_of_the_jsonl_and_matches_plain_python(tmp_
 def test_tiny_model_rows_equal_plain_batched_decode_and_are_deterministic(tiny_model, tmp_path):
   protocol = dataclasses.replace(SMALL, num_examples=5)
   s1 = eh.run_evaluation(tiny_model, ["sudoku4x4", "countdown"], protocol, tmp_path / "a", show_progress=False)
-  fresh = eh.model_from_random_init(TrainConfig(model=TINY, task=TaskConfig(name="sudoku4x4")))
+  fresh = eval_models.model_from_random_init(TrainConfig(model=TINY, task=TaskConfig(name="sudoku4x4")))
   s2 = eh.run_evaluation(fresh, ["sudoku4x4"], protocol, tmp_path / "b", show_progress=False)
   a, b = (_rows(tmp_path / d / "sudoku4x4" / "gen32.jsonl") for d in "ab")
   assert [r["completion"] for r in a] == [r["completion"] for r in b]  # greedy: same outputs twice
@@ -146,7 +147,7 @@ def test_cli_random_init_stopped_by_max_batches_then_resumed_in_process(tmp_path
   spec = importlib.util.spec_from_file_location("sudoku_tiny", REPO / "configs" / "sudoku_tiny.py")
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  model = eh.load_model(random_init=train_config_from_dict(module.get_config("smoke")))
+  model = eval_models.load_model(random_init=train_config_from_dict(module.get_config("smoke")))
   protocol = eh.EvalProtocol(gen_lengths=(32,), batch_size=2, num_examples=4)
   summary = eh.run_evaluation(model, ["sudoku4x4"], protocol, out, show_progress=False)
   rows = _rows(out / "sudoku4x4" / "gen32.jsonl")
@@ -175,9 +176,9 @@ def test_unknown_task_and_checkpoint_sources(tiny_model, tmp_path):
   with pytest.raises(ConfigError, match="sudoku9x9"):
     eh.run_evaluation(tiny_model, ["sudoku9x9"], SMALL, tmp_path, show_progress=False)
   with pytest.raises(ConfigError, match="exactly one of"):
-    eh.load_model(workdir=str(tmp_path), hf_checkpoint=str(tmp_path))
+    eval_models.load_model(workdir=str(tmp_path), hf_checkpoint=str(tmp_path))
   with pytest.raises(DataError, match="--workdir=.*no config.json"):
-    eh.load_model(workdir=str(tmp_path))
+    eval_models.load_model(workdir=str(tmp_path))
 
 
 def _wordlevel_tokenizer(path, extra_words):
@@ -197,11 +198,11 @@ def _wordlevel_tokenizer(path, extra_words):
 
 def test_byte_model_with_an_hf_tokenizer_is_refused(tiny_model, tmp_path):
   big = _wordlevel_tokenizer(tmp_path / "big", [f"w{i}" for i in range(400)])  # 407 ids > 260
-  model = eh.load_model(random_init=TrainConfig(model=TINY), tokenizer=str(big))
+  model = eval_models.load_model(random_init=TrainConfig(model=TINY), tokenizer=str(big))
   with pytest.raises(ConfigError, match=r"model.vocab_size=260 .*>= 407"):
     eh.run_evaluation(model, ["countdown"], SMALL, tmp_path / "o", show_progress=False)
   small = _wordlevel_tokenizer(tmp_path / "small", ["a", "b"])
-  model = eh.load_model(random_init=TrainConfig(model=TINY), tokenizer=str(small))
+  model = eval_models.load_model(random_init=TrainConfig(model=TINY), tokenizer=str(small))
   with pytest.raises(ConfigError, match=r"model.mask_token_id=257 .*1 for task 'countdown'"):
     eh.run_evaluation(model, ["countdown"], SMALL, tmp_path / "o", show_progress=False)
 
@@ -213,7 +214,7 @@ def test_hf_checkpoint_uses_its_tokenizer_chat_template_and_context(tmp_path, fa
   from tests.hf_fixtures import write_tiny_checkpoint
 
   ckpt = write_tiny_checkpoint(tmp_path / family, family, layers=1)
-  model = eh.load_model(hf_checkpoint=str(ckpt), hf_dtype="float32")
+  model = eval_models.load_model(hf_checkpoint=str(ckpt), hf_dtype="float32")
   assert model.identity["kind"] == "hf" and model.identity["family"] == family and model.prompt_style == "chat"
   protocol = dataclasses.replace(SMALL, num_examples=2, batch_size=2)
   summary = eh.run_evaluation(model, ["countdown"], protocol, tmp_path / "o", show_progress=False)
@@ -239,7 +240,7 @@ def test_hf_checkpoint_without_tokenizer_files_is_one_error(tmp_path):
   ckpt = write_tiny_checkpoint(tmp_path / "llada", "llada", layers=1)
   (ckpt / "tokenizer_config.json").unlink()
   with pytest.raises(DataError, match=r"the tokenizer files are missing: tokenizer_config\.json"):
-    eh.load_model(hf_checkpoint=str(ckpt), hf_dtype="float32")
+    eval_models.load_model(hf_checkpoint=str(ckpt), hf_dtype="float32")
 
 
 def test_prompt_style_a_task_does_not_have_is_refused_naming_the_task_and_its_styles():
@@ -283,7 +284,7 @@ def test_decode_batches_decodes_a_batch_the_same_alone_in_any_order_and_after_a_
   """The one decode loop (main job and harness): batch k has fixed rows and key fold_in(key, k), so a
   resumed harness run samples what an uninterrupted one does, even at temperature 1."""
   from daca_jax.diffusion import make_rollout_fn
-  from daca_jax.run.evaluation import decode_batches
+  from daca_jax.evaluation.decode import decode_batches
   from daca_jax.types import RolloutConfig
   from tests import fixed_logit_model
 

@@ -1,4 +1,4 @@
-"""Per-example outcomes (daca_jax.run.outcomes, Task.example_outcomes): they pool to the task's metrics,
+"""Per-example outcomes (daca_jax.evaluation.outcomes, Task.example_outcomes): they pool to the task's metrics,
 and the main job's cached evaluations keep them beside the metrics."""
 import gzip
 import json
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from daca_jax.errors import DataError
-from daca_jax.run import outcomes
+from daca_jax.evaluation import outcomes
 from daca_jax.run.job_eval import cached_eval
 from daca_jax.tasks import text_scan
 from daca_jax.tasks.base import Example, Task, make_task

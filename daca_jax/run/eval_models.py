@@ -1,68 +1,30 @@
-"""The checkpoints an evaluation reads (:class:`EvalModel`): a workdir of ``experiments/train.py``,
-a Hugging Face LLaDA / Dream directory, or a random initialisation; :func:`load_model` picks one."""
+"""The main job's checkpoints as models to evaluate (:class:`~daca_jax.evaluation.model.EvalModel`): a
+workdir of ``experiments/train.py`` (:func:`model_from_workdir`) or a random initialisation of a training
+config (:func:`model_from_random_init`); :func:`load_model` picks one of those or a Hugging Face directory
+(:func:`daca_jax.evaluation.model.model_from_hf`), as the flags of ``experiments/evaluate.py`` say.
+
+These live with the job, not in :mod:`daca_jax.evaluation`, because reading a workdir needs the job's
+checkpoint layout (:mod:`daca_jax.run.checkpoint`, :mod:`daca_jax.run.from_checkpoint`) and its task
+options (:mod:`daca_jax.run.task_views`); the evaluation protocol sits below the job and never imports
+it. ``EvalModel`` and ``model_from_hf`` are importable from here too.
+"""
 from __future__ import annotations
 
 import dataclasses
 import os
 import pathlib
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from flax import nnx
 import jax
 
 from daca_jax.configure import train_config_from_dict, upgrade_config_dict
-from daca_jax.diffusion.rollout import make_rollout_fn
 from daca_jax.errors import ConfigError, DataError
+from daca_jax.evaluation.model import EvalModel, context_length, model_from_hf
 from daca_jax.io_utils import read_json
 from daca_jax.models import make_logits_fn
 from daca_jax.models.llada import Transformer
-from daca_jax.types import ModelConfig, RolloutConfig, TrainConfig
-
-
-@dataclasses.dataclass
-class EvalModel:
-  """A model ready to evaluate.
-
-  Attributes:
-    logits_fn: pure ``(params, tokens[B, T]) -> logits[B, T, V]``.
-    params: its parameters.
-    model_cfg: the architecture (vocab size and mask id are checked against each task's tokenizer).
-    identity: JSON-able description of the checkpoint (path, phase, step, ...); part of the
-      fingerprint that guards resumption.
-    tokenizer: the model's tokenizer, which every task is built with (e.g. a checkpoint's
-      HFTokenizer); None: the tasks' byte tokenizer.
-    prompt_style: ``task.options.prompt_style`` given to every task that takes one (None: task
-      default, or what the training run used).
-    task_options: ``task name -> constructor kwargs`` for tasks built with specific options (a
-      workdir's own task); other tasks get ``data_dir`` and ``prompt_style`` only.
-    data_dir: benchmark folder given to the tasks ("" = the default data dir).
-    max_seq_len: the model's context length (prompt + completion), 0 if unlimited.
-    train_config: the training run's config (workdir and random-init models; None for HF
-      checkpoints), e.g. for :mod:`daca_jax.viz` to rebuild the run's learner.
-  """
-
-  logits_fn: Callable[..., Any]
-  params: Any
-  model_cfg: ModelConfig
-  identity: dict[str, Any]
-  tokenizer: Any = None
-  prompt_style: str | None = None
-  task_options: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-  data_dir: str = ""
-  max_seq_len: int = 0
-  train_config: TrainConfig | None = None
-  _rollouts: dict[Any, Callable[..., Any]] = dataclasses.field(default_factory=dict, repr=False)
-
-  def rollout_fn(self, cfg: RolloutConfig, mask_id: int, eos_id: int) -> Callable[..., Any]:
-    """The jitted sampler of ``cfg``, built once per model (reused by resumed and repeated runs)."""
-    key = (cfg, mask_id, eos_id)
-    if key not in self._rollouts:
-      self._rollouts[key] = make_rollout_fn(self.logits_fn, cfg, mask_id=mask_id, eos_id=eos_id)
-    return self._rollouts[key]
-
-
-# --- loading checkpoints ---------------------------------------------------------------------------
-
+from daca_jax.types import ModelConfig, TrainConfig
 
 def _abstract_params(cfg: ModelConfig) -> tuple[nnx.GraphDef, Any]:
   abstract = nnx.eval_shape(lambda: Transformer(cfg, nnx.Rngs(0)))
@@ -190,7 +152,7 @@ def model_from_workdir(workdir: str | os.PathLike, phase: str = "latest",
       base = from_checkpoint.frozen_base(trained.workdir, cfg)
     if tokenizer is None:
       tokenizer = from_checkpoint.checkpoint_tokenizer(source, cfg.model)
-    max_len = _context_length(source)
+    max_len = context_length(source)
   if base is None:
     raise DataError(f"--workdir={workdir}: checkpoint {trained.phase}/{trained.step} stores the LoRA adapters "
                     "without their base model")
@@ -229,36 +191,6 @@ def model_from_random_init(cfg: TrainConfig, tokenizer: Any = None) -> EvalModel
                    {"kind": "random_init", "seed": cfg.seed, "model": dataclasses.asdict(cfg.model)},
                    tokenizer=tokenizer, task_options={cfg.task.name: task_kwargs(cfg)},
                    data_dir=cfg.data.data_dir, train_config=cfg)
-
-
-def model_from_hf(path: str | os.PathLike, *, dtype: str = "bfloat16", param_dtype: str = "bfloat16",
-                  prompt_style: str = "chat", data_dir: str = "") -> EvalModel:
-  """A local LLaDA or Dream Hugging Face directory with its own tokenizer (special tokens by role, chat
-  template) and chat prompts.
-
-  Raises:
-    DataError / ConfigError: see :func:`daca_jax.models.hf_import.load_hf_checkpoint` and
-      :meth:`daca_jax.tasks.hf_tokenizer.HFTokenizer.from_checkpoint` (missing files, mismatched tensors).
-  """
-  from daca_jax.models.hf_import import load_hf_checkpoint
-  from daca_jax.tasks.hf_tokenizer import HFTokenizer
-
-  p = pathlib.Path(path).expanduser().resolve()
-  if not p.is_dir():
-    raise DataError(f"--hf_checkpoint={path}: not a directory")
-  tok = HFTokenizer.from_checkpoint(p)  # the tokenizer files are checked before the weights are read
-  cfg, graphdef, params, report = load_hf_checkpoint(p, dtype=dtype, param_dtype=param_dtype)
-  tok.vocab_size = max(tok.vocab_size, cfg.vocab_size)  # rows past the tokenizer's ids decode to nothing
-  return EvalModel(make_logits_fn(graphdef), params, cfg,
-                   {"kind": "hf", "path": str(p), "family": report.family, "dtype": dtype},
-                   tokenizer=tok, prompt_style=prompt_style, data_dir=data_dir, max_seq_len=_context_length(p))
-
-
-def _context_length(folder: pathlib.Path) -> int:
-  """The context length a Hugging Face checkpoint's ``config.json`` gives (LLaDA ``max_sequence_length``,
-  Dream ``max_position_embeddings``), 0 if none."""
-  hf = read_json(folder / "config.json", fix="it is the checkpoint's model config: download it again")
-  return int(hf.get("max_sequence_length") or hf.get("max_position_embeddings") or 0)
 
 
 def load_model(*, workdir: str = "", phase: str = "latest", hf_checkpoint: str = "",

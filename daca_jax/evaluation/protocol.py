@@ -9,8 +9,8 @@ import numpy as np
 
 from daca_jax.diffusion.remasking import REMASKING
 from daca_jax.errors import ConfigError
-from daca_jax.run.harness.files import jsonable
-from daca_jax.run.harness.loaders import EvalModel
+from daca_jax.evaluation.files import jsonable
+from daca_jax.evaluation.model import EvalModel
 from daca_jax.tasks.base import TASKS, Example, Task, make_task
 from daca_jax.types import RolloutConfig, check_field_types
 

@@ -1,5 +1,5 @@
 """The evaluation loop: each task x generation length decoded in fixed batches by the main job's own
-decode loop (:func:`daca_jax.run.evaluation.decode_batches`), resumable, graded by the task, summarised
+decode loop (:func:`daca_jax.evaluation.decode.decode_batches`), resumable, graded by the task, summarised
 from the written rows."""
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import jax
 import numpy as np
 
 from daca_jax.errors import ConfigError, DataError
-from daca_jax.run.harness.files import check_fingerprint, finished_rows, jsonable, read_generations, write_rows
-from daca_jax.run.harness.loaders import EvalModel
-from daca_jax.run.harness.protocol import EvalProtocol, PreparedTask, prepare_task
-from daca_jax.run.harness.reports import summary_markdown, write_summary
-from daca_jax.run.evaluation import decode_batches
-from daca_jax.run.outcomes import write_outcomes
+from daca_jax.evaluation.files import check_fingerprint, finished_rows, jsonable, read_generations, write_rows
+from daca_jax.evaluation.model import EvalModel
+from daca_jax.evaluation.protocol import EvalProtocol, PreparedTask, prepare_task
+from daca_jax.evaluation.reports import summary_markdown, write_summary
+from daca_jax.evaluation.decode import decode_batches
+from daca_jax.evaluation.outcomes import write_outcomes
 from daca_jax.progress import progress
 from daca_jax.tasks.base import Example, Task
 from daca_jax.types import RolloutConfig
@@ -118,7 +118,7 @@ def _completion_tokens(ids: np.ndarray, eos_id: int) -> np.ndarray:
 def summarize_generations(prepared: PreparedTask, gen_path: pathlib.Path, batch_size: int,
                           gen_length: int) -> dict[str, Any]:
   """The task's metrics recomputed from the completions in ``gen_path`` plus time and throughput; their
-  per-example outcomes are written beside it (``gen<L>.outcomes.jsonl``, :mod:`daca_jax.run.outcomes`).
+  per-example outcomes are written beside it (``gen<L>.outcomes.jsonl``, :mod:`daca_jax.evaluation.outcomes`).
 
   Raises:
     DataError: the file lacks rows of some evaluated examples.
