@@ -18,6 +18,13 @@ import warnings
 
 # Old dotted name -> the module it is now (issue 42: daca_jax/run/ holds only the main job).
 MOVED: dict[str, str] = {
+    "daca_jax.run.compare": "daca_jax.reports.compare",
+    "daca_jax.run.doc_tables": "daca_jax.reports.doc_tables",
+    "daca_jax.run.paired": "daca_jax.reports.paired",
+    "daca_jax.run.reproduce": "daca_jax.reports.reproduce",
+    "daca_jax.run.table_files": "daca_jax.reports.table_files",
+    "daca_jax.run.variant_runs": "daca_jax.reports.variant_runs",
+    "daca_jax.run.variants": "daca_jax.reports.variants",
     "daca_jax.run.evaluation": "daca_jax.evaluation.decode",
     "daca_jax.run.harness": "daca_jax.evaluation",
     "daca_jax.run.harness.files": "daca_jax.evaluation.files",

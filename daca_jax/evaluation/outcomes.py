@@ -1,5 +1,5 @@
 """Per-example outcomes of an evaluation, kept beside its metrics so that arms can be compared example
-by example (:mod:`daca_jax.run.paired`).
+by example (:mod:`daca_jax.reports.paired`).
 
 File: ``<stem>.outcomes.jsonl`` beside the evaluation's cache or generations (``eval_after.json`` →
 ``eval_after.outcomes.jsonl``, ``gen256.jsonl`` → ``gen256.outcomes.jsonl``), written atomically, one

@@ -12,7 +12,7 @@ Per-example outcomes: a run may carry ``"outcomes": {"test_after": ..., "val_aft
 path of the evaluation's outcomes file (:mod:`daca_jax.evaluation.outcomes`; relative to the variants file's
 folder) or the outcomes themselves as ``{example key: value}`` of the list's metric (:data:`METRICS`).
 Where every paired seed of an arm and the reference carries them for a split, the paired column of that
-split is the hierarchical bootstrap's interval (:func:`daca_jax.run.paired.paired_bootstrap`, over warm
+split is the hierarchical bootstrap's interval (:func:`daca_jax.reports.paired.paired_bootstrap`, over warm
 starts and examples); elsewhere it stays the seed-level Student-t interval.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 from daca_jax.errors import DataError
 from daca_jax.evaluation.outcomes import read_outcomes
-from daca_jax.run.paired import mean_ci95, paired_bootstrap
+from daca_jax.reports.paired import mean_ci95, paired_bootstrap
 
 # RL wall time of a run (seconds), measured only when two runs shared a 2-core machine one core each;
 # null when the run shared it with anything else or was resumed (the only layout whose times compare).

@@ -1,4 +1,4 @@
-"""A grid's finished main jobs as a variants file (daca_jax.run.variant_runs, reproduce.py --variants):
+"""A grid's finished main jobs as a variants file (daca_jax.reports.variant_runs, reproduce.py --variants):
 the runs' scores, curves and per-example outcomes reach experiments/variants_table.py's bootstrap."""
 import gzip
 import json
@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from daca_jax.errors import DataError
-from daca_jax.run.variant_runs import variants_run, write_variants
-from daca_jax.run.variants import read_variants, seed_table, variants_table
+from daca_jax.reports.variant_runs import variants_run, write_variants
+from daca_jax.reports.variants import read_variants, seed_table, variants_table
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -71,7 +71,7 @@ def test_a_finished_job_becomes_a_run_whose_outcomes_feed_the_bootstrap(tmp_path
 
 
 def test_reproduce_writes_the_variants_file_of_a_finished_grid(tmp_path):
-  from daca_jax.run.reproduce import Cell
+  from daca_jax.reports.reproduce import Cell
   # D = [[1, 1], [1, 0]]: a replicate's mean is 1 - x·y (x, y: the shares of seed 11 and of k1 drawn),
   # 1, 3/4, 1/2, 0 w.p. 7/16, 4/16, 4/16, 1/16 -> [0, 1], mean 3/4.
   for arm, seed, val in (("base", 10, [0, 0]), ("DPS + SML", 10, [1, 1]), ("base", 11, [0, 0]),

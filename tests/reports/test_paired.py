@@ -1,11 +1,11 @@
-"""The paired analysis (daca_jax.run.paired) against hand-computed cases, its invariances and its errors."""
+"""The paired analysis (daca_jax.reports.paired) against hand-computed cases, its invariances and its errors."""
 import itertools
 import math
 
 import numpy as np
 import pytest
 
-from daca_jax.run import paired
+from daca_jax.reports import paired
 
 
 def _arm(rows):

@@ -1,10 +1,10 @@
-"""The main job's variant table (daca_jax.run.variants): per-seed changes, means, CIs and pairing."""
+"""The main job's variant table (daca_jax.reports.variants): per-seed changes, means, CIs and pairing."""
 import json
 
 import pytest
 
 from daca_jax.errors import DataError
-from daca_jax.run.variants import read_variants, seed_table, variants_table
+from daca_jax.reports.variants import read_variants, seed_table, variants_table
 
 
 def _run(arm, seed, tb, ta, vb, va, rise=0.01):

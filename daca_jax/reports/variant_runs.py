@@ -1,4 +1,4 @@
-"""A finished main job as one run of a variants file (:mod:`daca_jax.run.variants`' layout), its
+"""A finished main job as one run of a variants file (:mod:`daca_jax.reports.variants`' layout), its
 per-example outcomes copied beside that file: how a study's grid becomes the results file that
 ``experiments/variants_table.py`` reads (``experiments/reproduce.py --variants``).
 
@@ -80,7 +80,7 @@ def variants_run(workdir: str | os.PathLike, *, arm: str, seed: int, overrides: 
 
 def list_key(task: str) -> str:
   """The list of a variants file that holds ``task``'s runs: ``runs`` for the main job's Sudoku,
-  ``<task>_runs`` otherwise (``countdown_runs``; :data:`daca_jax.run.variants.METRICS`)."""
+  ``<task>_runs`` otherwise (``countdown_runs``; :data:`daca_jax.reports.variants.METRICS`)."""
   return "runs" if task == "sudoku4x4" else f"{task}_runs"
 
 

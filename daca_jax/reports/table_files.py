@@ -1,7 +1,7 @@
 """Results tables kept as data: one JSON file under ``docs/results/`` per measured table that no study's
 results file records (a benchmark run's printout, a measurement made before its results were kept),
 holding the table's values and where they come from. ``python experiments/tables.py --render=FILE``
-prints it as the documentation's markdown table (:mod:`daca_jax.run.doc_tables` keeps the two equal).
+prints it as the documentation's markdown table (:mod:`daca_jax.reports.doc_tables` keeps the two equal).
 
 File format::
 

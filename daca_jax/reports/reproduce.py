@@ -22,7 +22,7 @@ from daca_jax.configure import train_config_from_dict, with_overrides  # noqa: F
 from daca_jax.errors import DataError
 from daca_jax.io_utils import read_json_cache
 from daca_jax.run.metrics import read_metrics, reward_trend
-from daca_jax.run.paired import mean_ci95
+from daca_jax.reports.paired import mean_ci95
 from daca_jax.run.pipeline import run_main_job
 from daca_jax.types import TrainConfig
 

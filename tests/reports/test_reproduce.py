@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from configs import sudoku_tiny
-from daca_jax.run import reproduce as rp
+from daca_jax.reports import reproduce as rp
 from daca_jax.configure import train_config_from_dict
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from daca_jax.errors import DataError
 from daca_jax.io_utils import read_json_cache
 from daca_jax.run.metrics import format_table, read_metrics
-from daca_jax.run.reproduce import mean_ci95, primary_metric
+from daca_jax.reports.reproduce import mean_ci95, primary_metric
 
 _SEED = re.compile(r"^(?P<name>.*?)[_-]?(?:seed|s)(?P<seed>\d+)$")
 # Iterations averaged for the "final" training metrics (one rollout batch is noisy).
