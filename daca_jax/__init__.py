@@ -33,6 +33,9 @@ MOVED: dict[str, str] = {
     "daca_jax.run.harness.protocol": "daca_jax.evaluation.protocol",
     "daca_jax.run.harness.reports": "daca_jax.evaluation.reports",
     "daca_jax.run.outcomes": "daca_jax.evaluation.outcomes",
+    "daca_jax.run.benchmarking": "daca_jax.measure.benchmarking",
+    "daca_jax.run.loader_memory": "daca_jax.measure.loader_memory",
+    "daca_jax.run.method_costs": "daca_jax.measure.method_costs",
 }
 # Added to the warning where names of the old module went elsewhere than the new one.
 _NOTES = {"daca_jax.run.harness": " (load_model, model_from_workdir, model_from_random_init: daca_jax.run.eval_models)"}

@@ -33,7 +33,7 @@ def _job(workdir, val, test, before=0.2):
 
 def test_a_finished_job_becomes_a_run_whose_outcomes_feed_the_bootstrap(tmp_path):
   # The arm solves puzzle k0 where the reference does not, from both warm starts: D = [[1, 0], [1, 0]]
-  # on validation -> +50 [+0, +100] (tests/run/test_variants.py's hand case).
+  # on validation -> +50 [+0, +100] (tests/reports/test_variants.py's hand case).
   jobs = {("base", 0): ([0, 1], [0, 0]), ("base", 1): ([0, 0], [1, 0]),
           ("new", 0): ([1, 1], [0, 0]), ("new", 1): ([1, 0], [1, 1])}
   out = tmp_path / "results" / "study.json"

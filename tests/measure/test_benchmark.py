@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from daca_jax.run import benchmarking as bm
+from daca_jax.measure import benchmarking as bm
 from daca_jax.diffusion import rollout
 from daca_jax.models import count_params, init_model, make_logits_fn, tiny_config
 from daca_jax.types import RolloutConfig

@@ -40,7 +40,7 @@ def measure(folder: str | pathlib.Path, *, param_dtype: str = "bfloat16", fsdp: 
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={fsdp}"
   repo = str(pathlib.Path(__file__).resolve().parents[2])
   env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
-  proc = subprocess.run([sys.executable, "-m", "daca_jax.run.loader_memory", str(folder), param_dtype, str(fsdp)],
+  proc = subprocess.run([sys.executable, "-m", "daca_jax.measure.loader_memory", str(folder), param_dtype, str(fsdp)],
                         env=env, capture_output=True, text=True, timeout=timeout)
   if proc.returncode != 0:
     raise RuntimeError(f"loader memory child failed: {proc.stderr[-2000:]}")

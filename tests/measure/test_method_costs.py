@@ -5,8 +5,8 @@ import dataclasses
 import pytest
 
 from configs import sudoku_tiny
-from daca_jax.run import method_costs as mc
-from daca_jax.run.benchmarking import forward_flops
+from daca_jax.measure import method_costs as mc
+from daca_jax.measure.benchmarking import forward_flops
 from daca_jax.configure import train_config_from_dict
 from daca_jax.types import RLDFConfig, StratifiedConfig
 

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from daca_jax import configure
-from daca_jax.run.benchmarking import compiled_flops
+from daca_jax.measure.benchmarking import compiled_flops
 from daca_jax.models import init_model, make_logits_fn
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.tasks.tokenizer import ByteTokenizer
