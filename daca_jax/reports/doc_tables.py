@@ -1,6 +1,6 @@
 """The documentation's results tables, each the output of the command written in its marker.
 
-A results table in README.md or docs/**/*.md is wrapped as::
+A results table in README.md or ``docs/**/*.md`` is wrapped as::
 
   <!-- table: python experiments/variants_table.py --reference="X" --arms="a,b" -->
   | ... the command's standard output ... |
@@ -149,7 +149,7 @@ def find_blocks(text: str, name: str) -> list[Block]:
 
 
 def doc_files(root: pathlib.Path = ROOT) -> list[pathlib.Path]:
-  """README.md and docs/**/*.md of ``root``, sorted."""
+  """README.md and ``docs/**/*.md`` of ``root``, sorted."""
   return sorted({p for g in DOC_GLOBS for p in root.glob(g) if p.is_file()})
 
 
