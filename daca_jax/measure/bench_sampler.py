@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -13,12 +14,14 @@ import numpy as np
 
 from daca_jax.credit import CREDIT
 from daca_jax.measure import benchmarking as bm
-from daca_jax.measure.bench import put_ratio
+from daca_jax.measure.bench import Bench, put_ratio
 from daca_jax.models import llada_8b_config
 from daca_jax.run.metrics import format_table
 
 
-def section_rollout(bench, res):
+def section_rollout(bench: Bench, res: dict[str, Any]) -> None:
+  """Rollout tokens/s, compile time, model FLOPs and MFU, peak memory, and DPS's overhead. Adds its figures to
+  ``res``."""
   rc = bench.cfg.rollout
   t = bm.compile_and_time(bench.rollout_fn(rc), bench.params, bench.prompts, bench.key, repeats=bench.r)
   flops = bm.rollout_flops(bench.cfg.model, rc, bench.b, bench.p, rc.steps)
@@ -46,7 +49,9 @@ def section_rollout(bench, res):
   res["dps_overhead_pct"] = 100.0 * (best["dps"] / best["plain"] - 1.0)  # runs interleaved
 
 
-def section_profile(bench, res):
+def section_profile(bench: Bench, res: dict[str, Any]) -> None:
+  """Where a rollout step's time goes: the sampler (no records, and with DPS's step confidences) against as many
+  bare model passes in one compiled scan, interleaved; the non-model share. Adds its figures to ``res``."""
   # The bare model work of a rollout: S full passes over [B, P+L] with the output head over the
   # completion, in one compiled scan (the canvas changes every step so nothing is hoisted out of the
   # loop; the logits' sum keeps the head from being simplified away). What the sampler spends beyond
@@ -116,7 +121,9 @@ def fast_variants(rc, threshold, block_length, variants):
   return out
 
 
-def section_fast(bench, res):
+def section_fast(bench: Bench, res: dict[str, Any]) -> None:
+  """Threshold decoding and prefix / dual K/V caches: tokens/s, model calls, agreement with plain greedy
+  decoding. Adds its figures to ``res``."""
   args = (bench.params, bench.prompts, bench.key)
   variants = fast_variants(bench.cfg.rollout, bench.opts.threshold, bench.opts.fast_block_length,
                              bench.opts.fast_variants)
@@ -143,7 +150,9 @@ def section_fast(bench, res):
                             "agree"]))
 
 
-def section_peak8b(bench, res):
+def section_peak8b(bench: Bench, res: dict[str, Any]) -> None:
+  """Compiled peak memory of one rollout at LLaDA-8B width (``--peak_layers`` layers), from shapes only: plain,
+  recording DPS's step confidences, and with the dual K/V cache. Adds its figures to ``res``."""
   # One rollout at LLaDA-8B width, compiled from shapes only: the sampler's own buffers (logits, Gumbel
   # noise, records) next to the parameters and activations of --peak_layers layers.
   opts = bench.opts
@@ -161,7 +170,9 @@ def section_peak8b(bench, res):
     res[f"peak8b_{name}_compiled_temp_mb"] = mem["temp_bytes"] / 2**20
 
 
-def section_torch(bench, res):
+def section_torch(bench: Bench, res: dict[str, Any]) -> None:
+  """The same rollout in eager PyTorch (transformers' Llama, the same weights, LLaDA's loop): the JAX / PyTorch
+  tokens/s ratio and greedy agreement; skipped without torch. Adds its figures to ``res``."""
   try:
     import torch
     import transformers  # noqa: F401

@@ -7,6 +7,7 @@ import pathlib
 import shutil
 import tempfile
 import time
+from typing import Any
 
 from absl import app
 import jax
@@ -14,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from daca_jax.measure import benchmarking as bm
-from daca_jax.measure.bench import BenchOptions, put_ratio
+from daca_jax.measure.bench import Bench, BenchOptions, put_ratio
 from daca_jax.measure.bench_sampler import fast_variants
 from daca_jax.run.metrics import format_table
 from daca_jax.types import RolloutConfig
@@ -42,7 +43,9 @@ def _sft_params(bench, res):
   return params
 
 
-def section_accuracy(bench, res):
+def section_accuracy(bench: Bench, res: dict[str, Any]) -> None:
+  """Sudoku ``strict_solved`` of plain, threshold and cached greedy decoding with an SFT'd model. Adds its
+  figures to ``res``."""
   cfg, task = bench.cfg, bench.task
   params = _sft_params(bench, res)
   examples, source = task.eval_examples()
@@ -81,7 +84,10 @@ def rl_modes(opts: BenchOptions) -> list[str]:
   return modes if "plain" in modes else ["plain"] + modes
 
 
-def section_rl_iteration(bench, res):
+def section_rl_iteration(bench: Bench, res: dict[str, Any]) -> None:
+  """One RL iteration of the config's recipe per training-rollout mode of ``--rl_modes``, from the SFT'd model:
+  rollout, update and iteration seconds, model calls, speed-ups over d1's sampler. Adds its figures to
+  ``res``."""
   from daca_jax.rl import GRPOLearner
   from daca_jax.rl.downsample import take_rows
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +14,7 @@ import numpy as np
 
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.measure import benchmarking as bm
-from daca_jax.measure.bench import put_ratio
+from daca_jax.measure.bench import Bench, put_ratio
 from daca_jax.models import init_model, make_logits_fn
 
 
@@ -65,7 +66,10 @@ def _logprob_time(bench, learner, traj, repeats):
   return bm.compile_and_time(fn, bench.params, traj, bench.key, repeats=repeats)
 
 
-def section_likelihood(bench, res):
+def section_likelihood(bench: Bench, res: dict[str, Any]) -> None:
+  """SML (K=4) against mean-field: log-prob and update time, compiled peak memory and compile time; SML with
+  ``strata_batch=1``; mean-field on a 4x batch (the model work of SML's four passes). Adds its figures to
+  ``res``."""
   # SML's K passes are K times the batch through the model, so next to mean-field it is timed against
   # mean-field on a K-times-larger batch (the same model work): on a CPU the wall time grows faster
   # than the batch once activations outgrow the caches, which no estimator can avoid. strata_batch=1
@@ -98,7 +102,9 @@ def section_likelihood(bench, res):
                                                          / res[f"mean_field_{k}x_batch_update_s"])
 
 
-def section_memory(bench, res):
+def section_memory(bench: Bench, res: dict[str, Any]) -> None:
+  """Compiled scratch memory of SML at V=32k: all strata at once against one at a time. Adds its figures to
+  ``res``."""
   # Peak memory of SML with a 32k vocabulary: all K strata at once (vmap) vs one stratum at a time
   # (lax.map, likelihood.strata_batch=1); XLA's compiled scratch size, no execution needed.
   cfg = bench.cfg
@@ -118,7 +124,9 @@ def section_memory(bench, res):
   res["sml_v32k_strata_batch1_temp_mb"] = bm.compiled_temp_bytes(sml(1), params_big, toks, bench.key) / 2**20
 
 
-def section_scaling(bench, res):
+def section_scaling(bench: Bench, res: dict[str, Any]) -> None:
+  """Rollout tokens/s against L, SML time against K, update time against the group size G. Adds its figures to
+  ``res``."""
   rc = bench.cfg.rollout
   r = max(1, bench.r // 2)
   for mult in (1, 2, 4):
@@ -141,7 +149,9 @@ def section_scaling(bench, res):
     res[f"scaling_G{g}_B{b}_update_s"] = _update_time(bench, learner, tr, r)["best_s"]
 
 
-def section_costs(bench, res):
+def section_costs(bench: Bench, res: dict[str, Any]) -> None:
+  """Every credit / likelihood method's compiled FLOPs and wall seconds (:mod:`daca_jax.measure.method_costs`),
+  printed as a markdown table. Adds its figures to ``res``."""
   from daca_jax.measure import method_costs
 
   rows = method_costs.measure(bench.cfg, batch_prompts=max(1, bench.b // bench.cfg.rl.group_size),
