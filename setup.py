@@ -37,7 +37,7 @@ CKPT = ["orbax-checkpoint>=0.11",
 VIZ = ["matplotlib>=3.8"]
 RUN = TASKS + CKPT + VIZ + [
     "absl-py>=2.0",  # experiments/ flags
-    "tqdm>=4.66",  # progress bars (daca_jax.run.metrics)
+    "tqdm>=4.66",  # progress bars (daca_jax.progress)
     "tensorboardX>=2.6",  # TensorBoard event files of the training dashboards (daca_jax/run/dashboards.py)
     "jaxlib>=0.10",  # jax's own, imported directly by daca_jax.planning.hlo_cost (XLA's per-loop-body cost)
 ]

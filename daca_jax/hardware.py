@@ -1,4 +1,5 @@
-"""Accelerators: memory, dense bf16 peak and link bandwidth per device (plan targets, benchmark MFU).
+"""Accelerators: memory, dense bf16 peak and link bandwidth per device (plan targets, benchmark MFU),
+and the allocator's peak memory of a live device (:func:`device_peak_bytes`).
 
 Numbers are the vendors' data-sheet figures (dense, without structured sparsity):
 
@@ -26,6 +27,8 @@ memory unless ``XLA_PYTHON_CLIENT_MEM_FRACTION`` is raised (e.g. to .95).
 from __future__ import annotations
 
 import dataclasses
+
+import jax
 
 from daca_jax.errors import ConfigError
 
@@ -86,3 +89,14 @@ def device_spec(name: str, field: str = "--device") -> DeviceSpec:
   if key not in DEVICES:
     raise ConfigError(field, name, f"one of {sorted(DEVICES)}")
   return DEVICES[key]
+
+
+def device_peak_bytes(device: jax.Device | None = None) -> int | None:
+  """The allocator's peak bytes in use on ``device`` (default: this process's first device; GPU/TPU), or
+  None where it keeps no stats (CPU). Only a process's own devices report memory (in a multi-process run
+  ``jax.devices()[0]`` belongs to process 0 and querying it elsewhere raises)."""
+  device = device or jax.local_devices()[0]
+  stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+  if not stats or "peak_bytes_in_use" not in stats:
+    return None
+  return int(stats["peak_bytes_in_use"])

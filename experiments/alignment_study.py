@@ -22,7 +22,7 @@ from daca_jax.studies import credit_alignment as ca
 from daca_jax.run.cli_errors import reported_errors
 from daca_jax.errors import ConfigError
 from daca_jax.io_utils import atomic_write_json, atomic_write_text
-from daca_jax.run.reproduce import PRESETS
+from daca_jax.reports.reproduce import PRESETS
 from daca_jax.configure import train_config_from_dict
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:preset]).")

@@ -1,5 +1,5 @@
 """Compare runs: overlaid reward / KL / evaluation curves and a table of final metrics (logic:
-:mod:`daca_jax.run.compare`).
+:mod:`daca_jax.reports.compare`).
 
   python experiments/compare.py runs/dps_s0 runs/dps_s1 runs/uniform_s0 runs/uniform_s1 [--output=cmp.png]
   python experiments/compare.py runs/grid          # a reproduce grid: one group per task/base/arm
@@ -12,7 +12,7 @@ with a min–max band; the table's last columns are each group minus the first, 
 from absl import app, flags
 
 from daca_jax.run.cli_errors import reported_errors
-from daca_jax.run.compare import compare
+from daca_jax.reports.compare import compare
 from daca_jax.errors import ConfigError
 
 _OUTPUT = flags.DEFINE_string("output", "compare.png", "Where the curves go (PNG); '' for none.")

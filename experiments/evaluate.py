@@ -1,4 +1,4 @@
-"""d1's evaluation protocol for any task and any checkpoint (logic: :mod:`daca_jax.run.harness`).
+"""d1's evaluation protocol for any task and any checkpoint (logic: :mod:`daca_jax.evaluation`).
 
   # a workdir of experiments/train.py (its latest RL, else SFT, checkpoint):
   python experiments/evaluate.py --workdir=runs/sudoku --tasks=sudoku4x4 --output_dir=runs/sudoku/eval \
@@ -20,7 +20,8 @@ from ml_collections import config_flags
 
 from daca_jax.run.cli_errors import reported_errors
 from daca_jax.errors import ConfigError
-from daca_jax.run.harness import D1_BLOCK_LENGTH, D1_GEN_LENGTHS, EvalProtocol, load_model, run_evaluation
+from daca_jax.evaluation import D1_BLOCK_LENGTH, D1_GEN_LENGTHS, EvalProtocol, run_evaluation
+from daca_jax.run.eval_models import load_model
 from daca_jax.configure import train_config_from_dict
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file for --random_init (configs/*.py[:preset]).")

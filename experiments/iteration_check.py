@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from absl import app, flags
 
-from daca_jax.run import benchmarking as bm
+from daca_jax.measure import benchmarking as bm
 from daca_jax.run.cli_errors import reported_errors
 from daca_jax.io_utils import atomic_write_json
 from daca_jax.run.metrics import format_table

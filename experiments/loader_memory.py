@@ -3,14 +3,14 @@
   python experiments/loader_memory.py --checkpoint=/ckpt/LLaDA-8B-Instruct
   python experiments/loader_memory.py --write_to=/tmp/llada_1gb   # a random ~1 GB LLaDA-shaped checkpoint
 
-Prints one JSON line (:func:`daca_jax.run.loader_memory.measure`).
+Prints one JSON line (:func:`daca_jax.measure.loader_memory.measure`).
 """
 import json
 
 
 from absl import app, flags
 
-from daca_jax.run.loader_memory import measure
+from daca_jax.measure.loader_memory import measure
 
 _CKPT = flags.DEFINE_string("checkpoint", "", "An existing LLaDA / Dream checkpoint folder.")
 _WRITE = flags.DEFINE_string("write_to", "", "Write a random LLaDA-shaped bf16 checkpoint here first.")

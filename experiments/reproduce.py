@@ -28,8 +28,8 @@ import pathlib
 
 from absl import app, flags, logging
 
-from daca_jax.run import reproduce as rp
-from daca_jax.run import variant_runs
+from daca_jax.reports import reproduce as rp
+from daca_jax.reports import variant_runs
 from daca_jax.run.cli_errors import reported_errors
 from daca_jax.errors import ConfigError
 from daca_jax.io_utils import atomic_write_json, atomic_write_text
@@ -143,7 +143,7 @@ def run():
 
 
 def _write_variants(path: pathlib.Path, cells, work: pathlib.Path) -> None:
-  """The finished cells as a variants file at ``path`` (daca_jax.run.variant_runs)."""
+  """The finished cells as a variants file at ``path`` (daca_jax.reports.variant_runs)."""
   lists = {}
   for c in cells:
     lists.setdefault(variant_runs.list_key(c.task), []).append(variant_runs.variants_run(

@@ -1,5 +1,5 @@
 """The documentation's results tables, each printed by the command in its marker (logic:
-:mod:`daca_jax.run.doc_tables`; marker format there).
+:mod:`daca_jax.reports.doc_tables`; marker format there).
 
   python experiments/tables.py                 # rewrites every marked table of README.md and docs/**/*.md
   python experiments/tables.py --check         # changes nothing; exit 1 naming each stale table
@@ -14,9 +14,9 @@ import sys as _sys
 
 from absl import app, flags
 
-from daca_jax.run import doc_tables
+from daca_jax.reports import doc_tables
 from daca_jax.run.cli_errors import EXIT_BAD_INPUT, reported_errors
-from daca_jax.run.table_files import read_table_file, render_table
+from daca_jax.reports.table_files import read_table_file, render_table
 
 _CHECK = flags.DEFINE_bool("check", False, "Change nothing; exit 1 naming each stale table.")
 _FILES = flags.DEFINE_list("files", None, "Markdown files to read (default: README.md and docs/**/*.md).")

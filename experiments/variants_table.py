@@ -11,7 +11,7 @@ from absl import app, flags
 
 from daca_jax.errors import ConfigError
 from daca_jax.run.cli_errors import reported_errors
-from daca_jax.run.variants import METRICS, read_variants, seed_table, variants_table
+from daca_jax.reports.variants import METRICS, read_variants, seed_table, variants_table
 
 _RESULTS = flags.DEFINE_string("results", str(_pathlib.Path(__file__).resolve().parents[1] / "docs" / "results"
                                               / "main_job_variants.json"), "The variants file.")

@@ -1,6 +1,6 @@
 """Every marked results table of README.md and docs/**/*.md equals its command's output
-(daca_jax.run.doc_tables, experiments/tables.py); a number edited by hand is caught; marker errors are
-clear; table files (daca_jax.run.table_files) render and validate."""
+(daca_jax.reports.doc_tables, experiments/tables.py); a number edited by hand is caught; marker errors are
+clear; table files (daca_jax.reports.table_files) render and validate."""
 import json
 import os
 import pathlib
@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from daca_jax.errors import DataError
-from daca_jax.run import doc_tables as dt
-from daca_jax.run.table_files import read_table_file, render_table
+from daca_jax.reports import doc_tables as dt
+from daca_jax.reports.table_files import read_table_file, render_table
 
 ROOT = dt.ROOT
 ESTIMATOR = "python experiments/estimator_study.py --table_from=docs/results/estimator_study.json"

@@ -1,4 +1,5 @@
-"""No import cycles in daca_jax, lazy or not, between modules and between top-level packages.
+"""No import cycles in daca_jax, lazy or not, between modules and between top-level packages; no import of
+a higher layer (:data:`LAYERS`).
 
 The graph is read from the source with ``ast``: every ``import`` / ``from ... import`` anywhere in a
 module (inside functions too, so a lazy import counts), and every literal module name handed to
@@ -154,7 +155,7 @@ def test_no_import_cycle_between_packages():
 def test_core_does_not_import_the_application_layer(core):
   """The algorithms never reach the main job, evaluation, tasks, data pipelines or plots."""
   app = {"daca_jax.run", "daca_jax.studies", "daca_jax.planning", "daca_jax.tasks", "daca_jax.data",
-         "daca_jax.viz"}
+         "daca_jax.viz", "daca_jax.reports", "daca_jax.measure", "daca_jax.evaluation"}
   graph = import_graph()
   seen, todo = set(), [m for m in graph if m == core or m.startswith(core + ".")]
   while todo:
@@ -164,6 +165,69 @@ def test_core_does_not_import_the_application_layer(core):
       todo.extend(graph[m])
   reached = {".".join(m.split(".")[:2]) for m in seen} & app
   assert not reached, f"{core} reaches {sorted(reached)}"
+
+
+# The layers of the package, lowest first (top-level packages and modules, without the ``daca_jax.`` prefix).
+LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("core", frozenset({"contracts", "types", "errors", "registry", "io_utils", "diffusion", "credit",
+                        "likelihood", "rl", "models", "parallel"})),
+    ("tasks and data", frozenset({"tasks", "data", "local_data", "configure", "viz", "hardware", "progress"})),
+    ("evaluation", frozenset({"evaluation"})),
+    ("the main job", frozenset({"run"})),
+    ("above the job", frozenset({"reports", "measure", "planning", "studies"})),
+)
+_LEVEL = {name: i for i, (_, names) in enumerate(LAYERS) for name in names}
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+  """The edges ``(importer, imported)`` from a layer of :data:`LAYERS` to a higher one (``daca_jax`` itself
+  is in no layer)."""
+  top = lambda m: m.split(".")[1]
+  return sorted((a, b) for a, targets in graph.items() if a != "daca_jax"
+                for b in targets if _LEVEL[top(b)] > _LEVEL[top(a)])
+
+
+def test_no_module_imports_a_higher_layer():
+  """The application is layered; a module imports its own layer or lower ones, never a higher one.
+
+  Lowest first:
+
+  1. **core**: the algorithms (``contracts``, ``diffusion``, ``credit``, ``likelihood``, ``rl``, ``models``,
+     ``parallel``) with ``types``, ``errors``, ``registry`` and ``io_utils`` (which ``models`` reads
+     files with);
+  2. **tasks and data**: ``tasks``, ``data`` and ``local_data``; ``configure`` (checks every registry name,
+     tasks' included); ``viz`` (trajectory pictures, which the job draws); ``hardware`` (device table,
+     allocator peak) and ``progress`` (progress bars), used by the layers above;
+  3. **evaluation**: the evaluation protocol, decode loop, files, reports and outcomes;
+  4. **the main job** (``run``): it evaluates through ``evaluation`` (``run.job_eval``), and reads its own
+     checkpoints back for an evaluation (``run.eval_models``), which is why that reader is not in
+     ``evaluation``;
+  5. **above the job**: ``reports`` (grids run the job, tables read its workdirs), ``measure`` (benchmark
+     sections build the job's task and run its SFT), ``planning`` (compiles the job's programs, uses
+     ``measure``'s helpers), ``studies``.
+
+  Imports inside a layer are allowed (the cycle tests above forbid cycles). Every top-level package and
+  module belongs to one layer, so a new one is placed on purpose. ``daca_jax`` itself is no layer: its
+  ``__init__`` is empty but for the finder of old module paths (``daca_jax.MOVED``), whose targets load
+  only when an old path is imported.
+  """
+  graph = import_graph()
+  tops = {m.split(".")[1] for m in graph if m != "daca_jax"}
+  assert tops == set(_LEVEL), f"not in a layer: {sorted(tops - set(_LEVEL))}; gone: {sorted(set(_LEVEL) - tops)}"
+  layer = lambda m: LAYERS[_LEVEL[m.split(".")[1]]][0]
+  up = [f"{a} -> {b} ({layer(a)} -> {layer(b)})" for a, b in upward_imports(graph)]
+  assert not up, "imports of a higher layer:\n" + "\n".join(up)
+
+
+def test_layer_check_sees_an_upward_import(tmp_path):
+  """The checker itself: a core module importing the main job is reported."""
+  pkg = tmp_path / "daca_jax"
+  (pkg / "run").mkdir(parents=True)
+  (pkg / "rl").mkdir()
+  for f in ("__init__.py", "run/__init__.py", "rl/__init__.py", "run/pipeline.py"):
+    (pkg / f).write_text("")
+  (pkg / "rl" / "learner.py").write_text("def f():\n  from daca_jax.run import pipeline\n")
+  assert ("daca_jax.rl.learner", "daca_jax.run.pipeline") in upward_imports(import_graph(pkg))
 
 
 # Third-party packages of the application layer (datasets, checkpoints, plots, dashboards, HF).

@@ -10,7 +10,7 @@ dtype (optax keeps ``mu``/``nu`` in the parameters' dtype) plus, with ``rl.grad_
 parameter-sized buffer (the previous batch's gradient). Activations follow the usual per-layer count
 of a pre-norm transformer block (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
 Transformer Models", without dropout masks): what one layer keeps for its backward pass per token.
-FLOPs use :mod:`daca_jax.run.benchmarking`'s dense-transformer count (Kaplan et al. 2020).
+FLOPs use :mod:`daca_jax.measure.benchmarking`'s dense-transformer count (Kaplan et al. 2020).
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import dataclasses
 
 import numpy as np
 
-from daca_jax.run import benchmarking as bm
+from daca_jax.measure import benchmarking as bm
 from daca_jax.models.lora import adapter_shapes
 from daca_jax.types import DTYPES, ModelConfig, RolloutConfig
 

@@ -30,7 +30,7 @@ from daca_jax.models.llada import Transformer, make_logits_fn
 from daca_jax.planning.hlo_cost import ProgramCost, collectives, program_cost
 from daca_jax.planning.traffic import breakdown
 from daca_jax.rl.learner import GRPOLearner
-from daca_jax.run import benchmarking as bm
+from daca_jax.measure import benchmarking as bm
 from daca_jax.types import TrainConfig
 
 EOS_ID = 126081  # only its value's range matters for shapes

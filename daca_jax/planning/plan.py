@@ -32,7 +32,7 @@ from daca_jax.planning import traffic as traffic_floors
 from daca_jax.planning.compiled import build, compile_rollout, compile_update, per_device_bytes
 from daca_jax.planning.devices import DEVICES, DeviceSpec, device_spec
 from daca_jax.planning.spec import PlanSpec, check_spec, model_config, train_config
-from daca_jax.run import benchmarking as bm
+from daca_jax.measure import benchmarking as bm
 from daca_jax.types import TrainConfig
 
 GB = 1e9

@@ -1,20 +1,26 @@
-"""The application layer: what turns the algorithms into runs.
+"""The main job: what turns the algorithms into a training run, and nothing else.
 
 * :mod:`~daca_jax.run.pipeline`: the main job (SFT warm start, RL loop, evaluations, workdir and
-  resume); :mod:`~daca_jax.run.preflight` checks a config before any work starts.
-* :mod:`~daca_jax.run.evaluation` (one decode loop, d1's greedy protocol) and
-  :mod:`~daca_jax.run.harness` (checkpoint loaders, resumable evaluation files, reports).
+  resume); :mod:`~daca_jax.run.preflight` checks a config before any work starts;
+  :mod:`~daca_jax.run.presets` and :mod:`~daca_jax.run.task_views` (the configured task, training and
+  evaluation views).
+* :mod:`~daca_jax.run.job_eval` (the job's evaluations under ``cfg.eval``, through
+  :mod:`daca_jax.evaluation`) and :mod:`~daca_jax.run.eval_models` (the job's checkpoints as models to
+  evaluate: ``experiments/evaluate.py``, :mod:`~daca_jax.run.export`, :mod:`~daca_jax.run.visualize`).
 * :mod:`~daca_jax.run.checkpoint` (orbax, with :mod:`~daca_jax.run.checksum` and
-  :mod:`~daca_jax.run.checkpoint_noise`), :mod:`~daca_jax.run.guards` (non-finite values stop a run
-  before they reach a checkpoint).
+  :mod:`~daca_jax.run.checkpoint_noise`), :mod:`~daca_jax.run.from_checkpoint` (RL from a Hugging Face
+  checkpoint), :mod:`~daca_jax.run.guards` (non-finite values stop a run before they reach a checkpoint),
+  :mod:`~daca_jax.run.preemption`.
 * :mod:`~daca_jax.run.metrics`, :mod:`~daca_jax.run.dashboards` (TensorBoard / W&B),
   :mod:`~daca_jax.run.cli_errors` (one-line errors).
-* :mod:`~daca_jax.run.reproduce` (seeded grids with paired confidence intervals),
-  :mod:`~daca_jax.run.compare`, :mod:`~daca_jax.run.visualize`.
-* :mod:`~daca_jax.run.benchmarking` and :mod:`~daca_jax.run.method_costs` (compiled FLOPs, memory,
-  tokens/s).
 
-The core packages (``contracts``, ``diffusion``, ``credit``, ``likelihood``, ``rl``, ``models``,
-``parallel``) never import this package (``tests/test_import_graph.py``). Nothing is imported here,
-so ``import daca_jax.run.metrics`` loads only what that module needs.
+Around it, one package per job: :mod:`daca_jax.evaluation` below (the evaluation protocol, which the job
+uses), :mod:`daca_jax.reports` (reproduction grids, comparisons, tables) and :mod:`daca_jax.measure`
+(benchmarks, method costs) above. The core packages (``contracts``, ``diffusion``, ``credit``,
+``likelihood``, ``rl``, ``models``, ``parallel``) never import this package; the layers are checked by
+``tests/test_import_graph.py``.
+
+Nothing is imported here, so ``import daca_jax.run.metrics`` loads only what that module needs. The old
+paths of the modules that moved out (``daca_jax.run.compare``, ``daca_jax.run.harness``, ...) still import,
+with a DeprecationWarning, as the new modules themselves (:data:`daca_jax.MOVED`).
 """

@@ -29,7 +29,7 @@ from daca_jax.errors import ConfigError, DataError
 from daca_jax.io_utils import atomic_directory, atomic_write_json, check_output_dir, read_json_cache
 from daca_jax.models import checkpoint_folder, hf_export
 from daca_jax.models.hf_fingerprint import check_source, read_record
-from daca_jax.run.harness.loaders import read_trained_params, run_config
+from daca_jax.run.eval_models import read_trained_params, run_config
 
 PROVENANCE_FILE = "daca_export.json"
 
@@ -113,7 +113,7 @@ def export_workdir(workdir: str | os.PathLike, output_dir: str | os.PathLike, *,
   Args:
     workdir: the run's ``--workdir``.
     output_dir: the export folder (created; must be absent or empty unless ``overwrite``).
-    phase: "latest", "rl" or "sft" (:func:`~daca_jax.run.harness.loaders.read_trained_params`).
+    phase: "latest", "rl" or "sft" (:func:`~daca_jax.run.eval_models.read_trained_params`).
     adapter_only: write the LoRA adapters as a PEFT adapter instead of the merged model.
     overwrite: replace an earlier export of this run in ``output_dir``.
     source: the source checkpoint folder when it moved since training ("" = the run's

@@ -183,7 +183,7 @@ def rl_checkpoint_layout(cfg: TrainConfig, params: Any) -> RLCheckpointLayout:
 def frozen_base(workdir: str | pathlib.Path, cfg: TrainConfig) -> Any:
   """The frozen base of a LoRA run from ``cfg.model.init_checkpoint`` as its RL checkpoints leave it out:
   the folder's weights in ``cfg.model.param_dtype`` on the default device, as a pure dict
-  (``nnx.to_pure_dict``'s layout, as :func:`daca_jax.run.harness.loaders.read_trained_params` returns a
+  (``nnx.to_pure_dict``'s layout, as :func:`daca_jax.run.eval_models.read_trained_params` returns a
   stored base), after the folder is checked against ``workdir``'s fingerprint record.
 
   Raises:

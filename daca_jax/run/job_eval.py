@@ -6,7 +6,7 @@ always with the exact sampler (:func:`exact_sampler`: no K/V cache, no threshold
 ``rollout.kv_cache`` / ``rollout.threshold`` make RL's training rollouts do, so that a change to how RL
 samples never changes how its policy is scored; the metrics are the task's. ``eval.protocol="d1"``
 decodes at every length of ``eval.gen_lengths`` with d1's protocol (:func:`eval_protocol`: a
-:class:`daca_jax.run.harness.EvalProtocol`, so the main job and ``experiments/evaluate.py`` decode
+:class:`daca_jax.evaluation.EvalProtocol`, so the main job and ``experiments/evaluate.py`` decode
 alike) and reports
 
 * ``L<length>/<metric>`` for every length and metric (``L128/accuracy``; TensorBoard groups them by length),
@@ -16,10 +16,10 @@ alike) and reports
 * ``num_examples`` once.
 
 Each length of a test-set evaluation is cached on its own (``<stem>_L<length>.json``, its
-``.generations.jsonl`` and its per-example ``.outcomes.jsonl``, :mod:`daca_jax.run.outcomes`), so an
+``.generations.jsonl`` and its per-example ``.outcomes.jsonl``, :mod:`daca_jax.evaluation.outcomes`), so an
 evaluation interrupted between lengths resumes at the next one; the validation passes during RL write
 their per-example outcomes too (:meth:`JobEvaluator.run`).
-Decoding goes through the main job's own decode loop (:func:`daca_jax.run.evaluation.evaluate`, shared
+Decoding goes through the main job's own decode loop (:func:`daca_jax.evaluation.decode.evaluate`, shared
 with the harness), split over the processes of a multi-host run.
 """
 from __future__ import annotations
@@ -33,9 +33,9 @@ import jax
 
 from daca_jax import io_utils, parallel
 from daca_jax.diffusion.rollout import make_rollout_fn
-from daca_jax.run import outcomes
-from daca_jax.run.evaluation import evaluate
-from daca_jax.run.harness.protocol import EvalProtocol
+from daca_jax.evaluation import outcomes
+from daca_jax.evaluation.decode import evaluate
+from daca_jax.evaluation.protocol import EvalProtocol
 from daca_jax.tasks.base import Example, Task
 from daca_jax.types import RolloutConfig, TrainConfig
 
@@ -80,7 +80,7 @@ def cached_eval(path: pathlib.Path, fingerprint: dict[str, Any], run: Callable[[
   ``fingerprint`` (eval settings, number of examples, training steps behind the parameters); a
   damaged cache is recomputed. The completions go to ``<path stem>.generations.jsonl`` and, with
   ``task``, their per-example outcomes to ``<path stem>.outcomes.jsonl``
-  (:mod:`daca_jax.run.outcomes`), both before the metrics, so a cache never stands without them; a
+  (:mod:`daca_jax.evaluation.outcomes`), both before the metrics, so a cache never stands without them; a
   cache written before outcomes were kept gets them from its generations (no decoding)."""
   cached = io_utils.read_json_cache(path, log)
   if cached is not None and cached.get("fingerprint") == fingerprint and isinstance(cached.get("metrics"), dict):
@@ -158,7 +158,7 @@ class JobEvaluator:
           outcomes_to: pathlib.Path | None = None) -> dict[str, float]:
     """The metrics of ``examples`` (uncached: the validation split during RL); with ``outcomes_to``
     (a name like a cache's, e.g. ``val_step25.json``), each length's per-example outcomes are written to
-    :func:`daca_jax.run.outcomes.outcomes_path` of :meth:`length_path`."""
+    :func:`daca_jax.evaluation.outcomes.outcomes_path` of :meth:`length_path`."""
     per = {}
     for length in self._rollouts:
       per[length], completions = self._decode(params, examples, desc, length)

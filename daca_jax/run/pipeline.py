@@ -21,14 +21,15 @@ import optax
 
 from daca_jax import configure, parallel
 from daca_jax import io_utils
+from daca_jax.hardware import device_peak_bytes
+from daca_jax.progress import PhaseProgress
 from daca_jax.run import from_checkpoint, guards, preemption
-from daca_jax.run.benchmarking import device_peak_bytes
 from daca_jax.run.checkpoint import Checkpointer
 from daca_jax.credit import CREDIT, TAGGERS
 from daca_jax.diffusion.sft import sft_loss
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.run.dashboards import Dashboard, PhaseSink, check_log_config
-from daca_jax.run.metrics import MetricsWriter, PhaseProgress, format_table, plot_curves, read_metrics, reward_trend
+from daca_jax.run.metrics import MetricsWriter, format_table, plot_curves, read_metrics, reward_trend
 from daca_jax.models import count_params, init_model, lora, make_logits_fn
 from daca_jax.run.job_eval import JobEvaluator
 from daca_jax.run.preflight import check_batches_fit
@@ -412,7 +413,7 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     The results dict written to ``workdir/results.json``:
     ``{"eval_before", "eval_after", "config", "eval_source", "timings", "outcomes"}`` (and ``val_before`` /
     ``val_after`` with a validation split, ``eval_protocol`` under d1's protocol); ``outcomes`` names the
-    workdir's per-example outcomes file of each of those evaluations (:mod:`daca_jax.run.outcomes`).
+    workdir's per-example outcomes file of each of those evaluations (:mod:`daca_jax.evaluation.outcomes`).
   Raises:
     ConfigError: a config value that does not fit the task, a preset for a pretrained checkpoint run
       without one (``model.init_checkpoint``), or a workdir holding another run.
@@ -586,7 +587,7 @@ def _run_phases(cfg: TrainConfig, views: TaskViews, workdir: pathlib.Path, sft_d
   if evaluator.protocol is not None:  # d1's: what each length decoded, and which one the plain names report
     results["eval_protocol"] = evaluator.describe()
   records = read_metrics(workdir / "metrics.jsonl", log=log) if (workdir / "metrics.jsonl").exists() else []
-  # Where each evaluation's per-example outcomes are (file names in the workdir; :mod:`daca_jax.run.outcomes`).
+  # Where each evaluation's per-example outcomes are (file names in the workdir; :mod:`daca_jax.evaluation.outcomes`).
   results["outcomes"] = {"eval_before": evaluator.outcomes_file(workdir / "eval_before.json").name,
                          "eval_after": evaluator.outcomes_file(workdir / "eval_after.json").name}
   if val_before is not None:

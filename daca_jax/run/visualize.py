@@ -40,9 +40,9 @@ def visualize_checkpoint(*, workdir: str = "", phase: str = "latest", random_ini
     The written paths.
   Raises:
     ConfigError: ``num_prompts`` < 1 or more than the evaluation set, an unknown credit, or a bad
-      checkpoint source (see :func:`daca_jax.run.harness.load_model`).
+      checkpoint source (see :func:`daca_jax.run.eval_models.load_model`).
   """
-  from daca_jax.run.harness import load_model
+  from daca_jax.run.eval_models import load_model
   from daca_jax.run.pipeline import build_task
 
   if isinstance(num_prompts, bool) or not isinstance(num_prompts, int) or num_prompts < 1:

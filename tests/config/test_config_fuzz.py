@@ -16,7 +16,7 @@ import pytest
 from configs import sudoku_tiny
 from daca_jax.run import pipeline
 from daca_jax.errors import ConfigError, DataError
-from daca_jax.run.harness import EvalProtocol
+from daca_jax.evaluation import EvalProtocol
 from daca_jax.run.pipeline import run_main_job
 from daca_jax.configure import train_config_from_dict
 from daca_jax.types import INT_MAX, RolloutConfig, TrainConfig

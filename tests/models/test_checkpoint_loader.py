@@ -264,7 +264,7 @@ def test_loader_peak_host_memory_is_about_the_model(tmp_path, monkeypatch):
   threshold measures the loader's live buffers. (At 1 GB the raw measurement is 1.21x.)"""
   monkeypatch.setenv("MALLOC_MMAP_THRESHOLD_", "1048576")
   from daca_jax.models.random_checkpoint import LLADA_8B_CONFIG, write_random_checkpoint
-  from daca_jax.run.loader_memory import measure
+  from daca_jax.measure.loader_memory import measure
 
   hf = dict(LLADA_8B_CONFIG, d_model=512, n_layers=8, n_heads=4, n_kv_heads=4, mlp_hidden_size=1536,
             vocab_size=16384, embedding_size=16384, mask_token_id=16383, eos_token_id=16382, pad_token_id=16382)

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from daca_jax.run import benchmarking as bm
+from daca_jax.measure import benchmarking as bm
 from daca_jax.errors import ConfigError
 from daca_jax.models import count_params, init_model, lora
 from daca_jax.planning import analytic, plan, spec as plan_spec

@@ -10,7 +10,7 @@ import types
 import numpy as np
 import pytest
 
-from daca_jax.run.compare import compare, discover, group
+from daca_jax.reports.compare import compare, discover, group
 from daca_jax.run.dashboards import Dashboard
 from daca_jax.errors import ConfigError
 from daca_jax.run.metrics import read_metrics
@@ -131,7 +131,7 @@ def test_seeds_form_bands_and_differences_are_paired_by_seed(tmp_path):
   groups = group(discover([tmp_path / "grid"]))
   assert list(groups) == ["sudoku4x4/diffu_grpo/base", "sudoku4x4/diffu_grpo/+DPS"]
   assert [r.seed for r in groups["sudoku4x4/diffu_grpo/base"]] == [0, 1]
-  from daca_jax.run.compare import band
+  from daca_jax.reports.compare import band
   steps, mean, lo, hi = band(groups["sudoku4x4/diffu_grpo/base"], "reward_mean")
   np.testing.assert_allclose(mean, [0.2, 0.2, 0.2])
   np.testing.assert_allclose(lo, [0.1, 0.2, 0.1])

@@ -22,7 +22,7 @@ from daca_jax.models import lora, make_logits_fn
 from daca_jax.models.hf_import import ARCHITECTURE_FIELDS, RUN_FIELDS, load_hf_checkpoint
 from daca_jax.run import from_checkpoint
 from daca_jax.run.checkpoint import load_pytree
-from daca_jax.run.harness.loaders import model_from_workdir
+from daca_jax.run.eval_models import model_from_workdir
 from daca_jax.run.metrics import read_metrics
 from daca_jax.run.pipeline import run_main_job
 from daca_jax.types import ModelConfig

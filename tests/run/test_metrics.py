@@ -162,15 +162,6 @@ def test_format_table_mixed_column_and_errors():
     metrics_lib.format_table([[1, 2, 3]], ["a", "b"])
 
 
-def test_progress_counts_and_passthrough():
-  bar = metrics_lib.progress(range(5), desc="x", disable=True)
-  assert list(bar) == [0, 1, 2, 3, 4]
-  manual = metrics_lib.progress(total=3, desc="manual", disable=False)
-  manual.update(2)
-  assert manual.n == 2 and manual.total == 3 and manual.desc.startswith("manual")
-  manual.close()
-
-
 def test_reward_curve_has_labelled_axes_a_legend_outside_the_data_and_eval_points(tmp_path):
   records = [{"step": i, "reward_mean": 0.5 + 0.01 * i} for i in range(1, 11)]
   fig = metrics_lib.plot_curves(records, ["reward_mean"], tmp_path / "c.png",
@@ -182,15 +173,3 @@ def test_reward_curve_has_labelled_axes_a_legend_outside_the_data_and_eval_point
   assert ax.get_legend().get_window_extent(renderer).x0 >= ax.get_window_extent(renderer).x1
   pts = next(line for line in ax.get_lines() if line.get_label().startswith("test acc"))
   assert list(pts.get_xdata()) == [0, 10] and pts.get_marker() == "D"
-
-
-def test_phase_progress_announces_the_first_step_and_times_it():
-  events = []
-  pp = metrics_lib.PhaseProgress(range(3), desc="SFT", log=events.append, first="compiling the SFT step",
-                                 disable=False)
-  for i in pp:
-    events.append(f"body {i}")
-    pp.set_postfix(loss="1.0")
-  assert events[0] == "SFT: compiling the SFT step…" and events[1] == "body 0"
-  assert events[2].startswith("SFT: first step done in ") and events[3:] == ["body 1", "body 2"]
-  assert pp.first_step_s is not None and pp._bar.n == 3 and pp._bar.initial == 1

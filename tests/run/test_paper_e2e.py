@@ -35,7 +35,7 @@ import numpy as np
 import pytest
 
 from daca_jax.run.checkpoint import load_pytree
-from daca_jax.run.harness.loaders import model_from_workdir
+from daca_jax.run.eval_models import model_from_workdir
 from daca_jax.run.metrics import read_metrics
 from tests.hf_fixtures import stand_in_bpe, write_tiny_checkpoint
 from tests.run.test_export_hf import _hf_model, _llada_module_tree, _run

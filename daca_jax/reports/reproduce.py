@@ -1,0 +1,322 @@
+"""The reproduction grid: base methods × {base, +DPS, +SML, +DACA} × seeds, with the same number of
+rollouts and updates in every arm (the four ablation arms of DACA-GRPO on a base method, arXiv 2605.16342).
+
+Every cell is one main job (:func:`daca_jax.run.pipeline.run_main_job`) in its own folder; cells of the same
+task and seed share one cached SFT warm start, so every arm of a seed starts from the same model. A
+finished cell (its ``results.json`` exists) is never rerun, so the grid is resumable.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import pathlib
+import re
+import time
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from daca_jax import configure
+from daca_jax.configure import train_config_from_dict, with_overrides  # noqa: F401  (re-exported)
+from daca_jax.errors import DataError
+from daca_jax.io_utils import read_json_cache
+from daca_jax.run.metrics import read_metrics, reward_trend
+from daca_jax.reports.paired import mean_ci95
+from daca_jax.run.pipeline import run_main_job
+from daca_jax.types import TrainConfig
+
+# The base method's own likelihood estimator: d1 and wd1 use the mean-field estimate, GDPO the ELBO,
+# RLDF its rebuilt rollout states.
+BASE_LIKELIHOOD = {"diffu_grpo": "mean_field", "wd1": "mean_field", "gdpo": "elbo", "gspo": "mean_field",
+                   "reinforce_pp": "mean_field", "rldf": "rldf"}
+# Settings a base method brings with it (RLDF: k3-KL β = 0.01).
+BASE_RL_OVERRIDES: dict[str, dict[str, Any]] = {"rldf": {"beta": 0.01}}
+# The four ablation arms of DACA-GRPO; the related credit methods are further arms on the same base.
+ARMS = ("base", "+DPS", "+SML", "+DACA")
+RELATED_ARMS = ("+DTCA", "+DelTA")
+_ARM_CREDIT = {"base": "uniform", "+DPS": "dps", "+SML": "uniform", "+DACA": "dps", "+DTCA": "dtca",
+               "+DelTA": "delta"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+  """One run of the grid.
+
+  Attributes:
+    task, base, arm, seed: the cell's coordinates (``arm`` one of :data:`ARMS` + :data:`RELATED_ARMS`,
+      or a name of a study arm).
+    overrides: ``((dotted.field, value), ...)`` applied to the task's config instead of
+      :func:`arm_methods` (study arms, e.g. ``(("rl.credit", "uniform"), ("rl.likelihood", "trajectory"))``).
+  """
+
+  task: str
+  base: str
+  arm: str
+  seed: int
+  overrides: tuple[tuple[str, Any], ...] = ()
+
+  @property
+  def key(self) -> str:
+    arm = re.sub(r"[^A-Za-z0-9.-]+", "_", self.arm.replace("+", " plus ")).strip("_")  # "+DPS" -> plus_DPS
+    return f"{self.task}/{self.base}/{arm}/seed{self.seed}"
+
+
+def arm_methods(base: str, arm: str) -> tuple[str, str]:
+  """(credit, likelihood) of an arm: base = (uniform, base estimator), +DPS, +SML, +DACA = both;
+  +DTCA / +DelTA = that credit with the base estimator."""
+  if arm not in _ARM_CREDIT:
+    raise ValueError(f"arm {arm!r} is not one of {list(_ARM_CREDIT)}")
+  if base not in BASE_LIKELIHOOD:
+    raise ValueError(f"base method {base!r} is not one of {sorted(BASE_LIKELIHOOD)}")
+  likelihood = "stratified" if arm in ("+SML", "+DACA") else BASE_LIKELIHOOD[base]
+  return _ARM_CREDIT[arm], likelihood
+
+
+def cell_config(cfg: TrainConfig, cell: Cell) -> TrainConfig:
+  if cell.overrides:
+    return configure.validate(dataclasses.replace(with_overrides(cfg, cell.overrides), seed=cell.seed))
+  credit, likelihood = arm_methods(cell.base, cell.arm)
+  rl = dataclasses.replace(cfg.rl, objective=cell.base, credit=credit, likelihood=likelihood,
+                           **BASE_RL_OVERRIDES.get(cell.base, {}))
+  return configure.validate(dataclasses.replace(cfg, seed=cell.seed, rl=rl))
+
+
+def grid(tasks: Sequence[str], bases: Sequence[str], seeds: Sequence[int],
+         arms: Sequence[str] = ARMS) -> list[Cell]:
+  return [Cell(t, b, a, s) for t in tasks for s in seeds for b in bases for a in arms]
+
+
+def study_grid(tasks: Sequence[str], seeds: Sequence[int],
+               arms: dict[str, Sequence[tuple[str, Any]]]) -> list[Cell]:
+  """Cells of a study: every named arm (its config overrides) × task × seed. The arm named "base"
+  is what the paired differences are taken against."""
+  cells = []
+  for t in tasks:
+    for s in seeds:
+      for name, overrides in arms.items():
+        base = dict(overrides).get("rl.objective", "diffu_grpo")
+        cells.append(Cell(t, base, name, s, tuple(overrides)))
+  return cells
+
+
+def primary_metric(task: str) -> str:
+  """The metric a task's rows report (``Task.primary_metric``: strict_solved for sudoku4x4)."""
+  from daca_jax.tasks.base import TASKS
+
+  return TASKS.get(task).primary_metric
+
+
+def run_grid(configs: dict[str, TrainConfig], cells: Sequence[Cell], workdir: str | pathlib.Path, *,
+             log: Callable[[str], None] = print, show_progress: bool = False,
+             run_missing: bool = True) -> dict[str, dict[str, Any]]:
+  """Runs every unfinished cell; returns ``{cell.key: results}`` for all cells.
+
+  Args:
+    configs: the base config of each task (``cell.task`` → TrainConfig); the key is the config's
+      ``task.name``.
+    run_missing: False: run nothing, return only the finished cells.
+  """
+  workdir = pathlib.Path(workdir)
+  out = {}
+  for i, cell in enumerate(cells):
+    cdir = workdir / "cells" / cell.key
+    res_path = cdir / "results.json"
+    cached = read_json_cache(res_path, log)  # a damaged one is rebuilt by rerunning the cell
+    if cached is not None:
+      if "reward_trend" not in cached and (cdir / "metrics.jsonl").exists():  # a run from before the field
+        cached["reward_trend"] = reward_trend(read_metrics(cdir / "metrics.jsonl", log=log))
+      out[cell.key] = cached
+      continue
+    if not run_missing:
+      continue
+    t0 = time.perf_counter()
+    sft_dir = workdir / "sft_cache" / f"{cell.task}_seed{cell.seed}"
+    out[cell.key] = run_main_job(cell_config(configs[cell.task], cell), cdir, show_progress=show_progress,
+                                 log=lambda *a, **k: None, sft_dir=sft_dir)
+    metric = primary_metric(cell.task)
+    after = out[cell.key]["eval_after"][metric]
+    log(f"[{i + 1}/{len(cells)}] {cell.key}: {metric} {after:.3f} ({time.perf_counter() - t0:.0f} s)")
+  return out
+
+
+def read_rows(path: str | pathlib.Path) -> list[dict[str, Any]]:
+  """The summary rows of a grid's ``results.json`` (as ``experiments/reproduce.py`` writes it).
+
+  Raises:
+    FileNotFoundError: no such file.
+    DataError: the file is not a grid's results (no ``rows`` list).
+  """
+  with open(path, encoding="utf-8") as f:
+    data = json.load(f)
+  if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+    raise DataError(f"{path}: not a grid's results.json (expected an object with a 'rows' list)")
+  return data["rows"]
+
+
+def summarize(cells: Sequence[Cell], results: dict[str, dict[str, Any]],
+              metric: str | None = None) -> list[dict[str, Any]]:
+  """One row per (task, base, arm): mean and 95% CI over seeds of ``eval_after[metric]`` and of its
+  change from the shared warm start, plus the per-seed values. ``metric`` None: each task's
+  :func:`primary_metric`."""
+  rows = []
+  groups: dict[tuple[str, str, str], list[Cell]] = {}
+  for c in cells:
+    groups.setdefault((c.task, c.base, c.arm), []).append(c)
+  for (task, base, arm), cs in groups.items():
+    name = primary_metric(task) if metric is None else metric
+    after = [results[c.key]["eval_after"][name] for c in cs]
+    delta = [results[c.key]["eval_after"][name] - results[c.key]["eval_before"][name] for c in cs]
+    m, ci = mean_ci95(after)
+    dm, dci = mean_ci95(delta)
+    row = {"task": task, "metric": name, "base": base, "arm": arm, "mean": m, "ci95": ci,
+           "delta_mean": dm, "delta_ci95": dci, "seeds": [c.seed for c in cs], "values": after}
+    # The validation split (chosen-on) and the training-reward trend, where the runs recorded them.
+    val = [results[c.key]["val_after"][name] - results[c.key]["val_before"][name] for c in cs
+           if name in results[c.key].get("val_after", {}) and name in results[c.key].get("val_before", {})]
+    if len(val) == len(cs):
+      row["val_delta_mean"], row["val_delta_ci95"] = mean_ci95(val)
+    trend = [results[c.key]["reward_trend"] for c in cs if "reward_trend" in results[c.key]]
+    if len(trend) == len(cs):
+      row["reward_rise"] = [t["last_mean"] - t["first_mean"] for t in trend]
+    # Paired with the base arm of the same task, base method and seed (same warm start, same prompts).
+    base_cells = {c.seed: c for c in groups.get((task, base, "base"), [])}
+    pairs = [results[c.key]["eval_after"][name] - results[base_cells[c.seed].key]["eval_after"][name]
+             for c in cs if arm != "base" and c.seed in base_cells]
+    if pairs:
+      row["vs_base_mean"], row["vs_base_ci95"] = mean_ci95(pairs)
+    rows.append(row)
+  return rows
+
+
+def markdown(rows: Sequence[dict[str, Any]]) -> str:
+  """The grid as a table; "arm − base" is the paired difference (same seed and warm start) with its
+  95% CI, and is marked "separates" when the interval excludes 0. Rows that recorded a validation
+  split and a reward trend add their columns: the validation change (what arms are chosen on) and
+  each seed's training-reward rise (mean of the last 20 iterations minus the first 20)."""
+  extra = any("val_delta_mean" in r for r in rows)
+  head = ["task", "metric", "base", "arm", "after RL (mean ± 95% CI)", "change vs warm start",
+          "arm − base (paired)"] + (["validation change", "reward rise per seed"] if extra else []) + ["seeds"]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for r in rows:
+    paired = ""
+    if "vs_base_mean" in r:
+      m, ci = r["vs_base_mean"], r["vs_base_ci95"]
+      paired = f"{m:+.3f} ± {ci:.3f}" + (" (separates)" if not math.isnan(ci) and abs(m) > ci else "")
+    cells = [r["task"], r["metric"], r["base"], r["arm"], f"{r['mean']:.3f} ± {r['ci95']:.3f}",
+             f"{r['delta_mean']:+.3f} ± {r['delta_ci95']:.3f}", paired]
+    if extra:
+      cells.append(f"{r['val_delta_mean']:+.3f} ± {r['val_delta_ci95']:.3f}" if "val_delta_mean" in r else "")
+      cells.append(" / ".join(f"{x:+.3f}" for x in r.get("reward_rise", [])))
+    cells.append(str(len(r["seeds"])))
+    lines.append("| " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+def plot(rows: Sequence[dict[str, Any]], png_path: str | pathlib.Path) -> None:
+  """Grouped bar chart: one group per (task, base), one bar per arm: the change from the shared warm
+  start (points of the primary metric; seeds' warm starts differ, the change is paired), 95% CI error
+  bars (cut at the axis limits when two seeds make them wider than the data)."""
+  from matplotlib.backends.backend_agg import FigureCanvasAgg
+  from matplotlib.figure import Figure
+
+  groups = list(dict.fromkeys((r["task"], r["base"]) for r in rows))
+  arms = list(dict.fromkeys(r["arm"] for r in rows))
+  fig = Figure(figsize=(max(6, 2.2 * len(groups)), 4))
+  FigureCanvasAgg(fig)
+  ax = fig.add_subplot(1, 1, 1)
+  width = 0.8 / max(len(arms), 1)
+  for j, arm in enumerate(arms):
+    vals, errs = [], []
+    for g in groups:
+      r = next((r for r in rows if (r["task"], r["base"]) == g and r["arm"] == arm), None)
+      vals.append(100 * r["delta_mean"] if r else np.nan)
+      errs.append(0.0 if r is None or math.isnan(r["delta_ci95"]) else 100 * r["delta_ci95"])
+    ax.bar(np.arange(len(groups)) + (j - (len(arms) - 1) / 2) * width, vals, width, yerr=errs, capsize=3,
+           label=arm)
+  ax.set_xticks(np.arange(len(groups)))
+  metric_of = {r["task"]: r["metric"] for r in rows}
+  ax.set_xticklabels([f"{t} ({metric_of[t]})\n{b}" for t, b in groups])
+  ax.axhline(0.0, color="black", linewidth=0.8)
+  span = [100 * r["delta_mean"] for r in rows if not math.isnan(r["delta_mean"])]
+  if span:  # limits from the means, so a two-seed interval does not flatten the bars
+    lo, hi = min(min(span), 0.0), max(max(span), 0.0)
+    pad = max(5.0, 0.5 * (hi - lo))
+    ax.set_ylim(lo - pad, hi + pad)
+  ax.set_ylabel("change from the warm start (points)")
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(png_path, dpi=110)
+
+
+# The presets fix every RL option that sets their budget and schedule (and SML's partition), so that a
+# task config's own recipe (e.g. the main job's down-sampling, cosine decay and commit-order strata)
+# does not change what a grid measured.
+_PRESET_RL = dict(sample_group_size=0, learning_rate=1e-4, lr_schedule="constant", num_iterations=1, advantage="")
+
+
+def _pinned_likelihood(cfg: TrainConfig) -> Any:
+  """SML with its default random strata, whatever partition the task config's main job uses."""
+  return dataclasses.replace(cfg.likelihood, stratified=dataclasses.replace(cfg.likelihood.stratified,
+                                                                            partition="random"))
+
+
+def quick_preset(cfg: TrainConfig) -> TrainConfig:
+  """≤ 20 min on 2 CPU cores for 3 bases × 4 arms × 3 seeds: 12 RL iterations of 4 puzzles × 8, eval on
+  the first 100 puzzles. A smoke test of the grid, far too short to separate the arms."""
+  return dataclasses.replace(
+      cfg,
+      rl=dataclasses.replace(cfg.rl, steps=12, prompts_per_step=4, group_size=8, **_PRESET_RL),
+      likelihood=_pinned_likelihood(cfg),
+      task=dataclasses.replace(cfg.task, num_eval_examples=100),
+      eval=dataclasses.replace(cfg.eval, batch_size=100),
+      checkpoint=dataclasses.replace(cfg.checkpoint, every=12)).validate()
+
+
+def study_preset(cfg: TrainConfig) -> TrainConfig:
+  """The credit study's budget (``docs/results/credit_study.json``): 100 RL iterations of 32 prompts ×
+  G = 4 (128 rollouts per update; 64 per update left the batch gradients nearly orthogonal), r − mean
+  advantages, a constant 1e-4, SML's random strata, evaluated on the full evaluation set. About 5 min
+  per mean-field cell and 10-12 min per cell that rebuilds the trajectory or scores K strata (one core)."""
+  return dataclasses.replace(
+      cfg,
+      # With a validation split, evaluate it every 20 iterations (val_after, the last point, is what
+      # arms are chosen on; the curve tells a trend from the swings).
+      rl=dataclasses.replace(cfg.rl, steps=100, prompts_per_step=32, group_size=4, **_PRESET_RL,
+                             eval_every=20 if cfg.task.num_val_examples else 0),
+      likelihood=_pinned_likelihood(cfg)).validate()
+
+
+def standard_preset(cfg: TrainConfig) -> TrainConfig:
+  """Each task config's own recipe, the budget at which its base arms learn, chosen on that task's
+  validation split (4x4 Sudoku: the main job's 200 iterations of 32 puzzles × 4 of 8, std advantages,
+  cosine decay from 2e-4, SML strata in commit order; Countdown: 150 iterations of 8 × 8 at a constant
+  1e-4); only the arm's objective, credit and likelihood change. The validation split, where the task
+  has one, is evaluated every 25 iterations if the config does not already say how often. Sudoku,
+  one core per cell, two cells at a time: 9-13 min per mean-field or ELBO cell, 18-20 min per SML cell;
+  Countdown: 2-5 min."""
+  if cfg.task.num_val_examples and not cfg.rl.eval_every:
+    cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, eval_every=25))
+  return cfg.validate()
+
+
+# Validation items of the pre-registered comparisons (docs/results/credit_preregistration.md): with
+# 10 warm starts, 5,000 items make the examples' share of a paired difference's spread small beside the
+# warm starts' (a 0/1 outcome's binomial SE is <= 0.7 points per arm at this size).
+STUDY_VAL_EXAMPLES = 5000
+
+
+def credit_preset(cfg: TrainConfig) -> TrainConfig:
+  """The pre-registered credit comparison (``docs/results/credit_preregistration.md``): each task
+  config's own recipe (:func:`standard_preset`'s), validated on a fixed generated split of
+  :data:`STUDY_VAL_EXAMPLES` items (``task.val_split="fixed"``: the same items for every warm start,
+  held out of every training pool; a larger ``task.num_val_examples`` is kept), evaluated before RL
+  and once after it (``rl.eval_every = rl.steps``: a pass over 5,000 items costs minutes)."""
+  task = dataclasses.replace(cfg.task, val_split="fixed",
+                             num_val_examples=max(cfg.task.num_val_examples, STUDY_VAL_EXAMPLES))
+  return dataclasses.replace(cfg, task=task, rl=dataclasses.replace(cfg.rl, eval_every=cfg.rl.steps)).validate()
+
+
+PRESETS: dict[str, Callable[[TrainConfig], TrainConfig]] = {
+    "quick": quick_preset, "study": study_preset, "standard": standard_preset, "credit": credit_preset,
+    "full": lambda cfg: cfg}
