@@ -2,12 +2,13 @@
 
 ``pip install daca_jax`` brings what the algorithms need (``daca_jax.diffusion``, ``credit``,
 ``likelihood``, ``rl``, ``models``, ``parallel``); the application layer's dependencies come as
-extras: ``[tasks]`` (graders), ``[data]`` (TFDS + grain pipelines), ``[ckpt]`` (orbax checkpoints),
-``[viz]`` (plots, trajectory pictures), ``[run]`` (the main job and ``experiments/``: all of those
-but ``[data]``, plus flags, progress bars and TensorBoard files), ``[hf]`` (checkpoint import and export),
-``[wandb]``, ``[docs]`` (the Sphinx site of ``docs/``, with ``[run]``'s packages, which autodoc
-imports), ``[all]`` and ``[test]`` (everything the test suite needs but ``[hf]``, whose tests skip
-without it; the suite builds the docs too).
+extras: ``[tasks]`` (graders), ``[ckpt]`` (orbax checkpoints), ``[viz]`` (plots, trajectory
+pictures), ``[run]`` (the main job and ``experiments/``: all of those, plus flags, progress bars and
+TensorBoard files), ``[hf]`` (checkpoint import and export), ``[wandb]``, ``[docs]`` (the Sphinx
+site of ``docs/``, with ``[run]``'s packages, which autodoc imports), ``[all]`` and ``[test]``
+(everything the test suite needs but ``[hf]``, whose tests skip without it; the suite builds the docs
+too). The benchmark files are read from the local disk by ``daca_jax.data`` with the standard library
+alone, so no extra brings TFDS, grain or TensorFlow.
 """
 from setuptools import find_packages, setup
 
@@ -26,11 +27,6 @@ TASKS = [
     "jsonschema-specifications>=2023.3",  # the bundled meta-schemas, imported directly as well
     "google-re2>=1.1",  # linear-time regexes for untrusted schema patterns (json_schema grading)
     "jinja2>=3.1.6",  # chat templates (daca_jax.tasks.chat; older releases have sandbox escapes)
-]
-DATA = [
-    "tensorflow-datasets>=4.9",
-    "importlib_resources>=6",  # TFDS 4.9 builders import it on Python 3.11 too (declared only for < 3.9)
-    "grain>=0.2",
 ]
 CKPT = ["orbax-checkpoint>=0.11",
         "ml-dtypes>=0.4"]  # bfloat16 host arrays of HF checkpoint reads (a jax dependency, imported directly)
@@ -54,10 +50,10 @@ WANDB = ["wandb>=0.16"]  # optional W&B dashboards (--config.log.wandb=<project>
 # part of sphinx); Markdown pages through myst-parser. autodoc imports every module of the API reference,
 # the application layer's included, so the site needs [run]'s packages too.
 DOCS = RUN + ["sphinx>=8.1", "myst-parser>=4.0", "sphinx-book-theme>=1.1.3"]
-TEST = RUN + DATA + DOCS + ["pytest>=8", "hypothesis>=6",
-                            "pytest-xdist>=3.5",  # the suite runs on every core (-n auto), a file per worker
-                            "tensorboard>=2.15",  # reads the event files back
-                            "filelock>=3.12"]  # JAX's locked compilation cache, shared by the tests' processes
+TEST = RUN + DOCS + ["pytest>=8", "hypothesis>=6",
+                     "pytest-xdist>=3.5",  # the suite runs on every core (-n auto), a file per worker
+                     "tensorboard>=2.15",  # reads the event files back
+                     "filelock>=3.12"]  # JAX's locked compilation cache, shared by the tests' processes
 
 setup(
     name="daca_jax",
@@ -73,7 +69,6 @@ setup(
     install_requires=CORE,
     extras_require={
         "tasks": TASKS,
-        "data": DATA,
         "ckpt": CKPT,
         "viz": VIZ,
         "run": RUN,
@@ -81,7 +76,7 @@ setup(
         "hf": HF,
         "wandb": WANDB,
         "docs": DOCS,
-        "all": sorted(set(RUN + DATA + HF + WANDB + DOCS)),
+        "all": sorted(set(RUN + HF + WANDB + DOCS)),
         "test": TEST,
     },
 )

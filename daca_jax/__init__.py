@@ -18,6 +18,7 @@ import warnings
 
 # Old dotted name -> the module it is now (issue 42: daca_jax/run/ holds only the main job).
 MOVED: dict[str, str] = {
+    "daca_jax.local_data": "daca_jax.data.local",
     "daca_jax.run.compare": "daca_jax.reports.compare",
     "daca_jax.run.doc_tables": "daca_jax.reports.doc_tables",
     "daca_jax.run.paired": "daca_jax.reports.paired",

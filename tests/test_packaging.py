@@ -75,8 +75,8 @@ def test_extras_cover_every_import(monkeypatch):
   extras = kw["extras_require"]
   test = _dists(kw["install_requires"]) | _dists(extras["test"])
   declared = test | _dists(extras["hf"]) | _dists(extras["wandb"])
-  assert _dists(extras["all"]) >= set().union(*(_dists(extras[n]) for n in ("run", "data", "hf", "wandb")))
-  for name in ("tasks", "data", "ckpt", "viz", "run"):
+  assert _dists(extras["all"]) >= set().union(*(_dists(extras[n]) for n in ("run", "hf", "wandb")))
+  for name in ("tasks", "ckpt", "viz", "run"):
     assert _dists(extras[name]) <= test, f"[test] does not pull [{name}]"
   missing = {}
   for module in import_graph():

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import pathlib
 
-from daca_jax import local_data
+from daca_jax.data import local
 
 # Benchmark files (relative to the data folder) and their layout.
 FILES = {"gsm8k/test.jsonl": "jsonl", "gsm8k/train.jsonl": "jsonl", "math500/test.json": "json",
@@ -19,7 +19,7 @@ FILES = {"gsm8k/test.jsonl": "jsonl", "gsm8k/train.jsonl": "jsonl", "math500/tes
 
 def shared_data() -> pathlib.Path | None:
   """``../shared/data`` (the default data folder), or None when absent."""
-  return local_data.resolve_data_dir("")
+  return local.resolve_data_dir("")
 
 
 def write_tiny_data(path: str | pathlib.Path, n: int = 3) -> pathlib.Path | None:

@@ -50,7 +50,7 @@ class ModelConfig:
       (:func:`daca_jax.likelihood.common.chunked_token_logprobs`); 0 scores all positions at once.
     unroll_layers: compile the layer stack unrolled rather than as one ``lax.scan`` body: longer
       compiles, and XLA's cost analysis (which counts a loop body once) then sees every layer, as
-      :mod:`daca_jax.run.method_costs` needs.
+      :mod:`daca_jax.measure.method_costs` needs.
     vocab_limit: ids the sampler may propose are ``[0, vocab_limit)`` without ``mask_token_id``
       (the tokenizer's own size when the embedding table is padded beyond it, as Dream's 152064 and
       LLaDA's 126464 are); 0 means ``vocab_size``.

@@ -140,7 +140,7 @@ class EvalConfig:
   * "d1": d1's evaluation protocol (dllm-reasoning/d1 @ 837888f ``eval/eval.py``, ``eval/generate.py``:
     low-confidence remasking, greedy at ``temperature`` 0) at each length of ``gen_lengths`` (d1: 128,
     256, 512), in blocks of ``block_length`` (32) with ``steps`` denoising steps (0: length / 2), the
-    decoding of :class:`daca_jax.run.harness.EvalProtocol` (``experiments/evaluate.py``'s). Every length is
+    decoding of :class:`daca_jax.evaluation.EvalProtocol` (``experiments/evaluate.py``'s). Every length is
     reported (``L<length>/<metric>``); the plain metric names are the headline length's: ``rollout.gen_length``
     when it is evaluated, else the longest (:func:`daca_jax.run.pipeline.eval_protocol`).
 

@@ -52,7 +52,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from daca_jax import local_data
+from daca_jax.data import local
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import reasoning_format as fmt
 from daca_jax.tasks import sandbox
@@ -185,7 +185,7 @@ class CodeTask(Task):
     self.eval_path = str(eval_path) if eval_path else ""
     if self.eval_path and not pathlib.Path(self.eval_path).expanduser().is_file():
       raise FileNotFoundError(f"task.eval_path={self.eval_path!r}: file does not exist")
-    self.data_dir = None if data_dir is None else local_data.resolve_data_dir(str(data_dir))
+    self.data_dir = None if data_dir is None else local.resolve_data_dir(str(data_dir))
     self._fixed_prompt_len = int(prompt_len)
     self._fixed_min_gen_length = int(min_gen_length)
     self._eval: tuple[list[Example], str] | None = None
@@ -224,7 +224,7 @@ class CodeTask(Task):
   def _mbpp_path(self, rel: str) -> pathlib.Path:
     if self.data_dir is None:
       raise DataError(f"task {self.name!r} needs {rel} from the data directory, but data.data_dir "
-                      f"is unset and {local_data.default_data_dir()} does not exist")
+                      f"is unset and {local.default_data_dir()} does not exist")
     path = self.data_dir / rel
     if not path.is_file():
       raise DataError(f"task {self.name!r}: {path} does not exist (set by data.data_dir)")
@@ -391,7 +391,7 @@ class _MBPPLoader:
   def load(self, path: pathlib.Path, what: str, train: bool) -> tuple[list[Example], str]:
     """Reads ``path``. A record with an invalid code header is skipped in training data (one of
     Drift's train records has a truncated signature) and an error in evaluation data."""
-    records = local_data.read_json_records(path)
+    records = local.read_json_records(path)
     examples, skipped = [], []
     for i, rec in enumerate(records):
       fields = _mbpp_record(rec, f"{path}: record {i}")

@@ -60,7 +60,7 @@ from typing import Collection, Sequence
 
 import numpy as np
 
-from daca_jax import local_data
+from daca_jax.data import local
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import d1_train_prompts
 from daca_jax.tasks import reasoning_format as fmt
@@ -247,7 +247,7 @@ class CountdownTask(Task):
     self.eval_path = str(eval_path) if eval_path else ""
     if self.eval_path and not pathlib.Path(self.eval_path).expanduser().is_file():
       raise FileNotFoundError(f"task.eval_path={self.eval_path!r}: file does not exist")
-    self.data_dir = None if data_dir is None else local_data.resolve_data_dir(str(data_dir))
+    self.data_dir = None if data_dir is None else local.resolve_data_dir(str(data_dir))
     # Longest prompt: the numbers are separate words, so the prompt with every number n has the most
     # tokens for some n in 1..100 (bytes: n = 100). Longest answer: "(100-100)/100" (13 characters).
     self.prompt_len = max(len(self.prompt_ids(self._prompt((n, n, n), n))) for n in range(1, 101))
@@ -287,7 +287,7 @@ class CountdownTask(Task):
           None if self.data_dir is None else self.data_dir / D1_TEST_FILE)
       if path is not None and path.is_file():
         rows = [_parse_row(r, f"{path}: record {i}")
-                for i, r in enumerate(local_data.read_json_records(path))]
+                for i, r in enumerate(local.read_json_records(path))]
         if not rows:
           raise DataError(f"{path}: no items")
         source = (f"{path} (task.eval_path)" if self.eval_path else

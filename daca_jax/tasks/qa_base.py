@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from daca_jax import local_data
+from daca_jax.data import local
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import reasoning_format as fmt
 from daca_jax.tasks import text_scan
@@ -69,7 +69,7 @@ class ReasoningQATask(Task):
     self.eval_path = str(eval_path) if eval_path else ""
     if self.eval_path and not pathlib.Path(self.eval_path).expanduser().is_file():
       raise FileNotFoundError(f"task.eval_path={self.eval_path!r}: file does not exist")
-    self.data_dir = None if data_dir is None else local_data.resolve_data_dir(str(data_dir))
+    self.data_dir = None if data_dir is None else local.resolve_data_dir(str(data_dir))
     self._fixed_prompt_len = int(prompt_len)
     self._cache: dict[str, tuple[list[Example], str]] = {}
     self.num_bound_hits = 0
@@ -111,13 +111,13 @@ class ReasoningQATask(Task):
         path, field = pathlib.Path(self.eval_path).expanduser(), "task.eval_path"
       elif self.data_dir is None:
         raise DataError(f"task {self.name!r} needs {rel} from the data directory, but data.data_dir is "
-                        f"unset and {local_data.default_data_dir()} does not exist")
+                        f"unset and {local.default_data_dir()} does not exist")
       else:
         path, field = self.data_dir / rel, "data.data_dir"
       if not path.is_file():
         raise DataError(f"task {self.name!r}: {path} does not exist (set by {field})")
       built = [self.make_example(r, f"{path}: record {i}")
-               for i, r in enumerate(local_data.read_json_records(path))]
+               for i, r in enumerate(local.read_json_records(path))]
       examples = [ex for ex in built if ex is not None]
       skipped = len(built) - len(examples)
       if kind == "eval" and skipped:

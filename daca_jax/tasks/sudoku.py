@@ -53,7 +53,7 @@ from typing import Any, Collection, Sequence
 
 import numpy as np
 
-from daca_jax import local_data
+from daca_jax.data import local
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import d1_train_prompts
 from daca_jax.tasks import reasoning_format as fmt
@@ -444,7 +444,7 @@ class Sudoku4x4Task(Task):
 
   Args:
     data_dir: data directory (config field ``data.data_dir``): ``None`` = no local data; ``""`` =
-      :func:`daca_jax.local_data.default_data_dir` if it exists; otherwise a directory that must
+      :func:`daca_jax.data.local.default_data_dir` if it exists; otherwise a directory that must
       exist. The d1 test set is read from ``<data_dir>/sudoku/d1_test.csv`` when present.
     eval_path: explicit evaluation CSV (``Puzzle,Solution`` header, d1 layout); overrides
       ``data_dir``.
@@ -492,7 +492,7 @@ class Sudoku4x4Task(Task):
     self.eval_path = str(eval_path) if eval_path else ""
     if self.eval_path and not pathlib.Path(self.eval_path).expanduser().is_file():
       raise FileNotFoundError(f"task.eval_path={self.eval_path!r}: file does not exist")
-    self.data_dir = None if data_dir is None else local_data.resolve_data_dir(str(data_dir))
+    self.data_dir = None if data_dir is None else local.resolve_data_dir(str(data_dir))
     self._eval: tuple[list[Example], str] | None = None
     self.num_bound_hits = 0
     self.has_token_rewards = self.prompt_style == "plain"
@@ -516,7 +516,7 @@ class Sudoku4x4Task(Task):
     return fmt.d1_chat_prompt(self.chat_template, SYSTEM_PROMPT, f"Solve the following Sudoku puzzle: {puzzle}\n")
 
   def _load_csv(self, path: pathlib.Path) -> list[Example]:
-    rows = local_data.read_sudoku_csv(path)
+    rows = local.read_sudoku_csv(path)
     for i, (puzzle, solution) in enumerate(rows):
       if not is_valid_solution(puzzle, solution):
         raise DataError(
@@ -543,7 +543,7 @@ class Sudoku4x4Task(Task):
           source = (f"d1 4x4 Sudoku test set {d1} ({len(examples)} puzzles; dllm-reasoning/d1 "
                     f"dataset/4x4_test_sudoku.csv)")
         else:
-          where = (f"no data dir (data.data_dir unset and {local_data.default_data_dir()} absent)"
+          where = (f"no data dir (data.data_dir unset and {local.default_data_dir()} absent)"
                    if d1 is None else f"{d1} does not exist")
           rows = generate_puzzles(self.eval_size, self.num_blanks, seed=self.seed)
           examples = self._examples(rows)

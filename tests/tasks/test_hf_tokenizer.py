@@ -98,10 +98,10 @@ def test_byte_tokenizer_template_is_todays_prompt_bit_for_bit(content):
     ("humaneval", {}), ("json_schema", {"eval_size": 4})])
 def test_byte_tokenizer_task_prompts_are_todays(name, options):
   """Each chat prompt is today's LLaDA layout (BOS as an id, no BOS text) and encodes as bos + bytes."""
-  from daca_jax import local_data
+  from daca_jax.data import local
   from daca_jax.tasks.base import make_task
 
-  if name in ("gsm8k", "math500") and local_data.resolve_data_dir("") is None:
+  if name in ("gsm8k", "math500") and local.resolve_data_dir("") is None:
     pytest.skip("needs the benchmark files (../shared/data)")
   task = make_task(name, data_dir="", prompt_style="chat", **options)
   examples = task.eval_examples()[0][:4]
@@ -160,9 +160,9 @@ def test_task_chat_prompts_are_the_checkpoints_template(ckpt, name, question):
   from daca_jax.tasks import countdown, gsm8k, sudoku
   from daca_jax.tasks.base import make_task
 
-  from daca_jax import local_data
+  from daca_jax.data import local
 
-  if name == "gsm8k" and local_data.resolve_data_dir("") is None:
+  if name == "gsm8k" and local.resolve_data_dir("") is None:
     pytest.skip("needs the benchmark files (../shared/data)")
   family, path = ckpt
   ref = _transformers_tokenizer(family, path)

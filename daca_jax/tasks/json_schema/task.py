@@ -48,7 +48,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from daca_jax import local_data
+from daca_jax.data import local
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import grader_worker
 from daca_jax.tasks import text_scan
@@ -166,7 +166,7 @@ class JSONSchemaTask(Task):
     self.max_schema_chars = int(max_schema_chars)
     self.parse_reward = float(parse_reward)
     self.target_style = target_style
-    self.data_dir = None if data_dir is None else local_data.resolve_data_dir(str(data_dir))
+    self.data_dir = None if data_dir is None else local.resolve_data_dir(str(data_dir))
     self._compiled: dict[str, CompiledSchema] = {}
     self._eval: tuple[list[Example], str] | None = None
     self._bench: tuple[list[Example], list[Example], str] | None = None
