@@ -243,7 +243,7 @@ def test_data_sits_below_the_tasks():
   assert reached <= {"daca_jax.errors"}, f"daca_jax.data reaches {sorted(reached)}"
   users = [m for m, targets in graph.items() if m.startswith("daca_jax.tasks.") and "daca_jax.data.local" in targets]
   assert users, "no task reads its files through daca_jax.data.local"  # the check saw the real edge
-  assert "daca_jax.local_data" not in graph, "one data layer: the loaders live in daca_jax.data.local"
+  assert not (PACKAGE / "local_data.py").exists(), "one data layer: the loaders live in daca_jax.data.local"
 
 
 # Third-party packages of the application layer (datasets, checkpoints, plots, dashboards, HF).
