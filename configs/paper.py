@@ -382,9 +382,7 @@ def _map(c: ml_collections.ConfigDict, task: str) -> None:
   c.rl.clip_eps_high = 4e-4  # gsm8k.yaml clip_eps_high and position_clip_eps_high 0.0004
   c.rl.beta = 0.0  # gsm8k.yaml beta
   c.rl.num_iterations = 12  # gsm8k.yaml num_iterations
-  # gsm8k.yaml advantage_estimator rloo: r - mean of the other G-1 = G/(G-1) (r - group mean); the
-  # library's group_mean is that times 3/4 at G = 4 (no rloo estimator on this branch).
-  c.rl.advantage = "group_mean"
+  c.rl.advantage = "rloo"  # gsm8k.yaml advantage_estimator rloo: r - mean of the other G-1 rows
   c.rl.group_size = 4  # gsm8k.yaml num_generations
   # per_device_train_batch_size 1 x 8 processes (train_gsm8k.sh NUM_PROCESSES 8) x gradient_accumulation_steps 4
   # = 32 completions = 8 prompts of 4.

@@ -1,0 +1,93 @@
+"""Arms of the strongest-bases grid at CPU scale (``experiments/reproduce.py --study=...``): SPG, ESPO,
+BGPO and Mask-Aware PG on the main job's 4x4 Sudoku, each alone and with SML where its own estimator can
+be swapped, beside d1's diffu-GRPO ("base", what the paired differences are taken against) and d1 + SML.
+
+  python experiments/reproduce.py --workdir=runs/sota_grid --preset=standard \\
+      --study=configs/sota_grid.py --num_val_examples=500 --seeds=0,1,2,3
+
+Every arm of a seed starts from the same SFT warm start and keeps the main job's budget (iterations,
+batch, group, learning rate and schedule, rollout). An arm takes from its base's paper preset
+(``configs/paper.py:<base>_sudoku``) the settings that define the method, :data:`METHOD_FIELDS`, and
+:func:`scaled` fits the ones tied to the rollout's shape to the 20-position, 10-step Sudoku completion.
+MAP takes no SML arm (``configs/paper.NO_ARMS``).
+"""
+from __future__ import annotations
+
+import ml_collections
+
+from configs import base as base_config
+from configs import paper
+
+NEW_BASES = ("spg", "espo", "bgpo", "map")
+
+# The fields a base's paper preset sets that define its method (the rest of the preset is the paper's
+# budget and data, which the grid keeps at the main job's so the bases differ only by method).
+METHOD_FIELDS = (
+    "rl.objective", "rl.likelihood", "rl.advantage", "rl.beta", "rl.clip_eps", "rl.clip_eps_high",
+    "rl.pass_accum", "rl.map_position_weight", "rl.spg.eubo_beta", "rl.spg.mix_weight",
+    "likelihood.elbo_terms", "likelihood.spg_block", "likelihood.espo_elbo", "likelihood.elbo_mc",
+    "likelihood.stepmerge",
+)
+# Passes per update of a Monte-Carlo estimator at this scale: SML's K = 4, so the sampled-ELBO bases and
+# SML score each sequence with the same number of model passes (BGPO's paper uses 16-32 at 8B).
+MC_PASSES = 4
+# The main job's Sudoku rollout: 10 steps over one 20-position block (configs/sudoku_tiny.py).
+ROLLOUT_STEPS = 10
+
+
+def _get(c: ml_collections.ConfigDict, dotted: str):
+  for part in dotted.split("."):
+    c = c[part]
+  return c.to_dict() if isinstance(c, ml_collections.ConfigDict) else c
+
+
+def _flatten(field: str, value) -> list[tuple[str, object]]:
+  if isinstance(value, dict):
+    return [(f"{field}.{k}", v) for k, v in sorted(value.items())]
+  return [(field, value)]
+
+
+def scaled(base: str, overrides: list[tuple[str, object]]) -> list[tuple[str, object]]:
+  """Fits the rollout-shaped settings of ``base`` to the Sudoku completion (one block, 10 steps).
+
+  SPG: one block-masked context (SPG asserts num_t <= the completion's blocks; it has one) in the
+  rollout's own block. BGPO: :data:`MC_PASSES` ELBO samples. MAP: StepMerge's 32 segments of 128 steps
+  become 5 of 10 (2 steps each, as close to its 4 as 10 steps divide), 2 of them sampled per update
+  (12 of 32 there).
+  """
+  fix = {"spg": {"likelihood.spg_block.num_t": 1, "likelihood.spg_block.block_length": 0},
+         "bgpo": {"likelihood.elbo_mc.samples": MC_PASSES},
+         "map": {"likelihood.stepmerge.segments": ROLLOUT_STEPS // 2, "likelihood.stepmerge.sample": 2}}
+  return list({**dict(overrides), **fix.get(base, {})}.items())
+
+
+def method_overrides(base: str) -> list[tuple[str, object]]:
+  """``[(dotted.field, value)]`` that turn the main job into ``base``'s method (its paper preset's
+  :data:`METHOD_FIELDS`, :func:`scaled`), with uniform credit."""
+  preset, default = paper.get_config(f"{base}_sudoku"), base_config.get_config()
+  changed = dict(kv for f in METHOD_FIELDS for kv in _flatten(f, _get(preset, f)))
+  changed = {k: v for k, v in changed.items() if _get(default, k) != v}  # what the preset sets
+  return scaled(base, list(changed.items())) + [("rl.credit", "uniform")]
+
+
+def with_sml(overrides: list[tuple[str, object]]) -> list[tuple[str, object]]:
+  """The same method scoring its sequences with SML (the main job's strata) instead of its own estimator.
+
+  BGPO's per-pass accumulation is dropped: its Jensen term needs a whole Monte-Carlo sample, and an SML
+  sample spans all K strata passes (the library refuses the pair).
+  """
+  out = {**dict(overrides), "rl.likelihood": "stratified"}
+  if out.get("rl.pass_accum"):
+    out["rl.pass_accum"] = False
+  return list(out.items())
+
+
+def get_arms() -> dict[str, list[tuple[str, object]]]:
+  """Arm name → ``[(dotted.field, value), ...]``; "base" first within each seed."""
+  d1 = [("rl.objective", "diffu_grpo"), ("rl.credit", "uniform"), ("rl.likelihood", "mean_field")]
+  arms = {"base": d1}
+  arms.update({b: method_overrides(b) for b in NEW_BASES})
+  arms["d1 + SML"] = with_sml(d1)
+  refused = {b for b, (names, _) in paper.NO_ARMS.items() if "sml" in names}
+  arms.update({f"{b} + SML": with_sml(method_overrides(b)) for b in NEW_BASES if b not in refused})
+  return arms
