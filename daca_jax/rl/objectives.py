@@ -37,8 +37,13 @@ OBJECTIVES: Registry[Callable[[jax.Array, PolicyBatch, RLConfig], tuple[jax.Arra
 TOKEN_ADVANTAGE_OBJECTIVES = frozenset({"diffu_grpo", "rldf"})
 
 
-def register_objective(name: str, per_group: bool = False) -> Callable[[ObjectiveFn], ObjectiveFn]:
+def register_objective(name: str, per_group: bool = False,
+                       reads_old: bool = True) -> Callable[[ObjectiveFn], ObjectiveFn]:
   """Decorator registering ``fn(logp, batch, *, <RLConfig fields>)`` as ``OBJECTIVES[name]``.
+
+  ``reads_old=False`` declares that ``fn`` never reads ``batch.logp_old`` (a ratio-free objective:
+  wd1, SPG), so the learner skips the θ_old pass of the μ > 1 inner updates
+  (:func:`daca_jax.rl.update.make_objective_grad`).
 
   The returned function (what a direct call such as ``diffu_grpo_loss(logp, batch, clip_eps=0.2,
   beta=0.04)`` runs) checks ``(logp, batch)`` with :func:`~daca_jax.contracts.check_policy_batch`
@@ -67,6 +72,7 @@ def register_objective(name: str, per_group: bool = False) -> Callable[[Objectiv
       return run(logp, batch, section_kwargs(cfg, reads))  # cfg is a validated section
 
     entry.reads = reads  # the RLConfig fields this objective sees
+    entry.reads_old = reads_old  # False: no θ_old log-probs needed (no ratio)
     entry.__doc__, entry.__name__ = fn.__doc__, fn.__name__
     OBJECTIVES.register(name)(entry)
     return checked
@@ -139,7 +145,7 @@ def _token_mean(x: jax.Array, m: jax.Array) -> jax.Array:
   return jnp.sum(x * m) / jnp.maximum(jnp.sum(m), 1.0)
 
 
-@register_objective("wd1", per_group=True)
+@register_objective("wd1", per_group=True, reads_old=False)
 def wd1_loss(logp: jax.Array, batch: PolicyBatch, *,
              group_size: int = RLConfig.group_size,
              beta: float = RLConfig.beta) -> tuple[jax.Array, Aux]:

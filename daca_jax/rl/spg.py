@@ -21,7 +21,7 @@ valid positions ``M_bj`` (``n_bj = |M_bj|`` of the row's ``len_b`` valid positio
 
 No ratio to θ_old, no clip, and no KL: SPG's reference raises for ``beta != 0``; the configuration
 refuses ``rl.beta > 0`` (:func:`check_spg_config`). Its μ > 1 inner updates re-differentiate the same
-bound on the same rollouts (SPG's recipe: μ = 4).
+bound on the same rollouts (SPG's recipe: μ = 4), with no θ_old pass (registered ``reads_old=False``).
 
 Credit: the per-token terms of both bounds are multiplied by the credit weights ``w_i`` (1 under
 ``rl.credit="uniform"``: SPG exactly). Per-token advantages (``rl.credit="token_reward"``) are refused:
@@ -89,7 +89,7 @@ def spg_bounds(logp: jax.Array, mask: jax.Array, weights: jax.Array, completion_
   return elbo, eubo
 
 
-@register_objective("spg")
+@register_objective("spg", reads_old=False)
 def spg_loss(logp: jax.Array, batch: PolicyBatch, *, spg: SPGConfig = SPGConfig()) -> tuple[jax.Array, Aux]:
   """SPG's sandwiched policy-gradient loss (module docstring).
 

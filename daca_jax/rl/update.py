@@ -132,7 +132,8 @@ def make_objective_grad(logits_fn: Any, cfg: TrainConfig, *, mask_id: int,
     weights, or a pair (weights, token advantages float32 [B, L]) from a token-reward credit.
   * key: the likelihood key (its masks are shared by θ, θ_old and θ_ref).
   * old_params: θ_old, the rollout policy; None means θ_old = θ (the first inner update, where
-    logp_old is θ's own stop-gradient log-prob and needs no extra pass).
+    logp_old is θ's own stop-gradient log-prob and needs no extra pass). Ignored (no θ_old pass) for
+    an objective registered ``reads_old=False`` unless the advantage reads the KL (REINFORCE++, β > 0).
   * advantages: float32 [B] (computed once per rollout batch by :func:`make_update`); None computes
     them here (and, for an estimator that reads the KL, always here: from this pass's logp_old and
     logp_ref).
@@ -168,6 +169,8 @@ def make_objective_grad(logits_fn: Any, cfg: TrainConfig, *, mask_id: int,
            old_params: Any = None, advantages: jax.Array | None = None) -> tuple[Any, dict[str, jax.Array]]:
     b, _ = check_rollout_batch(cfg, traj, rewards, weights)
     weights, token_adv = weights if isinstance(weights, tuple) else (weights, None)
+    if not (objective.reads_old or (advantage.needs_kl and rl.beta > 0)):
+      old_params = None  # a ratio-free objective (wd1, SPG) reads no θ_old log-probs: no θ_old pass
     if accumulated is not None:  # under pmap each micro-batch splits over the devices (shard_rows)
       check_grad_accum(b, rl.grad_accum, rl.group_size,
                        jax.lax.axis_size(parallel.BATCH_AXES) if cfg.parallel.strategy == "pmap" else 1)

@@ -319,3 +319,35 @@ def test_learner_gradient_runs_end_to_end_and_equals_the_objective_on_the_estima
   want = np_spg_reference(np.asarray(s.logp, np.float64).reshape(b, 2, L), np.asarray(s.mask).reshape(b, 2, L) > 0,
                           cm, adv, "mix", 1.5, 0.5)
   np.testing.assert_allclose(float(aux["loss"]), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("objective,reads_old", [("spg", False), ("wd1", False), ("diffu_grpo", True)])
+def test_a_ratio_free_objective_makes_no_old_policy_pass(objective, reads_old):
+  """SPG and wd1 never read logp_old: given θ_old (a μ > 1 inner update) the gradient runs the
+  model as often as at the first inner update; diffu-GRPO's ratio needs the extra θ_old pass."""
+  extra = {} if objective == "spg" else dict(likelihood="stratified", beta=0.0)
+  cfg = _train_cfg(objective=objective, **extra)
+  params = jax.tree.map(jnp.asarray, make_params(P + L, V, seed=0, scale=1.0))
+  b = 8
+  tokens = jnp.asarray(np.random.default_rng(0).integers(0, 9, (b, P + L)), jnp.int32)
+  from daca_jax.contracts import Trajectory
+  traj = Trajectory(tokens=tokens, completion_mask=jnp.ones((b, L)), commit_step=jnp.zeros((b, L), jnp.int32),
+                    commit_conf=jnp.zeros((b, L), jnp.float32), prompt_len=P, mask_id=MASK)
+  calls = []
+
+  def counted(prm, x):
+    calls.append(1)
+    return jax_logits(prm, x)
+
+  grad = make_objective_grad(counted, cfg, mask_id=MASK)
+  args = (params, params, traj, jnp.asarray([0.0, 1.0] * 4), jnp.ones((b, L)), jax.random.PRNGKey(0))
+  jax.make_jaxpr(lambda: grad(*args))()
+  first = len(calls)
+  calls.clear()
+  old = jax.tree.map(lambda x: x + 0.1, params)
+  jax.make_jaxpr(lambda: grad(*args, old_params=old))()
+  assert OBJECTIVES.get(objective).reads_old == reads_old
+  assert first > 0 and len(calls) == (2 * first if reads_old else first)
+  if not reads_old:  # θ_old cannot change a ratio-free loss
+    np.testing.assert_allclose(float(grad(*args, old_params=old)[1]["loss"]), float(grad(*args)[1]["loss"]),
+                               rtol=1e-6)
