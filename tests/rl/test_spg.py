@@ -298,7 +298,7 @@ def test_learner_gradient_runs_end_to_end_and_equals_the_objective_on_the_estima
   """make_objective_grad (estimator -> targets -> spg) on the fixed-logit model: the loss equals the
   reference transcription applied to the estimator's own outputs."""
   cfg = _train_cfg(credit="uniform")
-  g_p, b = 2, 8
+  b = 8
   params = jax.tree.map(jnp.asarray, make_params(P + L, V, seed=0, scale=1.0))
   rng = np.random.default_rng(0)
   tokens = jnp.asarray(rng.integers(0, 9, (b, P + L)), jnp.int32)
