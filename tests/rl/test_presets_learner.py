@@ -17,7 +17,8 @@ from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.models import init_model, make_logits_fn
 from daca_jax.rl import GRPOLearner
-from daca_jax.run.pipeline import build_task
+from daca_jax.run.task_views import build_task, task_kwargs
+from daca_jax.tasks.base import make_task
 from daca_jax.run.presets import config_files
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
@@ -49,7 +50,7 @@ def _setup(flag, preset):
   cfg = train_config_from_dict(cf.build(preset))
   tiny = dataclasses.replace(cfg.model, d_model=16, n_layers=1, n_heads=2, n_kv_heads=0, mlp_dim=32, lora_rank=0,
                              lora_dropout=0.0)  # no adapters: their dropout must be off (a config error otherwise)
-  cfg = configure.validate(dataclasses.replace(cfg, model=tiny))
+  cfg = configure.validate(dataclasses.replace(cfg, model=tiny, rollout=_fit_byte_answers(cfg)))
   task = build_task(cfg)
   tok = task.tokenizer
   graphdef, params = init_model(cfg.model, 0)
@@ -59,6 +60,18 @@ def _setup(flag, preset):
   examples = [ex for ex in task.eval_examples()[0][:2] for _ in range(cfg.rl.group_size)]  # groups of G
   traj = learner.rollout(params, jnp.asarray(task.encode_prompts(examples)), jax.random.PRNGKey(0))
   return cfg, task, logits_fn, hidden_fn, params, learner, examples, traj
+
+
+def _fit_byte_answers(cfg):
+  """The rollout, lengthened by whole blocks (steps in proportion) where the task's longest answer in the
+  byte tokenizer does not fit: the paper presets' smoke variants size completions for the checkpoint's
+  tokenizer they run with, whose answers are shorter."""
+  r = cfg.rollout
+  need = make_task(cfg.task.name, **task_kwargs(cfg)).min_gen_length
+  if r.gen_length >= need:
+    return r
+  length = -(-need // r.block_length) * r.block_length
+  return dataclasses.replace(r, gen_length=length, steps=r.steps * length // r.gen_length)
 
 
 def _marks(case):
