@@ -234,7 +234,8 @@ def _run_forked(argv: Sequence[str], root: pathlib.Path, timeout_s: float) -> Ou
         os.dup2(err.fileno(), 2)
         os.chdir(root)
         sys.argv = [str(script), *argv[2:]]
-        sys.path.insert(0, str(script.parent))  # what `python <script>` does: the script's folder first
+        # `python <script>` would also put the script's folder first on sys.path; the scripts import
+        # only installed packages (daca_jax, configs), so a sibling import fails here rather than pass.
         runpy.run_path(str(script), run_name="__main__")
         status = 0
       except SystemExit as e:
