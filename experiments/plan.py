@@ -55,6 +55,7 @@ _DEFINE = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFI
 _FIELDS = {k: _DEFINE[type(plan_spec.field_value(TrainConfig(), f))](
     k, None, f"{f} (default: the --method preset's, with daca_jax/planning/spec.py TABLE_SETTING).")
     for k, f in plan_spec.FLAG_FIELDS.items()}
+_FLAGS = {**_SPEC, **_FIELDS}
 _CONFIG = config_flags.DEFINE_config_file(
     "config", None, "A run's config (configs/*.py[:preset], as experiments/train.py takes it): plan that run. "
     "With it, of the flags above only --model (architecture when no model.init_checkpoint), --device, "
@@ -92,29 +93,22 @@ def _main():
       presets = sweep.paper_presets(paper.BASES, paper.NO_ARMS)
       sweep.paper_sweep(_JSON.value, command, str(_ROOT / "configs/paper.py"), presets)
     else:
-      given = {**_SPEC, **_FIELDS}
-      sweep.sweep(_JSON.value, command, {k: given[k].value for k in ("model", "prompts_per_step", "group_size",
-                                                                       "remat") if given[k].present})
+      sweep.sweep(_JSON.value, command, {k: _FLAGS[k].value for k in sweep.FORWARDED if _FLAGS[k].present})
     print(render_file(_JSON.value, mfu=_MFU.value, usable=_USABLE.value))
     return
-  if not 0 < _MFU.value <= 1:
-    raise ConfigError("--mfu", _MFU.value, "a fraction in (0, 1]")
-  if not 0 < _USABLE.value <= 1:
-    raise ConfigError("--usable_fraction", _USABLE.value, "a fraction in (0, 1]")
-  from daca_jax.planning.preset import plan_preset
+  for name, value in (("--mfu", _MFU.value), ("--usable_fraction", _USABLE.value)):
+    if not 0 < value <= 1:
+      raise ConfigError(name, value, "a fraction in (0, 1]")
+  from daca_jax.planning.preset import check_config_flags, plan_preset
   from daca_jax.planning.report import describe
 
   if _CONFIG.value is not None:
-    unused = [k for k, f in {**_SPEC, **_FIELDS}.items() if f.present and k not in ("model", "device",
-                                                                                  "num_devices", "prompt_len")]
-    if unused:
-      raise ConfigError(f"--{unused[0]}", flags.FLAGS[unused[0]].value, "unset with --config (set the run's own "
-                        "field, e.g. --config.model.lora_rank=..., --config.rl.grad_accum=...)")
-    given = lambda f: f.value if f.present else None
-    record = plan_preset(_CONFIG.value, device=_SPEC["device"].value, model=given(_SPEC["model"]) or "",
-                         prompt_len=given(_SPEC["prompt_len"]), prompt_len_from_task=_TASK_P.value)
+    check_config_flags({k: f.value for k, f in _FLAGS.items() if f.present})
+    given = lambda k: _FLAGS[k].value if _FLAGS[k].present else None
+    record = plan_preset(_CONFIG.value, device=_FLAGS["device"].value, model=given("model") or "",
+                         prompt_len=given("prompt_len"), prompt_len_from_task=_TASK_P.value)
   else:
-    record = plan_spec.plan_flags(paper.get_config, **{k: f.value for k, f in {**_SPEC, **_FIELDS}.items()})
+    record = plan_spec.plan_flags(paper.get_config, **{k: f.value for k, f in _FLAGS.items()})
   print(describe(record, mfu=_MFU.value, usable=_USABLE.value))
   if _JSON.value:
     atomic_write_json(_JSON.value, record)

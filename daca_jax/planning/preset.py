@@ -160,6 +160,19 @@ def resolve_plan_config(config: Mapping[str, Any] | Any, *, num_devices: int, mo
   return cfg, notes + dev_notes + not_planned(cfg, prompt_len, prompt_len_given)
 
 
+# experiments/plan.py's flags that apply with --config (every other one sets a field the config sets).
+CONFIG_FLAGS = ("model", "device", "num_devices", "prompt_len")
+
+
+def check_config_flags(given: Mapping[str, Any]) -> None:
+  """Raises ConfigError naming the first of the flags ``given`` (name -> value) that ``--config`` leaves
+  unused (not in :data:`CONFIG_FLAGS`): the run's own field sets it."""
+  unused = [k for k in given if k not in CONFIG_FLAGS]
+  if unused:
+    raise ConfigError(f"--{unused[0]}", given[unused[0]], "unset with --config (set the run's own field, e.g. "
+                      "--config.model.lora_rank=..., --config.rl.grad_accum=...)")
+
+
 def plan_preset(config: Mapping[str, Any] | Any, *, device: str, model: str = "", prompt_len: int | None = None,
                 prompt_len_from_task: bool = False) -> dict[str, Any]:
   """The plan record of ``config``'s run on this process's (simulated) devices of kind ``device``.
@@ -189,5 +202,5 @@ def plan_preset(config: Mapping[str, Any] | Any, *, device: str, model: str = ""
   return plan_from_config(cfg, prompt_len=prompt_len, num_devices=n, notes=notes, device=dev)
 
 
-__all__ = ["DEFAULT_PROMPT_LEN", "config_only_files", "not_planned", "plan_preset", "resolve_plan_config",
+__all__ = ["CONFIG_FLAGS", "DEFAULT_PROMPT_LEN", "check_config_flags", "config_only_files", "not_planned", "plan_preset", "resolve_plan_config",
            "task_prompt_len"]

@@ -25,6 +25,8 @@ SWEEP = ([(n, m, r, {}) for n in (8, 4) for m in ("daca", "d1") for r in (0, 128
          + [(8, m, r, {"rollout_weights": "sharded"}) for m in ("daca", "d1") for r in (0, 128)]
          + [(8, "daca", r, {"strata_batch": 1, "rollout_weights": "sharded"}) for r in (0, 128)]
          + [(n, m, r, {}) for n in (16, 64) for m in ("daca", "d1") for r in (0, 128)])
+# Flags of the --sweep command passed on to each setting's process.
+FORWARDED = ("model", "prompts_per_step", "group_size", "remat")
 # The paper table's arms: each base method as released and with DACA.
 PAPER_ARMS = ("", "daca")
 
@@ -89,4 +91,4 @@ def paper_sweep(out: str, command: Sequence[str], config_file: str, presets: Seq
                               "entries": entries})
 
 
-__all__ = ["PAPER_ARMS", "SWEEP", "paper_presets", "paper_sweep", "sweep"]
+__all__ = ["FORWARDED", "PAPER_ARMS", "SWEEP", "paper_presets", "paper_sweep", "sweep"]

@@ -161,3 +161,14 @@ def test_gpu_check_script_runs_every_step_at_tiny_size_on_cpu(tmp_path):
   assert plan_rec["setting"]["model"]["d_model"] == 32 and plan_rec["setting"]["credit"] == "dps"
   assert any("config.json of model.init_checkpoint" in n for n in plan_rec["notes"])
   assert "s / iteration" in r.stdout and "peak GB per device" in r.stdout
+
+
+def test_flags_of_a_setting_are_refused_with_config():
+  from daca_jax.planning.preset import check_config_flags
+
+  check_config_flags({"model": "tiny", "device": "v5e", "num_devices": 2, "prompt_len": 8})
+  with pytest.raises(ConfigError, match="--lora_rank.*8.*unset with --config"):
+    check_config_flags({"device": "v5e", "lora_rank": 8})
+  r = subprocess.run([sys.executable, str(ROOT / "experiments/plan.py"), "--config=configs/paper.py:d1_gsm8k",
+                      "--num_devices=1", "--strata_batch=2"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+  assert r.returncode == 2 and "error: --strata_batch" in r.stderr and "Traceback" not in r.stderr
