@@ -23,17 +23,14 @@ bootstrap over warm starts and examples from the copied per-example outcomes).
 """
 import sys as _sys
 
-import importlib.util
 import pathlib
 
 from absl import app, flags, logging
 
-from daca_jax.reports import reproduce as rp
-from daca_jax.reports import variant_runs
-from daca_jax.run.cli_errors import reported_errors
 from daca_jax.errors import ConfigError
-from daca_jax.io_utils import atomic_write_json, atomic_write_text
-from daca_jax.configure import train_config_from_dict
+from daca_jax.reports import reproduce as rp
+from daca_jax.reports import reproduce_run as rr
+from daca_jax.run.cli_errors import reported_errors
 
 _CONFIGS = flags.DEFINE_list("configs", ["configs/sudoku_tiny.py"],
                              "Config files (path[:preset]), one per task.")
@@ -62,21 +59,6 @@ _TABLE_FROM = flags.DEFINE_string("table_from", None, "Print the markdown table 
                                   "(e.g. the committed docs/results/credit_study.json) and exit.")
 
 
-def _load_module(path: str, flag: str):
-  file = pathlib.Path(path)
-  if not file.is_file():
-    raise ConfigError(flag, path, "an existing Python file (configs/*.py)")
-  module_spec = importlib.util.spec_from_file_location(file.stem, file)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
-  return module
-
-
-def _load_config(spec: str):
-  path, _, preset = spec.partition(":")
-  module = _load_module(path, "--configs")
-  return train_config_from_dict(module.get_config(preset) if preset else module.get_config())
-
 
 def main(argv):
   del argv
@@ -93,64 +75,17 @@ def run():
   if _TABLE_FROM.value:
     print(rp.markdown(rp.read_rows(_TABLE_FROM.value)))
     return
-  if not _WORKDIR.value:
-    raise ConfigError("--workdir", "", "an output directory")
-  for name, flag in (("--configs", _CONFIGS), ("--bases", _BASES), ("--arms", _ARMS), ("--seeds", _SEEDS)):
-    if not flag.value:
-      raise ConfigError(name, "", "a non-empty comma-separated list")
-  if not all(s.strip().isdigit() for s in _SEEDS.value):
-    raise ConfigError("--seeds", ",".join(_SEEDS.value), "comma-separated integers >= 0")
-  configs = {}
-  for spec in _CONFIGS.value:
-    cfg = _load_config(spec)
-    if _VAL.value is not None:
-      cfg = rp.with_overrides(cfg, [("task.num_val_examples", _VAL.value)])
-    configs[cfg.task.name] = rp.PRESETS[_PRESET.value](cfg)
-  seeds = [int(s) for s in _SEEDS.value]
-  cells = []
-  if _STUDY.value:
-    arms = _load_module(_STUDY.value, "--study").get_arms()
-    if flags.FLAGS["arms"].present:  # a subset of the study's arms
-      unknown = [a for a in _ARMS.value if a not in arms]
-      if unknown:
-        raise ConfigError("--arms", ",".join(unknown), f"arms of {_STUDY.value}: {list(arms)}")
-      arms = {a: arms[a] for a in _ARMS.value}
-    for name, overrides in arms.items():
-      for c in configs.values():  # a bad override: a clear error before any work
-        rp.with_overrides(c, overrides)
-    cells = rp.study_grid(list(configs), seeds, arms)
-  for spec in ([] if _STUDY.value else _BASES.value):
-    base, _, arms = spec.partition(":")
-    arms = arms.split("/") if arms else _ARMS.value
-    for arm in arms:
-      rp.arm_methods(base, arm)  # unknown arm or base: a clear error before any work
-    cells += rp.grid(list(configs), [base], seeds, arms=arms)
+  seeds = rr.check_args(_WORKDIR.value, {"--configs": _CONFIGS.value, "--bases": _BASES.value,
+                                         "--arms": _ARMS.value, "--seeds": _SEEDS.value})
+  configs = rr.task_configs(_CONFIGS.value, _PRESET.value, _VAL.value)
+  cells = rr.requested_cells(configs, seeds, bases=[] if _STUDY.value else _BASES.value, arms=_ARMS.value,
+                             study=_STUDY.value, arms_given=flags.FLAGS["arms"].present)
   work = pathlib.Path(_WORKDIR.value)
   results = rp.run_grid(configs, cells, work, run_missing=not _FINISHED.value)
-  cells = [c for c in cells if c.key in results]
-  rows = rp.summarize(cells, results)
-  table = rp.markdown(rows)
-  atomic_write_text(work / "grid.md", table + "\n")
-  rp.plot(rows, work / "grid.png")
-  atomic_write_json(work / "results.json",
-      {"preset": _PRESET.value, "rows": rows,
-       "cells": {c.key: {k: results[c.key][k] for k in ("eval_before", "eval_after", "val_before", "val_after",
-                                                         "reward_trend", "grad_agreement", "timings")
-                         if k in results[c.key]} for c in cells}})
+  cells, table = rr.write_grid(work, _PRESET.value, cells, results)
   if _VARIANTS.value:
-    _write_variants(pathlib.Path(_VARIANTS.value), cells, work)
+    rr.write_variants(pathlib.Path(_VARIANTS.value), cells, work, preset=_PRESET.value, sealed_test=_SEALED.value)
   print(table)
-
-
-def _write_variants(path: pathlib.Path, cells, work: pathlib.Path) -> None:
-  """The finished cells as a variants file at ``path`` (daca_jax.reports.variant_runs)."""
-  lists = {}
-  for c in cells:
-    lists.setdefault(variant_runs.list_key(c.task), []).append(variant_runs.variants_run(
-        work / "cells" / c.key, arm=c.arm, seed=c.seed, overrides=c.overrides, metric=rp.primary_metric(c.task),
-        folder=path.parent, outcomes_dir=path.parent / path.stem, sealed_test=_SEALED.value))
-  variant_runs.write_variants(path, lists, what=f"experiments/reproduce.py grid {work} (--preset={_PRESET.value})"
-                              + (", test set sealed" if _SEALED.value else ""))
 
 
 if __name__ == "__main__":

@@ -16,22 +16,26 @@ from typing import Any, Mapping
 import numpy as np
 
 from daca_jax.models.checkpoint_loader import INDEX_FILE, NAME_MAPS, hf_tensor_shapes
+from daca_jax.config.model import llada_8b_config
 from daca_jax.models.hf_import import config_from_hf, hf_family
 
 _STORAGE = {"bfloat16": "bfloat16", "float32": "float32", "float16": "float16"}
 
-# GSAI-ML/LLaDA-8B-Instruct's config.json (sizes as in daca_jax.types.llada_8b_config; the other keys as
-# the released file sets them, see tests/models/test_hf_import.py: LLADA_CFG).
+# GSAI-ML/LLaDA-8B-Instruct's config.json: its sizes are daca_jax.types.llada_8b_config's (the one statement
+# of the released shapes); the other keys as the released file sets them (tests/models/test_hf_import.py:
+# LLADA_CFG, which also holds this file's import equal to llada_8b_config()).
+_LLADA = llada_8b_config()
 LLADA_8B_CONFIG = {
-    "model_type": "llada", "architectures": ["LLaDAModelLM"], "d_model": 4096, "n_layers": 32, "n_heads": 32,
-    "n_kv_heads": 32, "mlp_hidden_size": 12288, "mlp_ratio": 4, "vocab_size": 126464, "embedding_size": 126464,
-    "rope_theta": 500000.0, "rms_norm_eps": 1e-5, "weight_tying": False, "include_bias": False,
-    "include_qkv_bias": False, "bias_for_layer_norm": False, "block_type": "llama", "block_group_size": 1,
+    "model_type": "llada", "architectures": ["LLaDAModelLM"], "d_model": _LLADA.d_model, "n_layers": _LLADA.n_layers,
+    "n_heads": _LLADA.n_heads, "n_kv_heads": _LLADA.n_kv_heads, "mlp_hidden_size": _LLADA.mlp_dim, "mlp_ratio": 4,
+    "vocab_size": _LLADA.vocab_size, "embedding_size": _LLADA.vocab_size, "rope_theta": _LLADA.rope_theta,
+    "rms_norm_eps": _LLADA.norm_eps, "weight_tying": _LLADA.tie_embeddings, "include_bias": False,
+    "include_qkv_bias": _LLADA.qkv_bias, "bias_for_layer_norm": False, "block_type": "llama", "block_group_size": 1,
     "activation_type": "silu", "layer_norm_type": "rms", "layer_norm_with_affine": True, "rope": True,
     "rope_full_precision": True, "alibi": False, "attention_layer_norm": False, "input_emb_norm": False,
     "scale_logits": False, "attention_dropout": 0.0, "residual_dropout": 0.0, "embedding_dropout": 0.0,
-    "max_sequence_length": 4096, "mask_token_id": 126336, "eos_token_id": 126081, "pad_token_id": 126081,
-    "torch_dtype": "bfloat16",
+    "max_sequence_length": 4096, "mask_token_id": _LLADA.mask_token_id, "eos_token_id": 126081,
+    "pad_token_id": 126081, "torch_dtype": _LLADA.dtype,
 }
 
 

@@ -61,11 +61,14 @@ def replicated(mesh: Mesh) -> NamedSharding:
 
 def check_batch_size(batch: int, mesh: Mesh, field: str = "rl.prompts_per_step * rl.group_size") -> None:
   """Raises ConfigError (naming ``field``) unless ``batch`` rows split evenly over the batch shards."""
-  n = num_batch_shards(mesh)
-  if batch % n:
-    raise ConfigError(field, batch,
-                      f"a multiple of the {n} batch shards (parallel.data x parallel.fsdp = "
-                      f"{mesh.shape['data']} x {mesh.shape['fsdp']})")
+  check_batch_shards(batch, mesh.shape["data"], mesh.shape["fsdp"], field)
+
+
+def check_batch_shards(batch: int, data: int, fsdp: int, field: str = "rl.prompts_per_step * rl.group_size") -> None:
+  """:func:`check_batch_size` from the mesh's sizes (:func:`mesh_shape`), before any mesh is built."""
+  if batch % (data * fsdp):
+    raise ConfigError(field, batch, f"a multiple of the {data * fsdp} batch shards (parallel.data x "
+                      f"parallel.fsdp = {data} x {fsdp})")
 
 
 def batch_shardings(tree: Any, mesh: Mesh, batch: int) -> Any:

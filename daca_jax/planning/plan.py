@@ -26,12 +26,12 @@ from typing import Any, Sequence
 import jax
 
 from daca_jax import configure, parallel
+from daca_jax.parallel.mesh import check_batch_shards, mesh_shape
 from daca_jax.errors import ConfigError
 from daca_jax.planning import analytic
 from daca_jax.planning import traffic as traffic_floors
 from daca_jax.planning.compiled import build, compile_rollout, compile_update, per_device_bytes
-from daca_jax.planning.devices import DEVICES, DeviceSpec, device_spec
-from daca_jax.planning.spec import PlanSpec, check_spec, model_config, train_config
+from daca_jax.planning.devices import DEVICES, DeviceSpec
 from daca_jax.measure import benchmarking as bm
 from daca_jax.types import TrainConfig
 
@@ -105,16 +105,19 @@ def plan_from_config(cfg: TrainConfig, *, prompt_len: int, num_devices: int | No
   Raises:
     ConfigError: a bad field (before any compile), or a device count other than the process's.
   """
-  available = jax.device_count()
-  n = available if num_devices is None else num_devices
-  if n != available:
-    raise ConfigError("num_devices", n, f"the {available} devices this process has (the entry point simulates "
-                      "num_devices CPU devices; set it before jax is imported)")
   configure.validate(cfg)
   if isinstance(prompt_len, bool) or not isinstance(prompt_len, int) or prompt_len <= 0:
     raise ConfigError("prompt_len", prompt_len, "a positive integer (prompt tokens per row)")
+  available = jax.device_count()
+  n = available if num_devices is None else num_devices
   if cfg.parallel.strategy == "none" and n != 1:
     raise ConfigError("parallel.strategy", "none", f"'fsdp' or 'pmap' on {n} devices ('none' runs on one)")
+  if cfg.parallel.strategy != "none":
+    data, fsdp, _ = mesh_shape(cfg.parallel, n)
+    check_batch_shards(cfg.rl.prompts_per_step * cfg.rl.group_size, data, fsdp)
+  if n != available:
+    raise ConfigError("num_devices", n, f"the {available} devices this process has (the entry point simulates "
+                      "num_devices CPU devices; set it before jax is imported)")
   cfg, weight_notes = resolve_rollout_weights(cfg, device)
   built = build(cfg, prompt_len)
   rollout, call_rows, traj = compile_rollout(built)
@@ -156,40 +159,40 @@ def plan_from_config(cfg: TrainConfig, *, prompt_len: int, num_devices: int | No
   }
 
 
-def _passes(spec: PlanSpec) -> tuple[int, int, int]:
+def _passes(cfg: TrainConfig) -> tuple[int, int, int]:
   """(policy passes per update, passes kept at once for the backward, positions scored per pass)."""
-  if train_config(spec).rl.likelihood == "stratified":
-    kept = spec.strata_batch if 0 < spec.strata_batch < spec.num_strata else spec.num_strata
-    return spec.num_strata, kept, -(-spec.gen_length // spec.num_strata)
-  return 1, 1, spec.gen_length
+  k, kept, length = cfg.likelihood.stratified.num_strata, cfg.likelihood.strata_batch, cfg.rollout.gen_length
+  if cfg.rl.likelihood == "stratified":
+    return k, kept if 0 < kept < k else k, -(-length // k)
+  return 1, 1, length
 
 
-def run_plan(spec: PlanSpec, available_devices: int | None = None) -> dict[str, Any]:
-  """The plan of a :class:`PlanSpec` (:func:`plan_from_config` of its :func:`train_config`), with the
-  spec and the analytic counts it is checked against.
+def run_plan(cfg: TrainConfig, *, prompt_len: int, num_devices: int | None = None, device: DeviceSpec | None = None,
+             spec: dict[str, Any] | None = None) -> dict[str, Any]:
+  """:func:`plan_from_config` of ``cfg`` with the analytic counts it is checked against (memory and
+  FLOPs of one rollout call and one micro-batch) and ``spec``, the setting as its caller names it
+  (``experiments/plan.py``'s flags, :func:`daca_jax.planning.spec.spec_record`).
 
   Raises:
-    ConfigError: from :func:`check_spec`, before any compile.
+    ConfigError: from :func:`plan_from_config`, before any compile.
   """
-  check_spec(spec, available_devices)
-  record = plan_from_config(train_config(spec), prompt_len=spec.prompt_len, num_devices=spec.num_devices,
-                            device=device_spec(spec.device))
-  cfg = model_config(spec)
-  rcfg = train_config(spec).rollout
-  passes, kept, scored = _passes(spec)
-  records = train_config(spec).rl.credit == "dps"
-  est = analytic.analytic_memory(cfg, rcfg, batch=spec.batch, prompt_len=spec.prompt_len,
-                                 devices=spec.num_devices, fsdp=spec.strategy == "fsdp",
-                                 lora_rank=spec.lora_rank, passes=kept, scored_per_pass=scored,
-                                 remat=spec.remat, grad_agreement=spec.grad_agreement, records=records)
-  seq = spec.prompt_len + spec.gen_length
-  rollout_flops = bm.rollout_flops(cfg, rcfg, spec.batch, spec.prompt_len, rcfg.steps, records=records)
-  upd_flops = spec.num_iterations * analytic.update_flops(
-      cfg, batch=spec.batch, seq=seq, passes=passes, scored=scored, lora=bool(spec.lora_rank),
-      remat=spec.remat, reference=spec.beta > 0, old_policy_passes=0) + (spec.num_iterations - 1) * (
-      passes * (bm.forward_flops(cfg, spec.batch, seq)))
-  n = spec.num_devices
-  return dict(record, spec=dataclasses.asdict(spec), analytic=dataclasses.asdict(est),
+  record = plan_from_config(cfg, prompt_len=prompt_len, num_devices=num_devices, device=device)
+  n = record["setting"]["num_devices"]
+  model, rcfg, rl = cfg.model, cfg.rollout, cfg.rl
+  batch = rl.prompts_per_step * rl.group_size
+  passes, kept, scored = _passes(cfg)
+  records = rl.credit == "dps"
+  est = analytic.analytic_memory(model, rcfg, batch=batch, prompt_len=prompt_len, devices=n,
+                                 fsdp=cfg.parallel.strategy == "fsdp", lora_rank=model.lora_rank, passes=kept,
+                                 scored_per_pass=scored, remat=model.remat, grad_agreement=rl.grad_agreement,
+                                 records=records)
+  seq = prompt_len + rcfg.gen_length
+  rollout_flops = bm.rollout_flops(model, rcfg, batch, prompt_len, rcfg.steps, records=records)
+  upd_flops = rl.num_iterations * analytic.update_flops(
+      model, batch=batch, seq=seq, passes=passes, scored=scored, lora=bool(model.lora_rank), remat=model.remat,
+      reference=rl.beta > 0, old_policy_passes=0) + (rl.num_iterations - 1) * passes * bm.forward_flops(
+      model, batch, seq)
+  return dict(record, spec=dict(spec or {}), analytic=dataclasses.asdict(est),
               analytic_flops_per_device={"rollout": rollout_flops / n, "update": upd_flops / n})
 
 

@@ -160,4 +160,47 @@ def resolve_plan_config(config: Mapping[str, Any] | Any, *, num_devices: int, mo
   return cfg, notes + dev_notes + not_planned(cfg, prompt_len, prompt_len_given)
 
 
-__all__ = ["DEFAULT_PROMPT_LEN", "config_only_files", "not_planned", "resolve_plan_config", "task_prompt_len"]
+# experiments/plan.py's flags that apply with --config (every other one sets a field the config sets).
+CONFIG_FLAGS = ("model", "device", "num_devices", "prompt_len")
+
+
+def check_config_flags(given: Mapping[str, Any]) -> None:
+  """Raises ConfigError naming the first of the flags ``given`` (name -> value) that ``--config`` leaves
+  unused (not in :data:`CONFIG_FLAGS`): the run's own field sets it."""
+  unused = [k for k in given if k not in CONFIG_FLAGS]
+  if unused:
+    raise ConfigError(f"--{unused[0]}", given[unused[0]], "unset with --config (set the run's own field, e.g. "
+                      "--config.model.lora_rank=..., --config.rl.grad_accum=...)")
+
+
+def plan_preset(config: Mapping[str, Any] | Any, *, device: str, model: str = "", prompt_len: int | None = None,
+                prompt_len_from_task: bool = False) -> dict[str, Any]:
+  """The plan record of ``config``'s run on this process's (simulated) devices of kind ``device``.
+
+  Args:
+    config, model: as :func:`resolve_plan_config` takes them.
+    prompt_len: P (None: :data:`DEFAULT_PROMPT_LEN`, and the notes say so).
+    prompt_len_from_task: P is :func:`task_prompt_len` of the run (``prompt_len`` must be None).
+  Raises:
+    ConfigError, DataError: a bad field, device kind or checkpoint, before any compile.
+  """
+  import jax
+
+  from daca_jax.planning.devices import device_spec
+  from daca_jax.planning.plan import plan_from_config
+
+  dev = device_spec(device, "--device")
+  if prompt_len_from_task and prompt_len is not None:
+    raise ConfigError("--prompt_len", prompt_len, "unset with --prompt_len_from_task")
+  given = prompt_len is not None or prompt_len_from_task
+  prompt_len = DEFAULT_PROMPT_LEN if prompt_len is None else prompt_len
+  n = jax.device_count()
+  cfg, notes = resolve_plan_config(config, num_devices=n, model=model, prompt_len=prompt_len, prompt_len_given=given)
+  if prompt_len_from_task:
+    prompt_len = task_prompt_len(cfg)
+    notes.append(f"prompt length {prompt_len}: task {cfg.task.name}'s with the run's tokenizer")
+  return plan_from_config(cfg, prompt_len=prompt_len, num_devices=n, notes=notes, device=dev)
+
+
+__all__ = ["CONFIG_FLAGS", "DEFAULT_PROMPT_LEN", "check_config_flags", "config_only_files", "not_planned", "plan_preset", "resolve_plan_config",
+           "task_prompt_len"]

@@ -1,10 +1,14 @@
-"""Text of plan records: the console report of one plan and the markdown table of the paper presets'.
+"""Text of plan records: the console report of one plan and the markdown tables of the sweeps.
 
 :func:`describe` prints what ``experiments/plan.py`` shows for one record; :func:`paper_table` renders a
-results file of :func:`paper_record` entries (``docs/results/paper_plan.json``) as markdown.
+results file of :func:`paper_record` entries (``docs/results/paper_plan.json``) as markdown,
+:func:`sweep_table` one of ``--sweep`` records (``docs/results/plan_results.json``); :func:`render_file`
+either.
 """
 from __future__ import annotations
 
+import json
+import pathlib
 from typing import Any, Iterable, Sequence
 
 from daca_jax.planning.devices import DEVICES, DeviceSpec, device_spec
@@ -155,4 +159,55 @@ def paper_table(data: dict[str, Any], *, mfu: float, usable: float,
   return "\n".join(lines)
 
 
-__all__ = ["PAPER_TARGETS", "describe", "paper_record", "paper_table", "traffic_table"]
+# docs/scaling.md's columns: (title, device kind, the compiled device count it reads).
+TABLE_DEVICES = (("8x H100-80GB", "h100", 8), ("8x H200-141GB", "h200", 8), ("v5p-8 (4 chips)", "v5p", 4),
+                 ("v5e-8", "v5e", 8), ("16x H100 (2 nodes)", "h100", 16), ("v5p-32 (16 chips)", "v5p", 16),
+                 ("64x H100 (8 nodes)", "h100", 64), ("v5p-128 (64 chips)", "v5p", 64))
+
+
+def _best(recs: Sequence[dict[str, Any]], device: DeviceSpec, mfu: float, usable: float
+          ) -> tuple[dict[str, Any], dict[str, Any]]:
+  """(record, assessment) of the fastest setting that fits; when none does, the one closest to fitting."""
+  rated = [(r, assess(r, device, mfu=mfu, usable_fraction=usable)) for r in recs]
+  return max(rated, key=lambda ra: (ra[1]["fits"], -ra[1]["iteration_s"] if ra[1]["fits"]
+                                    else -ra[1]["iteration_peak_gb"]))
+
+
+def sweep_table(data: dict[str, Any], *, mfu: float, usable: float) -> str:
+  """docs/scaling.md's table (markdown) of a ``--sweep`` results file."""
+  lines = [f"Predicted from programs compiled for simulated CPU devices (`python experiments/plan.py "
+           f"--sweep`), not measured. B {data['batch']} sequences per iteration; MFU {mfu} assumed; "
+           f"fits = iteration peak <= {usable:.0%} of HBM. Cells: the fastest compiled setting that fits "
+           f"(else the smallest), its peak GB per device and predicted s per RL iteration (sb: "
+           f"likelihood.strata_batch).", "",
+           "| method | fine-tune | " + " | ".join(c[0] for c in TABLE_DEVICES) + " |",
+           "|---" * (2 + len(TABLE_DEVICES)) + "|"]
+  for method in ("daca", "d1"):
+    for rank in (0, 128):
+      cells = []
+      for _, dev, n in TABLE_DEVICES:
+        recs = [r for r in data["records"] if r["spec"]["method"] == method and r["spec"]["lora_rank"] == rank
+                and r["spec"]["num_devices"] == n]
+        if not recs:
+          cells.append("not compiled")
+          continue
+        r, a = _best(recs, device_spec(dev), mfu, usable)
+        s = r["spec"]
+        setting = f"{s['strategy']} remat {s['remat']}" + (f" sb {s['strata_batch']}" if method == "daca" else "")
+        setting += ", rollout per-layer gathers" if s.get("rollout_weights") == "sharded" else ""
+        verdict = "fits" if a["fits"] else "**does not fit**"
+        cells.append(f"{verdict}: {setting}, {a['iteration_peak_gb']:.1f} GB, {a['iteration_s']:.0f} s")
+      name = "DACA-GRPO (dps, SML K 4)" if method == "daca" else "d1 (uniform, mean-field)"
+      lines.append(f"| {name} | {'full (FSDP)' if rank == 0 else f'LoRA r {rank}'} | " + " | ".join(cells) + " |")
+  return "\n".join(lines)
+
+
+def render_file(path: str | pathlib.Path, *, mfu: float, usable: float) -> str:
+  """The markdown table of a results file: :func:`paper_table` of ``--paper_sweep`` entries, else
+  :func:`sweep_table` of ``--sweep`` records."""
+  data = json.loads(pathlib.Path(path).read_text())
+  return (paper_table if "entries" in data else sweep_table)(data, mfu=mfu, usable=usable)
+
+
+__all__ = ["PAPER_TARGETS", "TABLE_DEVICES", "describe", "paper_record", "paper_table", "render_file",
+           "sweep_table", "traffic_table"]

@@ -1,17 +1,22 @@
-"""What a plan is asked about: model, device, method and the knobs a memory plan turns.
+"""The setting ``experiments/plan.py`` plans without ``--config``: a paper preset plus the flags' fields.
 
-:func:`plan_spec` checks every field before anything is traced or compiled, so a typo costs nothing.
+Every field of the plan is a :class:`~daca_jax.types.TrainConfig` field. ``--method`` picks the preset
+(:data:`METHODS`, a ``configs/paper.py`` name: d1's GSM8K recipe or its DACA arm), :data:`TABLE_SETTING`
+sets the geometry of ``docs/scaling.md``'s table on top, and each flag of :data:`FLAG_FIELDS` given
+replaces its field; ``--model`` gives the architecture (:data:`MODELS`) and ``--layers`` its depth. The
+values are checked once, by the config's own validation (:func:`daca_jax.configure.with_overrides`).
 """
 from __future__ import annotations
 
-import dataclasses
+import functools
+from typing import Any, Callable, Mapping
 
 from daca_jax import configure
 from daca_jax.errors import ConfigError
+from daca_jax.models.hf_import import ARCHITECTURE_FIELDS
 from daca_jax.planning.devices import device_spec
-from daca_jax.types import (CreditConfig, LikelihoodConfig, ModelConfig, ParallelConfig, RLConfig,
-                            RolloutConfig, StratifiedConfig, TrainConfig, dream_7b_config, llada_8b_config,
-                            tiny_config)
+from daca_jax.planning.plan import run_plan
+from daca_jax.types import TrainConfig, dream_7b_config, llada_8b_config, tiny_config
 
 # Model presets: bf16 parameters (what a single-accelerator run of an 8B model can hold).
 MODELS = {
@@ -21,122 +26,90 @@ MODELS = {
     "tiny": lambda: tiny_config(vocab_size=512, d_model=64, n_layers=4, n_heads=4, mlp_dim=128,
                                 mask_token_id=511),
 }
-# Method presets (objective, credit, likelihood): the paper's DACA-GRPO and d1's diffu-GRPO.
-METHODS = {
-    "daca": ("diffu_grpo", "dps", "stratified"),
-    "d1": ("diffu_grpo", "uniform", "mean_field"),
+# --method: the configs/paper.py preset it plans (the paper's DACA-GRPO arm of d1, and d1's diffu-GRPO).
+METHODS = {"daca": "d1_gsm8k_daca", "d1": "d1_gsm8k"}
+# docs/scaling.md's table on top of the preset: B = 8 prompts x 8 = 64 rows sampled in one rollout call
+# and trained in one update of one micro-batch, full fine-tuning (--lora_rank: adapters without dropout),
+# FSDP over every device; P 64 tokens.
+TABLE_SETTING = {"rl.prompts_per_step": 8, "rl.group_size": 8, "rl.num_iterations": 1, "rl.grad_accum": 1,
+                 "rl.rollout_batch": 0, "model.lora_rank": 0, "model.lora_dropout": 0.0,
+                 "parallel.strategy": "fsdp"}
+TABLE_PROMPT_LEN = 64
+# Flags that set a TrainConfig field (flag name -> dotted field).
+FLAG_FIELDS = {
+    "strategy": "parallel.strategy", "rollout_weights": "parallel.rollout_weights",
+    "prompts_per_step": "rl.prompts_per_step", "group_size": "rl.group_size",
+    "gen_length": "rollout.gen_length", "block_length": "rollout.block_length", "steps": "rollout.steps",
+    "num_strata": "likelihood.stratified.num_strata", "strata_batch": "likelihood.strata_batch",
+    "lora_rank": "model.lora_rank", "remat": "model.remat", "logprob_chunk": "model.logprob_chunk",
+    "beta": "rl.beta", "num_iterations": "rl.num_iterations", "grad_agreement": "rl.grad_agreement",
 }
-STRATEGIES = ("fsdp", "pmap", "none")
 
 
-@dataclasses.dataclass(frozen=True)
-class PlanSpec:
-  """One setting to compile.
-
-  Attributes:
-    model: a key of :data:`MODELS`; layers: override of its layer count (0: the model's).
-    device: a key of :data:`daca_jax.planning.devices.DEVICES`; num_devices: devices of the mesh.
-    method: a key of :data:`METHODS`.
-    strategy: ``parallel.strategy`` ("fsdp": the whole mesh on the 'fsdp' axis).
-    prompts_per_step, group_size: B = prompts_per_step x group_size sequences per step.
-    prompt_len, gen_length, block_length, steps: the rollout geometry (d1: L 256, block 32, 128 steps).
-    num_strata: SML's K; strata_batch: SML passes whose activations are kept at once (0: all K).
-    lora_rank: 0 for full fine-tuning, else LoRA adapters of this rank on every projection.
-    remat: ``model.remat``; logprob_chunk: ``model.logprob_chunk``.
-    beta: the KL weight (> 0 adds a reference pass); num_iterations: μ.
-    grad_agreement: ``rl.grad_agreement`` (one more parameter-sized optimizer buffer).
-    rollout_weights: ``parallel.rollout_weights`` ("auto" decides for ``device``'s memory).
-  """
-
-  model: str = "llada_8b"
-  layers: int = 0
-  device: str = "h100"
-  num_devices: int = 8
-  method: str = "daca"
-  strategy: str = "fsdp"
-  prompts_per_step: int = 8
-  group_size: int = 8
-  prompt_len: int = 64
-  gen_length: int = 256
-  block_length: int = 32
-  steps: int = 128
-  num_strata: int = 4
-  strata_batch: int = 0
-  lora_rank: int = 0
-  remat: str = "full"
-  logprob_chunk: int = 0
-  beta: float = 0.04
-  num_iterations: int = 1
-  grad_agreement: bool = True
-  rollout_weights: str = "auto"
-
-  @property
-  def batch(self) -> int:
-    return self.prompts_per_step * self.group_size
+def field_value(cfg: TrainConfig, path: str) -> Any:
+  """The value of the dotted field ``path`` (``"rl.beta"``) of ``cfg``."""
+  return functools.reduce(getattr, path.split("."), cfg)
 
 
-def _choice(field: str, value: str, allowed) -> None:
+def _choice(flag: str, value: str, allowed: Mapping[str, Any]) -> None:
   if value not in allowed:
-    raise ConfigError(field, value, f"one of {sorted(allowed)}")
+    raise ConfigError(flag, value, f"one of {sorted(allowed)}")
 
 
-def check_spec(spec: PlanSpec, available_devices: int | None = None) -> PlanSpec:
-  """Checks ``spec`` (and its :class:`TrainConfig`) before any compile.
+def flag_config(get_config: Callable[[str], Any], *, method: str = "daca", model: str = "llada_8b", layers: int = 0,
+                num_devices: int = 1, **fields: Any) -> TrainConfig:
+  """The TrainConfig of a flag setting.
 
   Args:
-    available_devices: devices of the process (simulated ones included); must equal
-      ``num_devices`` when given.
+    get_config: ``configs/paper.py``'s ``get_config`` (preset name -> ConfigDict).
+    method: a key of :data:`METHODS`; model: a key of :data:`MODELS`; layers: its layer count (0: its own).
+    num_devices: devices of the mesh (``parallel.fsdp`` with ``parallel.strategy="fsdp"``).
+    **fields: flags of :data:`FLAG_FIELDS` (None: the preset's value with :data:`TABLE_SETTING`).
   Raises:
-    ConfigError: the first field that is wrong, with its value and what is allowed.
+    ConfigError: an unknown method, model or flag, or a field value the config refuses.
   """
-  _choice("model", spec.model, MODELS)
-  device_spec(spec.device, "device")
-  _choice("method", spec.method, METHODS)
-  _choice("strategy", spec.strategy, STRATEGIES)
-  _choice("rollout_weights", spec.rollout_weights, ("auto", "gathered", "sharded"))
-  for name in ("num_devices", "prompts_per_step", "group_size", "prompt_len", "gen_length", "block_length",
-               "steps", "num_strata", "num_iterations"):
-    v = getattr(spec, name)
-    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-      raise ConfigError(name, v, "a positive integer")
-  for name in ("layers", "strata_batch", "lora_rank", "logprob_chunk"):
-    v = getattr(spec, name)
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-      raise ConfigError(name, v, "an integer >= 0")
-  if available_devices is not None and spec.num_devices != available_devices:
-    raise ConfigError("num_devices", spec.num_devices,
-                      f"the {available_devices} devices this process has (the entry point simulates "
-                      "num_devices CPU devices; set it before jax is imported)")
-  if spec.strategy == "none" and spec.num_devices != 1:
-    raise ConfigError("strategy", spec.strategy, f"'fsdp' or 'pmap' on {spec.num_devices} devices "
-                      "('none' runs on one device)")
-  if spec.batch % spec.num_devices:
-    raise ConfigError("prompts_per_step * group_size", spec.batch,
-                      f"a multiple of num_devices={spec.num_devices} (every device takes B / n rows)")
-  configure.validate(train_config(spec))
-  return spec
+  _choice("method", method, METHODS)
+  _choice("model", model, MODELS)
+  unknown = sorted(set(fields) - set(FLAG_FIELDS))
+  if unknown:
+    raise ConfigError(unknown[0], fields[unknown[0]], f"one of {sorted(FLAG_FIELDS)}")
+  if isinstance(layers, bool) or not isinstance(layers, int) or layers < 0:
+    raise ConfigError("layers", layers, "an integer >= 0 (0: the model's own)")
+  arch = MODELS[model]()
+  overrides = {f"model.{f}": getattr(arch, f) for f in ARCHITECTURE_FIELDS + ("dtype", "param_dtype")}
+  if layers:
+    overrides["model.n_layers"] = layers
+  overrides.update(TABLE_SETTING)
+  overrides.update({FLAG_FIELDS[k]: v for k, v in fields.items() if v is not None})
+  if overrides["parallel.strategy"] == "fsdp":
+    overrides["parallel.fsdp"] = num_devices
+  cfg = configure.train_config_from_dict(get_config(METHODS[method]))
+  return configure.with_overrides(cfg, list(overrides.items()))
 
 
-def model_config(spec: PlanSpec) -> ModelConfig:
-  """The spec's :class:`ModelConfig` (layers, remat, LoRA and logprob_chunk applied)."""
-  overrides = dict(remat=spec.remat, logprob_chunk=spec.logprob_chunk, lora_rank=spec.lora_rank)
-  if spec.layers:
-    overrides["n_layers"] = spec.layers
-  return dataclasses.replace(MODELS[spec.model](), **overrides)
+def spec_record(cfg: TrainConfig, *, method: str, model: str, layers: int, device: str, num_devices: int,
+                prompt_len: int) -> dict[str, Any]:
+  """The flag setting of ``cfg`` as a plan record's ``spec`` (every flag and its value), which the
+  ``--sweep`` table and resume read."""
+  return dict(model=model, layers=layers, device=device, num_devices=num_devices, method=method,
+              prompt_len=prompt_len, **{k: field_value(cfg, f) for k, f in FLAG_FIELDS.items()})
 
 
-def train_config(spec: PlanSpec) -> TrainConfig:
-  """The :class:`TrainConfig` whose rollout and update the plan compiles."""
-  objective, credit, likelihood = METHODS[spec.method]
-  fsdp = spec.num_devices if spec.strategy == "fsdp" else 1
-  return TrainConfig(
-      model=model_config(spec),
-      rollout=RolloutConfig(gen_length=spec.gen_length, block_length=spec.block_length, steps=spec.steps),
-      credit=CreditConfig(),
-      # d1's setting (GSM8K at LLaDA-8B) masks 15% of the prompt in the likelihood passes.
-      likelihood=LikelihoodConfig(stratified=StratifiedConfig(num_strata=spec.num_strata),
-                                  strata_batch=spec.strata_batch, p_mask_prompt=0.15),
-      rl=RLConfig(objective=objective, credit=credit, likelihood=likelihood,
-                  prompts_per_step=spec.prompts_per_step, group_size=spec.group_size, beta=spec.beta,
-                  num_iterations=spec.num_iterations, grad_agreement=spec.grad_agreement),
-      parallel=ParallelConfig(strategy=spec.strategy, fsdp=fsdp, rollout_weights=spec.rollout_weights))
+def plan_flags(get_config: Callable[[str], Any], *, device: str = "h100", num_devices: int = 1,
+               prompt_len: int = TABLE_PROMPT_LEN, method: str = "daca", model: str = "llada_8b", layers: int = 0,
+               **fields: Any) -> dict[str, Any]:
+  """The plan record (:func:`daca_jax.planning.plan.run_plan`) of a flag setting (:func:`flag_config`) on
+  ``num_devices`` devices of kind ``device``, with its :func:`spec_record`.
+
+  Raises:
+    ConfigError: a bad flag or field (before any compile), or a device count other than the process's.
+  """
+  dev = device_spec(device, "device")
+  cfg = flag_config(get_config, method=method, model=model, layers=layers, num_devices=num_devices, **fields)
+  spec = spec_record(cfg, method=method, model=model, layers=layers, device=dev.name, num_devices=num_devices,
+                     prompt_len=prompt_len)
+  return run_plan(cfg, prompt_len=prompt_len, num_devices=num_devices, device=dev, spec=spec)
+
+
+__all__ = ["FLAG_FIELDS", "METHODS", "MODELS", "TABLE_PROMPT_LEN", "TABLE_SETTING", "field_value", "flag_config",
+           "plan_flags", "spec_record"]

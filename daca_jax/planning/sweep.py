@@ -1,0 +1,94 @@
+"""The settings ``experiments/plan.py --sweep`` and ``--paper_sweep`` plan, one process each.
+
+Each setting is compiled by the script itself in a fresh process (its own set of simulated devices) and
+appended to the results file, so a sweep resumes where it stopped: a setting already there is kept.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import subprocess
+import time
+from typing import Any, Mapping, Sequence
+
+from daca_jax.io_utils import atomic_write_json
+from daca_jax.planning.report import PAPER_TARGETS, paper_record
+
+# docs/scaling.md's table: (num_devices, method, lora_rank, extra flags). 8 devices serve the 8-GPU nodes
+# and v5e-8; 4 devices are a v5p-8 slice (4 chips); 16 and 64 devices are 2 and 8 GPU nodes or a v5p-32 /
+# v5p-128 slice (B 64: one sequence per device at 64).
+SWEEP = ([(n, m, r, {}) for n in (8, 4) for m in ("daca", "d1") for r in (0, 128)]
+         # candidates: SML keeping one stratum's activations at a time; two 8-GPU nodes / a v5p-32
+         + [(n, "daca", r, {"strata_batch": 1}) for n in (8, 4) for r in (0, 128)]
+         # the rollout gathering each layer per model call: for devices too small to hold the gathered
+         # model beside the rest (v5e-8, whose column reads the 8-device settings planned for an H100)
+         + [(8, m, r, {"rollout_weights": "sharded"}) for m in ("daca", "d1") for r in (0, 128)]
+         + [(8, "daca", r, {"strata_batch": 1, "rollout_weights": "sharded"}) for r in (0, 128)]
+         + [(n, m, r, {}) for n in (16, 64) for m in ("daca", "d1") for r in (0, 128)])
+# Flags of the --sweep command passed on to each setting's process.
+FORWARDED = ("model", "prompts_per_step", "group_size", "remat")
+# The paper table's arms: each base method as released and with DACA.
+PAPER_ARMS = ("", "daca")
+
+
+def paper_presets(bases: Sequence[str], no_arms: Mapping[str, tuple[Sequence[str], str]],
+                  task: str = "gsm8k") -> tuple[str, ...]:
+  """The presets of the paper table (``configs/paper.py`` names): each of ``bases`` x :data:`PAPER_ARMS`
+  on ``task``, arm-major, but for the arms ``no_arms`` refuses (``configs/paper.py:NO_ARMS``)."""
+  return tuple(f"{base}_{task}" + (f"_{arm}" if arm else "") for arm in PAPER_ARMS for base in bases
+               if arm not in no_arms.get(base, ((), ""))[0])
+
+
+def _sweep_key(n: int, method: str, rank: int, extra: Mapping[str, Any]) -> str:
+  return json.dumps([n, method, rank, sorted(extra.items())])
+
+
+def sweep(out: str, command: Sequence[str], flags: Mapping[str, Any] | None = None) -> None:
+  """Compiles every :data:`SWEEP` setting not yet in ``out`` and appends it there.
+
+  Args:
+    out: the results file (JSON: ``batch`` and the plan ``records``).
+    command: the plan script's argv prefix (``[python, experiments/plan.py]``).
+    flags: further flags of every setting (a setting's own extra flags win).
+  """
+  path = pathlib.Path(out)
+  part = pathlib.Path(f"{out}.part")
+  records = json.loads(path.read_text())["records"] if path.exists() else []
+  done = {_sweep_key(r["spec"]["num_devices"], r["spec"]["method"], r["spec"]["lora_rank"],
+                     {k: r["spec"][k] for k in ("strata_batch", "rollout_weights")
+                      if r["spec"].get(k, "auto") not in (0, "auto")}) for r in records}
+  for n, method, rank, extra in SWEEP:
+    if _sweep_key(n, method, rank, extra) in done:
+      continue
+    args = [*command, f"--num_devices={n}", f"--method={method}", f"--lora_rank={rank}", f"--json={part}"]
+    args += [f"--{k}={v}" for k, v in {**(flags or {}), **extra}.items()]
+    t0 = time.perf_counter()
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
+    records.append(json.loads(part.read_text()))
+    print(f"compiled {n} devices {method} LoRA {rank}: {time.perf_counter() - t0:.0f} s", flush=True)
+    atomic_write_json(out, {"batch": records[-1]["setting"]["update_rows"], "records": records})
+  part.unlink(missing_ok=True)
+
+
+def paper_sweep(out: str, command: Sequence[str], config_file: str, presets: Sequence[str]) -> None:
+  """Plans every ``presets`` x :data:`~daca_jax.planning.report.PAPER_TARGETS` setting not yet in ``out``
+  (``--config=<config_file>:<preset>``) and appends it there."""
+  path = pathlib.Path(out)
+  part = pathlib.Path(f"{out}.part")
+  entries = json.loads(path.read_text())["entries"] if path.exists() else []
+  done = {(e["preset"], e["device"], e["plan"]["setting"]["num_devices"]) for e in entries}
+  for preset in presets:
+    for _, dev, n in PAPER_TARGETS:
+      if (preset, dev, n) in done:
+        continue
+      t0 = time.perf_counter()
+      subprocess.run([*command, f"--config={config_file}:{preset}", f"--num_devices={n}", f"--device={dev}",
+                      f"--json={part}"], check=True, stdout=subprocess.DEVNULL)
+      entries.append(paper_record(preset, dev, json.loads(part.read_text())))
+      part.unlink()
+      print(f"planned {preset} on {n}x {dev}: {time.perf_counter() - t0:.0f} s", flush=True)
+      atomic_write_json(out, {"command": "python experiments/plan.py --paper_sweep --json=" + out,
+                              "entries": entries})
+
+
+__all__ = ["FORWARDED", "PAPER_ARMS", "SWEEP", "paper_presets", "paper_sweep", "sweep"]

@@ -1,0 +1,134 @@
+"""What ``experiments/reproduce.py`` runs: its config files and study arms loaded, the cells its flags ask
+for, and the files a grid writes (``grid.md``, ``grid.png``, ``results.json``, a variants file).
+
+The grid itself (cells, shared warm starts, the summary) is :mod:`daca_jax.reports.reproduce`.
+"""
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import types
+from typing import Any, Mapping, Sequence
+
+from daca_jax.configure import train_config_from_dict
+from daca_jax.errors import ConfigError
+from daca_jax.io_utils import atomic_write_json, atomic_write_text
+from daca_jax.reports import reproduce as rp
+from daca_jax.reports import variant_runs
+from daca_jax.types import TrainConfig
+
+# What results.json keeps of each finished cell.
+CELL_FIELDS = ("eval_before", "eval_after", "val_before", "val_after", "reward_trend", "grad_agreement", "timings")
+
+
+def load_module(path: str, flag: str) -> types.ModuleType:
+  """The Python file ``path`` as a module (``flag`` names it in the error).
+
+  Raises:
+    ConfigError: not an existing file.
+  """
+  file = pathlib.Path(path)
+  if not file.is_file():
+    raise ConfigError(flag, path, "an existing Python file (configs/*.py)")
+  module_spec = importlib.util.spec_from_file_location(file.stem, file)
+  module = importlib.util.module_from_spec(module_spec)
+  module_spec.loader.exec_module(module)
+  return module
+
+
+def load_config(spec: str) -> TrainConfig:
+  """The TrainConfig of ``path[:preset]`` (a ``--configs`` entry)."""
+  path, _, preset = spec.partition(":")
+  module = load_module(path, "--configs")
+  return train_config_from_dict(module.get_config(preset) if preset else module.get_config())
+
+
+def check_args(workdir: str | None, lists: Mapping[str, Sequence[str]]) -> list[int]:
+  """Checks the command's output folder and comma-separated lists (``{"--seeds": [...], ...}``); returns
+  the seeds.
+
+  Raises:
+    ConfigError: no ``workdir``, an empty list, or a seed that is not an integer >= 0.
+  """
+  if not workdir:
+    raise ConfigError("--workdir", "", "an output directory")
+  for name, values in lists.items():
+    if not values:
+      raise ConfigError(name, "", "a non-empty comma-separated list")
+  seeds = lists.get("--seeds", [])
+  if not all(s.strip().isdigit() for s in seeds):
+    raise ConfigError("--seeds", ",".join(seeds), "comma-separated integers >= 0")
+  return [int(s) for s in seeds]
+
+
+def task_configs(specs: Sequence[str], preset: str, num_val_examples: int | None = None) -> dict[str, TrainConfig]:
+  """``task name -> config`` of each ``--configs`` entry under the grid preset ``preset``
+  (:data:`daca_jax.reports.reproduce.PRESETS`), with ``task.num_val_examples`` when given."""
+  configs = {}
+  for spec in specs:
+    cfg = load_config(spec)
+    if num_val_examples is not None:
+      cfg = rp.with_overrides(cfg, [("task.num_val_examples", num_val_examples)])
+    configs[cfg.task.name] = rp.PRESETS[preset](cfg)
+  return configs
+
+
+def requested_cells(configs: Mapping[str, TrainConfig], seeds: Sequence[int], *, bases: Sequence[str],
+                    arms: Sequence[str], study: str | None = None, arms_given: bool = False) -> list[rp.Cell]:
+  """The cells of the command: ``study``'s arms (a file whose ``get_arms()`` names arms by overrides; with
+  ``arms_given``, only ``arms`` of them), else each ``base[:arm/arm]`` of ``bases`` with ``arms``.
+
+  Raises:
+    ConfigError: an unknown arm or base, or a study override the configs refuse (before any work).
+  """
+  if study:
+    named = load_module(study, "--study").get_arms()
+    if arms_given:  # a subset of the study's arms
+      unknown = [a for a in arms if a not in named]
+      if unknown:
+        raise ConfigError("--arms", ",".join(unknown), f"arms of {study}: {list(named)}")
+      named = {a: named[a] for a in arms}
+    for overrides in named.values():
+      for c in configs.values():  # a bad override: a clear error before any work
+        rp.with_overrides(c, overrides)
+    return rp.study_grid(list(configs), seeds, named)
+  cells = []
+  for spec in bases:
+    base, _, own = spec.partition(":")
+    base_arms = own.split("/") if own else list(arms)
+    for arm in base_arms:
+      rp.arm_methods(base, arm)  # unknown arm or base: a clear error before any work
+    cells += rp.grid(list(configs), [base], seeds, arms=base_arms)
+  return cells
+
+
+def write_grid(work: pathlib.Path, preset: str, cells: Sequence[rp.Cell], results: Mapping[str, dict[str, Any]]
+               ) -> tuple[list[rp.Cell], str]:
+  """Writes ``grid.md``, ``grid.png`` and ``results.json`` of the finished cells into ``work``; returns
+  those cells and the markdown table."""
+  done = [c for c in cells if c.key in results]
+  rows = rp.summarize(done, results)
+  table = rp.markdown(rows)
+  atomic_write_text(work / "grid.md", table + "\n")
+  rp.plot(rows, work / "grid.png")
+  atomic_write_json(work / "results.json", {
+      "preset": preset, "rows": rows,
+      "cells": {c.key: {k: results[c.key][k] for k in CELL_FIELDS if k in results[c.key]} for c in done}})
+  return done, table
+
+
+def write_variants(path: pathlib.Path, cells: Sequence[rp.Cell], work: pathlib.Path, *, preset: str,
+                   sealed_test: bool = False) -> None:
+  """The finished ``cells`` as a variants file at ``path`` (:mod:`daca_jax.reports.variant_runs`), each
+  run's per-example outcomes copied into ``<path stem>/`` beside it."""
+  lists = {}
+  for c in cells:
+    lists.setdefault(variant_runs.list_key(c.task), []).append(variant_runs.variants_run(
+        work / "cells" / c.key, arm=c.arm, seed=c.seed, overrides=c.overrides, metric=rp.primary_metric(c.task),
+        folder=path.parent, outcomes_dir=path.parent / path.stem, sealed_test=sealed_test))
+  variant_runs.write_variants(path, lists, what=f"experiments/reproduce.py grid {work} (--preset={preset})"
+                              + (", test set sealed" if sealed_test else ""))
+
+
+__all__ = ["CELL_FIELDS", "check_args", "load_config", "load_module", "requested_cells", "task_configs",
+           "write_grid", "write_variants"]

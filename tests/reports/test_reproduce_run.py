@@ -1,0 +1,58 @@
+"""experiments/reproduce.py's library (daca_jax.reports.reproduce_run): its checks, the cells its flags ask
+for and the files a grid writes."""
+import json
+import pathlib
+
+import pytest
+
+from daca_jax.errors import ConfigError
+from daca_jax.reports import reproduce_run as rr
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("workdir, lists, match", [
+    ("", {"--seeds": ["0"]}, "--workdir"),
+    ("w", {"--configs": [], "--seeds": ["0"]}, "--configs.*non-empty"),
+    ("w", {"--seeds": ["0", "x"]}, "--seeds.*integers"),
+])
+def test_check_args_names_the_flag(workdir, lists, match):
+  with pytest.raises(ConfigError, match=match):
+    rr.check_args(workdir, lists)
+
+
+def test_check_args_returns_the_seeds():
+  assert rr.check_args("w", {"--seeds": ["3", " 4"]}) == [3, 4]
+
+
+def test_cells_of_bases_with_their_own_arms_and_of_a_study(tmp_path):
+  configs = rr.task_configs([str(ROOT / "configs/sudoku_tiny.py") + ":smoke"], "quick", num_val_examples=8)
+  assert list(configs) == ["sudoku4x4"] and configs["sudoku4x4"].task.num_val_examples == 8
+  cells = rr.requested_cells(configs, [0, 1], bases=["diffu_grpo", "rldf:base"], arms=["base", "+DPS"])
+  assert sorted({(c.base, c.arm) for c in cells}) == [("diffu_grpo", "+DPS"), ("diffu_grpo", "base"), ("rldf", "base")]
+  assert len(cells) == 6
+  with pytest.raises(ValueError, match="arm"):
+    rr.requested_cells(configs, [0], bases=["wd1"], arms=["+XYZ"])
+  study = str(ROOT / "configs/credit_study.py")
+  cells = rr.requested_cells(configs, [0], bases=["wd1"], arms=["base"], study=study, arms_given=True)
+  assert [(c.arm, c.base) for c in cells] == [("base", cells[0].base)] and cells[0].overrides
+  with pytest.raises(ConfigError, match="--arms"):
+    rr.requested_cells(configs, [0], bases=[], arms=["nope"], study=study, arms_given=True)
+  bad = tmp_path / "study.py"
+  bad.write_text("def get_arms():\n  return {'x': [('rl.nope', 1)]}\n")
+  with pytest.raises(ConfigError, match="rl.nope"):
+    rr.requested_cells(configs, [0], bases=[], arms=[], study=str(bad))
+  with pytest.raises(ConfigError, match="--study"):
+    rr.requested_cells(configs, [0], bases=[], arms=[], study=str(tmp_path / "missing.py"))
+
+
+def test_write_grid_keeps_the_finished_cells(tmp_path):
+  cells = rr.rp.grid(["sudoku4x4"], ["diffu_grpo"], [0, 1], arms=("base",))
+  results = {cells[0].key: {"eval_before": {"strict_solved": 0.2}, "eval_after": {"strict_solved": 0.3},
+                            "timings": {"rl_s": 1.0}, "other": 1}}
+  done, table = rr.write_grid(tmp_path, "quick", cells, results)
+  assert done == cells[:1] and "sudoku4x4" in table
+  assert (tmp_path / "grid.md").read_text() == table + "\n" and (tmp_path / "grid.png").exists()
+  written = json.loads((tmp_path / "results.json").read_text())
+  assert written["preset"] == "quick" and list(written["cells"]) == [cells[0].key]
+  assert set(written["cells"][cells[0].key]) == {"eval_before", "eval_after", "timings"}
