@@ -27,7 +27,7 @@ import shlex
 from typing import Mapping, Sequence
 
 from daca_jax.io_utils import atomic_write_text
-from daca_jax.reports.table_commands import ROOT, TAIL_CHARS, Output, TableError, run_commands, serve
+from daca_jax.reports.table_commands import ROOT, TAIL_CHARS, TIMEOUT_S, Output, TableError, run_commands, serve
 
 DOC_GLOBS = ("README.md", "docs/**/*.md")
 OPEN_MARK, CLOSE_MARK = "<!-- table: ", "<!-- /table -->"
@@ -248,6 +248,5 @@ def refresh_docs(paths: Sequence[str | pathlib.Path] | None = None, *, root: pat
   return Report(len(every), stale)
 
 
-__all__ = ["Block", "DOC_GLOBS", "Output", "Report", "Stale", "TableError", "doc_files", "expected_body",
-           "find_blocks", "parse_command", "refresh_docs", "refresh_text", "run_commands", "serve",
-           "short_diff"]
+__all__ = ["Block", "DOC_GLOBS", "TIMEOUT_S", "Output", "Report", "Stale", "TableError", "doc_files", "expected_body",
+           "find_blocks", "parse_command", "refresh_docs", "refresh_text", "run_commands", "serve", "short_diff"]

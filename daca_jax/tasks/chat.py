@@ -19,21 +19,22 @@
 
 A template from the internet is an untrusted program, so it also runs under bounds that transformers
 does not set (:func:`daca_jax.tasks.chat_environment.environment`): at most :data:`MAX_RENDER_SECONDS`
-of wall time, at most :data:`MAX_RENDER_CHARS` characters of output and of any value it builds, every ``for`` loop counted
-item by item. A value's size counts what it holds through nested lists, dicts and namespaces (a list
-of one long string repeated is as large as its ``join``), so that no value, and nothing a template
-keeps across loop items (namespaces, ``{% set %}`` blocks, macro output, ``~``), can outgrow the
-bound; and an operation whose inputs already promise a result above :data:`MAX_CALL_ESTIMATE` (``*``,
-``+``, ``%`` and ``format`` widths, ``s.replace('', s)``, ``s|indent(10**6)``, an integer product above
-:data:`MAX_INT_BITS` bits) is refused before it runs, so that memory stays within a few times the
-bound. Jinja's ``lipsum`` global is removed (it loops in Python out of the time bound's reach). The
-checks run inside the rendering process, at every loop item, call, attribute or item access, operator,
-filter and output chunk: a template has no other way to spend time (Jinja has no ``while``; ``range`` is
-capped by the sandbox; calls nest at most :data:`MAX_RENDER_DEPTH` deep), so each bound is hit within one
-loop item of being exceeded. A subprocess with a timeout would bound the same things, but costs a
-process per prompt (tens of milliseconds each, thousands per evaluation) and cannot share the
-compiled template. Every failure (syntax, an undefined name used, a sandbox refusal, recursion,
-``raise_exception``, a bound) is one :class:`~daca_jax.errors.DataError` naming the template's file.
+of wall time, at most :data:`MAX_RENDER_CHARS` characters of output and of any value it builds, every
+``for`` loop counted item by item. A value's size counts what it holds through nested lists, dicts and
+namespaces (a list of one long string repeated is as large as its ``join``), so that no value, and
+nothing a template keeps across loop items (namespaces, ``{% set %}`` blocks, macro output, ``~``), can
+outgrow the bound; and an operation whose inputs already promise a result above
+:data:`MAX_CALL_ESTIMATE` (``*``, ``+``, ``%`` and ``format`` widths, ``s.replace('', s)``,
+``s|indent(10**6)``, an integer product above :data:`MAX_INT_BITS` bits) is refused before it runs, so
+that memory stays within a few times the bound. Jinja's ``lipsum`` global is removed (it loops in Python
+out of the time bound's reach). The checks run inside the rendering process, at every loop item, call,
+attribute or item access, operator, filter and output chunk: a template has no other way to spend time
+(Jinja has no ``while``; ``range`` is capped by the sandbox; calls nest at most :data:`MAX_RENDER_DEPTH`
+deep), so each bound is hit within one loop item of being exceeded. A subprocess with a timeout would
+bound the same things, but costs a process per prompt (tens of milliseconds each, thousands per
+evaluation) and cannot share the compiled template. Every failure (syntax, an undefined name used, a
+sandbox refusal, recursion, ``raise_exception``, a bound) is one :class:`~daca_jax.errors.DataError`
+naming the template's file.
 
 :data:`LLADA_CHAT_TEMPLATE` is LLaDA-8B-Instruct's released template; the byte tokenizer of the tiny
 models renders it with an empty ``bos_token`` (its BOS is an id the tokenizer puts first), which gives
