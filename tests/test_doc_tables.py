@@ -3,7 +3,6 @@
 clear; table files (daca_jax.reports.table_files) render and validate."""
 import json
 import os
-import pathlib
 import re
 import subprocess
 import sys
@@ -11,7 +10,7 @@ import sys
 import pytest
 
 from daca_jax.errors import DataError
-from daca_jax.reports import doc_tables as dt
+from daca_jax.reports import doc_tables as dt, table_commands
 from daca_jax.reports.table_files import read_table_file, render_table
 
 ROOT = dt.ROOT
@@ -138,7 +137,8 @@ def test_a_failing_command_is_reported_with_its_stderr_before_any_file_is_writte
 
 
 def test_the_subprocess_fallback_runs_a_command_as_the_fork_does():
-  out = dt._run_subprocess(("python", "experiments/tables.py", "--render=docs/results/grader_bombs.json"), ROOT, 120)
+  out = table_commands._run_subprocess(
+      ("python", "experiments/tables.py", "--render=docs/results/grader_bombs.json"), ROOT, 120)
   assert out.returncode == 0 and out.stdout.rstrip("\n") == render_table(read_table_file(
       ROOT / "docs/results/grader_bombs.json"))
 

@@ -3,6 +3,9 @@ K/V-cached one (:mod:`daca_jax.diffusion.fast`): the :class:`Trajectory` a rollo
 commit schedule, the decode state, one remasking step, block skipping and the trajectory records.
 
 Behaviour, PRNG use and memory layout are described in :mod:`daca_jax.diffusion.rollout`.
+
+Why one module over 350 lines: its pieces are the one decode loop that two samplers share (the state, the
+step, block skipping and the records change together), so they stay in one place.
 """
 from __future__ import annotations
 

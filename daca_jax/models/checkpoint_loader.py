@@ -22,6 +22,10 @@ it to ``param_dtype`` and transposes torch's ``[out, in]`` to the kernels' ``[in
 therefore holds at most one parameter's addressable shards at a time (under FSDP over n local devices,
 one layer stack of one parameter; on a multi-host mesh each process reads only its own devices'
 slices), and with a bf16 checkpoint and ``param_dtype="bfloat16"`` no float32 copy ever exists.
+
+Why one module over 350 lines: validating the folder, checking its tensors against the config and reading
+them slice by slice all work on one parsed view of the folder (:class:`CheckpointFiles`), and each check
+guards the read that follows it.
 """
 from __future__ import annotations
 

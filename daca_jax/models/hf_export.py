@@ -22,6 +22,9 @@ The inverse of :mod:`daca_jax.models.hf_import`, for two products:
 
 Both read the source folder lazily, one tensor at a time, and write one shard at a time: the host
 holds the trained parameters once plus one shard.
+
+Why one module over 350 lines: both products read the source folder through the same lazy reader and
+tensor-name mapping; together they are one job, the inverse of the import.
 """
 from __future__ import annotations
 

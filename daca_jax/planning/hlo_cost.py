@@ -28,6 +28,9 @@ The per-body analysis uses two jaxlib entry points that are not public API
 missing or fail, the whole program's ``cost_analysis()`` is returned with ``exact_loops=False``.
 A backend whose own analysis already multiplies loop bodies by their trip counts (detected once per
 backend with a loop of known cost, :func:`backend_counts_trips`) is used as it is.
+
+Why one module (about 350 lines, at the bound): costing loops and counting collectives share one parse of the
+compiled module's text (:func:`_parse`).
 """
 from __future__ import annotations
 

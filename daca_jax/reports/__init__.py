@@ -6,7 +6,8 @@
   :mod:`~daca_jax.reports.variant_runs` (a grid's finished jobs as a variants file) and
   :mod:`~daca_jax.reports.paired` (paired bootstrap and seed-level intervals over per-example outcomes).
 * :mod:`~daca_jax.reports.table_files` (results tables as files) and :mod:`~daca_jax.reports.doc_tables`
-  (the marked tables of README.md and docs/ equal their commands' output; ``experiments/tables.py``).
+  (the marked tables of README.md and docs/ equal their commands' output; ``experiments/tables.py``; the
+  commands run through :mod:`~daca_jax.reports.table_commands`).
 
 Layering: above :mod:`daca_jax.run` (the grid runs the main job, the tables read its workdirs) and
 :mod:`daca_jax.evaluation` (per-example outcomes); nothing below imports this package

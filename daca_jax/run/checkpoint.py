@@ -29,154 +29,38 @@ Typical use::
   ckpt.save(step, state, metadata={"config": cfg.to_dict(), "data_pos": pos})
   ...
   ckpt.close()  # waits for the last asynchronous save
+It stays one module over 350 lines on purpose: it is the only module that imports orbax, so every orbax call
+(the :class:`Checkpointer`'s steps and the one-off pytrees) is here. Checksums are in
+:mod:`daca_jax.run.checkpoint_integrity`, the on-disk layout and orbax's errors in
+:mod:`daca_jax.run.checkpoint_files`.
 """
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import logging
 import os
 import pathlib
-import re
 import shutil
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
 from daca_jax.run import checkpoint_noise
-from daca_jax.run.checksum import tree_checksum
-from daca_jax.errors import DataError
+from daca_jax.run.checkpoint_files import (TMP_MARKER, check_json, is_committed, orbax_errors, remove_unfinished,
+                                           short_error)
+from daca_jax.run.checkpoint_integrity import INTEGRITY_KEY, CorruptCheckpointError, entries, integrity, layout, verify
 from daca_jax.parallel.distributed import sync_processes
+
+__all__ = ["Checkpointer", "CorruptCheckpointError", "load_entry", "load_pytree", "pytree_exists", "save_pytree",
+           "verify_entry"]
 
 PyTree = Any
 
-# Orbax writes this file into a step directory right before the atomic rename.
-_COMMIT_FILE = "commit_success.txt"
-# Orbax's temporary directories: ``<name>.orbax-checkpoint-tmp`` (optionally ``-<timestamp>``).
-_TMP_MARKER = ".orbax-checkpoint-tmp"
-_STEP_DIR_RE = re.compile(r"^(0|[1-9]\d*)$")
-
-# Reserved metadata key: per entry of the state, the checksum of its values and a digest of its
-# leaves' dtypes and shapes (``{"params": {"checksum": ..., "layout": ...}, ...}``).
-_INTEGRITY_KEY = "__state_integrity__"
-
 _log = logging.getLogger(__name__)
 
-
-class CorruptCheckpointError(DataError):
-  """A checkpoint cannot be read back as saved: its files cannot be read or decoded, or the restored
-  values do not match the checksum stored when it was saved."""
-
-
-def _layout(tree: PyTree) -> str:
-  """Short digest of the dtypes and shapes of ``tree``'s leaves (a restore into other dtypes or
-  another structure changes the bits, so a checksum is only comparable when the layout is the same)."""
-  desc = ";".join(f"{getattr(x, 'dtype', type(x).__name__)}{tuple(getattr(x, 'shape', ()))}"
-                  for x in jax.tree.leaves(tree))
-  return hashlib.sha256(desc.encode()).hexdigest()[:16]
-
-
-def _entries(state: PyTree) -> dict[str, PyTree]:
-  """The separately checksummed parts of a state: a dict's entries, else the whole state as ``""``."""
-  if isinstance(state, Mapping) and state and all(isinstance(k, str) for k in state):
-    return dict(state)
-  return {"": state}
-
-
-def _integrity(state: PyTree) -> dict[str, dict[str, str]]:
-  return {k: {"checksum": tree_checksum(v), "layout": _layout(v)} for k, v in _entries(state).items()}
-
-
-def _verify(where: str, stored: Mapping[str, Any], entries: Mapping[str, PyTree]) -> None:
-  """Compares restored ``entries`` with the ``stored`` integrity record of checkpoint ``where``."""
-  for key, tree in entries.items():
-    record = stored.get(key)
-    if not isinstance(record, Mapping):
-      continue
-    if record.get("layout") != _layout(tree):
-      _log.warning("%s%s restored into other dtypes/shapes than saved: checksum not verified", where,
-                   f" ({key})" if key else "")
-      continue
-    found = tree_checksum(tree)
-    if found != record.get("checksum"):
-      what = f"its '{key}'" if key else "its state"
-      raise CorruptCheckpointError(f"checkpoint {where} is damaged: the checksum of {what} is {found}, "
-                                   f"it was {record.get('checksum')} when saved")
-
-
 checkpoint_noise.install()  # orbax's INFO chatter and teardown tracebacks stay off the console
-
-
-def _short(e: BaseException) -> str:
-  """First line of an orbax/TensorStore error, without the multi-line TensorStore spec."""
-  text = (str(e).strip().splitlines() or [type(e).__name__])[0]
-  return text.split(" See full TensorStore details")[0][:300]
-
-
-def _os_error(e: BaseException, directory: str) -> OSError | None:
-  """The OSError behind an orbax/TensorStore failure (they report e.g. a full disk as
-  ``ValueError: RESOURCE_EXHAUSTED: Failed writing: "<path>": ... [os_error_code='28']``)."""
-  for err in (e, e.__cause__, e.__context__):
-    if isinstance(err, OSError):
-      return err
-    found = re.search(r"os_error_code='?(\d+)", str(err or ""))
-    if found:
-      code = int(found.group(1))
-      # The file is the quoted absolute path (TensorStore also quotes keys inside its database).
-      path = re.search(r'(?:Failed (?:writing|reading)|[Ff]ile)[^"]*"(/[^"]+)"', str(err)) \
-          or re.search(r'"(/[^"]+)"', str(err))
-      return OSError(code, os.strerror(code), path.group(1) if path else directory)
-  return None
-
-
-@contextlib.contextmanager
-def _orbax_errors(directory: str) -> Iterator[None]:
-  """Re-raises an orbax failure that comes from the OS (disk full, read-only, ...) as that OSError,
-  without orbax's chain of tracebacks."""
-  try:
-    yield
-  except Exception as e:  # orbax / TensorStore wrap OS errors in ValueError or Exception
-    os_err = _os_error(e, directory)
-    if os_err is None:
-      raise
-    raise os_err from None
-
-
-def _is_committed(path: str) -> bool:
-  """Whether ``path`` is a finished orbax checkpoint directory."""
-  return os.path.isfile(os.path.join(path, _COMMIT_FILE))
-
-
-def _check_json(metadata: dict[str, Any]) -> None:
-  """Raises TypeError now (not later in orbax's background thread) if ``metadata`` isn't JSON."""
-  if not isinstance(metadata, dict):
-    raise TypeError(f"metadata must be a dict, got {type(metadata).__name__}")
-  try:
-    json.dumps(metadata)
-  except (TypeError, ValueError) as e:
-    raise TypeError(f"metadata is not JSON-serialisable: {e}") from e
-
-
-def _remove_unfinished(directory: str) -> list[str]:
-  """Deletes interrupted saves in ``directory``; returns the names removed.
-
-  Removed: orbax temporary directories (``*.orbax-checkpoint-tmp*``) and step directories
-  (decimal names) without ``commit_success.txt``.
-  """
-  removed = []
-  for name in sorted(os.listdir(directory)):
-    path = os.path.join(directory, name)
-    if not os.path.isdir(path):
-      continue
-    if _TMP_MARKER in name or (_STEP_DIR_RE.match(name) and not _is_committed(path)):
-      shutil.rmtree(path, ignore_errors=True)
-      removed.append(name)
-  if removed:
-    _log.warning("Removed unfinished checkpoint directories in %s: %s", directory, removed)
-  return removed
 
 
 class Checkpointer:
@@ -208,7 +92,7 @@ class Checkpointer:
     self.directory = os.path.abspath(os.fspath(directory))
     os.makedirs(self.directory, exist_ok=True)
     if jax.process_index() == 0:  # multi-host: one process tidies the shared directory
-      _remove_unfinished(self.directory)
+      remove_unfinished(self.directory)
     sync_processes("checkpointer_open")
     options = ocp.CheckpointManagerOptions(
         max_to_keep=max_to_keep,
@@ -228,9 +112,9 @@ class Checkpointer:
   def all_steps(self) -> list[int]:
     """Steps of all finished checkpoints, ascending (waits for pending async saves first)."""
     self.wait()
-    with _orbax_errors(self.directory):
+    with orbax_errors(self.directory):
       steps = self._mgr.all_steps()
-    return sorted(int(s) for s in steps if _is_committed(self._step_path(s)))
+    return sorted(int(s) for s in steps if is_committed(self._step_path(s)))
 
   def latest_step(self) -> int | None:
     """The largest finished step, or None if there is no checkpoint."""
@@ -273,8 +157,8 @@ class Checkpointer:
     if step < 0:
       raise ValueError(f"step must be >= 0, got {step}")
     metadata = {} if metadata is None else metadata
-    _check_json(metadata)
-    metadata = {**metadata, _INTEGRITY_KEY: _integrity(state)}
+    check_json(metadata)
+    metadata = {**metadata, INTEGRITY_KEY: integrity(state)}
     self.wait()  # a save of this very step may still be in flight
     latest = self.latest_step()
     if latest is not None and step < latest:
@@ -283,18 +167,18 @@ class Checkpointer:
           step, latest, self.directory, latest,
       )
     path = self._step_path(step)
-    if _is_committed(path):
+    if is_committed(path):
       if not force:
         _log.warning("Checkpoint %d already exists in %s; not saved again", step, self.directory)
         return False
-      with _orbax_errors(self.directory):
+      with orbax_errors(self.directory):
         self._mgr.delete(step)
     if os.path.exists(path) and jax.process_index() == 0:  # unfinished: orbax would refuse it
       shutil.rmtree(path)
     sync_processes("checkpoint_save_tidy")  # no process starts writing before the tidy-up ends
     # ``force=True`` bypasses orbax's save-interval policy, which silently skips any step
     # <= the latest one; we decide above whether a step is to be saved.
-    with _orbax_errors(self.directory):
+    with orbax_errors(self.directory):
       saved = self._mgr.save(
           step,
           args=ocp.args.Composite(
@@ -341,7 +225,7 @@ class Checkpointer:
           f"No checkpoint for step {step} in {self.directory}; available steps: {steps}"
       )
     try:
-      with _orbax_errors(self._step_path(step)):
+      with orbax_errors(self._step_path(step)):
         restored = self._mgr.restore(
             step,
             args=ocp.args.Composite(
@@ -356,14 +240,14 @@ class Checkpointer:
                                    f"damaged JSON ({e.msg})") from None
     except (KeyError, ValueError, TypeError) as e:
       raise ValueError(
-          f"Checkpoint {step} in {self.directory} does not match the target structure: {_short(e)}"
+          f"Checkpoint {step} in {self.directory} does not match the target structure: {short_error(e)}"
       ) from None
     except Exception as e:  # TensorStore reports unreadable array files as a plain Exception
-      raise CorruptCheckpointError(f"checkpoint {self._step_path(step)} cannot be read: {_short(e)}") from None
+      raise CorruptCheckpointError(f"checkpoint {self._step_path(step)} cannot be read: {short_error(e)}") from None
     metadata = {} if restored.metadata is None else dict(restored.metadata)
-    stored = metadata.pop(_INTEGRITY_KEY, None)
+    stored = metadata.pop(INTEGRITY_KEY, None)
     if isinstance(stored, Mapping):
-      _verify(self._step_path(step), stored, _entries(restored.state))
+      verify(self._step_path(step), stored, entries(restored.state))
     return restored.state, metadata
 
   # --- lifecycle -----------------------------------------------------------------------------
@@ -371,7 +255,7 @@ class Checkpointer:
   def wait(self) -> None:
     """Blocks until every pending asynchronous save is on disk."""
     if not self._closed:
-      with _orbax_errors(self.directory):
+      with orbax_errors(self.directory):
         self._mgr.wait_until_finished()
 
   def close(self) -> None:
@@ -383,7 +267,7 @@ class Checkpointer:
     """
     if not self._closed:
       self._closed = True
-      with _orbax_errors(self.directory):  # close() can re-raise a failed save: wrapped too
+      with orbax_errors(self.directory):  # close() can re-raise a failed save: wrapped too
         try:
           self._mgr.wait_until_finished()
         finally:
@@ -404,7 +288,7 @@ class Checkpointer:
 
 def pytree_exists(path: str | os.PathLike) -> bool:
   """Whether ``path`` holds a finished :func:`save_pytree` checkpoint."""
-  return _is_committed(os.path.abspath(os.fspath(path)))
+  return is_committed(os.path.abspath(os.fspath(path)))
 
 
 def save_pytree(path: str | os.PathLike, state: PyTree, *, force: bool = False) -> None:
@@ -428,17 +312,17 @@ def save_pytree(path: str | os.PathLike, state: PyTree, *, force: bool = False) 
   os.makedirs(parent, exist_ok=True)
   base = os.path.basename(path)
   for name in os.listdir(parent):
-    if name.startswith(base + _TMP_MARKER):
+    if name.startswith(base + TMP_MARKER):
       shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
   if os.path.exists(path):
     if not os.path.isdir(path):
       raise FileExistsError(f"{path} exists and is not a directory")
-    if _is_committed(path) and not force:
+    if is_committed(path) and not force:
       raise FileExistsError(f"A checkpoint already exists at {path} (use force=True to replace)")
     shutil.rmtree(path)
   checkpointer = ocp.Checkpointer(ocp.StandardCheckpointHandler())
   try:
-    with _orbax_errors(path):
+    with orbax_errors(path):
       checkpointer.save(path, args=ocp.args.StandardSave(state))
   finally:
     checkpointer.close()
@@ -461,20 +345,20 @@ def load_pytree(path: str | os.PathLike, target: PyTree) -> PyTree:
     OSError: the OS refused the read.
   """
   path = os.path.abspath(os.fspath(path))
-  if not _is_committed(path):
+  if not is_committed(path):
     raise FileNotFoundError(f"No finished checkpoint at {path}")
   checkpointer = ocp.Checkpointer(ocp.StandardCheckpointHandler())
   try:
-    with _orbax_errors(path):
+    with orbax_errors(path):
       return checkpointer.restore(path, args=ocp.args.StandardRestore(target))
   except OSError:
     raise
   except json.JSONDecodeError as e:
     raise CorruptCheckpointError(f"checkpoint {path} cannot be read: damaged JSON ({e.msg})") from None
   except (KeyError, ValueError, TypeError) as e:
-    raise ValueError(f"Checkpoint at {path} does not match the target structure: {_short(e)}") from None
+    raise ValueError(f"Checkpoint at {path} does not match the target structure: {short_error(e)}") from None
   except Exception as e:  # TensorStore reports unreadable array files as a plain Exception
-    raise CorruptCheckpointError(f"checkpoint {path} cannot be read: {_short(e)}") from None
+    raise CorruptCheckpointError(f"checkpoint {path} cannot be read: {short_error(e)}") from None
   finally:
     checkpointer.close()
 
@@ -493,12 +377,12 @@ def load_entry(path: str | os.PathLike, key: str) -> PyTree:
     OSError: the OS refused the read.
   """
   path = os.path.abspath(os.fspath(path))
-  if not _is_committed(path):
+  if not is_committed(path):
     raise FileNotFoundError(f"No finished checkpoint at {path}")
   handler = ocp.PyTreeCheckpointHandler()
   checkpointer = ocp.Checkpointer(handler)
   try:
-    with _orbax_errors(path):
+    with orbax_errors(path):
       saved = handler.metadata(pathlib.Path(path)).tree  # the saved tree's structure, no array read
       if not isinstance(saved, Mapping) or key not in saved:
         raise KeyError(f"checkpoint {path} holds no {key!r} (entries: {sorted(saved or {})})")
@@ -509,7 +393,7 @@ def load_entry(path: str | os.PathLike, key: str) -> PyTree:
   except (OSError, KeyError):
     raise
   except Exception as e:  # TensorStore reports unreadable array files as a plain Exception
-    raise CorruptCheckpointError(f"checkpoint {path} cannot be read: {_short(e)}") from None
+    raise CorruptCheckpointError(f"checkpoint {path} cannot be read: {short_error(e)}") from None
   finally:
     checkpointer.close()
 
@@ -531,16 +415,16 @@ def verify_entry(step_dir: str | os.PathLike, key: str, tree: PyTree) -> bool:
   step_dir = os.path.abspath(os.fspath(step_dir))
   checkpointer = ocp.Checkpointer(ocp.JsonCheckpointHandler())
   try:
-    with _orbax_errors(step_dir):
+    with orbax_errors(step_dir):
       metadata = checkpointer.restore(os.path.join(step_dir, "metadata"))
   except OSError:
     raise
   except Exception as e:  # a damaged or missing metadata item
-    raise CorruptCheckpointError(f"checkpoint {step_dir} cannot be read: metadata ({_short(e)})") from None
+    raise CorruptCheckpointError(f"checkpoint {step_dir} cannot be read: metadata ({short_error(e)})") from None
   finally:
     checkpointer.close()
-  record = (metadata or {}).get(_INTEGRITY_KEY, {}).get(key) if isinstance(metadata, Mapping) else None
-  if not isinstance(record, Mapping) or record.get("layout") != _layout(tree):
+  record = (metadata or {}).get(INTEGRITY_KEY, {}).get(key) if isinstance(metadata, Mapping) else None
+  if not isinstance(record, Mapping) or record.get("layout") != layout(tree):
     return False
-  _verify(step_dir, {key: record}, {key: tree})
+  verify(step_dir, {key: record}, {key: tree})
   return True

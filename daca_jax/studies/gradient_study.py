@@ -26,6 +26,10 @@ the true gradient (its *bias* in direction), the cosine of one batch's update to
 agreement between independent batches (the gradient SNR) as the number of rollouts grows. With β > 0
 and θ away from the reference it also compares against the exact gradient of the KL-regularised
 objective ``J − β KL(p_θ || p_ref)``, where the KL is the sampler's (also enumerated).
+
+The exact sampler distribution and expected reward are in :mod:`daca_jax.studies.exact_gradient`, the
+tables and figure in :mod:`daca_jax.studies.gradient_report`; this module runs the study and re-exports
+their public names.
 """
 from __future__ import annotations
 
@@ -39,117 +43,20 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from daca_jax.errors import DataError
 from daca_jax.studies.estimator_study import train_tiny_model
+from daca_jax.studies.exact_gradient import (all_completions, completion_distribution, expected_reward, restrict_logits,
+                                             sampler_logprob, step_logprobs)
+from daca_jax.studies.gradient_report import by_estimator_table, markdown_table, plot, report_header
 from daca_jax.models import init_model, make_logits_fn
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.tasks.tokenizer import ByteTokenizer
 from daca_jax.types import (CreditConfig, ELBOConfig, LikelihoodConfig, ModelConfig, RLConfig, RLDFConfig,
                             RolloutConfig, StratifiedConfig, TrainConfig)
 
-# Logit given to ids outside the alphabet: finite, so that entropies stay finite (0 · -inf is NaN).
-_EXCLUDED_LOGIT = -1e9
-# Floor of the log-probability of an impossible step (keeps gradients finite; e^-1e4 is 0).
-_LOG_FLOOR = -1e4
-
-
-def restrict_logits(logits_fn: Callable[..., Any], allowed_ids: Sequence[int],
-                    return_hidden: bool = False) -> Callable[..., Any]:
-  """A logits function whose distribution is the model's renormalised over ``allowed_ids``.
-
-  Args:
-    logits_fn: ``(params, tokens [B, T]) -> logits [B, T, V]`` (or ``(logits, hidden)`` when
-      ``return_hidden``).
-    allowed_ids: the ids the sampler may propose.
-  Returns:
-    The same signature; every other id gets a logit of -1e9.
-  """
-  allowed = np.asarray(sorted(set(int(i) for i in allowed_ids)), np.int32)
-
-  def fn(params: Any, tokens: jax.Array) -> Any:
-    out = logits_fn(params, tokens)
-    logits, hidden = out if return_hidden else (out, None)
-    mask = jnp.zeros((logits.shape[-1],), bool).at[allowed].set(True)
-    logits = jnp.where(mask, logits.astype(jnp.float32), _EXCLUDED_LOGIT)
-    return (logits, hidden) if return_hidden else logits
-
-  return fn
-
-
-def _safe_log(x: jax.Array) -> jax.Array:
-  """log x, with log 0 = -1e4 and a zero gradient there (the double-where trick)."""
-  pos = x > 0
-  return jnp.where(pos, jnp.log(jnp.where(pos, x, 1.0)), _LOG_FLOOR)
-
-
-def step_logprobs(probs: jax.Array, completion: jax.Array, masked: jax.Array, remasking: str) -> jax.Array:
-  """log P(the step commits token ``completion_j`` at position j) for every masked position j.
-
-  Args:
-    probs: float32 [B, L, V] the model's distributions at every completion position in this state.
-    completion: int32 [B, L] the completion being scored.
-    masked: bool [B, L] positions still masked in this state.
-    remasking: "random" or "low_confidence" (one token committed per step, temperature 1).
-  Returns:
-    float32 [B, L]; meaningless where ``masked`` is False.
-  Raises:
-    ValueError: another remasking rule.
-  """
-  own = jnp.take_along_axis(probs, completion[..., None], -1)[..., 0]  # [B, L]: p_j(o_j)
-  if remasking == "random":
-    n = jnp.sum(masked, -1, keepdims=True).astype(jnp.float32)
-    return _safe_log(own) - jnp.log(jnp.maximum(n, 1.0))
-  if remasking != "low_confidence":
-    raise ValueError(f"rollout.remasking={remasking!r}: the exact sampler probability is defined for "
-                     "'random' and 'low_confidence'")
-  length = completion.shape[1]
-  j = jnp.arange(length)
-  c = own[:, :, None, None]  # [B, j, 1, 1] the winning candidate's probability
-  pk = probs[:, None, :, :]  # [B, 1, k, V]
-  later = (j[None, :] > j[:, None])[None, :, :, None]  # [1, j, k, 1]: k > j loses ties to j
-  below = (pk < c) | ((pk == c) & later)
-  f = jnp.sum(pk * below, -1)  # [B, j, k]: P(x0_k's probability loses to c)
-  others = masked[:, None, :] & (j[:, None] != j[None, :])[None]  # [B, j, k]
-  return _safe_log(own) + jnp.sum(jnp.where(others, _safe_log(f), 0.0), -1)
-
-
-def sampler_logprob(logits_fn: Callable[..., jax.Array], params: Any, prompts: jax.Array,
-                    completions: jax.Array, *, mask_id: int, remasking: str) -> jax.Array:
-  """Exact log-probability that the one-token-per-step sampler produces each completion.
-
-  The sampler is :func:`daca_jax.diffusion.make_rollout_fn` with ``block_length = steps =
-  gen_length = L`` and temperature 1 over ``logits_fn``. Dynamic programming over revealed sets:
-  ``F(∅) = 1``, ``F(S ∪ {j}) += F(S) · P_t(j, o_j | S)``; ``log p(o) = log F(all)``.
-
-  Args:
-    logits_fn: pure ``(params, tokens [B, P+L]) -> logits [B, P+L, V]`` (e.g. restricted to an
-      alphabet with :func:`restrict_logits`).
-    prompts: int32 [B, P]; completions: int32 [B, L] with L <= 12.
-    mask_id: ``[MASK]`` id; remasking: "random" or "low_confidence".
-  Returns:
-    float32 [B]; differentiable in ``params``.
-  Raises:
-    ValueError: L > 12, or an unsupported remasking rule.
-  """
-  b, length = completions.shape
-  if length > 12:
-    raise ValueError(f"the exact sampler probability needs L <= 12 (2^L forward passes), got L={length}")
-  n_sets = 1 << length
-  bits = jnp.asarray((np.arange(n_sets)[:, None] >> np.arange(length)[None, :]) & 1, bool)  # [2^L, L]
-
-  def at_set(vis: jax.Array) -> jax.Array:  # [L] revealed -> [B, L] log P(commit j next)
-    x = jnp.concatenate([prompts, jnp.where(vis[None, :], completions, mask_id)], axis=1)
-    logits = logits_fn(params, x)[:, prompts.shape[1]:].astype(jnp.float32)
-    probs = jax.nn.softmax(logits, axis=-1)
-    return step_logprobs(probs, completions, jnp.broadcast_to(~vis, (b, length)), remasking)
-
-  lp = jax.vmap(at_set)(bits)  # [2^L, B, L]
-  log_f: list[Any] = [None] * n_sets
-  log_f[0] = jnp.zeros((b,), jnp.float32)
-  for s in sorted(range(1, n_sets), key=lambda m: bin(m).count("1")):
-    terms = [log_f[s ^ (1 << i)] + lp[s ^ (1 << i), :, i] for i in range(length) if s >> i & 1]
-    log_f[s] = jax.nn.logsumexp(jnp.stack(terms), axis=0)
-  return log_f[n_sets - 1]
+__all__ = ["Arm", "SortTask", "agreement_curve", "all_completions", "ascend_true_gradient", "batch_directions",
+           "by_estimator_table", "completion_distribution", "cosine", "default_arms", "encode_prompts",
+           "expected_reward", "flatten", "markdown_table", "plot", "report_header", "restrict_logits", "run_study",
+           "sampler_logprob", "step_logprobs", "study_config", "train_toy_model"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,44 +91,8 @@ class SortTask:
     return self.token_rewards(prompts, completions, tok).mean(-1)
 
 
-def all_completions(alphabet_ids: Sequence[int], length: int) -> np.ndarray:
-  """int32 [V^L, L]: every completion over the alphabet, in lexicographic order."""
-  return np.asarray(list(itertools.product(alphabet_ids, repeat=length)), np.int32)
-
-
 def encode_prompts(tok: ByteTokenizer, prompts: Sequence[str]) -> np.ndarray:
   return np.asarray([[tok.bos_id] + tok.encode(p) for p in prompts], np.int32)
-
-
-def completion_distribution(logits_fn: Callable[..., jax.Array], params: Any, prompt_ids: jax.Array,
-                            comps: jax.Array, *, mask_id: int, remasking: str) -> jax.Array:
-  """float32 [Q, V^L]: the sampler's probability of every completion for each of the Q prompts."""
-  q, n = prompt_ids.shape[0], comps.shape[0]
-  lp = sampler_logprob(logits_fn, params, jnp.repeat(prompt_ids, n, 0), jnp.tile(comps, (q, 1)),
-                       mask_id=mask_id, remasking=remasking)
-  return jnp.exp(lp).reshape(q, n)
-
-
-def expected_reward(logits_fn: Callable[..., jax.Array], params: Any, prompt_ids: jax.Array,
-                    comps: jax.Array, rewards: jax.Array, *, mask_id: int, remasking: str,
-                    ref_params: Any = None, beta: float = 0.0) -> jax.Array:
-  """``J(θ) = mean_q Σ_o p_θ(o|q) R(q, o)`` (minus ``β · mean_q KL(p_θ(·|q) || p_ref(·|q))`` when
-  ``beta > 0``), exactly.
-
-  Args:
-    prompt_ids: int32 [Q, P]; comps: int32 [N, L] every completion; rewards: float32 [Q, N].
-    ref_params: the reference policy of the KL term (needed when ``beta > 0``).
-  Returns:
-    float32 scalar.
-  """
-  p = completion_distribution(logits_fn, params, prompt_ids, comps, mask_id=mask_id, remasking=remasking)
-  j = jnp.mean(jnp.sum(p * rewards, -1))
-  if beta > 0:
-    p_ref = jax.lax.stop_gradient(completion_distribution(logits_fn, ref_params, prompt_ids, comps,
-                                                          mask_id=mask_id, remasking=remasking))
-    kl = jnp.sum(p * (_safe_log(p) - _safe_log(p_ref)), -1)
-    j = j - beta * jnp.mean(kl)
-  return j
 
 
 def flatten(tree: Any) -> np.ndarray:
@@ -412,91 +283,3 @@ def ascend_true_gradient(logits_fn: Callable[..., Any], params: Any, task: SortT
     upd, state = opt.update(grad(params), state, params)
     params = optax.apply_updates(params, upd)
   return params
-
-
-def markdown_table(result: dict[str, Any], at_rollouts: int | None = None) -> str:
-  """One row per arm: cosines to the true gradient and the batch agreement."""
-  rows = result["rows"]
-  reg = "cos_mean_update_regularised" in rows[0]
-  head = ["estimator", "credit", "cos(E[update], ∇J)", "cos(one batch, ∇J)", "batch agreement (SNR)"]
-  head += [f"cos to ∇J at {at_rollouts} rollouts"] if at_rollouts else []
-  head += ["cos(E[update], ∇(J−βKL))"] if reg else []
-  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-  for r in rows:
-    c0 = r["curve"][0]
-    cells = [r["estimator"], r["credit"], f"{r['cos_mean_update']:+.3f}", f"{r['cos_batch']:+.3f}",
-             f"{c0['agreement']:+.3f} ({c0['snr']:.3f})"]
-    if at_rollouts:
-      hit = [c for c in r["curve"] if c["rollouts"] == at_rollouts]
-      cells.append(f"{hit[0]['to_true']:+.3f}" if hit else "")
-    if reg:
-      cells.append(f"{r['cos_mean_update_regularised']:+.3f}")
-    lines.append("| " + " | ".join(cells) + " |")
-  return "\n".join(lines)
-
-
-def by_estimator_table(result: dict[str, Any]) -> str:
-  """One row per estimator of a regularised study: the cosine of its mean update to ∇(J − βKL) and its
-  batch agreement under each credit, side by side (credits in the order of the rows).
-
-  Raises:
-    DataError: the study has no regularised cosine (only the ``regularised`` study has one).
-  """
-  rows = result["rows"]
-  if not rows or "cos_mean_update_regularised" not in rows[0]:
-    raise DataError("this study has no cos(E[update], ∇(J−βKL)) column: only the regularised study has one")
-  credits = list(dict.fromkeys(r["credit"] for r in rows))
-  by = {(r["estimator"], r["credit"]): r for r in rows}
-
-  def cells(estimator: str, value: Callable[[dict[str, Any]], float]) -> str:
-    return " / ".join(f"{value(by[(estimator, c)]):+.3f}" if (estimator, c) in by else "n/a" for c in credits)
-
-  lines = [f"| estimator | cos(E[update], ∇(J−βKL)), {' / '.join(credits)} credit | "
-           f"batch agreement, {' / '.join(credits)} |", "|---|---|---|"]
-  for e in dict.fromkeys(r["estimator"] for r in rows):
-    lines.append(f"| {e} | {cells(e, lambda r: r['cos_mean_update_regularised'])} | "
-                 f"{cells(e, lambda r: r['curve'][0]['agreement'])} |")
-  return "\n".join(lines)
-
-
-def report_header(out: dict[str, Any]) -> str:
-  """One paragraph saying what the tables are."""
-  t = out["task"]
-  lc = out["studies"]["low_confidence"]
-  return (f"Toy: sort {t['length']} letters of '{t['alphabet']}' ({len(t['alphabet'])}^{t['length']} "
-          f"completions enumerated), {t['num_prompts']} prompts, a tiny model after {out['train_steps']} SFT "
-          f"steps (expected reward {lc['true']['expected_reward']:.3f} under low-confidence remasking). "
-          f"Each arm: {lc['num_batches']} independent batches of {lc['batch_rollouts']} rollouts "
-          f"(G = {lc['group_size']}). Columns: cosine of the mean update (over all batches) to the exact "
-          "gradient ∇J of the sampler's expected reward (bias of direction); mean cosine of one batch's "
-          "update to ∇J; cosine between independent batches (and SNR = c / (1 − c)); the cosine to ∇J "
-          "of an update on 4 batches.")
-
-
-def plot(result: dict[str, Any], png_path: Any) -> None:
-  """Two panels against the number of rollouts: batch agreement and cosine to ∇J, one line per
-  estimator (credit uniform solid, token_reward dashed)."""
-  from matplotlib.backends.backend_agg import FigureCanvasAgg
-  from matplotlib.figure import Figure
-
-  fig = Figure(figsize=(11, 4.2))
-  FigureCanvasAgg(fig)
-  axes = [fig.add_subplot(1, 2, i + 1) for i in range(2)]
-  estimators = list(dict.fromkeys(r["estimator"] for r in result["rows"]))
-  colors = {e: f"C{i}" for i, e in enumerate(estimators)}
-  for r in result["rows"]:
-    if r["credit"] not in ("uniform", "token_reward"):
-      continue
-    xs = [c["rollouts"] for c in r["curve"]]
-    style = "-" if r["credit"] == "uniform" else "--"
-    label = r["estimator"] if r["credit"] == "uniform" else None
-    axes[0].plot(xs, [c["agreement"] for c in r["curve"]], style, color=colors[r["estimator"]], label=label)
-    axes[1].plot(xs, [c["to_true"] for c in r["curve"]], style, color=colors[r["estimator"]])
-  for ax, name in zip(axes, ("agreement of independent updates (cosine)", "cosine of the update to ∇J")):
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("rollouts per update")
-    ax.set_ylabel(name)
-    ax.grid(alpha=0.3)
-  fig.legend(loc="center right", fontsize=8, title="estimator\n(solid: uniform credit,\ndashed: token reward)")
-  fig.tight_layout(rect=(0, 0, 0.82, 1))
-  fig.savefig(str(png_path), dpi=110)

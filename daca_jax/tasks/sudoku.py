@@ -36,20 +36,15 @@ Rewards and metrics:
   the number of blanks is d1's reward of an ASCII completion, exactly (a blank cell the completion
   does not reach is wrong and has no token).
 
-Where the chat grader differs from d1's evaluation parser, and why: the completion is cut at the
-first end-of-text marker and text after it is ignored (d1 reads patterns 3 and 5 across it; a
-decode may keep text generated after the model's end); each pattern is matched in linear time
-instead of with d1's regular expressions (same matches: ``\\d``/``\\s``/``\\w``/``\\b`` keep
-Python's Unicode meaning). d1's training reward (``sudoku_reward_func``) reads the last answer span
-and keeps only its digits; one grader serves training and evaluation here, with the evaluation
-parser's rules (the two agree on answers written as 16 digits in one answer span).
+The module is the task and its prompts; the grids, solution counting and puzzle generator are in
+:mod:`daca_jax.tasks.sudoku_grids`, the answer readers and the cell reward (with where the chat grader
+differs from d1's parser) in :mod:`daca_jax.tasks.sudoku_answers`; both are re-exported here.
 """
 from __future__ import annotations
 
-import functools
 import os
 import pathlib
-from typing import Any, Collection, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -59,10 +54,16 @@ from daca_jax.tasks import d1_train_prompts
 from daca_jax.tasks import reasoning_format as fmt
 from daca_jax.tasks import text_scan
 from daca_jax.tasks.base import DATA_OPTIONS, TASKS, Example, Task
+from daca_jax.tasks.sudoku_answers import (answer_grid, cell_reward, correct_cells, extract_chat_answer,
+                                           parse_completion)
+from daca_jax.tasks.sudoku_grids import (NUM_CELLS, NUM_SOLUTION_GRIDS, all_solution_grids, check_num_blanks,
+                                         count_solutions, generate_puzzles, is_valid_solution, max_unique_blanks)
 from daca_jax.tasks.tokenizer import Tokenizer
 
-NUM_CELLS = 16
-NUM_SOLUTION_GRIDS = 288  # documented fact; all_solution_grids() computes it.
+__all__ = ["D1_TEST_FILE", "NUM_CELLS", "NUM_SOLUTION_GRIDS", "SYSTEM_PROMPT", "Sudoku4x4Task", "all_solution_grids",
+           "answer_grid", "cell_reward", "correct_cells", "count_solutions", "extract_chat_answer",
+           "generate_puzzles", "is_valid_solution", "max_unique_blanks", "parse_completion"]
+
 D1_TEST_FILE = "sudoku/d1_test.csv"  # relative to the data dir (see ../shared/data/SOURCES.md)
 
 # d1's Sudoku evaluation system prompt (dllm-reasoning/d1 eval/sudoku.py, SUDOKU_SYSTEM_PROMPT),
@@ -89,353 +90,8 @@ Your step-by-step solving process
 _CHAT_REASONING = ("Each row, column and 2x2 box must hold 1-4 once; filling the blanks in order "
                    "leaves one digit for each.")
 
-# Cell index groups (rows, columns, 2x2 boxes) of a row-major 4x4 grid.
-_ROWS = tuple(tuple(4 * r + c for c in range(4)) for r in range(4))
-_COLS = tuple(tuple(4 * r + c for r in range(4)) for c in range(4))
-_BOXES = tuple(
-    tuple(4 * (br + r) + bc + c for r in range(2) for c in range(2))
-    for br in (0, 2) for bc in (0, 2))
 # Bytes that str.lstrip() removes (the ASCII whitespace), for the token view of parse_completion.
 _ASCII_SPACE = np.asarray([b for b in range(128) if chr(b).isspace()], np.int32)
-# For each cell, the other cells that share a row, column or box with it.
-_PEERS = tuple(
-    tuple(sorted({j for g in _ROWS + _COLS + _BOXES if i in g for j in g} - {i}))
-    for i in range(NUM_CELLS))
-
-
-def _enumerate_grids() -> list[list[int]]:
-  """Backtracking over cells 0..15 in order; yields grids in lexicographic order."""
-  grid = [0] * NUM_CELLS
-  out: list[list[int]] = []
-
-  def fill(cell: int) -> None:
-    if cell == NUM_CELLS:
-      out.append(list(grid))
-      return
-    used = {grid[j] for j in _PEERS[cell] if j < cell}
-    for digit in range(1, 5):
-      if digit not in used:
-        grid[cell] = digit
-        fill(cell + 1)
-    grid[cell] = 0
-
-  fill(0)
-  return out
-
-
-@functools.lru_cache(maxsize=None)
-def all_solution_grids() -> np.ndarray:
-  """Returns every valid complete 4x4 Sudoku grid.
-
-  Returns:
-    Read-only int8 array ``[288, 16]``, row-major cells with digits 1..4, in lexicographic order.
-  """
-  grids = np.asarray(_enumerate_grids(), dtype=np.int8)
-  grids.setflags(write=False)
-  return grids
-
-
-@functools.lru_cache(maxsize=None)
-def _solution_strings() -> dict[str, int]:
-  """Maps each solution grid's 16-digit string to its row in ``all_solution_grids()``."""
-  return {"".join(map(str, g)): i for i, g in enumerate(all_solution_grids().tolist())}
-
-
-@functools.lru_cache(maxsize=None)
-def _agreement_masks() -> np.ndarray:
-  """uint32 ``[288, 288]``: bit c of ``[g, h]`` is set iff grids g and h agree on cell c."""
-  grids = all_solution_grids()
-  eq = grids[:, None, :] == grids[None, :, :]
-  weights = (1 << np.arange(NUM_CELLS)).astype(np.uint32)
-  return (eq.astype(np.uint32) * weights).sum(axis=-1).astype(np.uint32)
-
-
-def _parse_puzzle(puzzle: str) -> np.ndarray:
-  if (not isinstance(puzzle, str) or len(puzzle) != NUM_CELLS
-      or any(c not in "01234" for c in puzzle)):
-    raise ValueError(
-        f"a 4x4 sudoku puzzle must be {NUM_CELLS} digits in 0..4 (0 = blank), got {puzzle!r}")
-  return np.frombuffer(puzzle.encode("ascii"), dtype=np.uint8).astype(np.int8) - ord("0")
-
-
-def _matching_grids(puzzle: str) -> np.ndarray:
-  """Boolean ``[288]``: which solution grids keep every given of ``puzzle``."""
-  cells = _parse_puzzle(puzzle)
-  given = cells != 0
-  return np.all(all_solution_grids()[:, given] == cells[given], axis=1)
-
-
-def count_solutions(puzzle: str) -> int:
-  """Number of valid complete grids that keep every given of ``puzzle``.
-
-  Args:
-    puzzle: 16 digits in 0..4, ``'0'`` = blank.
-
-  Returns:
-    The count (0 if the givens contradict each other).
-
-  Raises:
-    ValueError: ``puzzle`` is not 16 digits in 0..4.
-  """
-  return int(_matching_grids(puzzle).sum())
-
-
-def is_valid_solution(puzzle: str, grid: str) -> bool:
-  """Whether ``grid`` is a valid complete 4x4 Sudoku that keeps every given of ``puzzle``.
-
-  Args:
-    puzzle: 16 digits in 0..4, ``'0'`` = blank.
-    grid: candidate solution; any string (malformed candidates give False, never an error).
-
-  Returns:
-    True iff ``grid`` is one of the 288 valid grids and agrees with every non-zero cell of
-    ``puzzle``.
-
-  Raises:
-    ValueError: ``puzzle`` is malformed.
-  """
-  _parse_puzzle(puzzle)
-  if not isinstance(grid, str) or grid not in _solution_strings():
-    return False
-  return all(p == "0" or p == g for p, g in zip(puzzle, grid))
-
-
-def _popcounts() -> np.ndarray:
-  x = np.arange(1 << NUM_CELLS, dtype=np.uint32)
-  counts = np.zeros_like(x)
-  for b in range(NUM_CELLS):
-    counts += (x >> b) & 1
-  return counts
-
-
-@functools.lru_cache(maxsize=None)
-def max_unique_blanks() -> int:
-  """Largest number of blanks for which some 4x4 puzzle has exactly one solution.
-
-  Computed by enumeration: for k = 0, 1, ... givens, every grid and every set of k given cells is
-  tested (a puzzle from grid g with given cells S is unique iff no other grid agrees with g on all
-  of S). Uniqueness is monotone in the givens, so every blank count up to the result is feasible.
-
-  Returns:
-    The maximum (12, i.e. at least 4 givens are needed).
-  """
-  agree = _agreement_masks()
-  popcount = _popcounts()
-  for k in range(NUM_CELLS + 1):
-    subsets = np.flatnonzero(popcount == k).astype(np.uint32)
-    for g in range(agree.shape[0]):
-      hits = ((agree[g][:, None] & subsets[None, :]) == subsets[None, :]).sum(axis=0)
-      if np.any(hits == 1):
-        return NUM_CELLS - k
-  raise AssertionError("unreachable: a full grid is always a unique puzzle")
-
-
-def _check_num_blanks(num_blanks: Any) -> tuple[int, int]:
-  """Validates ``task.num_blanks`` (int or inclusive (lo, hi)); returns ``(lo, hi)``."""
-  hi_max = max_unique_blanks()
-  allowed = (f"an int or an inclusive (lo, hi) range within 1..{hi_max} (4x4 puzzles with more "
-             f"than {hi_max} blanks never have a unique solution)")
-
-  def is_int(x: Any) -> bool:
-    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
-
-  if is_int(num_blanks):
-    lo = hi = int(num_blanks)
-  elif (isinstance(num_blanks, (tuple, list)) and len(num_blanks) == 2
-        and all(is_int(x) for x in num_blanks)):
-    lo, hi = int(num_blanks[0]), int(num_blanks[1])
-  else:
-    raise ConfigError("task.num_blanks", num_blanks, allowed)
-  if not 1 <= lo <= hi <= hi_max:
-    raise ConfigError("task.num_blanks", num_blanks, allowed)
-  return lo, hi
-
-
-def generate_puzzles(
-    num: int,
-    num_blanks: int | tuple[int, int],
-    seed: int,
-    exclude: Collection[str] = frozenset(),
-    max_consecutive_failures: int = 20_000,
-) -> list[tuple[str, str]]:
-  """Generates distinct 4x4 puzzles that have exactly one solution.
-
-  Each attempt draws (with ``np.random.default_rng(seed)``) a solution grid uniformly from the 288,
-  a blank count (``num_blanks``, or uniform in the inclusive range), and that many distinct cells
-  to blank. The puzzle is kept iff it has exactly one solution, is not in ``exclude`` and was not
-  generated before. Deterministic for a given ``seed``.
-
-  Args:
-    num: number of puzzles, >= 0.
-    num_blanks: blanks per puzzle (int) or an inclusive ``(lo, hi)`` range drawn per puzzle.
-    seed: seed of the numpy Generator.
-    exclude: puzzle strings that must not be generated (e.g. the evaluation set).
-    max_consecutive_failures: give up after this many attempts in a row that add nothing.
-
-  Returns:
-    ``list[(puzzle, solution)]`` of length ``num``: 16-digit strings, ``'0'`` = blank.
-
-  Raises:
-    ConfigError (a ValueError): ``num_blanks`` is malformed or outside ``1..max_unique_blanks()``;
-      the message names ``task.num_blanks``.
-    ValueError: ``num`` is negative, or not enough distinct unique puzzles exist (message names
-      ``task.num_blanks``).
-  """
-  lo, hi = _check_num_blanks(num_blanks)
-  if not isinstance(exclude, (set, frozenset)):
-    exclude = frozenset(exclude)
-  if num < 0:
-    raise ValueError(f"generate_puzzles: num must be >= 0, got {num}")
-  grids = all_solution_grids()
-  grid_strs = ["".join(map(str, g)) for g in grids.tolist()]
-  agree = _agreement_masks()
-  rng = np.random.default_rng(seed)
-  full = (1 << NUM_CELLS) - 1
-  seen: set[str] = set()
-  out: list[tuple[str, str]] = []
-  failures = 0
-  while len(out) < num:
-    g = int(rng.integers(len(grids)))
-    k = lo if lo == hi else int(rng.integers(lo, hi + 1))
-    blanks = rng.choice(NUM_CELLS, size=k, replace=False)
-    given_mask = full
-    for c in blanks.tolist():
-      given_mask &= ~(1 << c)
-    sol = grid_strs[g]
-    chars = list(sol)
-    for c in blanks.tolist():
-      chars[c] = "0"
-    puzzle = "".join(chars)
-    unique = int(np.count_nonzero((agree[g] & given_mask) == given_mask)) == 1
-    if unique and puzzle not in seen and puzzle not in exclude:
-      seen.add(puzzle)
-      out.append((puzzle, sol))
-      failures = 0
-    else:
-      failures += 1
-      if failures >= max_consecutive_failures:
-        raise DataError(
-            f"could only generate {len(out)} of {num} distinct unique-solution 4x4 puzzles with "
-            f"task.num_blanks={num_blanks!r} ({len(exclude)} puzzles excluded; "
-            f"{max_consecutive_failures} attempts in a row found nothing new); "
-            f"use a different task.num_blanks or fewer examples")
-  return out
-
-
-def parse_completion(text: str) -> str:
-  """Answer grid of a ``"plain"`` completion: its first 16 characters after leading whitespace.
-
-  The result may be shorter than 16 characters or hold non-digits; such cells count as wrong.
-  """
-  return text.lstrip()[:NUM_CELLS]
-
-
-def _fenced_digits(text: str, start: int) -> str | None:
-  """d1 pattern 1 after the first ``<answer>`` (at ``start``): ``.*?```\\s*([\\d\\s]+)```` ``."""
-  fence = text.find("```", start)
-  while fence >= 0:
-    j = fence + 3
-    while j < len(text) and (text[j].isdecimal() or text[j].isspace()):
-      j += 1
-    if j > fence + 3 and text.startswith("```", j):
-      return text[fence + 3:j]  # the first match decides (re.search); a later fence is not tried
-    fence = text.find("```", fence + 1)  # the run held no backtick: the next fence is at or after j
-  return None
-
-
-def _digits_before_close(text: str) -> str | None:
-  """d1 pattern 4: ``.*?(\\d{16})\\s*</answer>`` (the first ``</answer>`` that 16 digits and then
-  only whitespace precede)."""
-  close = text.find("</answer>")
-  while close >= 0:
-    end = close
-    while end > 0 and text[end - 1].isspace():
-      end -= 1
-    if end >= NUM_CELLS and all(c.isdecimal() for c in text[end - NUM_CELLS:end]):
-      return text[end - NUM_CELLS:end]
-    close = text.find("</answer>", close + 1)
-  return None
-
-
-def _free_standing_digits(text: str) -> str | None:
-  """d1 pattern 5: ``\\b(\\d{16})\\b`` (the first maximal run of word characters that is exactly
-  16 decimal digits)."""
-  i, n = 0, len(text)
-  while i < n:
-    if text[i].isalnum() or text[i] == "_":
-      j = i
-      while j < n and (text[j].isalnum() or text[j] == "_"):
-        j += 1
-      if j - i == NUM_CELLS and all(c.isdecimal() for c in text[i:j]):
-        return text[i:j]
-      i = j
-    else:
-      i += 1
-  return None
-
-
-def extract_chat_answer(completion: str) -> str:
-  """The answer string of a ``"chat"`` completion by d1's evaluation parser, whitespace removed
-  ("" when no pattern finds one); see the module docstring. Linear time.
-
-  The patterns, in order (the first non-empty result wins): 1. digits in a code fence after the
-  first ``<answer>``; 2. the first ``<answer>`` up to ``</answer>`` (or the end-of-text marker);
-  3. the text after the first ``</answer>``; 4. 16 digits before a ``</answer>``; 5. a
-  free-standing 16-digit number.
-  """
-  if text_scan.over_limit(completion):
-    return ""
-  text = fmt.clean_completion(completion)
-  cut = len(text) < len(completion)
-  found: list[str | None] = []
-  opening = text.find("<answer>")
-  closing = text.find("</answer>")
-  if opening >= 0:
-    start = opening + len("<answer>")
-    found.append(_fenced_digits(text, start))
-    end = text.find("</answer>", start)
-    found.append(text[start:end] if end >= 0 else (text[start:] if cut else None))
-  if closing >= 0:
-    found.append(text[closing + len("</answer>"):])
-  for candidate in found:
-    if candidate is not None and candidate.strip():
-      return "".join(c for c in candidate if not c.isspace())
-  for pattern in (_digits_before_close, _free_standing_digits):
-    candidate = pattern(text)
-    if candidate:
-      return candidate
-  return ""
-
-
-def answer_grid(completion: str, prompt_style: str = "plain") -> str:
-  """The 16-character grid graded for ``completion``: ``"plain"``: :func:`parse_completion`;
-  ``"chat"``: :func:`extract_chat_answer` padded with ``0`` / truncated to 16 (d1), "" if empty."""
-  if prompt_style == "plain":
-    return "" if text_scan.over_limit(completion) else parse_completion(completion)
-  answer = extract_chat_answer(completion)
-  return (answer + "0" * NUM_CELLS)[:NUM_CELLS] if answer else ""
-
-
-def correct_cells(answer: str, puzzle: str, solution: str) -> tuple[int, int]:
-  """``(blank cells of puzzle where answer equals solution, blank cells)``."""
-  blanks = [i for i, c in enumerate(puzzle) if c == "0"]
-  return sum(1 for i in blanks if i < len(answer) and answer[i] == solution[i]), len(blanks)
-
-
-def cell_reward(completion: str, puzzle: str, solution: str, prompt_style: str = "plain") -> float:
-  """d1's reward: fraction of blank cells where the completion's answer equals ``solution``.
-
-  Args:
-    completion: decoded completion text (any string).
-    puzzle: 16 digits, ``'0'`` = blank.
-    solution: the stored 16-digit solution.
-    prompt_style: how the answer is read (:func:`answer_grid`).
-
-  Returns:
-    A float in [0, 1]; 1.0 for a puzzle without blanks.
-  """
-  good, blanks = correct_cells(answer_grid(completion, prompt_style), puzzle, solution)
-  return good / blanks if blanks else 1.0
 
 
 @TASKS.register("sudoku4x4")
@@ -481,7 +137,7 @@ class Sudoku4x4Task(Task):
   ):
     self.prompt_style = fmt.check_prompt_style(prompt_style, self.prompt_styles)
     self._set_tokenizer(tokenizer)
-    _check_num_blanks(num_blanks)
+    check_num_blanks(num_blanks)
     if (isinstance(eval_size, bool) or not isinstance(eval_size, (int, np.integer))
         or eval_size < 1):
       raise ConfigError("task.eval_size", eval_size, "a positive int")

@@ -11,7 +11,7 @@ import textwrap
 import pytest
 
 from daca_jax.run import checkpoint_noise, cli_errors
-from daca_jax.run.checkpoint import _os_error
+from daca_jax.run.checkpoint_files import os_error as _os_error
 from daca_jax.data.local import read_sudoku_csv
 from daca_jax.errors import ConfigError, DataError, NonFiniteError
 

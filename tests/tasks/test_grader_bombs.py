@@ -20,9 +20,9 @@ from fractions import Fraction
 import pytest
 
 from daca_jax.tasks import grader_worker, make_task
-from daca_jax.tasks.json_schema import validation as jv
+from daca_jax.tasks.json_schema import parsing as jparse, validation as jv
 from daca_jax.tasks import reasoning_format as fmt
-from daca_jax.tasks import sudoku, text_scan
+from daca_jax.tasks import sudoku_answers, text_scan
 from daca_jax.tasks.base import Example
 from daca_jax.tasks.code import extract_code
 from daca_jax.tasks.json_schema import compact
@@ -69,9 +69,9 @@ def test_scanners_are_linear(text):
   """Every scan a grader runs, on texts of up to 1 MB with no length cap applied."""
   scans = [lambda t: text_scan.tag_spans(t, "<answer>", "</answer>"), text_scan.boxes,
            text_scan.last_boxed, text_scan.code_fences, text_scan.fence_openings,
-           fmt.strict_format_reward, fmt.soft_format_reward, jv._strip_fence, jv._nesting_depth,
-           lambda t: fmt.strict_format_reward(t, "<reasoning>"), sudoku._digits_before_close,
-           sudoku._free_standing_digits, lambda t: sudoku._fenced_digits(t, 0)]
+           fmt.strict_format_reward, fmt.soft_format_reward, jparse._strip_fence, jparse._nesting_depth,
+           lambda t: fmt.strict_format_reward(t, "<reasoning>"), sudoku_answers._digits_before_close,
+           sudoku_answers._free_standing_digits, lambda t: sudoku_answers._fenced_digits(t, 0)]
   for scan in scans:
     _, seconds = _cpu(scan, text)
     assert seconds <= LIMIT_S, (scan, seconds)

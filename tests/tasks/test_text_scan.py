@@ -11,7 +11,7 @@ import re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daca_jax.tasks.json_schema import validation as jv
+from daca_jax.tasks.json_schema import parsing as jparse
 from daca_jax.tasks import reasoning_format as fmt
 from daca_jax.tasks import sudoku, text_scan
 from daca_jax.tasks.countdown import _left_of_equation
@@ -57,7 +57,7 @@ def test_code_fences_equal_the_regexes(text):
   assert text_scan.code_fences(text) == _FENCE.findall(text)
   assert text_scan.fence_openings(text) == [(m.group(1), m.end()) for m in _OPEN_FENCE.finditer(text)]
   m = _JSON_FENCE.match(text)
-  assert jv._strip_fence(text) == (m.group(1) if m else text)
+  assert jparse._strip_fence(text) == (m.group(1) if m else text)
 
 
 def _reference_last_boxed(text: str) -> str | None:

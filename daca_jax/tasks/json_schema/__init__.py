@@ -1,7 +1,8 @@
 """The ``json_schema`` task, split by job.
 
-* :mod:`~daca_jax.tasks.json_schema.validation`: JSON parsing with bounds and the schema compiler /
-  validator (no ``eval``, linear-time regexes, a work budget per completion);
+* :mod:`~daca_jax.tasks.json_schema.validation`: the schema compiler and grading (no ``eval``), over
+  :mod:`~daca_jax.tasks.json_schema.parsing` (JSON parsing with bounds) and
+  :mod:`~daca_jax.tasks.json_schema.bounded` (linear-time regexes, a work budget per completion);
 * :mod:`~daca_jax.tasks.json_schema.generator`: seeded small schemas and valid instances of them;
 * :mod:`~daca_jax.tasks.json_schema.bench`: JSONSchemaBench files, compiled, with the stable split;
 * :mod:`~daca_jax.tasks.json_schema.task`: :class:`JSONSchemaTask` (prompts, targets, rewards,

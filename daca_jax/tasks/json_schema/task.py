@@ -38,6 +38,9 @@ Metrics: ``schema_adherence`` (fraction of completions that parse and validate, 
 compliance rate), ``json_parse_rate``, ``validator_errors`` (validations that raised, or examples
 whose schema does not compile, e.g. with a backreference pattern; they score 0),
 ``grader_bound_hits`` (completions that hit a grading bound; they score 0) and ``num_examples``.
+
+Why one module over 350 lines: it is one task class, whose grading, prompt styles and sources are those
+documented above; parsing, validation, generation and the bench's files are modules of their own.
 """
 from __future__ import annotations
 

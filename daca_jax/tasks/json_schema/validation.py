@@ -36,30 +36,33 @@ specification. Bounds, so that one completion is graded in well under a second w
   ``anyOf`` over a recursive ``$ref`` explodes combinatorially otherwise (:class:`BoundExceeded`).
   The ``json_schema`` task adds a wall-clock limit per completion in a worker process for anything
   these bounds miss.
+
+Parsing is in :mod:`daca_jax.tasks.json_schema.parsing`, the bounded validator (RE2, ``uniqueItems``, the
+work budget) in :mod:`daca_jax.tasks.json_schema.bounded`; this module compiles schemas and grades, and
+re-exports their public names.
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
-import threading
 import warnings
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import jsonschema
 import jsonschema.validators
 import numpy as np
-import re2
 import referencing
 import referencing.jsonschema
-from jsonschema import ValidationError
 from jsonschema_specifications import REGISTRY as _META_SCHEMAS
 
 from daca_jax.tasks.json_schema import generator as gen
+from daca_jax.tasks.json_schema.bounded import (MAX_VALIDATION_STEPS, BoundExceeded, PatternError,
+                                                bounded_validator_class, compile_pattern, work_budget)
+from daca_jax.tasks.json_schema.parsing import MAX_JSON_DEPTH, parse_json
 from daca_jax.tasks import text_scan
 
-MAX_JSON_DEPTH = 64  # parse_json bound on [ / { nesting (json.loads recurses)
-MAX_VALIDATION_STEPS = 100_000  # work units per validation (module docstring); ~0.3 s of CPU
+__all__ = ["MAX_JSON_DEPTH", "MAX_VALIDATION_STEPS", "SKIP_REASONS", "BoundExceeded", "CompiledSchema", "Grade",
+           "PatternError", "SchemaCompileError", "bounded_validator_class", "compile_fast", "compile_pattern",
+           "compile_schema", "parse_json"]
 
 # Keywords whose values are data, not subschemas; and keywords whose values map names to subschemas.
 _DATA_KEYWORDS = frozenset({"enum", "const", "examples", "default", "required", "type", "format",
@@ -72,234 +75,6 @@ SKIP_REASONS = ("not_json", "not_a_schema", "check_schema", "unresolvable_ref", 
                 "validate_exception", "too_long")
 
 
-# ----------------------------------------------------------------------------------------- parsing
-def _reject_constant(name: str) -> Any:
-  raise ValueError(f"{name} is not JSON")
-
-
-def _nesting_depth(text: str) -> int:
-  """Largest ``[``/``{`` nesting depth outside strings (linear scan, no recursion)."""
-  depth = best = 0
-  in_str = escaped = False
-  for ch in text:
-    if in_str:
-      if escaped:
-        escaped = False
-      elif ch == "\\":
-        escaped = True
-      elif ch == '"':
-        in_str = False
-    elif ch == '"':
-      in_str = True
-    elif ch in "[{":
-      depth += 1
-      best = max(best, depth)
-    elif ch in "]}":
-      depth -= 1
-  return best
-
-
-def _strip_fence(text: str) -> str:
-  """The body of one enclosing Markdown fence, else ``text``: the decision of
-  ``re.fullmatch(r"```[A-Za-z0-9_-]*\\s*\\n(.*?)\\n?```", text, re.DOTALL)`` in linear time (the
-  body starts after the last newline of the whitespace after the tag)."""
-  if len(text) < 6 or not text.startswith("```") or not text.endswith("```"):
-    return text
-  i = 3
-  while i < len(text) and text[i].isascii() and (text[i].isalnum() or text[i] in "_-"):
-    i += 1
-  j = i
-  while j < len(text) and text[j].isspace():
-    j += 1
-  newline = text.rfind("\n", i, j)
-  end = len(text) - 3
-  if newline < 0 or newline + 1 > end:
-    return text
-  body = text[newline + 1:end]
-  return body[:-1] if body.endswith("\n") else body
-
-
-def parse_json(text: Any, max_chars: int = text_scan.MAX_COMPLETION_CHARS,
-               max_depth: int = MAX_JSON_DEPTH) -> tuple[bool, Any]:
-  """Parses a completion as one JSON value, within size and depth bounds.
-
-  Args:
-    text: the decoded completion (any object; non-strings fail).
-    max_chars: longer texts fail without parsing.
-    max_depth: deeper ``[``/``{`` nesting fails without parsing (``json.loads`` recurses).
-
-  Returns:
-    ``(True, value)`` on success, else ``(False, None)``. Never raises.
-  """
-  if text_scan.over_limit(text, max_chars):
-    return False, None
-  text = text.strip()
-  stripped = _strip_fence(text)
-  if stripped is not text:
-    text = stripped.strip()
-  if not text or _nesting_depth(text) > max_depth:
-    return False, None
-  try:
-    return True, json.loads(text, parse_constant=_reject_constant)
-  except (ValueError, RecursionError, TypeError):  # JSONDecodeError, int-digit limit, bad constants
-    return False, None
-
-
-# -------------------------------------------------------------------------------------- regexes
-class PatternError(ValueError):
-  """A schema regex that RE2 cannot compile (syntax error, backreference, lookaround, too big)."""
-
-
-def _to_re2_syntax(pattern: str) -> str:
-  """Rewrites ECMA-262 ``\\uXXXX`` and ``\\u{X...}`` escapes to RE2's ``\\x{...}`` (one pass)."""
-  if "\\u" not in pattern:
-    return pattern
-  out = []
-  i, n = 0, len(pattern)
-  while i < n:
-    c = pattern[i]
-    if c == "\\" and i + 1 < n:
-      nxt = pattern[i + 1]
-      if nxt == "u" and i + 6 <= n and all(h in "0123456789abcdefABCDEF" for h in pattern[i + 2:i + 6]):
-        out.append("\\x{" + pattern[i + 2:i + 6] + "}")
-        i += 6
-        continue
-      if nxt == "u" and i + 2 < n and pattern[i + 2] == "{":
-        close = pattern.find("}", i + 3)
-        if close > 0:
-          out.append("\\x{" + pattern[i + 3:close] + "}")
-          i = close + 1
-          continue
-      out.append(pattern[i:i + 2])
-      i += 2
-      continue
-    out.append(c)
-    i += 1
-  return "".join(out)
-
-
-@functools.lru_cache(maxsize=8192)
-def compile_pattern(pattern: str) -> Any:
-  """The RE2 program of a JSON-Schema regex (cached).
-
-  Raises:
-    PatternError: RE2 cannot compile it (the message says why).
-  """
-  options = re2.Options()
-  options.log_errors = False
-  try:
-    return re2.compile(_to_re2_syntax(pattern), options)
-  except Exception as e:  # noqa: BLE001  re2.error, and TypeError/ValueError on odd input
-    raise PatternError(f"pattern {pattern!r}: {e}") from None
-
-
-def _search(pattern: str, text: str) -> bool:
-  return compile_pattern(pattern).search(text) is not None
-
-
-# ----------------------------------------------------------------------------------- the budget
-class BoundExceeded(Exception):
-  """A validation needed more than its work budget (:data:`MAX_VALIDATION_STEPS` units)."""
-
-
-_BUDGET = threading.local()
-
-
-def _size(x: Any) -> int:
-  return len(x) if isinstance(x, (str, list, dict)) else 0
-
-
-def _charge(units: int) -> None:
-  left = getattr(_BUDGET, "left", None)
-  if left is not None:
-    _BUDGET.left = left - units
-    if left - units < 0:
-      raise BoundExceeded(f"validation needed more than its budget of {_BUDGET.total} units")
-
-
-def _charged(keyword: Callable[..., Any]) -> Callable[..., Iterator[ValidationError]]:
-  """Wraps a jsonschema keyword function so that every evaluation is charged to the budget."""
-
-  @functools.wraps(keyword)
-  def charged(validator, value, instance, schema):
-    _charge(1 + _size(instance) + _size(value))
-    errors = keyword(validator, value, instance, schema)
-    if errors:
-      yield from errors
-
-  return charged
-
-
-# ---------------------------------------------------------------- keywords replaced for bounds
-def _pattern(validator, pattern, instance, schema):
-  if validator.is_type(instance, "string") and not _search(pattern, instance):
-    yield ValidationError(f"{instance!r} does not match {pattern!r}")
-
-
-def _pattern_properties(validator, pattern_properties, instance, schema):
-  if not validator.is_type(instance, "object"):
-    return
-  for pattern, subschema in pattern_properties.items():
-    for key, value in instance.items():
-      if _search(pattern, key):
-        yield from validator.descend(value, subschema, path=key, schema_path=pattern)
-
-
-def _additional_properties(validator, additional, instance, schema):
-  """jsonschema's ``additionalProperties`` with the ``patternProperties`` regexes on RE2."""
-  if not validator.is_type(instance, "object"):
-    return
-  properties = schema.get("properties", {})
-  patterns = list(schema.get("patternProperties", {}))
-  extras = [k for k in instance
-            if k not in properties and not any(_search(p, k) for p in patterns)]
-  if validator.is_type(additional, "object"):
-    for extra in extras:
-      yield from validator.descend(instance[extra], additional, path=extra)
-  elif not additional and extras:
-    yield ValidationError(f"additional properties are not allowed ({sorted(extras)!r} unexpected)")
-
-
-def _canonical(value: Any) -> Any:
-  """A hashable form equal for JSON-equal values: ``1 == 1.0`` but ``True != 1``, object key order
-  ignored, array order kept (jsonschema's ``equal``)."""
-  if isinstance(value, bool):
-    return ("b", value)
-  if isinstance(value, (int, float)):
-    return ("n", value)
-  if isinstance(value, str):
-    return ("s", value)
-  if isinstance(value, list):
-    return ("a", tuple(_canonical(v) for v in value))
-  if isinstance(value, dict):
-    return ("o", frozenset((k, _canonical(v)) for k, v in value.items()))
-  return ("z", repr(value))
-
-
-def _unique_items(validator, unique, instance, schema):
-  if unique and validator.is_type(instance, "array"):
-    seen = set()
-    for item in instance:
-      key = _canonical(item)
-      if key in seen:
-        yield ValidationError(f"{instance!r} has non-unique elements")
-        return
-      seen.add(key)
-
-
-_REPLACED = {"pattern": _pattern, "patternProperties": _pattern_properties,
-             "additionalProperties": _additional_properties, "uniqueItems": _unique_items}
-
-
-@functools.lru_cache(maxsize=None)
-def bounded_validator_class(cls: type) -> type:
-  """``cls`` (a jsonschema validator class) with RE2 regexes, linear ``uniqueItems`` and every keyword
-  charged to the work budget."""
-  keywords = {name: _REPLACED.get(name, fn) for name, fn in cls.VALIDATORS.items()}
-  return jsonschema.validators.extend(cls, {name: _charged(fn) for name, fn in keywords.items()})
-
-
-# ---------------------------------------------------------------------------------- compilation
 class SchemaCompileError(Exception):
   """A schema cannot be used; ``reason`` is one of the :data:`SKIP_REASONS`."""
 
@@ -342,12 +117,8 @@ class CompiledSchema:
       Exception: whatever the validator raises on this instance (a schema that compiled can still
         fail on a path the probes did not reach); :meth:`grade` catches it.
     """
-    previous = getattr(_BUDGET, "left", None), getattr(_BUDGET, "total", None)
-    _BUDGET.left = _BUDGET.total = int(max_steps)
-    try:
+    with work_budget(max_steps):
       return self.validator.is_valid(instance)
-    finally:
-      _BUDGET.left, _BUDGET.total = previous
 
   def resolve(self, ref: str) -> Any:
     """The subschema a root-level ``$ref`` string points to (raises ``Unresolvable``)."""

@@ -3,7 +3,10 @@
 One module per job (the threat model is in :mod:`~daca_jax.tasks.sandbox.runner`):
 
 * :mod:`~daca_jax.tasks.sandbox.runner`: the sandbox (namespaces, Landlock, resource limits, a
-  scrubbed ``python -I -S``) and the worker pool that runs many programs;
+  scrubbed ``python -I -S``) and the worker pool that runs many programs, over
+  :mod:`~daca_jax.tasks.sandbox.limits` (a run's limits and result), :mod:`~daca_jax.tasks.sandbox.host`
+  (the isolation this machine offers) and :mod:`~daca_jax.tasks.sandbox.protocol` (the launcher's
+  command line and report);
 * :mod:`~daca_jax.tasks.sandbox.launcher`: the in-sandbox launcher, run by file path as the
   sandbox's first process (standard library only; never imported);
 * :mod:`~daca_jax.tasks.sandbox.readview`: the files a sandboxed interpreter may read;

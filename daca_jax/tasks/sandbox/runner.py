@@ -66,164 +66,39 @@ Not defended:
   copies and any raise fails the test (none of HumanEval's or MBPP's tests does either);
 * machines without user namespaces or Landlock (flags + warning; e.g. many containers):
   reads/writes/network are then only as confined as what remains.
+
+The run's limits and result types are in :mod:`daca_jax.tasks.sandbox.limits`, the machine's isolation
+probes in :mod:`daca_jax.tasks.sandbox.host`, the launcher's command line and report in
+:mod:`daca_jax.tasks.sandbox.protocol`; this module runs programs with them and re-exports their public names.
+It stays over 350 lines for its docstring: the threat model belongs beside the code that enforces it.
 """
 from __future__ import annotations
 
 import concurrent.futures
-import ctypes
-import dataclasses
 import functools
-import json
 import math
 import os
 import pathlib
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import warnings
 from typing import Sequence
 
 from daca_jax.errors import ConfigError
-from daca_jax.tasks.sandbox import readview
+from daca_jax.tasks.sandbox import host, protocol, readview
+from daca_jax.tasks.sandbox.host import landlock_abi, namespaces_available
+from daca_jax.tasks.sandbox.limits import (ERROR, FAILED, PASSED, STATUSES, TIMEOUT, SandboxLimits, SandboxResult,
+                                           check_max_workers)
 
-PASSED, FAILED, TIMEOUT, ERROR = "passed", "failed", "timeout", "error"
-STATUSES = (PASSED, FAILED, TIMEOUT, ERROR)
+__all__ = ["ERROR", "FAILED", "PASSED", "STATUSES", "TIMEOUT", "SandboxLimits", "SandboxResult", "check_max_workers",
+           "isolation_summary", "landlock_abi", "namespaces_available", "process_limit_mode", "run_program",
+           "run_programs"]
 
-_LAUNCHER = pathlib.Path(__file__).with_name("launcher.py")
-_UNSHARE_ARGS = ("--user", "--map-root-user", "--net", "--pid", "--fork", "--kill-child", "--mount",
-                 "--ipc")
-_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 # Seconds the harness waits, beyond the program's own limit, for the launcher to start and report.
 _GRACE_S = 5.0
-
-
-@dataclasses.dataclass(frozen=True)
-class SandboxLimits:
-  """Limits of one sandboxed run.
-
-  Attributes:
-    timeout_s: wall-clock seconds before the whole process tree is killed (status ``timeout``).
-    cpu_time_s: CPU seconds (``RLIMIT_CPU``, rounded up); ``None`` = ``ceil(timeout_s)``.
-    memory_mb: address-space limit in MiB (``RLIMIT_AS``); allocations beyond it fail with
-      ``MemoryError``. Python itself needs ~30 MiB.
-    max_processes: processes+threads the program may have (``RLIMIT_NPROC``, counted inside the
-      sandbox's user namespace; not applied without one, where it would count the whole user).
-    max_output_bytes: bytes of stdout and of stderr read back (each).
-    max_file_mb: largest file the program may write, stdout/stderr included (``RLIMIT_FSIZE``).
-    disk_mb: size of the work directory's tmpfs (inside the mount namespace only).
-    max_open_files: ``RLIMIT_NOFILE``.
-  """
-
-  timeout_s: float = 5.0
-  cpu_time_s: float | None = None
-  memory_mb: int = 1024
-  max_processes: int = 32
-  max_output_bytes: int = 65536
-  max_file_mb: int = 16
-  disk_mb: int = 64
-  max_open_files: int = 256
-
-  def __post_init__(self):
-    def check(field: str, value: object, low: float, integer: bool) -> None:
-      kind = int if integer else (int, float)
-      if (isinstance(value, bool) or not isinstance(value, kind) or not math.isfinite(value)
-          or value < low):
-        raise ConfigError(f"sandbox.{field}", value,
-                          f"{'an int' if integer else 'a finite number'} >= {low}")
-
-    check("timeout_s", self.timeout_s, 0.01, False)
-    if self.cpu_time_s is not None:
-      check("cpu_time_s", self.cpu_time_s, 0.01, False)
-    check("memory_mb", self.memory_mb, 64, True)
-    check("max_processes", self.max_processes, 1, True)
-    check("max_output_bytes", self.max_output_bytes, 0, True)
-    check("max_file_mb", self.max_file_mb, 1, True)
-    check("disk_mb", self.disk_mb, 1, True)
-    check("max_open_files", self.max_open_files, 16, True)
-
-
-@dataclasses.dataclass(frozen=True)
-class SandboxResult:
-  """Outcome of one sandboxed run.
-
-  Attributes:
-    status: ``passed`` (exit code 0), ``failed`` (non-zero exit or killed by a signal),
-      ``timeout`` (wall-clock or CPU-time limit), ``error`` (the sandbox itself could not run the
-      program). For a judged run (:mod:`daca_jax.tasks.sandbox.judge`) ``passed`` is the judge's
-      verdict instead.
-    message: a short human-readable reason (e.g. the program's last stderr line).
-    duration_s: wall-clock seconds of the run, setup and cleanup included.
-    exit_code: the program's exit code; ``None`` when killed by a signal or never run.
-    stdout, stderr: the first ``max_output_bytes`` of each, decoded as UTF-8 (``replace``).
-    network_isolated: the program ran in a fresh network (and user, PID, IPC, mount) namespace.
-    filesystem_isolated: Landlock confined the program's writes to its work directory.
-    read_isolated: Landlock confined the program's reads to the read view
-      (:mod:`daca_jax.tasks.sandbox.readview`) and its work directory.
-    proc_isolated: the program had its own ``/proc`` (only the sandbox's processes).
-    process_limited: ``max_processes`` was enforced (see :func:`process_limit_mode`).
-  """
-
-  status: str
-  message: str
-  duration_s: float
-  exit_code: int | None = None
-  stdout: str = ""
-  stderr: str = ""
-  network_isolated: bool = False
-  filesystem_isolated: bool = False
-  read_isolated: bool = False
-  proc_isolated: bool = False
-  process_limited: bool = False
-
-
-@functools.lru_cache(maxsize=None)
-def namespaces_available() -> bool:
-  """Whether ``unshare`` can create user, network, PID and mount namespaces here (checked once)."""
-  unshare = shutil.which("unshare")
-  if unshare is None:
-    return False
-  try:
-    r = subprocess.run([unshare, *_UNSHARE_ARGS, "true"], capture_output=True, timeout=10,
-                       env=_ENV, check=False)
-  except (OSError, subprocess.SubprocessError):
-    return False
-  return r.returncode == 0
-
-
-@functools.lru_cache(maxsize=None)
-def landlock_abi() -> int:
-  """The kernel's Landlock ABI version, 0 when Landlock is unavailable (checked once, without
-  restricting this process)."""
-  try:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    # landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) returns the ABI version.
-    return max(0, int(libc.syscall(444, None, 0, 1)))
-  except (OSError, AttributeError):
-    return 0
-
-
-@functools.lru_cache(maxsize=None)
-def _pids_cgroup_base() -> pathlib.Path | None:
-  """This process's cgroup in a cgroup-v1 ``pids`` hierarchy, if we may create children in it."""
-  try:
-    own = next(line.split(":", 2)[2].strip() for line in open("/proc/self/cgroup")
-               if "pids" in line.split(":", 2)[1].split(","))
-    for line in open("/proc/self/mountinfo"):
-      fields, _, tail = line.partition(" - ")
-      fstype, _, options = (tail.split() + ["", "", ""])[:3]
-      if fstype == "cgroup" and "pids" in options.split(","):
-        base = pathlib.Path(fields.split()[4]) / own.lstrip("/")
-        probe = pathlib.Path(tempfile.mkdtemp(prefix="daca_sandbox_probe_", dir=base))
-        ok = (probe / "pids.max").exists()
-        probe.rmdir()
-        return base if ok else None
-  except (OSError, StopIteration, IndexError):
-    pass
-  return None
 
 
 @functools.lru_cache(maxsize=None)
@@ -242,7 +117,7 @@ def process_limit_mode() -> str:
   then only stopped by the timeout)."""
   if namespaces_available() and _rlimit_nproc_enforced():
     return "rlimit"
-  return "cgroup" if _pids_cgroup_base() is not None else "none"
+  return "cgroup" if host.pids_cgroup_base() is not None else "none"
 
 
 def isolation_summary() -> str:
@@ -276,21 +151,6 @@ def _warn_if_weak() -> None:
                   + ". Results carry flags (network_isolated, filesystem_isolated, read_isolated, "
                   "proc_isolated, process_limited) saying what each run had.", RuntimeWarning,
                   stacklevel=3)
-
-
-def _read_capped(path: pathlib.Path, limit: int) -> str:
-  try:
-    with open(path, "rb") as f:
-      data = f.read(limit)
-  except OSError:
-    return ""
-  return data.decode("utf-8", errors="replace")
-
-
-def _last_line(text: str, limit: int = 200) -> str:
-  lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-  line = lines[-1] if lines else ""
-  return line if len(line) <= limit else line[:limit] + "..."
 
 
 def _kill_group(pid: int) -> None:
@@ -350,7 +210,7 @@ class _Run:
     limits = self.limits
     self.root = pathlib.Path(tempfile.mkdtemp(prefix="daca_sandbox_"))
     if self.pids_mode == "cgroup":
-      self.cgroup = pathlib.Path(tempfile.mkdtemp(prefix="daca_sandbox_", dir=_pids_cgroup_base()))
+      self.cgroup = pathlib.Path(tempfile.mkdtemp(prefix="daca_sandbox_", dir=host.pids_cgroup_base()))
       # +1: the launcher (the sandbox's PID 1) lives in the cgroup too.
       (self.cgroup / "pids.max").write_text(str(limits.max_processes + 1))
     work = self.root / "work"
@@ -358,7 +218,7 @@ class _Run:
     program = self.root / "program.py"
     source = self.source if isinstance(self.source, str) else str(self.source)
     program.write_bytes(source.encode("utf-8", errors="replace"))
-    env = dict(_ENV, HOME=str(work), TMPDIR=str(work))
+    env = dict(host.ENV, HOME=str(work), TMPDIR=str(work))
     self.status_r, status_w = os.pipe()
     cfg = {
         "status_fd": status_w,
@@ -377,9 +237,7 @@ class _Run:
         "read_rules": self.read_rules,
         "use_landlock": landlock_abi() > 0,
     }
-    argv = [sys.executable, "-I", "-S", str(_LAUNCHER), json.dumps(cfg)]
-    if self.use_ns:
-      argv = [shutil.which("unshare") or "unshare", *_UNSHARE_ARGS, "--", *argv]
+    argv = protocol.launcher_argv(cfg, self.use_ns)
     try:
       with open(self.root / "stdout", "wb") as out, open(self.root / "stderr", "wb") as err:
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
@@ -435,42 +293,17 @@ class _Run:
     except OSError:
       raw = b""
     limits = self.limits
-    stdout = _read_capped(self.root / "stdout", limits.max_output_bytes)
-    stderr = _read_capped(self.root / "stderr", limits.max_output_bytes)
+    stdout = protocol.read_capped(self.root / "stdout", limits.max_output_bytes)
+    stderr = protocol.read_capped(self.root / "stderr", limits.max_output_bytes)
     duration = time.monotonic() - self.start_time
-    try:
-      report = json.loads(raw.decode("utf-8", errors="replace").strip().splitlines()[-1])
-      if not isinstance(report, dict):
-        report = None
-    except (ValueError, IndexError):
-      report = None
-    report = self.report = report or {}
+    report = self.report = protocol.decode_report(raw)
     make = functools.partial(
         SandboxResult, duration_s=duration, stdout=stdout, stderr=stderr,
         network_isolated=self.use_ns, filesystem_isolated=bool(report.get("landlock_abi")),
         read_isolated=bool(report.get("read_rules")), proc_isolated=bool(report.get("proc")),
         process_limited=self.pids_mode != "none")
-    if timed_out:
-      return make(TIMEOUT, f"wall-clock limit of {limits.timeout_s:g} s exceeded")
-    if not report:
-      return make(ERROR, f"the sandbox launcher did not report (exit {self.proc.returncode}): "
-                         f"{_last_line(stderr)}")
-    if report.get("setup_error"):
-      return make(ERROR, f"sandbox setup failed: {report['setup_error']}")
-    if not report.get("done"):
-      return make(FAILED, f"the sandbox ended before the program did: {_last_line(stderr)}")
-    sig = report.get("signal")
-    if sig is not None:
-      name = signal.Signals(sig).name if sig in signal.valid_signals() else str(sig)
-      if sig in (signal.SIGXCPU, signal.SIGKILL) and report.get("exit") is None:
-        # RLIMIT_CPU sends SIGXCPU at the soft limit and SIGKILL at the hard one.
-        if sig == signal.SIGXCPU or duration >= 0.9 * self.cpu_s:
-          return make(TIMEOUT, f"CPU time limit of {self.cpu_s} s exceeded ({name})")
-      return make(FAILED, f"killed by {name}: {_last_line(stderr)}")
-    code = report.get("exit")
-    if code == 0:
-      return make(PASSED, "ok", exit_code=0)
-    return make(FAILED, f"exit code {code}: {_last_line(stderr)}", exit_code=code)
+    return protocol.classify(report, make, timed_out=timed_out, timeout_s=limits.timeout_s, cpu_s=self.cpu_s,
+                             duration=duration, returncode=self.proc.returncode, stderr=stderr)
 
 
 def _remove_cgroup(cgroup: pathlib.Path) -> None:
@@ -532,16 +365,3 @@ def run_programs(sources: Sequence[str], limits: SandboxLimits | None = None, *,
     return []
   with concurrent.futures.ThreadPoolExecutor(max_workers=min(workers, len(sources))) as pool:
     return list(pool.map(lambda s: run_program(s, limits), sources))
-
-
-def check_max_workers(max_workers: int | None) -> int:
-  """``max_workers`` checked (``None`` = the number of CPUs, at least 2).
-
-  Raises:
-    ConfigError: not a positive int.
-  """
-  if max_workers is None:
-    return max(2, os.cpu_count() or 1)
-  if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
-    raise ConfigError("sandbox.max_workers", max_workers, "a positive int")
-  return max_workers
