@@ -67,6 +67,19 @@ def _tokens(b=4, seed=0):
   return jnp.asarray(np.random.default_rng(seed).integers(0, 5, (b, P + L)), jnp.int32)
 
 
+def _compiled(fn):
+  """``fn(PARAMS)`` as a numpy array, computed by ``jax.jit(fn)``: op by op, each new config's first
+  call compiled every primitive and the test took about 3 times as long."""
+  return np.asarray(jax.jit(fn)(PARAMS))
+
+
+@pytest.fixture(scope="module")
+def traj():
+  """A recorded rollout of the fixed-logit model (compiled once, shared by the tests below)."""
+  return jax.jit(make_rollout_fn(jax_logits, ROLLOUT, mask_id=MASK, eos_id=EOS, record_step_conf=True))(
+      PARAMS, _tokens()[:, :P], jax.random.key(1))
+
+
 def test_registry_entry_equals_the_direct_call_with_the_methods_fields_only():
   """The entry given a whole section computes what the direct call computes with that method's
   fields, whatever another method's options say."""
@@ -74,17 +87,16 @@ def test_registry_entry_equals_the_direct_call_with_the_methods_fields_only():
   sml = StratifiedConfig(num_strata=3, partition="strided")
   cfg = LikelihoodConfig(stratified=sml, p_mask_prompt=0.3, coupled=CoupledConfig(t_min=0.01, t_max=0.02))
   other = dataclasses.replace(cfg, coupled=CoupledConfig(t_min=0.4, t_max=0.6, full_pass=False))
-  via_entry = LIKELIHOOD.get("stratified")(jax_logits, PARAMS, tokens, P, key, cfg, mask_id=MASK).logp
-  via_other = LIKELIHOOD.get("stratified")(jax_logits, PARAMS, tokens, P, key, other, mask_id=MASK).logp
-  direct = stratified_logprobs(jax_logits, PARAMS, tokens, P, key, mask_id=MASK, p_mask_prompt=0.3,
-                               stratified=sml).logp
-  np.testing.assert_array_equal(np.asarray(via_entry), np.asarray(direct))
-  np.testing.assert_array_equal(np.asarray(via_other), np.asarray(direct))
-  default = stratified_logprobs(jax_logits, PARAMS, tokens, P, key, mask_id=MASK).logp  # LikelihoodConfig()'s
-  np.testing.assert_array_equal(
-      np.asarray(default),
-      np.asarray(LIKELIHOOD.get("stratified")(jax_logits, PARAMS, tokens, P, key, LikelihoodConfig(),
-                                              mask_id=MASK).logp))
+  entry = lambda c: _compiled(lambda prm: LIKELIHOOD.get("stratified")(jax_logits, prm, tokens, P, key, c,
+                                                                       mask_id=MASK).logp)
+  via_entry, via_other = entry(cfg), entry(other)
+  direct = _compiled(lambda prm: stratified_logprobs(jax_logits, prm, tokens, P, key, mask_id=MASK,
+                                                     p_mask_prompt=0.3, stratified=sml).logp)
+  np.testing.assert_array_equal(via_entry, direct)
+  np.testing.assert_array_equal(via_other, direct)
+  default = _compiled(lambda prm: stratified_logprobs(jax_logits, prm, tokens, P, key,
+                                                      mask_id=MASK).logp)  # LikelihoodConfig()'s
+  np.testing.assert_array_equal(default, entry(LikelihoodConfig()))
   assert not np.array_equal(np.asarray(default), np.asarray(direct))
   with pytest.raises(TypeError, match=r"stratified_logprobs takes the options .*not \['coupled'\]"):
     stratified_logprobs(jax_logits, PARAMS, tokens, P, key, mask_id=MASK, coupled=CoupledConfig())
@@ -110,9 +122,7 @@ def test_objective_entry_passes_only_its_fields():
   assert float(loss_default) != float(loss_direct)
 
 
-def test_credit_assign_hands_each_assigner_its_sections_only():
-  traj = make_rollout_fn(jax_logits, ROLLOUT, mask_id=MASK, eos_id=EOS, record_step_conf=True)(
-      PARAMS, _tokens()[:, :P], jax.random.key(1))
+def test_credit_assign_hands_each_assigner_its_sections_only(traj):
   cfg = CreditConfig(dps=DPSConfig(alpha=1.5), dtca=DTCAConfig(top_frac=0.3), delta=DeltaConfig(gamma=0.3))
   for name, want in [("dtca", {"dtca": cfg.dtca, "dps": cfg.dps}), ("dps", {"dps": cfg.dps}), ("uniform", {})]:
     seen = {}
@@ -128,7 +138,7 @@ def test_credit_assign_hands_each_assigner_its_sections_only():
                                 np.asarray(dps_credit(traj, ROLLOUT, dps=DPSConfig(alpha=1.5))))
 
 
-def test_direct_calls_validate_their_options_as_the_config_would():
+def test_direct_calls_validate_their_options_as_the_config_would(traj):
   from daca_jax.errors import ConfigError
   from daca_jax.rl.objectives import wd1_loss
 
@@ -155,8 +165,6 @@ def test_direct_calls_validate_their_options_as_the_config_would():
     stratified_logprobs(jax_logits, PARAMS, tokens, P, key, mask_id=MASK, stratified={"num_strata": 2})
   with pytest.raises(ConfigError, match=r"stratified_logprobs\.p_mask_prompt=1\.5"):
     stratified_logprobs(jax_logits, PARAMS, tokens, P, key, mask_id=MASK, p_mask_prompt=1.5)
-  traj = make_rollout_fn(jax_logits, ROLLOUT, mask_id=MASK, eos_id=EOS, record_step_conf=True)(
-      PARAMS, tokens[:, :P], jax.random.key(1))
   with pytest.raises(ConfigError, match=r"dps_credit\.dps\.w_min"):
     dps_credit(traj, ROLLOUT, dps=DPSConfig(w_min=3.0, w_max=2.0))
   with pytest.raises(TypeError, match=r"dps_credit takes the options \['dps'\], not \['dtca'\]"):
