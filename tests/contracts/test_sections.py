@@ -69,15 +69,8 @@ def _tokens(b=4, seed=0):
 
 def _compiled(fn):
   """``fn(PARAMS)`` as a numpy array, computed by ``jax.jit(fn)``: op by op, each new config's first
-  call compiled every primitive and the test took about 3 times as long."""
+  call compiles its primitives one at a time, which was slower (most on a loaded machine)."""
   return np.asarray(jax.jit(fn)(PARAMS))
-
-
-@pytest.fixture(scope="module")
-def traj():
-  """A recorded rollout of the fixed-logit model (compiled once, shared by the tests below)."""
-  return jax.jit(make_rollout_fn(jax_logits, ROLLOUT, mask_id=MASK, eos_id=EOS, record_step_conf=True))(
-      PARAMS, _tokens()[:, :P], jax.random.key(1))
 
 
 def test_registry_entry_equals_the_direct_call_with_the_methods_fields_only():
@@ -122,7 +115,9 @@ def test_objective_entry_passes_only_its_fields():
   assert float(loss_default) != float(loss_direct)
 
 
-def test_credit_assign_hands_each_assigner_its_sections_only(traj):
+def test_credit_assign_hands_each_assigner_its_sections_only():
+  traj = make_rollout_fn(jax_logits, ROLLOUT, mask_id=MASK, eos_id=EOS, record_step_conf=True)(
+      PARAMS, _tokens()[:, :P], jax.random.key(1))
   cfg = CreditConfig(dps=DPSConfig(alpha=1.5), dtca=DTCAConfig(top_frac=0.3), delta=DeltaConfig(gamma=0.3))
   for name, want in [("dtca", {"dtca": cfg.dtca, "dps": cfg.dps}), ("dps", {"dps": cfg.dps}), ("uniform", {})]:
     seen = {}
@@ -138,7 +133,7 @@ def test_credit_assign_hands_each_assigner_its_sections_only(traj):
                                 np.asarray(dps_credit(traj, ROLLOUT, dps=DPSConfig(alpha=1.5))))
 
 
-def test_direct_calls_validate_their_options_as_the_config_would(traj):
+def test_direct_calls_validate_their_options_as_the_config_would():
   from daca_jax.errors import ConfigError
   from daca_jax.rl.objectives import wd1_loss
 
@@ -165,6 +160,8 @@ def test_direct_calls_validate_their_options_as_the_config_would(traj):
     stratified_logprobs(jax_logits, PARAMS, tokens, P, key, mask_id=MASK, stratified={"num_strata": 2})
   with pytest.raises(ConfigError, match=r"stratified_logprobs\.p_mask_prompt=1\.5"):
     stratified_logprobs(jax_logits, PARAMS, tokens, P, key, mask_id=MASK, p_mask_prompt=1.5)
+  traj = make_rollout_fn(jax_logits, ROLLOUT, mask_id=MASK, eos_id=EOS, record_step_conf=True)(
+      PARAMS, tokens[:, :P], jax.random.key(1))
   with pytest.raises(ConfigError, match=r"dps_credit\.dps\.w_min"):
     dps_credit(traj, ROLLOUT, dps=DPSConfig(w_min=3.0, w_max=2.0))
   with pytest.raises(TypeError, match=r"dps_credit takes the options \['dps'\], not \['dtca'\]"):

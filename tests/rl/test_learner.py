@@ -33,7 +33,7 @@ def test_update_matches_hand_written_loop():
   # Hand-written: plain Python loop over inner iterations.
   lik = LIKELIHOOD.get("stratified")
   obj = OBJECTIVES.get("diffu_grpo")
-  # Each piece compiled (op by op, the loop took most of the test's time); the loop itself stays Python.
+  # Each piece compiled (op by op, the loop took a third of the test's time); the loop itself stays Python.
   logp = jax.jit(lambda prm, k: lik(jax_logits, prm, traj.tokens, P, k, cfg.likelihood, mask_id=MASK,
                                     commit_step=traj.commit_step).logp)
   loss_and_grad = jax.jit(jax.value_and_grad(lambda q, b, k: obj(logp(q, k), b, cfg.rl), has_aux=True))

@@ -88,7 +88,7 @@ def test_stepmerge_token_and_position_logprobs_match_the_reference(method, scope
   sm = StepMergeConfig(segments=N, position_method=method, position_scope=scope, position_confidence=conf_type,
                        position_source=source, position_temperature=0.7)
   cfg = LikelihoodConfig(stepmerge=sm, trajectory_steps=S)
-  scores = jax.jit(lambda prm: LIKELIHOOD.get("stepmerge")(  # compiled: op by op took 3 times as long
+  scores = jax.jit(lambda prm: LIKELIHOOD.get("stepmerge")(  # compiled: op by op took several times as long
       jax_logits, prm, jnp.asarray(tokens), P, jax.random.PRNGKey(0), cfg, mask_id=MASK,
       commit_step=jnp.asarray(commit_step)))(jax.tree.map(jnp.asarray, params))
   tok, pos = _ref_stepmerge(params, tokens, commit_step, method, scope, conf_type, 0.7, source)
@@ -144,7 +144,7 @@ def test_map_loss_matches_the_reference_losses():
                       advantages=jnp.asarray(adv, jnp.float32), weights=jnp.asarray(np.tile(completion, 2), jnp.float32),
                       mask=jnp.asarray(np.tile(mask, 2), jnp.float32), num_states=2)
   logp = jnp.asarray(np.concatenate([new_t, new_p], 1), jnp.float32)
-  loss, aux = jax.jit(lambda lp: map_loss(lp, batch, clip_eps=lo, clip_eps_high=hi, beta=beta,  # compiled: op by op was slower
+  loss, aux = jax.jit(lambda lp: map_loss(lp, batch, clip_eps=lo, clip_eps_high=hi, beta=beta,  # compiled: faster
                                           map_position_weight=lam))(logp)
   x = ref_t - new_t
   kl = ((np.exp(x) - x - 1) * mask).sum() / mask.sum()  # trainer.py compute_loss: kl over completion x sample mask
@@ -197,9 +197,8 @@ def test_stepmerge_through_the_model_split_equals_the_plain_logits():
   tokens, commit_step = _inputs(seed=2)
   cfg = LikelihoodConfig(stepmerge=StepMergeConfig(segments=N, sample=2, position_scope="position"),
                          trajectory_steps=S)
-  run = lambda fn: jax.jit(lambda p: LIKELIHOOD.get("stepmerge")(  # compiled: op by op took 3 times as long
-      fn, p, jnp.asarray(tokens), P, jax.random.PRNGKey(1), cfg, mask_id=MASK,
-      commit_step=jnp.asarray(commit_step)).logp)(prm)
+  run = lambda fn: LIKELIHOOD.get("stepmerge")(fn, prm, jnp.asarray(tokens), P, jax.random.PRNGKey(1), cfg,
+                                               mask_id=MASK, commit_step=jnp.asarray(commit_step)).logp
   plain = run(lambda p, t: make_logits_fn(gd)(p, t))
   for fn in (make_logits_fn(gd), make_logits_fn(gd, logprob_chunk=3)):
     np.testing.assert_allclose(np.asarray(run(fn)), np.asarray(plain), rtol=1e-5, atol=1e-5)
