@@ -67,6 +67,12 @@ def _tokens(b=4, seed=0):
   return jnp.asarray(np.random.default_rng(seed).integers(0, 5, (b, P + L)), jnp.int32)
 
 
+def _compiled(fn):
+  """``fn(PARAMS)`` as a numpy array, computed by ``jax.jit(fn)``: op by op, each new config's first
+  call compiles its primitives one at a time, which was slower (most on a loaded machine)."""
+  return np.asarray(jax.jit(fn)(PARAMS))
+
+
 def test_registry_entry_equals_the_direct_call_with_the_methods_fields_only():
   """The entry given a whole section computes what the direct call computes with that method's
   fields, whatever another method's options say."""
@@ -74,17 +80,16 @@ def test_registry_entry_equals_the_direct_call_with_the_methods_fields_only():
   sml = StratifiedConfig(num_strata=3, partition="strided")
   cfg = LikelihoodConfig(stratified=sml, p_mask_prompt=0.3, coupled=CoupledConfig(t_min=0.01, t_max=0.02))
   other = dataclasses.replace(cfg, coupled=CoupledConfig(t_min=0.4, t_max=0.6, full_pass=False))
-  via_entry = LIKELIHOOD.get("stratified")(jax_logits, PARAMS, tokens, P, key, cfg, mask_id=MASK).logp
-  via_other = LIKELIHOOD.get("stratified")(jax_logits, PARAMS, tokens, P, key, other, mask_id=MASK).logp
-  direct = stratified_logprobs(jax_logits, PARAMS, tokens, P, key, mask_id=MASK, p_mask_prompt=0.3,
-                               stratified=sml).logp
-  np.testing.assert_array_equal(np.asarray(via_entry), np.asarray(direct))
-  np.testing.assert_array_equal(np.asarray(via_other), np.asarray(direct))
-  default = stratified_logprobs(jax_logits, PARAMS, tokens, P, key, mask_id=MASK).logp  # LikelihoodConfig()'s
-  np.testing.assert_array_equal(
-      np.asarray(default),
-      np.asarray(LIKELIHOOD.get("stratified")(jax_logits, PARAMS, tokens, P, key, LikelihoodConfig(),
-                                              mask_id=MASK).logp))
+  entry = lambda c: _compiled(lambda prm: LIKELIHOOD.get("stratified")(jax_logits, prm, tokens, P, key, c,
+                                                                       mask_id=MASK).logp)
+  via_entry, via_other = entry(cfg), entry(other)
+  direct = _compiled(lambda prm: stratified_logprobs(jax_logits, prm, tokens, P, key, mask_id=MASK,
+                                                     p_mask_prompt=0.3, stratified=sml).logp)
+  np.testing.assert_array_equal(via_entry, direct)
+  np.testing.assert_array_equal(via_other, direct)
+  default = _compiled(lambda prm: stratified_logprobs(jax_logits, prm, tokens, P, key,
+                                                      mask_id=MASK).logp)  # LikelihoodConfig()'s
+  np.testing.assert_array_equal(default, entry(LikelihoodConfig()))
   assert not np.array_equal(np.asarray(default), np.asarray(direct))
   with pytest.raises(TypeError, match=r"stratified_logprobs takes the options .*not \['coupled'\]"):
     stratified_logprobs(jax_logits, PARAMS, tokens, P, key, mask_id=MASK, coupled=CoupledConfig())

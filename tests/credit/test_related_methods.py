@@ -302,9 +302,9 @@ def test_rldf_estimator_scores_rebuilt_states():
   commit_step = np.stack([rng.permutation(steps) for _ in range(3)])
   conf = rng.uniform(0.05, 1.0, (3, length))
   cfg = LikelihoodConfig(rldf=RLDFConfig(states=2, sampling="topk"), trajectory_steps=steps, p_mask_prompt=0.0)
-  out = LIKELIHOOD.get("rldf")(jax_logits, jax.tree.map(jnp.asarray, params), jnp.asarray(tokens), p,
-                               jax.random.PRNGKey(0), cfg, mask_id=mask_id,
-                               commit_step=jnp.asarray(commit_step), commit_conf=jnp.asarray(conf))
+  out = jax.jit(lambda prm: LIKELIHOOD.get("rldf")(  # compiled: op by op took several times as long
+      jax_logits, prm, jnp.asarray(tokens), p, jax.random.PRNGKey(0), cfg, mask_id=mask_id,
+      commit_step=jnp.asarray(commit_step), commit_conf=jnp.asarray(conf)))(jax.tree.map(jnp.asarray, params))
   states = np.asarray(out.states)
   for b in range(3):
     sur = -np.log(conf[b])[np.argsort(commit_step[b])]  # one token per step

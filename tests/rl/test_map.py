@@ -88,8 +88,9 @@ def test_stepmerge_token_and_position_logprobs_match_the_reference(method, scope
   sm = StepMergeConfig(segments=N, position_method=method, position_scope=scope, position_confidence=conf_type,
                        position_source=source, position_temperature=0.7)
   cfg = LikelihoodConfig(stepmerge=sm, trajectory_steps=S)
-  scores = LIKELIHOOD.get("stepmerge")(jax_logits, jax.tree.map(jnp.asarray, params), jnp.asarray(tokens), P,
-                                        jax.random.PRNGKey(0), cfg, mask_id=MASK, commit_step=jnp.asarray(commit_step))
+  scores = jax.jit(lambda prm: LIKELIHOOD.get("stepmerge")(  # compiled: op by op took several times as long
+      jax_logits, prm, jnp.asarray(tokens), P, jax.random.PRNGKey(0), cfg, mask_id=MASK,
+      commit_step=jnp.asarray(commit_step)))(jax.tree.map(jnp.asarray, params))
   tok, pos = _ref_stepmerge(params, tokens, commit_step, method, scope, conf_type, 0.7, source)
   assert scores.num_states == 2 and float(jnp.min(scores.mask)) == 1.0  # every segment scored (sample = 0)
   np.testing.assert_allclose(np.asarray(scores.logp[:, :L]), tok, rtol=1e-4, atol=1e-5)
@@ -102,9 +103,9 @@ def test_sampled_segments_mask_their_tokens_only_and_skip_invalid_segments():
   valid = np.ones((4, L), np.float32)
   valid[0, commit_step[0] >= 4] = 0.0  # row 0: segments 2 and 3 hold only padding
   cfg = LikelihoodConfig(stepmerge=StepMergeConfig(segments=N, sample=2), trajectory_steps=S)
-  run = lambda key: LIKELIHOOD.get("stepmerge")(jax_logits, params, jnp.asarray(tokens), P, key, cfg, mask_id=MASK,
-                                                commit_step=jnp.asarray(commit_step),
-                                                completion_mask=jnp.asarray(valid))
+  run = jax.jit(lambda key: LIKELIHOOD.get("stepmerge")(  # compiled once for the 7 keys
+      jax_logits, params, jnp.asarray(tokens), P, key, cfg, mask_id=MASK, commit_step=jnp.asarray(commit_step),
+      completion_mask=jnp.asarray(valid)))
   seg = commit_step * N // S
   for k in range(5):
     s = run(jax.random.PRNGKey(k))
@@ -143,7 +144,8 @@ def test_map_loss_matches_the_reference_losses():
                       advantages=jnp.asarray(adv, jnp.float32), weights=jnp.asarray(np.tile(completion, 2), jnp.float32),
                       mask=jnp.asarray(np.tile(mask, 2), jnp.float32), num_states=2)
   logp = jnp.asarray(np.concatenate([new_t, new_p], 1), jnp.float32)
-  loss, aux = map_loss(logp, batch, clip_eps=lo, clip_eps_high=hi, beta=beta, map_position_weight=lam)
+  loss, aux = jax.jit(lambda lp: map_loss(lp, batch, clip_eps=lo, clip_eps_high=hi, beta=beta,  # compiled: faster
+                                          map_position_weight=lam))(logp)
   x = ref_t - new_t
   kl = ((np.exp(x) - x - 1) * mask).sum() / mask.sum()  # trainer.py compute_loss: kl over completion x sample mask
   want = _ref_gspo(new_t, old_t, adv, mask, completion, lo, hi) + lam * _ref_gspo(new_p, old_p, adv, mask, completion,
@@ -152,8 +154,8 @@ def test_map_loss_matches_the_reference_losses():
   np.testing.assert_allclose(float(aux["position_loss"]), _ref_gspo(new_p, old_p, adv, mask, completion, lo, hi), rtol=1e-5)
   # on-policy gradient: −A_b w m / (B n_b) for every target of both kinds (λ on the position half)
   on = batch.replace(logp_old=logp)
-  g = np.asarray(jax.grad(lambda lp: map_loss(lp, on, clip_eps=lo, clip_eps_high=hi, beta=0.0,
-                                              map_position_weight=lam)[0])(logp))
+  g = np.asarray(jax.jit(jax.grad(lambda lp: map_loss(lp, on, clip_eps=lo, clip_eps_high=hi, beta=0.0,
+                                                      map_position_weight=lam)[0]))(logp))
   n = np.maximum(mask.sum(1, keepdims=True), 1.0)
   want_g = -adv[:, None] * completion * mask / (b * n)
   np.testing.assert_allclose(g, np.concatenate([want_g, lam * want_g], 1), rtol=1e-5, atol=1e-7)

@@ -1,6 +1,8 @@
 """The gradient study's oracle: the exact probability of the library's own sampler, and the exact
 gradient of its expected reward (checked against finite differences and against the sampler)."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,12 +20,26 @@ TOK = ByteTokenizer()
 ALPHABET = TOK.encode("abc")
 
 
-def _peaked_model(scale: float = 4.0, seed: int = 0):
-  """A random tiny model whose logits are scaled up, so that its conditionals are far from uniform
-  and the two remasking rules give clearly different completion distributions."""
-  gd, params = init_model(ModelConfig(vocab_size=260, d_model=32, n_layers=1, n_heads=2, mlp_dim=64), seed)
+@pytest.fixture(scope="module")
+def peaked():
+  """``peaked(scale)``: a random tiny model whose logits are scaled up, so that its conditionals are far
+  from uniform and the two remasking rules give clearly different completion distributions.
+
+  The model is initialised once for the module (about 10 s), and each scale's logits function is one
+  object, so the compiled programs below are shared between the tests.
+  """
+  gd, params = init_model(ModelConfig(vocab_size=260, d_model=32, n_layers=1, n_heads=2, mlp_dim=64), 0)
   base = make_logits_fn(gd)
-  return gs.restrict_logits(lambda p, t: scale * base(p, t), ALPHABET), params
+
+  @functools.cache
+  def fn(scale: float = 4.0):
+    return gs.restrict_logits(lambda p, t: scale * base(p, t), ALPHABET)
+
+  return lambda scale=4.0: (fn(scale), params)
+
+
+# Compiled: run op by op, the enumeration over commit orders took 2 to 3 times as long.
+_distribution = jax.jit(gs.completion_distribution, static_argnums=0, static_argnames=("mask_id", "remasking"))
 
 
 def _prompts(n: int) -> jax.Array:
@@ -31,30 +47,30 @@ def _prompts(n: int) -> jax.Array:
 
 
 @pytest.mark.parametrize("remasking", ["random", "low_confidence"])
-def test_exact_distribution_sums_to_one(remasking):
-  fn, params = _peaked_model()
+def test_exact_distribution_sums_to_one(peaked, remasking):
+  fn, params = peaked()
   comps = jnp.asarray(gs.all_completions(ALPHABET, 3))
-  p = gs.completion_distribution(fn, params, _prompts(4), comps, mask_id=TOK.mask_id, remasking=remasking)
+  p = _distribution(fn, params, _prompts(4), comps, mask_id=TOK.mask_id, remasking=remasking)
   np.testing.assert_allclose(np.asarray(p).sum(-1), 1.0, atol=2e-5)
 
 
-def test_random_remasking_probability_is_the_any_order_likelihood():
-  fn, params = _peaked_model()
+def test_random_remasking_probability_is_the_any_order_likelihood(peaked):
+  fn, params = peaked()
   comps = jnp.asarray(gs.all_completions(ALPHABET, 3))
   prompts = jnp.repeat(_prompts(1), comps.shape[0], 0)
-  exact = gs.sampler_logprob(fn, params, prompts, comps, mask_id=TOK.mask_id, remasking="random")
-  oracle = any_order_logprob(fn, params, jnp.concatenate([prompts, comps], 1), prompts.shape[1],
-                             mask_id=TOK.mask_id)
+  exact, oracle = jax.jit(lambda prm: (  # compiled, as _distribution
+      gs.sampler_logprob(fn, prm, prompts, comps, mask_id=TOK.mask_id, remasking="random"),
+      any_order_logprob(fn, prm, jnp.concatenate([prompts, comps], 1), prompts.shape[1], mask_id=TOK.mask_id)))(params)
   np.testing.assert_allclose(exact, oracle, atol=1e-5)
 
 
 @pytest.mark.parametrize("remasking,other", [("low_confidence", "random"), ("random", "low_confidence")])
-def test_library_sampler_draws_from_the_exact_distribution(remasking, other):
-  fn, params = _peaked_model()
+def test_library_sampler_draws_from_the_exact_distribution(peaked, remasking, other):
+  fn, params = peaked()
   comps = gs.all_completions(ALPHABET, 3)
   prompt = _prompts(1)
-  dist = {r: np.asarray(gs.completion_distribution(fn, params, prompt, jnp.asarray(comps), mask_id=TOK.mask_id,
-                                                   remasking=r))[0] for r in (remasking, other)}
+  dist = {r: np.asarray(_distribution(fn, params, prompt, jnp.asarray(comps), mask_id=TOK.mask_id,
+                                      remasking=r))[0] for r in (remasking, other)}
   cfg = RolloutConfig(gen_length=3, block_length=3, steps=3, temperature=1.0, remasking=remasking)
   rollout = jax.jit(make_rollout_fn(fn, cfg, mask_id=TOK.mask_id, eos_id=TOK.eos_id))
   n = 12000
@@ -67,15 +83,17 @@ def test_library_sampler_draws_from_the_exact_distribution(remasking, other):
   assert tv_other > 4 * tv, (tv, tv_other)  # and the test can tell the rules apart
 
 
-def test_exact_gradient_equals_finite_differences_of_the_enumerated_reward():
-  fn, params = _peaked_model(scale=2.0)
+def test_exact_gradient_equals_finite_differences_of_the_enumerated_reward(peaked):
+  fn, params = peaked(2.0)
   comps = jnp.asarray(gs.all_completions(ALPHABET[:2], 2))  # a 2-token, 2-letter toy: 4 completions
   fn2 = gs.restrict_logits(fn, ALPHABET[:2])
   prompts = jnp.asarray(gs.encode_prompts(TOK, ["ba", "ab"]))
   rewards = jnp.asarray([[0.0, 0.5, 0.5, 1.0], [1.0, 0.0, 0.25, 0.5]])
   for remasking in ("random", "low_confidence"):
-    j = lambda p: gs.expected_reward(fn2, p, prompts, comps, rewards, mask_id=TOK.mask_id, remasking=remasking)
-    grad = jax.grad(j)(params)
+    # compiled, as _distribution
+    j = jax.jit(lambda p: gs.expected_reward(fn2, p, prompts, comps, rewards, mask_id=TOK.mask_id,
+                                             remasking=remasking))
+    grad = jax.jit(jax.grad(j))(params)
     leaves, tree = jax.tree.flatten(params)
     keys = jax.random.split(jax.random.PRNGKey(1), len(leaves))
     d = [jax.random.normal(k, x.shape) for k, x in zip(keys, leaves)]
