@@ -50,7 +50,9 @@ def _setup(flag, preset):
   cfg = train_config_from_dict(cf.build(preset))
   tiny = dataclasses.replace(cfg.model, d_model=16, n_layers=1, n_heads=2, n_kv_heads=0, mlp_dim=32, lora_rank=0,
                              lora_dropout=0.0)  # no adapters: their dropout must be off (a config error otherwise)
-  cfg = configure.validate(dataclasses.replace(cfg, model=tiny, rollout=_fit_byte_answers(cfg)))
+  # rollout_batch 0: the test samples 2 prompts' groups in one call, which a preset's split need not divide
+  cfg = configure.validate(dataclasses.replace(cfg, model=tiny, rollout=_fit_byte_answers(cfg),
+                                               rl=dataclasses.replace(cfg.rl, rollout_batch=0)))
   task = build_task(cfg)
   tok = task.tokenizer
   graphdef, params = init_model(cfg.model, 0)
