@@ -142,7 +142,7 @@ class EvalConfig:
     256, 512), in blocks of ``block_length`` (32) with ``steps`` denoising steps (0: length / 2), the
     decoding of :class:`daca_jax.evaluation.EvalProtocol` (``experiments/evaluate.py``'s). Every length is
     reported (``L<length>/<metric>``); the plain metric names are the headline length's: ``rollout.gen_length``
-    when it is evaluated, else the longest (:func:`daca_jax.run.pipeline.eval_protocol`).
+    when it is evaluated, else the longest (:func:`daca_jax.run.job_eval.eval_protocol`).
 
   Attributes:
     batch_size: prompts decoded per call (the last batch is padded; shapes stay static).

@@ -23,7 +23,7 @@ from daca_jax.types import RolloutConfig
 
 def _sft_params(bench, res):
   """The SFT'd model's parameters: ``--sft_dir``'s checkpoint (copied), else a short SFT."""
-  from daca_jax.run.pipeline import run_sft
+  from daca_jax.run.sft_loop import run_sft
 
   cfg, task = bench.cfg, bench.task
   with tempfile.TemporaryDirectory() as tmp:
@@ -36,8 +36,10 @@ def _sft_params(bench, res):
       steps = bench.opts.sft_steps
     sft_cfg = dataclasses.replace(cfg, sft=dataclasses.replace(cfg.sft, steps=steps))
     t0 = time.perf_counter()
-    params, trained = run_sft(sft_cfg, task, task.train_examples(cfg.sft.num_train_examples, cfg.seed),
-                              bench.logits_fn, bench.params, sft_dir, show_progress=False)
+    params, trained = run_sft(sft_cfg.sft, sft_cfg.checkpoint, task,
+                              task.train_examples(cfg.sft.num_train_examples, cfg.seed), bench.logits_fn,
+                              bench.params, sft_dir, seed=sft_cfg.seed, gen_length=sft_cfg.rollout.gen_length,
+                              show_progress=False)
     res["sft_steps"] = steps
     res["sft_s"] = time.perf_counter() - t0 if trained else 0.0
   return params

@@ -1,9 +1,12 @@
 """The main job: what turns the algorithms into a training run, and nothing else.
 
-* :mod:`~daca_jax.run.pipeline`: the main job (SFT warm start, RL loop, evaluations, workdir and
-  resume); :mod:`~daca_jax.run.preflight` checks a config before any work starts;
-  :mod:`~daca_jax.run.presets` and :mod:`~daca_jax.run.task_views` (the configured task, training and
-  evaluation views).
+* :mod:`~daca_jax.run.pipeline`: the main job, read top to bottom (SFT warm start → evaluation → RL →
+  evaluation); its pieces: :mod:`~daca_jax.run.sft_loop` (the SFT loop and its jitted step),
+  :mod:`~daca_jax.run.rl_loop` (the RL loop), :mod:`~daca_jax.run.workdir` (what a workdir holds, what a
+  rerun reuses and runs again), :mod:`~daca_jax.run.results` (``results.json``, plots, the table) and
+  :mod:`~daca_jax.run.streams` (the seed's random streams). :mod:`~daca_jax.run.preflight` checks a config
+  before any work starts; :mod:`~daca_jax.run.presets` and :mod:`~daca_jax.run.task_views` (the
+  configured task, training and evaluation views).
 * :mod:`~daca_jax.run.job_eval` (the job's evaluations under ``cfg.eval``, through
   :mod:`daca_jax.evaluation`) and :mod:`~daca_jax.run.eval_models` (the job's checkpoints as models to
   evaluate: ``experiments/evaluate.py``, :mod:`~daca_jax.run.export`, :mod:`~daca_jax.run.visualize`).

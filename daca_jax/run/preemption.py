@@ -3,7 +3,7 @@
 Pods and clusters stop a job with SIGTERM: a TPU VM's maintenance or preemption notice, SLURM at the
 time limit (with ``#SBATCH --signal=TERM@<seconds>`` ahead of it), Kubernetes when a pod is evicted. Within
 :func:`watching` (``experiments/train.py`` enters it), the first SIGTERM only sets a flag; the SFT and RL
-loops (:mod:`daca_jax.run.pipeline`) call :func:`stop_requested` at every step boundary, and where it
+loops (:mod:`daca_jax.run.sft_loop`, :mod:`daca_jax.run.rl_loop`) call :func:`stop_requested` at every step boundary, and where it
 says so they save a checkpoint of that step, wait until it is on disk and raise :class:`Preempted`, which
 ``experiments/train.py`` turns into one line on stderr and exit status :data:`EXIT_PREEMPTED`. Running
 the same command again resumes from that checkpoint and continues the run exactly (data order and keys

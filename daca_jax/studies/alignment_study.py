@@ -34,7 +34,8 @@ import numpy as np
 from daca_jax import configure  # registry names (rl.likelihood, ...) are checked there
 from daca_jax.errors import ConfigError
 from daca_jax.models import init_model, make_logits_fn
-from daca_jax.run.pipeline import build_task, run_sft
+from daca_jax.run.pipeline import build_task
+from daca_jax.run.sft_loop import run_sft
 from daca_jax.rl import GRPOLearner
 from daca_jax.tasks.base import Example, Task
 from daca_jax.types import TrainConfig
@@ -177,5 +178,6 @@ def sft_warm_start(cfg: TrainConfig, sft_dir: Any, log: Callable[[str], None] = 
   train = pool[:cfg.sft.num_train_examples]
   graphdef, params = init_model(cfg.model, cfg.seed)
   logits_fn = make_logits_fn(graphdef, logprob_chunk=cfg.model.logprob_chunk)
-  params, _ = run_sft(cfg, task, train, logits_fn, params, pathlib.Path(sft_dir), show_progress=False, log=log)
+  params, _ = run_sft(cfg.sft, cfg.checkpoint, task, train, logits_fn, params, pathlib.Path(sft_dir), seed=cfg.seed,
+                      gen_length=cfg.rollout.gen_length, show_progress=False, log=log)
   return task, train, logits_fn, params

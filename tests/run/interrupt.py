@@ -9,13 +9,14 @@ import signal
 
 import pytest
 
-from daca_jax.run import pipeline, preemption
+from daca_jax.run import preemption
+from daca_jax.run.metrics import MetricsWriter
 
 
 def run_preempted_after(k, run, *args, **kwargs):
   """Calls ``run(*args, **kwargs)`` (e.g. ``pipeline.run_main_job``), SIGTERMs this process right after
   RL iteration ``k``'s metrics line, and returns the :class:`Preempted` it stopped with."""
-  real = pipeline.MetricsWriter.write
+  real = MetricsWriter.write
 
   def write(self, step, metrics):
     real(self, step, metrics)
@@ -23,7 +24,7 @@ def run_preempted_after(k, run, *args, **kwargs):
       os.kill(os.getpid(), signal.SIGTERM)
 
   with pytest.MonkeyPatch.context() as mp:
-    mp.setattr(pipeline.MetricsWriter, "write", write)
+    mp.setattr(MetricsWriter, "write", write)
     with preemption.watching(), pytest.raises(preemption.Preempted) as stopped:
       run(*args, **kwargs)
   assert (stopped.value.phase, stopped.value.step) == ("RL", k)

@@ -80,10 +80,12 @@ def test_diverging_sft_stops_at_the_first_bad_step_and_resumes_from_the_last_fin
     return logits_fn(prm, tokens) * jnp.where(big, jnp.nan, 1.0)
 
   sft_dir = tmp_path / "sft"
-  run_sft(cfg, task, examples, overflowing, params, sft_dir, show_progress=False, log=quiet)
+  run_sft(cfg.sft, cfg.checkpoint, task, examples, overflowing, params, sft_dir, seed=cfg.seed,
+          gen_length=cfg.rollout.gen_length, show_progress=False, log=quiet)
   bad = smoke(sft__steps=100, sft__learning_rate=10.0, sft__warmup_steps=0)
   with pytest.raises(NonFiniteError, match=r"^SFT step 12: the loss is not finite") as e:
-    run_sft(bad, task, examples, overflowing, params, sft_dir, show_progress=False, log=quiet)
+    run_sft(bad.sft, bad.checkpoint, task, examples, overflowing, params, sft_dir, seed=bad.seed,
+            gen_length=bad.rollout.gen_length, show_progress=False, log=quiet)
   assert (e.value.phase, e.value.step, e.value.quantity) == ("SFT", 12, "loss")
   assert f"{sft_dir}/10; a rerun resumes from it" in str(e.value)
   ck = Checkpointer(sft_dir)

@@ -22,7 +22,7 @@ from daca_jax.configure import train_config_from_dict
 from daca_jax.run import pipeline, preemption
 from daca_jax.run.checkpoint import Checkpointer
 from daca_jax.run.cli_errors import exit_code
-from daca_jax.run.metrics import read_metrics
+from daca_jax.run.metrics import MetricsWriter, read_metrics
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 # Enough iterations that the signal lands before the last one: an idle machine ran three tiny ones
@@ -125,7 +125,7 @@ def test_sigterm_in_sft_and_a_second_one_while_saving(straight, tmp_path, monkey
   """This process signals itself at SFT step 7 (on the loss line) and again inside the checkpoint
   save: Preempted for step 7 (exit status 75), a readable checkpoint, and a rerun equal to the
   uninterrupted run."""
-  real_write, real_save = pipeline.MetricsWriter.write, pipeline.Checkpointer.save
+  real_write, real_save = MetricsWriter.write, Checkpointer.save
   saves = []
 
   def write(self, step, metrics):
@@ -139,8 +139,8 @@ def test_sigterm_in_sft_and_a_second_one_while_saving(straight, tmp_path, monkey
       saves.append((step, preemption.signals_received()))
     return real_save(self, step, state, metadata, **kw)
 
-  monkeypatch.setattr(pipeline.MetricsWriter, "write", write)
-  monkeypatch.setattr(pipeline.Checkpointer, "save", save)
+  monkeypatch.setattr(MetricsWriter, "write", write)
+  monkeypatch.setattr(Checkpointer, "save", save)
   with preemption.watching(), pytest.raises(preemption.Preempted) as stopped:
     pipeline.run_main_job(_cfg(), tmp_path, show_progress=False, log=quiet)
   assert (stopped.value.phase, stopped.value.step) == ("SFT", 7) and exit_code(stopped.value) == 75

@@ -81,17 +81,17 @@ def test_an_unknown_val_split_is_refused_naming_the_field():
 def test_an_rl_replicate_draws_other_prompts_and_keys_from_the_same_seed():
   import jax
   import numpy as np
-  from daca_jax.run.pipeline import rl_base_key, rl_prompt_rows
+  from daca_jax.run.rl_loop import rl_base_key, rl_prompt_rows
   cfg = _cfg()
   again = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, replicate=1))
   # replicate 0 is the stream every earlier run used: (seed, RL stream 2, step)
   legacy = np.random.default_rng([cfg.seed, 2, 5]).choice(2000, cfg.rl.prompts_per_step, replace=False)
-  assert rl_prompt_rows(cfg, 5, 2000).tolist() == legacy.tolist()
-  assert (jax.random.key_data(rl_base_key(cfg)) == jax.random.key_data(
+  assert rl_prompt_rows(cfg.seed, cfg.rl, 5, 2000).tolist() == legacy.tolist()
+  assert (jax.random.key_data(rl_base_key(cfg.seed, cfg.rl)) == jax.random.key_data(
       jax.random.fold_in(jax.random.PRNGKey(cfg.seed), 2))).all()
-  assert rl_prompt_rows(again, 5, 2000).tolist() != legacy.tolist()
-  assert len(set(rl_prompt_rows(again, 5, 2000).tolist())) == cfg.rl.prompts_per_step
-  assert not (jax.random.key_data(rl_base_key(again)) == jax.random.key_data(rl_base_key(cfg))).all()
+  assert rl_prompt_rows(again.seed, again.rl, 5, 2000).tolist() != legacy.tolist()
+  assert len(set(rl_prompt_rows(again.seed, again.rl, 5, 2000).tolist())) == cfg.rl.prompts_per_step
+  assert not (jax.random.key_data(rl_base_key(again.seed, again.rl)) == jax.random.key_data(rl_base_key(cfg.seed, cfg.rl))).all()
   with pytest.raises(ConfigError, match=r"rl\.replicate"):
     train_config_from_dict(dict(cfg.to_dict(), rl=dict(cfg.to_dict()["rl"], replicate=-1)))
 

@@ -3,7 +3,7 @@ import numpy as np
 
 from configs import sudoku_tiny
 from daca_jax.configure import train_config_from_dict
-from daca_jax.run import pipeline
+from daca_jax.run import pipeline, rl_loop
 from daca_jax.run.metrics import read_metrics
 from daca_jax.tasks import d1_rewards
 from daca_jax.tasks.training_rewards import GradedRewards, training_rewards
@@ -22,7 +22,7 @@ def test_rl_trains_on_the_configured_reward_and_logs_its_correctness(tmp_path, m
     seen.append((got.reward, correct))
     return GradedRewards(got.reward + 5.0, correct)
 
-  monkeypatch.setattr(pipeline, "training_rewards", spy)
+  monkeypatch.setattr(rl_loop, "training_rewards", spy)
   c = sudoku_tiny.get_config("smoke")
   c.task.reward = "d1"
   c.rl.steps = 2
