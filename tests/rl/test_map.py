@@ -197,8 +197,10 @@ def test_stepmerge_through_the_model_split_equals_the_plain_logits():
   tokens, commit_step = _inputs(seed=2)
   cfg = LikelihoodConfig(stepmerge=StepMergeConfig(segments=N, sample=2, position_scope="position"),
                          trajectory_steps=S)
-  run = lambda fn: LIKELIHOOD.get("stepmerge")(fn, prm, jnp.asarray(tokens), P, jax.random.PRNGKey(1), cfg,
-                                               mask_id=MASK, commit_step=jnp.asarray(commit_step)).logp
+  # compiled: op by op, the scan over segments dominated the file's time on a loaded machine
+  run = lambda fn: jax.jit(lambda p, t, c: LIKELIHOOD.get("stepmerge")(
+      fn, p, t, P, jax.random.PRNGKey(1), cfg, mask_id=MASK, commit_step=c).logp)(
+          prm, jnp.asarray(tokens), jnp.asarray(commit_step))
   plain = run(lambda p, t: make_logits_fn(gd)(p, t))
   for fn in (make_logits_fn(gd), make_logits_fn(gd, logprob_chunk=3)):
     np.testing.assert_allclose(np.asarray(run(fn)), np.asarray(plain), rtol=1e-5, atol=1e-5)

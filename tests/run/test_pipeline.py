@@ -123,7 +123,8 @@ def ck_target(workdir):
 
 
 def test_killed_run_resumes_from_last_checkpoint(tmp_path):
-  args = [f"--workdir={tmp_path}", "--config.rl.steps=20", "--config.checkpoint.every=3"]
+  # 10 iterations: the kill lands after the first checkpoint (3) with several iterations still to run
+  args = [f"--workdir={tmp_path}", "--config.rl.steps=10", "--config.checkpoint.every=3"]
   proc = subprocess.Popen(CMD + args, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           start_new_session=True)
   rl_dir = tmp_path / "rl"
@@ -142,7 +143,7 @@ def test_killed_run_resumes_from_last_checkpoint(tmp_path):
   assert again.returncode == 0, again.stderr[-3000:]
   assert "RL: resuming from iteration" in again.stdout
   steps = [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")]
-  assert steps == list(range(1, 21))
+  assert steps == list(range(1, 11))
   assert json.loads((tmp_path / "results.json").read_text())["eval_after"]["num_examples"] == 32
 
 
