@@ -1,6 +1,8 @@
 """Arms of the strongest-bases grid at CPU scale (``experiments/reproduce.py --study=...``): SPG, ESPO,
 BGPO and Mask-Aware PG on the main job's 4x4 Sudoku, each alone and with SML where its own estimator can
-be swapped, beside d1's diffu-GRPO ("base", what the paired differences are taken against) and d1 + SML.
+be swapped, beside d1's diffu-GRPO ("base") and d1 + SML. Each base alone and d1 + SML are paired with
+"base"; each "<base> + SML" with its base alone (:func:`get_references`), the question being whether SML
+adds anything on top of that base.
 
   python experiments/reproduce.py --workdir=runs/sota_grid --preset=standard \\
       --study=configs/sota_grid.py --num_val_examples=500 --seeds=0,1,2,3
@@ -91,3 +93,9 @@ def get_arms() -> dict[str, list[tuple[str, object]]]:
   refused = {b for b, (names, _) in paper.NO_ARMS.items() if "sml" in names}
   arms.update({f"{b} + SML": with_sml(method_overrides(b)) for b in NEW_BASES if b not in refused})
   return arms
+
+
+def get_references() -> dict[str, str]:
+  """Arm → the arm its paired difference is taken against (every other arm: "base")."""
+  return {name: name.removesuffix(" + SML") for name in get_arms()
+          if name.endswith(" + SML") and name != "d1 + SML"}

@@ -13,7 +13,7 @@ import math
 import pathlib
 import re
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -48,6 +48,8 @@ class Cell:
       or a name of a study arm).
     overrides: ``((dotted.field, value), ...)`` applied to the task's config instead of
       :func:`arm_methods` (study arms, e.g. ``(("rl.credit", "uniform"), ("rl.likelihood", "trajectory"))``).
+    reference: ``(base, arm)`` of the cell this one's paired difference is taken against (same task
+      and seed, so the same warm start and prompts); None for a cell that is not paired.
   """
 
   task: str
@@ -55,6 +57,7 @@ class Cell:
   arm: str
   seed: int
   overrides: tuple[tuple[str, Any], ...] = ()
+  reference: tuple[str, str] | None = None
 
   @property
   def key(self) -> str:
@@ -84,19 +87,33 @@ def cell_config(cfg: TrainConfig, cell: Cell) -> TrainConfig:
 
 def grid(tasks: Sequence[str], bases: Sequence[str], seeds: Sequence[int],
          arms: Sequence[str] = ARMS) -> list[Cell]:
-  return [Cell(t, b, a, s) for t in tasks for s in seeds for b in bases for a in arms]
+  """Cells of ``bases`` × ``arms`` × task × seed; each arm is paired with its own base method's "base"."""
+  return [Cell(t, b, a, s, reference=None if a == "base" else (b, "base"))
+          for t in tasks for s in seeds for b in bases for a in arms]
 
 
-def study_grid(tasks: Sequence[str], seeds: Sequence[int],
-               arms: dict[str, Sequence[tuple[str, Any]]]) -> list[Cell]:
-  """Cells of a study: every named arm (its config overrides) × task × seed. The arm named "base"
-  is what the paired differences are taken against."""
+def study_grid(tasks: Sequence[str], seeds: Sequence[int], arms: dict[str, Sequence[tuple[str, Any]]],
+               references: Mapping[str, str] | None = None) -> list[Cell]:
+  """Cells of a study: every named arm (its config overrides) × task × seed.
+
+  Each arm is paired with ``references[arm]`` (another arm of the study, e.g. "spg + SML" with "spg"),
+  by default with the arm named "base"; an arm whose reference is not among ``arms`` is not paired.
+
+  Raises:
+    ValueError: ``references`` names an arm that is not in ``arms`` as the arm to pair.
+  """
+  references = dict(references or {})
+  unknown = sorted(set(references) - set(arms))
+  if unknown:
+    raise ValueError(f"references name arms that are not in the study: {unknown}; arms: {list(arms)}")
+  base_of = {name: dict(overrides).get("rl.objective", "diffu_grpo") for name, overrides in arms.items()}
   cells = []
   for t in tasks:
     for s in seeds:
       for name, overrides in arms.items():
-        base = dict(overrides).get("rl.objective", "diffu_grpo")
-        cells.append(Cell(t, base, name, s, tuple(overrides)))
+        ref = references.get(name, "base")
+        paired = (base_of[ref], ref) if ref != name and ref in arms else None
+        cells.append(Cell(t, base_of[name], name, s, tuple(overrides), paired))
   return cells
 
 
@@ -179,30 +196,35 @@ def summarize(cells: Sequence[Cell], results: dict[str, dict[str, Any]],
     trend = [results[c.key]["reward_trend"] for c in cs if "reward_trend" in results[c.key]]
     if len(trend) == len(cs):
       row["reward_rise"] = [t["last_mean"] - t["first_mean"] for t in trend]
-    # Paired with the base arm of the same task, base method and seed (same warm start, same prompts).
-    base_cells = {c.seed: c for c in groups.get((task, base, "base"), [])}
-    pairs = [results[c.key]["eval_after"][name] - results[base_cells[c.seed].key]["eval_after"][name]
-             for c in cs if arm != "base" and c.seed in base_cells]
+    # Paired with the reference cell of the same task and seed (same warm start, same prompts).
+    reference = cs[0].reference
+    ref_cells = {c.seed: c for c in groups.get((task, *reference), [])} if reference else {}
+    pairs = [results[c.key]["eval_after"][name] - results[ref_cells[c.seed].key]["eval_after"][name]
+             for c in cs if c.seed in ref_cells]
     if pairs:
       row["vs_base_mean"], row["vs_base_ci95"] = mean_ci95(pairs)
+      row["reference"] = reference[1]
     rows.append(row)
   return rows
 
 
 def markdown(rows: Sequence[dict[str, Any]]) -> str:
   """The grid as a table; "arm − base" is the paired difference (same seed and warm start) with its
-  95% CI, and is marked "separates" when the interval excludes 0. Rows that recorded a validation
+  95% CI, and is marked "separates" when the interval excludes 0 (the column is "arm − reference" and
+  names the reference where an arm is paired with another arm than "base"). Rows that recorded a validation
   split and a reward trend add their columns: the validation change (what arms are chosen on) and
   each seed's training-reward rise (mean of the last 20 iterations minus the first 20)."""
   extra = any("val_delta_mean" in r for r in rows)
+  other = any(r.get("reference", "base") != "base" for r in rows)
   head = ["task", "metric", "base", "arm", "after RL (mean ± 95% CI)", "change vs warm start",
-          "arm − base (paired)"] + (["validation change", "reward rise per seed"] if extra else []) + ["seeds"]
+          f"arm − {'reference' if other else 'base'} (paired)"] + (["validation change", "reward rise per seed"] if extra else []) + ["seeds"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for r in rows:
     paired = ""
     if "vs_base_mean" in r:
       m, ci = r["vs_base_mean"], r["vs_base_ci95"]
       paired = f"{m:+.3f} ± {ci:.3f}" + (" (separates)" if not math.isnan(ci) and abs(m) > ci else "")
+      paired += f" vs {r['reference']}" if other else ""
     cells = [r["task"], r["metric"], r["base"], r["arm"], f"{r['mean']:.3f} ± {r['ci95']:.3f}",
              f"{r['delta_mean']:+.3f} ± {r['delta_ci95']:.3f}", paired]
     if extra:

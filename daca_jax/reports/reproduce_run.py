@@ -75,14 +75,16 @@ def task_configs(specs: Sequence[str], preset: str, num_val_examples: int | None
 
 def requested_cells(configs: Mapping[str, TrainConfig], seeds: Sequence[int], *, bases: Sequence[str],
                     arms: Sequence[str], study: str | None = None, arms_given: bool = False) -> list[rp.Cell]:
-  """The cells of the command: ``study``'s arms (a file whose ``get_arms()`` names arms by overrides; with
-  ``arms_given``, only ``arms`` of them), else each ``base[:arm/arm]`` of ``bases`` with ``arms``.
+  """The cells of the command: ``study``'s arms (a file whose ``get_arms()`` names arms by overrides, and
+  whose optional ``get_references()`` names the arm each one is paired with; with ``arms_given``, only
+  ``arms`` of them), else each ``base[:arm/arm]`` of ``bases`` with ``arms``.
 
   Raises:
     ConfigError: an unknown arm or base, or a study override the configs refuse (before any work).
   """
   if study:
-    named = load_module(study, "--study").get_arms()
+    module = load_module(study, "--study")
+    named = module.get_arms()
     if arms_given:  # a subset of the study's arms
       unknown = [a for a in arms if a not in named]
       if unknown:
@@ -91,7 +93,8 @@ def requested_cells(configs: Mapping[str, TrainConfig], seeds: Sequence[int], *,
     for overrides in named.values():
       for c in configs.values():  # a bad override: a clear error before any work
         rp.with_overrides(c, overrides)
-    return rp.study_grid(list(configs), seeds, named)
+    references = module.get_references() if hasattr(module, "get_references") else {}
+    return rp.study_grid(list(configs), seeds, named, {a: r for a, r in references.items() if a in named})
   cells = []
   for spec in bases:
     base, _, own = spec.partition(":")

@@ -136,6 +136,32 @@ def test_summary_reports_validation_change_and_reward_trend():
   assert "validation change" in md and "+0.100 / +0.110" in md
 
 
+def test_study_arms_pair_with_their_named_reference_across_base_methods():
+  """A study's arm is paired with the arm its references name (another base method's arm included,
+  e.g. "spg + SML" with "spg"), by default with "base"; the table names a reference other than "base"."""
+  from configs import sota_grid
+
+  arms = {"base": [("rl.objective", "diffu_grpo")], "spg": [("rl.objective", "spg")],
+          "spg + SML": [("rl.objective", "spg"), ("rl.likelihood", "stratified")]}
+  cells = rp.study_grid(["t"], [0, 1, 2], arms, {"spg + SML": "spg"})
+  after = {"base": [0.30, 0.40, 0.50], "spg": [0.20, 0.45, 0.30], "spg + SML": [0.25, 0.55, 0.30]}
+  results = {c.key: {"eval_before": {"m": 0.3}, "eval_after": {"m": after[c.arm][c.seed]}} for c in cells}
+  rows = {r["arm"]: r for r in rp.summarize(cells, results, metric="m")}
+  assert "vs_base_mean" not in rows["base"]
+  assert rows["spg"]["vs_base_mean"] == pytest.approx(np.mean([-0.10, 0.05, -0.20]))
+  assert rows["spg + SML"]["vs_base_mean"] == pytest.approx(np.mean([0.05, 0.10, 0.0]))
+  assert (rows["spg"]["reference"], rows["spg + SML"]["reference"]) == ("base", "spg")
+  md = rp.markdown(list(rows.values()))
+  assert "arm − reference (paired)" in md and "vs spg |" in md and "vs base |" in md
+  # a grid of bases × arms keeps its header: every arm is paired with its own base method's "base"
+  grid = rp.grid(["t"], ["diffu_grpo", "wd1"], [0, 1], arms=("base", "+SML"))
+  assert {c.reference for c in grid if c.arm == "+SML"} == {("diffu_grpo", "base"), ("wd1", "base")}
+  with pytest.raises(ValueError, match="not in the study"):
+    rp.study_grid(["t"], [0], arms, {"d1 + SML": "base"})
+  assert sota_grid.get_references() == {f"{b} + SML": b for b in ("spg", "espo", "bgpo")}
+  assert set(sota_grid.get_references().values()) <= set(sota_grid.get_arms())
+
+
 def test_reward_trend_windows(tmp_path):
   import json
 
