@@ -25,8 +25,10 @@ collected pass by pass.
 
 Refused up front (:func:`check_pass_accum`): objectives that are not pass-local (GSPO/GDPO), BGPO
 over passes that are not whole samples (SML's strata), estimators without a per-pass form, ``elbo_terms="summed"`` (it sums the passes into each token), advantages that read the
-KL (REINFORCE++) and ``parallel.strategy="pmap"`` (not combined yet). With ``rl.grad_accum > 1`` each
-micro-batch is differentiated pass by pass (:func:`daca_jax.rl.accumulate.make_accumulated_grad`).
+KL (REINFORCE++). With ``rl.grad_accum > 1`` each micro-batch is differentiated pass by pass
+(:func:`daca_jax.rl.accumulate.make_accumulated_grad`). Under ``parallel.strategy="pmap"`` each device
+scores its rows of every pass, keyed by row (:func:`daca_jax.parallel.shard_rows`), as the one-shot
+estimator there.
 """
 from __future__ import annotations
 
@@ -78,8 +80,6 @@ def check_pass_accum(cfg: TrainConfig) -> None:
   if ADVANTAGES.get(advantage_name(rl.objective, rl.advantage, rl.normalize_adv_std)).needs_kl:
     raise ConfigError("rl.pass_accum", True, "False with a KL-shaped advantage (REINFORCE++ reads every pass's "
                       "KL before any gradient)")
-  if cfg.parallel.strategy == "pmap":
-    raise ConfigError("rl.pass_accum", True, "False with parallel.strategy='pmap' (use 'fsdp' or 'none')")
 
 
 def make_pass_accumulated_grad(pass_scores: PassScoresFn, num_passes: int, objective: Callable[..., Any],

@@ -217,14 +217,21 @@ def _pass_accumulated(logits_fn: Any, cfg: TrainConfig, objective: Any, advantag
   passes through the model's training variant as :func:`make_scores_fn`'s."""
   from daca_jax.likelihood import PASSES
   form = PASSES[cfg.rl.likelihood]  # configure.check_pass_accum refused estimators without one
-  fns, run = as_model_fns(logits_fn), training_passes(form.run)
+  fns = as_model_fns(logits_fn)
 
   def pass_scores(params: Any, traj: Trajectory, key: jax.Array, j: jax.Array) -> tuple[TokenScores, jax.Array]:
-    return run(fns, params, traj.tokens, traj.prompt_len, key, cfg.likelihood, mask_id=mask_id, pass_index=j,
+    # under pmap this device scores its rows of pass j (row-keyed) and all-gathers them
+    run = parallel.wrap_likelihood(_one_pass(form, j), cfg.parallel)
+    return run(fns, params, traj.tokens, traj.prompt_len, key, cfg.likelihood, mask_id=mask_id,
                commit_step=traj.commit_step, commit_conf=traj.commit_conf, completion_mask=traj.completion_mask)
 
   return make_pass_accumulated_grad(pass_scores, form.num_passes(cfg.likelihood), objective, advantage, cfg,
                                     param_split)
+
+
+def _one_pass(form: Any, j: jax.Array) -> Callable[..., Any]:
+  """Pass ``j`` (int32 []) of a per-pass form as an estimator through the model's training variant."""
+  return training_passes(lambda *a, **kw: form.run(*a, pass_index=j, **kw))
 
 
 def _row_keyed_passes(logits_fn: Any, cfg: TrainConfig, mask_id: int) -> tuple[Callable[..., Any], int]:
@@ -236,7 +243,9 @@ def _row_keyed_passes(logits_fn: Any, cfg: TrainConfig, mask_id: int) -> tuple[C
 
   def pass_scores(params: Any, traj: Trajectory, key: jax.Array, row_offset: jax.Array,
                   j: jax.Array) -> tuple[TokenScores, jax.Array]:
-    run = parallel.per_sequence_keys(training_passes(lambda *a, **kw: form.run(*a, pass_index=j, **kw)))
+    # shard_rows under pmap: this device's rows of the micro-batch, keyed by their rows in the batch
+    wrap = parallel.shard_rows if cfg.parallel.strategy == "pmap" else parallel.per_sequence_keys
+    run = wrap(_one_pass(form, j))
     return run(fns, params, traj.tokens, traj.prompt_len, key, cfg.likelihood, mask_id=mask_id,
                row_offset=row_offset, commit_step=traj.commit_step, commit_conf=traj.commit_conf,
                completion_mask=traj.completion_mask)

@@ -377,8 +377,54 @@ def test_two_process_job_rejects_unsplittable_batches_up_front(tmp_path):
   assert not (tmp_path / "run" / "sft").exists()
 
 
+def _pass_accum_child() -> dict:
+  """Runs with 2 devices: BGPO's update with ``rl.pass_accum`` under pmap (whole batch, and micro-batches)
+  against the one-device update of the one-shot estimator with per-row keys (the masks pmap draws)."""
+  import dataclasses
+
+  from daca_jax.likelihood import LIKELIHOOD
+  from daca_jax.rl import GRPOLearner, make_update
+  from daca_jax.types import ELBOMCConfig
+
+  cfg, logits_fn, params, prompts = _setup()
+  cfg = dataclasses.replace(
+      cfg, likelihood=dataclasses.replace(cfg.likelihood, elbo_mc=ELBOMCConfig(samples=3)),
+      rl=dataclasses.replace(cfg.rl, objective="bgpo", credit="uniform", likelihood="elbo_mc", num_iterations=2))
+  one = GRPOLearner(logits_fn, cfg, mask_id=cfg.model.mask_token_id, eos_id=258)
+  traj = one.rollout(params, prompts, jax.random.PRNGKey(3))
+  rewards = jnp.asarray(np.random.default_rng(1).choice([0.0, 0.5, 1.0], size=prompts.shape[0]), jnp.float32)
+  batch = (traj, rewards, one.credit_weights(traj), params)
+  opt0 = one.init_opt_state(params)
+  seq = make_update(logits_fn, cfg, one.optimizer, mask_id=cfg.model.mask_token_id,
+                    estimator=per_sequence_keys(LIKELIHOOD.get("elbo_mc")))
+  ref_m, ref_p = _run(jax.jit(seq), params, opt0, batch, steps=1)
+  out = {"params_moved": _max_diff(ref_p, params)}
+  for grad_accum in (1, 2):
+    rl = dataclasses.replace(cfg.rl, pass_accum=True, grad_accum=grad_accum)
+    learner = GRPOLearner(logits_fn, dataclasses.replace(cfg, rl=rl, parallel=ParallelConfig(strategy="pmap")),
+                          mask_id=cfg.model.mask_token_id, eos_id=258)
+    metrics, got = _run(learner.update, params, opt0, batch, steps=1)
+    out[f"accum{grad_accum}"] = {"loss": abs(metrics[0]["loss"] - ref_m[0]["loss"]), "params": _max_diff(got, ref_p)}
+  return out
+
+
+def test_pass_accumulation_under_pmap_equals_the_one_device_update():
+  """rl.pass_accum under parallel.strategy="pmap" (2 devices; alone and inside rl.grad_accum = 2): each
+  device scores its rows of every pass with per-row keys, so μ = 2 BGPO updates equal the one-device
+  updates of the one-shot estimator under per-row keys."""
+  env = dict(os.environ, XLA_FLAGS=XLA_FLAGS.replace("count=8", "count=2"), JAX_PLATFORMS="cpu")
+  proc = _run_child([sys.executable, __file__, "--pass-accum"], env, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-4000:]
+  res = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert res["params_moved"] > 1e-5, res
+  for name in ("accum1", "accum2"):
+    assert res[name]["loss"] < TOL and res[name]["params"] < TOL, res
+
+
 if __name__ == "__main__":
   if sys.argv[1:2] == ["--child"]:
     print(json.dumps(child(SLOW_MESHES if sys.argv[2:] == ["--all-meshes"] else MESHES)))
+  elif sys.argv[1:] == ["--pass-accum"]:
+    print(json.dumps(_pass_accum_child()))
   elif sys.argv[1:] == ["--distributed"]:
     _distributed_child()
