@@ -290,6 +290,11 @@ def _spg(c: ml_collections.ConfigDict, task: str) -> None:
   else:
     c.rollout.temperature = 0.9  # diffu_grpo_config.py temperature default 0.9 (the sbatch sets none)
     c.rl.grad_accum = 2  # sbatch --per_device_train_batch_size 6 --gradient_accumulation_steps 2 (96 rows = 16 prompts)
+  # train.yaml warmup_ratio 1e-4, save_steps 100 and wd1's eval cadence count optimizer updates: in SPG's
+  # μ = 4, not the μ of d1's sbatch that _d1 converted them with (12; Countdown, Sudoku: 8).
+  c.rl.warmup_steps = math.ceil(1e-4 * c.rl.steps * c.rl.num_iterations)  # train.yaml warmup_ratio 1e-4
+  c.checkpoint.every = math.ceil(100 / c.rl.num_iterations)  # train.yaml save_steps 100
+  c.rl.eval_every = math.ceil(WD1_EVAL["every_updates"] / c.rl.num_iterations)  # as the other bases
   # Not expressible: Sudoku's 3-shot prompts and max_prompt_length 1500 (sbatch --few_shot 3), SPG's
   # own Sudoku split (dataset/train_sudoku_split_new.csv); d1's 4-bit base (as _d1 says).
 
@@ -331,7 +336,18 @@ def _espo(c: ml_collections.ConfigDict, task: str) -> None:
     c.rl.group_size = 10  # run_code_llada.sh --num_generations 10
     c.rl.prompts_per_step = 16  # --per_device_train_batch_size 1 x 8 GPUs x --gradient_accumulation_steps 20 = 160 rows
     c.rl.grad_accum = 16  # micro-batches hold whole groups here: 16 of one prompt's 10 rows (ESPO: 20 of 8)
-    c.rl.rollout_batch = 80  # library choice (memory): 5 prompts' groups per rollout call
+    c.rl.rollout_batch = 80  # run_code_llada.sh --generation_batch_size 10 per GPU x 8 GPUs
+    # run_code_llada.sh sets no --learning_rate / --weight_decay: train.yaml's, not the other scripts' flags.
+    c.rl.learning_rate = 1e-6  # train.yaml learning_rate 1.0e-06
+    c.rl.weight_decay = 0.1  # train.yaml weight_decay 0.1
+    c.rl.max_grad_norm = 0.8  # run_code_llada.sh --max_grad_norm 0.8
+    c.model.lora_rank = 0  # run_code_llada.sh --use_peft false: full fine-tuning (θ_ref a frozen copy)
+    c.model.lora_dropout = 0.0  # no adapters to drop (model.lora_dropout needs lora_rank > 0)
+  elif task == "math500":
+    c.rl.group_size = 16  # run_math_llada.sh --num_generations 16
+    c.rl.prompts_per_step = 16  # --per_device_train_batch_size 2 x 8 GPUs x --gradient_accumulation_steps 16 = 256 rows
+    c.rl.grad_accum = 16  # 16 micro-batches of 16 rows (ESPO's: 2 per GPU x 8 GPUs), one prompt's group each
+    c.rl.rollout_batch = 64  # run_math_llada.sh --generation_batch_size 8 per GPU x 8 GPUs
   else:
     c.rl.group_size = 6  # run_<task>_llada.sh --num_generations 6
     c.rl.prompts_per_step = 16  # 3 rows per GPU x 8 GPUs x gradient_accumulation_steps 4 = 96 rows
@@ -342,7 +358,9 @@ def _espo(c: ml_collections.ConfigDict, task: str) -> None:
   c.checkpoint.every = math.ceil(500 / c.rl.num_iterations)  # train.yaml save_steps 500 (optimizer updates)
   c.rl.eval_every = math.ceil(WD1_EVAL["every_updates"] / c.rl.num_iterations)  # train.yaml do_eval false: wd1's cadence
   c.seed = 42  # train.yaml seed 42
-  # Not expressible: max_prompt_length 400 (prompts are not truncated here), ESPO's own data files.
+  # Not expressible: max_prompt_length 400 (prompts are not truncated here), ESPO's own data files; for
+  # code, train.yaml's sync_ref_model (without PEFT TRL mixes θ_ref ← 0.6·θ + 0.4·θ_ref every 64 updates;
+  # θ_ref stays the initial model here).
 
 
 def _bgpo(c: ml_collections.ConfigDict, task: str) -> None:
@@ -410,13 +428,14 @@ def _arm(c: ml_collections.ConfigDict, arm: str) -> None:
 
 def _smoke(c: ml_collections.ConfigDict) -> None:
   """The same recipe at CPU size: 2 iterations of a few prompts, short completions and evaluation
-  lengths, a small LoRA. The model is the tiny checkpoint passed as the real one is
-  (``--config.model.init_checkpoint=DIR``); no architecture is set here either."""
+  lengths, a small LoRA (a full fine-tuning recipe stays one). The model is the tiny checkpoint passed
+  as the real one is (``--config.model.init_checkpoint=DIR``); no architecture is set here either."""
   c.model.dtype = "float32"  # CPU
   c.model.param_dtype = "float32"
   c.model.remat = "none"
-  c.model.lora_rank = 4  # alpha / rank kept at the recipe's 0.5
-  c.model.lora_alpha = 2.0
+  if c.model.lora_rank:  # a full fine-tuning recipe (ESPO's code runs) stays one
+    c.model.lora_rank = 4  # alpha / rank kept at the recipe's 0.5
+    c.model.lora_alpha = 2.0
   c.rollout.gen_length = 64  # two blocks of 32, length / 2 steps (d1's ratio)
   c.rollout.steps = 32
   c.rl.steps = 2

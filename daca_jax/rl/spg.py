@@ -33,14 +33,16 @@ bounds equal the mean token log-prob, so SPG becomes a length-weighted REINFORCE
 (no sandwich). Estimators whose targets carry ELBO factors (``elbo``, ``coupled``, ``espo_elbo``) or that
 score rebuilt rollout states (``rldf``) are refused: SPG computes its own ``1/t`` from the masks.
 
-Normalisation: SPG divides by the valid tokens of each device's micro-batch (6 rows) and the trainer
+Normalisation: SPG divides by the valid tokens of each device's micro-batch (6 rows; Sudoku 3) and the trainer
 averages the micro-batches' losses; here the divisor is the whole batch's valid tokens, so that the
 loss is row-local and ``rl.grad_accum`` exact (:mod:`daca_jax.rl.accumulate`). The two agree up to a
 constant when micro-batches hold equally many valid tokens, and weight rows slightly differently otherwise.
 
 Things SPG's code does that are not reproduced: ``logp_estimation="zero"`` (the negative sequences'
 term dropped) is ω-less and not offered; SPG's bound uses the softmax over the whole vocabulary, the
-library's estimators the sampler's proposable ids (:mod:`daca_jax.likelihood.common`).
+library's estimators the sampler's proposable ids (:mod:`daca_jax.likelihood.common`); SPG raises
+probabilities to β in float32 and leaves a position out of the upper bound where all its p^β underflow
+to 0 (``loss_mask = per_token_avg_ps > 0``), the log-sum-exp here keeps it (equal wherever SPG's is finite).
 """
 from __future__ import annotations
 

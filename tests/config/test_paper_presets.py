@@ -91,8 +91,11 @@ def test_spg_and_espo_recipe_values():
   assert (spg.rl.spg.eubo_beta, spg.rl.spg.mix_weight, spg.rl.beta, spg.rl.num_iterations) == (1.5, 0.5, 0.0, 4)
   assert (spg.rl.group_size, spg.rl.prompts_per_step, spg.rl.grad_accum, spg.rollout.temperature) == (6, 16, 2, 0.9)
   assert spg.rl.advantage == "group_mean" and spg.rl.learning_rate == 3e-6
+  # d1's warmup_ratio 1e-4 and save_steps 100 count optimizer updates: converted with SPG's μ = 4, not d1's 12
+  assert (spg.rl.warmup_steps, spg.checkpoint.every, spg.rl.eval_every) == (-(-spg.rl.steps * 4 // 10_000), 25, 250)
   sudoku = train_config_from_dict(paper.get_config("spg_sudoku"))
   assert (sudoku.rl.spg.eubo_beta, sudoku.rollout.temperature, sudoku.rl.grad_accum) == (1.0, 0.3, 4)
+  assert (sudoku.checkpoint.every, sudoku.rl.warmup_steps) == (25, -(-sudoku.rl.steps * 4 // 10_000))  # not d1's μ 8
   espo = train_config_from_dict(paper.get_config("espo_gsm8k"))
   e = espo.likelihood.espo_elbo
   assert (e.num_mc, e.coupled, e.stratify, espo.likelihood.elbo_terms, espo.likelihood.p_mask_prompt) == (
@@ -105,7 +108,14 @@ def test_spg_and_espo_recipe_values():
   assert (countdown.rl.beta, countdown.rl.clip_eps, countdown.rollout.steps) == (3e-3, 0.0, 128)
   assert train_config_from_dict(paper.get_config("espo_sudoku")).rl.beta == 1e-2
   code = train_config_from_dict(paper.get_config("espo_mbpp"))
-  assert (code.rl.group_size, code.rl.beta, code.rl.grad_accum) == (10, 1e-2, 16)
+  assert (code.rl.group_size, code.rl.beta, code.rl.grad_accum, code.rl.rollout_batch) == (10, 1e-2, 16, 80)
+  # run_code_llada.sh: --max_grad_norm 0.8, --use_peft false, and train.yaml's lr and weight decay
+  assert (code.rl.learning_rate, code.rl.weight_decay, code.rl.max_grad_norm) == (1e-6, 0.1, 0.8)
+  assert (code.model.lora_rank, code.model.lora_dropout) == (0, 0.0)
+  # run_math_llada.sh: G 16, 2 rows per GPU x 8 x gradient_accumulation_steps 16 = 256 rows = 16 prompts
+  math = train_config_from_dict(paper.get_config("espo_math500"))
+  assert (math.rl.group_size, math.rl.prompts_per_step, math.rl.grad_accum, math.rl.rollout_batch) == (16, 16, 16, 64)
+  assert (math.rl.beta, math.rl.learning_rate, math.rl.weight_decay, math.rollout.steps) == (1e-3, 3e-6, 0.01, 256)
   # the SML arm swaps the estimator and keeps the method's objective
   assert train_config_from_dict(paper.get_config("espo_sudoku_sml")).rl.likelihood == "stratified"
   assert train_config_from_dict(paper.get_config("spg_gsm8k_daca")).rl.objective == "spg"

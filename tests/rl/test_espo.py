@@ -6,7 +6,6 @@ coupled complement, their factors, the halving) and ``_get_elbo_mc`` (the mean o
 the estimator drew; ``np_rloo`` the ``leave_one_out`` branch of ``_generate_and_score_completions``;
 ``np_forward_process_counts`` the mask counts of ``forward_process``.
 """
-import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -143,9 +142,15 @@ def test_batch_stratified_counts_are_forward_process_counts():
       k = int(jax.random.randint(km, (), 0, L + 1))
       np.testing.assert_array_equal(counts[m], np_forward_process_counts(k, 5, L))
   rows = np.asarray(espo_counts(jax.random.PRNGKey(0), 7, L, 3, "row"))  # [M, B]: per row, a grid of 3
-  for r in range(7):
+  for r, kr in enumerate(jax.random.split(jax.random.PRNGKey(0), 7)):
     d = np.sort(rows[:, r])
     assert len(set(rows[:, r])) == 3 and np.all(np.diff(d) >= 2)  # (L+1)/3 = 3 apart, up to rounding
+    # "row": forward_process's grid laid over one sequence's M draws (its own offset k) instead of B rows
+    np.testing.assert_array_equal(rows[:, r], np_forward_process_counts(int(jax.random.randint(kr, (), 0, L + 1)), 3, L))
+  # M = 2 draws over L + 1 = 9 counts: the second 4.5 away, rounded half to even as torch.round does
+  two = np.asarray(espo_counts(jax.random.PRNGKey(1), 5, L, 2, "row"))
+  for r, kr in enumerate(jax.random.split(jax.random.PRNGKey(1), 5)):
+    np.testing.assert_array_equal(two[:, r], np_forward_process_counts(int(jax.random.randint(kr, (), 0, L + 1)), 2, L))
 
 
 V, MASK, P = 12, 10, 3
