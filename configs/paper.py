@@ -71,6 +71,8 @@ SOURCES = {
     "bgpo": "Lin et al. 2025, arXiv 2510.11683 (abstract; THU-KEG/BGPO README as mirrored at stig.sh): "
             "the repository itself is not in the offline store, so its config files could not be read",
     "issue43": "issue 43 (the library's issue text: BGPO with n_t = 16-32 samples)",
+    "bgpo-code": "THU-KEG/LLaDA-8B-BGPO-code model card (README.md @ ee75175, as mirrored at fast.hugflare.com): "
+                 "response length 512, 512 diffusion steps, block size 32, n_t 16, learning rate 5e-7, batch size 16",
     "map": "Haran71/mask-aware-policy-gradients @ a7ff19d6cf561860eb58020d27840ff06659f4b6 "
            "(map/configs/gsm8k.yaml, map/configs/math.yaml, scripts/train_gsm8k.sh; the yaml files call "
            "themselves a 'draft release recipe' whose paper reproduction is not verified)",
@@ -363,17 +365,38 @@ def _espo(c: ml_collections.ConfigDict, task: str) -> None:
   # θ_ref stays the initial model here).
 
 
+# BGPO's training steps per task (THU-KEG/BGPO README, "Training", as mirrored at stig.sh: "for math tasks,
+# we train for 700 steps; for coding tasks, 5 epochs (112 steps per epoch); for Sudoku and Countdown, 400 and
+# 560 steps"). One step is one rollout batch and, with μ = 1, one update. JSON has no BGPO run: d1's bound.
+_BGPO_STEPS = {"gsm8k": 700, "math500": 700, "humaneval": 560, "mbpp": 560, "sudoku": 400, "countdown": 560}
+_CODE_TASKS = ("humaneval", "mbpp")
+
+
 def _bgpo(c: ml_collections.ConfigDict, task: str) -> None:
   """BGPO (Lin et al. 2025): its linear lower bound of the ELBO ratio over n_t Monte-Carlo samples,
-  back-propagated one sample at a time; everything its paper does not state (offline) is d1's."""
+  back-propagated one sample at a time; its training steps, and on the code tasks its model card's
+  lengths and learning rate; everything else its sources do not state (offline) is d1's."""
   _d1(c, task)
   c.rl.objective = "bgpo"  # arXiv 2510.11683: Taylor bound for A >= 0, Jensen bound for A < 0 (daca_jax.rl.bgpo)
   c.rl.likelihood = "elbo_mc"  # arXiv 2510.11683: the ELBO by Monte-Carlo samples (t, masked y_t), one pass each
-  c.likelihood.elbo_mc.samples = 16  # issue43: n_t = 16-32 (BGPO's "large MC sample size"; its per-task value not readable offline)
+  c.likelihood.elbo_mc.samples = 16  # bgpo-code: n_t 16 (issue43: 16-32; the other tasks' cards are not readable offline)
   c.rl.pass_accum = True  # arXiv 2510.11683: each sample's gradient accumulated on its own (constant memory in n_t)
   c.likelihood.strata_batch = 1  # library choice: θ_ref's / θ_old's no-gradient log-probs one sample at a time too
   c.rl.num_iterations = 1  # arXiv 2510.11683 abstract: the bound's value and gradient equal the ELBO objective's "in on-policy training"
-  # BGPO's learning rate, KL, clip, group size, batch and schedule are not available offline: d1's (_d1).
+  c.rl.steps = _BGPO_STEPS.get(task, c.rl.steps)  # bgpo (README): see _BGPO_STEPS (JSON: d1's 10-epoch bound)
+  if task in _CODE_TASKS:
+    c.rl.learning_rate = 5e-7  # bgpo-code: learning rate 5e-7
+    c.rollout.gen_length = 512  # bgpo-code: response length 512
+    c.rollout.steps = 512  # bgpo-code: train diffusion steps 512
+    c.rollout.block_length = 32  # bgpo-code: block size 32 (its batch size 16 is d1's 16 prompts if it counts prompts)
+  # _d1 derived these from d1's μ; BGPO's μ = 1 makes each rollout one optimizer update.
+  c.rl.warmup_steps = math.ceil(1e-4 * c.rl.steps * c.rl.num_iterations)  # d1's warmup_ratio 1e-4 (BGPO's unknown)
+  c.checkpoint.every = math.ceil(100 / c.rl.num_iterations)  # d1's save_steps 100 optimizer updates (BGPO's unknown)
+  # library choice: the other bases' 1000-update cadence (wd1's) would not come round in BGPO's 400-700
+  # updates, so validation runs with each checkpoint (every 100 updates).
+  c.rl.eval_every = c.checkpoint.every
+  # BGPO's KL, clip, group size, batch and schedule (and the learning rate off the code tasks) are not
+  # available offline: d1's (_d1).
 
 
 # MAP's recipe per task: map/configs/<file>.yaml (gsm8k and math only; the other tasks take gsm8k's).

@@ -20,7 +20,9 @@ committed in the segment is scored (MAP ``map/trainer.py`` ``DiffuGRPOTrainer._g
 
 Each update scores K sampled segments (``stepmerge.sample``; 0: all N), drawn per row among the
 segments holding a valid token (MAP samples K per batch among segments valid in any row,
-``_generate_and_score_completions``; per-row draws keep rows independent for gradient accumulation).
+``_generate_and_score_completions``, its recipes' batch being one row per device; per-row draws keep
+rows independent for gradient accumulation). Each inner update draws anew under its own key, as MAP
+draws per iteration.
 Tokens of the other segments are not targets (mask 0). The output has S = 2 contexts with
 ``position`` (``logp[:, :L]`` token terms, ``logp[:, L:]`` position terms, both masked by the sampled
 segments) for the objective ``map``, S = 1 without.
@@ -30,7 +32,8 @@ segment n covers ``(n·T/N, (n+1)·T/N]`` in the state after step ``n·T/N``, so
 step 0 are never scored and its last segment has T/N − 1 steps; here, as in d2, segment g covers
 ``[start_g, start_{g+1})`` in the state before ``start_g`` — MAP's computation with ``unmask_steps =
 commit_step + 1`` (the oracle test transcribes it so). Confidences are over the proposable ids (MAP:
-the whole vocabulary, [MASK] included); the prompt is not masked (as MAP's StepMerge).
+the whole vocabulary, [MASK] included); the prompt is not masked (as MAP's StepMerge; d2's masks it
+with ``p_mask_prompt``).
 """
 from __future__ import annotations
 

@@ -278,3 +278,22 @@ def test_bgpo_presets():
   assert (sml.rl.likelihood, sml.rl.pass_accum, sml.rl.credit) == ("stratified", False, "dps")
   small = train_config_from_dict(paper.get_config("bgpo_gsm8k,smoke"))
   assert (small.rl.objective, small.rl.pass_accum, small.rl.grad_accum) == ("bgpo", True, 2)
+
+
+def test_bgpo_presets_carry_its_steps_and_code_recipe():
+  """THU-KEG/BGPO's README: 700 steps on math, 560 on code (5 epochs of 112) and Countdown, 400 on
+  Sudoku; its code model card: 512 tokens in 512 steps, blocks of 32, learning rate 5e-7. With μ = 1
+  the cadences in optimizer updates (d1's warmup ratio and save_steps 100) count rollouts."""
+  from configs import paper
+  from daca_jax.configure import train_config_from_dict
+  get = lambda name: train_config_from_dict(paper.get_config(name))
+  steps = {"gsm8k": 700, "math500": 700, "humaneval": 560, "mbpp": 560, "countdown": 560, "sudoku": 400}
+  for task, n in steps.items():
+    cfg = get(f"bgpo_{task}")
+    assert (cfg.rl.steps, cfg.rl.num_iterations, cfg.rl.warmup_steps) == (n, 1, 1)
+    assert (cfg.checkpoint.every, cfg.rl.eval_every) == (100, 100)
+  code, d1_code, math = get("bgpo_humaneval"), get("d1_humaneval"), get("bgpo_gsm8k")
+  assert (code.rl.learning_rate, code.rollout.gen_length, code.rollout.steps, code.rollout.block_length) == (
+      5e-7, 512, 512, 32)
+  assert d1_code.rl.learning_rate == math.rl.learning_rate == 3e-6 and math.rollout.gen_length == 256
+  assert get("bgpo_json").rl.steps == get("d1_json").rl.steps  # no BGPO run on JSON: d1's bound
