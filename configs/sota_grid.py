@@ -12,6 +12,10 @@ batch, group, learning rate and schedule, rollout). An arm takes from its base's
 (``configs/paper.py:<base>_sudoku``) the settings that define the method, :data:`METHOD_FIELDS`, and
 :func:`scaled` fits the ones tied to the rollout's shape to the 20-position, 10-step Sudoku completion.
 MAP takes no SML arm (``configs/paper.NO_ARMS``).
+
+Credit on the best base (:data:`CREDIT_BASE`, chosen on validation, see there): DPS and the best
+no-oracle credit of the credit study that the base takes (:data:`CREDIT_ARMS`), each paired with that
+base alone. ``configs/sota_countdown.py`` runs the best two bases on Countdown.
 """
 from __future__ import annotations
 
@@ -35,6 +39,16 @@ METHOD_FIELDS = (
 MC_PASSES = 4
 # The main job's Sudoku rollout: 10 steps over one 20-position block (configs/sudoku_tiny.py).
 ROLLOUT_STEPS = 10
+# The base the credit arms run on: the highest mean validation change of the four bases over the seeds
+# finished when these arms were added (seeds 0, 1, 3: map +1.9, bgpo +1.8, espo +1.7, spg -18.5 points;
+# the first three do not separate from one another).
+CREDIT_BASE = "map"
+# Credit put on CREDIT_BASE, arm suffix → overrides: DPS (DACA's) and the highest validation change
+# among the non-oracle credits of the credit study (docs/results/credit_study.json, trajectory
+# likelihood) that MAP's objective takes: drop_agreed, +4.6 points over 3 seeds. (position_value, +4.7
+# over 2, hands out per-token advantages, which MAP's per-sequence ratios refuse; dps +3.9, delta +1.6,
+# dtca -1.8.)
+CREDIT_ARMS = {"DPS": [("rl.credit", "dps")], "drop_agreed": [("credit.drop_agreed", True)]}
 
 
 def _get(c: ml_collections.ConfigDict, dotted: str):
@@ -49,27 +63,30 @@ def _flatten(field: str, value) -> list[tuple[str, object]]:
   return [(field, value)]
 
 
-def scaled(base: str, overrides: list[tuple[str, object]]) -> list[tuple[str, object]]:
-  """Fits the rollout-shaped settings of ``base`` to the Sudoku completion (one block, 10 steps).
+def scaled(base: str, overrides: list[tuple[str, object]], rollout_steps: int = ROLLOUT_STEPS
+           ) -> list[tuple[str, object]]:
+  """Fits the rollout-shaped settings of ``base`` to a one-block completion of ``rollout_steps`` steps.
 
   SPG: one block-masked context (SPG asserts num_t <= the completion's blocks; it has one) in the
   rollout's own block. BGPO: :data:`MC_PASSES` ELBO samples. MAP: StepMerge's 32 segments of 128 steps
-  become 5 of 10 (2 steps each, as close to its 4 as 10 steps divide), 2 of them sampled per update
-  (12 of 32 there).
+  become ``rollout_steps // 2`` (2 steps each, as close to its 4 as 10 steps divide: 5 on Sudoku, 4 on
+  Countdown's 8), 2 of them sampled per update (12 of 32 there).
   """
   fix = {"spg": {"likelihood.spg_block.num_t": 1, "likelihood.spg_block.block_length": 0},
          "bgpo": {"likelihood.elbo_mc.samples": MC_PASSES},
-         "map": {"likelihood.stepmerge.segments": ROLLOUT_STEPS // 2, "likelihood.stepmerge.sample": 2}}
+         "map": {"likelihood.stepmerge.segments": rollout_steps // 2, "likelihood.stepmerge.sample": 2}}
   return list({**dict(overrides), **fix.get(base, {})}.items())
 
 
-def method_overrides(base: str) -> list[tuple[str, object]]:
-  """``[(dotted.field, value)]`` that turn the main job into ``base``'s method (its paper preset's
-  :data:`METHOD_FIELDS`, :func:`scaled`), with uniform credit."""
-  preset, default = paper.get_config(f"{base}_sudoku"), base_config.get_config()
+def method_overrides(base: str, task: str = "sudoku", rollout_steps: int = ROLLOUT_STEPS
+                     ) -> list[tuple[str, object]]:
+  """``[(dotted.field, value)]`` that turn the main job into ``base``'s method on ``task`` (its paper
+  preset ``<base>_<task>``'s :data:`METHOD_FIELDS`, :func:`scaled` to ``rollout_steps``), with uniform
+  credit."""
+  preset, default = paper.get_config(f"{base}_{task}"), base_config.get_config()
   changed = dict(kv for f in METHOD_FIELDS for kv in _flatten(f, _get(preset, f)))
   changed = {k: v for k, v in changed.items() if _get(default, k) != v}  # what the preset sets
-  return scaled(base, list(changed.items())) + [("rl.credit", "uniform")]
+  return scaled(base, list(changed.items()), rollout_steps) + [("rl.credit", "uniform")]
 
 
 def with_sml(overrides: list[tuple[str, object]]) -> list[tuple[str, object]]:
@@ -92,10 +109,20 @@ def get_arms() -> dict[str, list[tuple[str, object]]]:
   arms["d1 + SML"] = with_sml(d1)
   refused = {b for b, (names, _) in paper.NO_ARMS.items() if "sml" in names}
   arms.update({f"{b} + SML": with_sml(method_overrides(b)) for b in NEW_BASES if b not in refused})
+  arms.update(credit_arms())
   return arms
 
 
+def credit_arms() -> dict[str, list[tuple[str, object]]]:
+  """``"<CREDIT_BASE> + <name>"`` → that base's overrides with :data:`CREDIT_ARMS`' ``name`` on top."""
+  own = method_overrides(CREDIT_BASE)
+  return {f"{CREDIT_BASE} + {name}": list({**dict(own), **dict(extra)}.items())
+          for name, extra in CREDIT_ARMS.items()}
+
+
 def get_references() -> dict[str, str]:
-  """Arm → the arm its paired difference is taken against (every other arm: "base")."""
-  return {name: name.removesuffix(" + SML") for name in get_arms()
+  """Arm → the arm its paired difference is taken against: "<base> + SML" and the credit arms → that
+  base alone; every other arm → "base" (d1)."""
+  refs = {name: name.removesuffix(" + SML") for name in get_arms()
           if name.endswith(" + SML") and name != "d1 + SML"}
+  return refs | {name: CREDIT_BASE for name in credit_arms()}

@@ -20,7 +20,7 @@ from daca_jax.registry import Registry
 from daca_jax.rl.advantages import ADVANTAGES
 from daca_jax.rl.bgpo import check_bgpo
 from daca_jax.rl.map_pg import check_map
-from daca_jax.rl.objectives import OBJECTIVES
+from daca_jax.rl.objectives import OBJECTIVES, check_token_credit
 from daca_jax.rl.pass_accum import check_pass_accum
 from daca_jax.tasks import TASKS
 from daca_jax.tasks.training_rewards import check_reward
@@ -85,7 +85,8 @@ def validate(cfg: TrainConfig) -> TrainConfig:
 def check_combinations(cfg: TrainConfig) -> TrainConfig:
   """Refuses combinations of registered pieces that are not meaningful, each with its reason (the
   methods' own checks: SPG's :func:`~daca_jax.rl.spg.check_spg_config`, ESPO's
-  :func:`~daca_jax.rl.espo.check_espo_config`, and :data:`COMBINATION_CHECKS`). Names must already
+  :func:`~daca_jax.rl.espo.check_espo_config`, per-token credit's
+  :func:`~daca_jax.rl.objectives.check_token_credit`, and :data:`COMBINATION_CHECKS`). Names must already
   resolve (:func:`check_names`).
 
   Raises:
@@ -94,7 +95,7 @@ def check_combinations(cfg: TrainConfig) -> TrainConfig:
   from daca_jax.rl.espo import check_espo_config
   from daca_jax.rl.spg import check_spg_config
   token_level = CREDIT.get(cfg.rl.credit).token_level
-  for check in (check_spg_config, check_espo_config):
+  for check in (check_spg_config, check_espo_config, check_token_credit):
     check(cfg, token_level)
   for refuse in COMBINATION_CHECKS:
     refuse(cfg)

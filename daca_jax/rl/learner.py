@@ -25,7 +25,7 @@ from daca_jax.diffusion.rollout import make_rollout_fn, micro_batched
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.rl.advantages import ADVANTAGES, advantage_name
-from daca_jax.rl.objectives import TOKEN_ADVANTAGE_OBJECTIVES
+from daca_jax.rl.objectives import check_token_credit
 from daca_jax.rl.optim import make_optimizer
 from daca_jax.rl.update import check_rollout_batch, make_objective_grad, make_update, with_trajectory_steps
 from daca_jax.types import TrainConfig
@@ -90,10 +90,7 @@ class GRPOLearner:
     # estimator that needs the update's KL hands them the group advantages instead.
     self._credit_advantage = (ADVANTAGES.get(advantage_name("", "", cfg.rl.normalize_adv_std))
                               if self.advantage.needs_kl else self.advantage)
-    if self.credit.token_level and cfg.rl.objective not in TOKEN_ADVANTAGE_OBJECTIVES:
-      raise ConfigError("rl.credit", cfg.rl.credit, "a sequence-level credit with rl.objective="
-                        f"{cfg.rl.objective!r} (per-token advantages need one of "
-                        f"{sorted(TOKEN_ADVANTAGE_OBJECTIVES)})")
+    check_token_credit(cfg, self.credit.token_level)
     total_updates = cfg.rl.steps * cfg.rl.num_iterations
     self.optimizer, self.schedule = make_optimizer(cfg.rl.learning_rate, cfg.rl.warmup_steps,
                                                    cfg.rl.weight_decay, cfg.rl.max_grad_norm,

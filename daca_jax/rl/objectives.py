@@ -25,8 +25,9 @@ import jax
 import jax.numpy as jnp
 
 from daca_jax.contracts import PolicyBatch, check_policy_batch
+from daca_jax.errors import ConfigError
 from daca_jax.registry import Registry, check_options, config_fields, section_kwargs
-from daca_jax.types import RLConfig
+from daca_jax.types import RLConfig, TrainConfig
 
 Aux = dict[str, jax.Array]
 ObjectiveFn = Callable[..., tuple[jax.Array, Aux]]
@@ -35,6 +36,20 @@ OBJECTIVES: Registry[Callable[[jax.Array, PolicyBatch, RLConfig], tuple[jax.Arra
     "objective", "rl.objective")
 # Objectives whose loss is a sum of per-token terms, so a per-token advantage is meaningful.
 TOKEN_ADVANTAGE_OBJECTIVES = frozenset({"diffu_grpo", "rldf"})
+
+
+def check_token_credit(cfg: TrainConfig, token_level: bool) -> None:
+  """Refuses a credit assigner that hands out per-token advantages (``token_level``: position_value,
+  contrast) under an objective that reads sequence advantages only (its ratio or bound is per
+  sequence, so a per-token advantage has no term to weight).
+
+  Raises:
+    ConfigError: naming ``rl.credit``, its value and the objectives that accept it.
+  """
+  if token_level and cfg.rl.objective not in TOKEN_ADVANTAGE_OBJECTIVES:
+    raise ConfigError("rl.credit", cfg.rl.credit, "a sequence-level credit with rl.objective="
+                      f"{cfg.rl.objective!r} (per-token advantages need one of "
+                      f"{sorted(TOKEN_ADVANTAGE_OBJECTIVES)})")
 
 
 def register_objective(name: str, per_group: bool = False,

@@ -87,6 +87,19 @@ def test_position_value_credit_needs_a_token_level_objective():
     GRPOLearner(jax_logits, TrainConfig(rl=rl), mask_id=MASK, eos_id=EOS)
 
 
+@pytest.mark.parametrize("credit", ["position_value", "contrast", "token_reward"])
+def test_token_level_credit_under_a_sequence_objective_is_refused_by_config_validation(credit):
+  """Refused when the config is validated (before any model is built or any SFT runs), not only when the
+  learner is constructed; MAP's GSPO-style ratios are per sequence too."""
+  from daca_jax.configure import validate
+
+  for objective, likelihood in (("wd1", "mean_field"), ("map", "stepmerge")):
+    rl = RLConfig(credit=credit, objective=objective, likelihood=likelihood, group_size=4)
+    with pytest.raises(ConfigError, match=f"rl.credit='{credit}'.*{objective}"):
+      validate(TrainConfig(rollout=RolloutConfig(gen_length=32, block_length=32, steps=32), rl=rl))
+  validate(TrainConfig(rl=RLConfig(credit=credit, objective="diffu_grpo", likelihood="mean_field", group_size=4)))
+
+
 def test_position_value_credit_in_the_learner_update():
   rollout = RolloutConfig(gen_length=8, block_length=4, steps=4, temperature=1.0)
   rl = RLConfig(credit="position_value", likelihood="mean_field", group_size=4, warmup_steps=0)

@@ -158,8 +158,35 @@ def test_study_arms_pair_with_their_named_reference_across_base_methods():
   assert {c.reference for c in grid if c.arm == "+SML"} == {("diffu_grpo", "base"), ("wd1", "base")}
   with pytest.raises(ValueError, match="not in the study"):
     rp.study_grid(["t"], [0], arms, {"d1 + SML": "base"})
-  assert sota_grid.get_references() == {f"{b} + SML": b for b in ("spg", "espo", "bgpo")}
+  assert sota_grid.get_references() == ({f"{b} + SML": b for b in ("spg", "espo", "bgpo")}
+                                        | {"map + DPS": "map", "map + drop_agreed": "map"})
   assert set(sota_grid.get_references().values()) <= set(sota_grid.get_arms())
+
+
+def test_sota_studies_fit_each_task_and_change_only_what_they_name():
+  """The credit arms are their base's method with only rl.credit changed; the Countdown study's bases
+  take their Countdown presets' fields with MAP's segments fitted to its 8 steps; every arm is a valid
+  config of its task (refused overrides would raise)."""
+  from configs import countdown_tiny, sota_countdown, sota_grid
+  from daca_jax.configure import validate
+
+  arms = sota_grid.get_arms()
+  for name, change in (("map + DPS", {"rl.credit": "dps"}), ("map + drop_agreed", {"credit.drop_agreed": True})):
+    assert dict(arms[name]) == dict(arms["map"]) | change
+  cd = sota_countdown.get_arms()
+  assert list(cd) == ["base", "map", "bgpo"] and cd["base"] == arms["base"]
+  assert dict(cd["map"])["likelihood.stepmerge.segments"] == 4  # 8 steps, 2 a segment (Sudoku: 5 of 10)
+  assert dict(arms["map"])["likelihood.stepmerge.segments"] == 5
+  for study, task in ((arms, sudoku_tiny), (cd, countdown_tiny)):
+    cfg = rp.PRESETS["standard"](train_config_from_dict(task.get_config()))
+    for overrides in study.values():
+      done = validate(rp.with_overrides(cfg, overrides)).to_dict()
+      for field, value in overrides:
+        section, *rest = field.split(".")
+        node = done[section]
+        for part in rest:
+          node = node[part]
+        assert node == value, field
 
 
 def test_reward_trend_windows(tmp_path):
