@@ -12,12 +12,13 @@ import pathlib as _pathlib
 _ROOT = _pathlib.Path(__file__).resolve().parents[1]
 import sys
 
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
 
 from daca_jax import parallel
 from daca_jax.run import preemption
-from daca_jax.run.cli_errors import flag_error, reported_errors
+from daca_jax.run import cli_errors
+from daca_jax.run.cli_errors import reported_errors
 from daca_jax.run.pipeline import run_main_job
 from daca_jax.run.presets import presets_help
 from daca_jax.configure import train_config_from_dict
@@ -41,11 +42,4 @@ def main(argv):
 if __name__ == "__main__":
   if any(a.split("=")[0].lstrip("-") in ("help", "helpshort", "helpfull", "h", "?") for a in sys.argv[1:]):
     __doc__ = f"{__doc__}\n{presets_help(_ROOT / 'configs')}\n"  # absl's usage() prints the module doc
-  app.define_help_flags()  # --help / --helpshort / --helpfull, as under app.run
-  try:  # parse once up front so that a bad --config override is one line, not a traceback
-    flags.FLAGS(sys.argv)
-  except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:
-    msg = flag_error(e, sys.argv)
-    print(f"error: {msg}", file=sys.stderr)
-    sys.exit(2)
-  app.run(main, flags_parser=lambda argv: argv[:1])  # flags are already parsed above
+  cli_errors.run(main)  # a bad flag, --config file or override: `error: <one line>`, exit 2
