@@ -125,6 +125,28 @@ def missing_python_file(flag: str, value: str) -> ConfigError | None:
   return ConfigError(flag, value, f"an existing Python file (configs/*.py[:preset]); {path} is {what}")
 
 
+@contextlib.contextmanager
+def running_python_file(flag: str, value: str) -> Iterator[None]:
+  """Runs the block (which imports the user's file ``value`` = ``path[:preset]`` of ``flag``, or calls
+  its getter) with the file's failures as one :class:`~daca_jax.errors.ConfigError` naming the flag,
+  the file and the line (:func:`python_file_error`); a missing file is refused before the block runs.
+
+  Raises:
+    ConfigError: the file is missing or a directory (:func:`missing_python_file`), does not parse,
+      raises, or lacks the getter the block calls; anything else the block raises passes through.
+  """
+  missing = missing_python_file(flag, value)
+  if missing is not None:
+    raise missing
+  try:
+    yield
+  except Exception as e:
+    error = python_file_error(e, flag, value)
+    if error is None:
+      raise
+    raise error from None
+
+
 def _chain(e: BaseException) -> list[BaseException]:
   """``e`` and the exceptions it was raised from or while handling, outermost first."""
   chain, seen = [], set()
