@@ -214,8 +214,8 @@ def render_file(path: str | pathlib.Path, *, mfu: float, usable: float) -> str:
     FileNotFoundError: no such file.
     DataError: not JSON, or not an object with an ``entries`` or ``records`` list (the file named).
   """
-  data = read_json(path, fix=_RESULTS_FIX)
-  if not isinstance(data.get("entries", data.get("records")), list):
+  data = read_json(path, fix=_RESULTS_FIX, kind=None)
+  if not isinstance(data, dict) or not isinstance(data.get("entries", data.get("records")), list):
     raise DataError(f"{path}: not a plan sweep's results (expected an object with an 'entries' or a 'records' "
                     f"list); {_RESULTS_FIX}")
   return (paper_table if "entries" in data else sweep_table)(data, mfu=mfu, usable=usable)

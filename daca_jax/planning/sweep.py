@@ -49,8 +49,8 @@ def _earlier(path: pathlib.Path, key: str) -> list[Any]:
   if not path.exists():
     return []
   fix = "give another --json, or delete it to plan every setting again"
-  data = read_json(path, fix=fix)
-  if not isinstance(data.get(key), list):
+  data = read_json(path, fix=fix, kind=None)
+  if not isinstance(data, dict) or not isinstance(data.get(key), list):
     raise DataError(f"{path}: not this sweep's results (expected an object with a {key!r} list); {fix}")
   return data[key]
 

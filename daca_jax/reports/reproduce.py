@@ -164,8 +164,8 @@ def read_rows(path: str | pathlib.Path) -> list[dict[str, Any]]:
     DataError: the file is not JSON or not a grid's results (no ``rows`` list); the file named.
   """
   fix = "give a grid's results.json (experiments/reproduce.py --workdir=DIR writes DIR/results.json)"
-  data = read_json(path, fix=fix)
-  if not isinstance(data.get("rows"), list):
+  data = read_json(path, fix=fix, kind=None)
+  if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
     raise DataError(f"{path}: not a grid's results.json (expected an object with a 'rows' list); {fix}")
   return data["rows"]
 

@@ -45,8 +45,8 @@ def read_variants(path: str | pathlib.Path, key: str = "runs") -> list[dict[str,
       docstring). A run's outcomes come back as ``per_example``: ``{"test" | "val": {key: value}}``.
   """
   data = read_json(path, fix="give a variants file (docs/results/main_job_variants.json, or one written by "
-                   "experiments/reproduce.py --variants)")
-  if not isinstance(data.get("runs"), list):
+                   "experiments/reproduce.py --variants)", kind=None)
+  if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
     raise DataError(f"{path}: not a variants file (expected an object with a 'runs' list)")
   if not isinstance(data.get(key), list):
     lists = sorted(k for k, v in data.items() if isinstance(v, list))

@@ -76,7 +76,7 @@ def _readers():
 
 
 @pytest.mark.parametrize("content, what", [('{"rows": [', r"is damaged: not valid JSON \(.* at line 1 column 11"),
-                                           ("[1, 2]", r"is damaged: expected a JSON dict, found list|rows\[0\] lacks"),
+                                           ("[1, 2]", r": not |rows\[0\] lacks"),
                                            ('{"x": 1}', r": not "),
                                            (None, r"is a folder, not a JSON file")])
 @pytest.mark.parametrize("reader", list(_readers()))
