@@ -182,6 +182,9 @@ def train_config_from_dict(d: Mapping[str, Any]) -> TrainConfig:
   """
   if hasattr(d, "to_dict"):
     d = d.to_dict()
+  if not isinstance(d, Mapping):  # e.g. a config file's get_config() that returns None or a number
+    raise ConfigError("config", d, "a mapping of config sections (get_config() returns an "
+                      "ml_collections.ConfigDict, e.g. configs/base.py's)")
   sections = {"seed": d.get("seed", 0)}
   classes = {f.name: type(getattr(TrainConfig(), f.name)) for f in dataclasses.fields(TrainConfig)
              if f.name != "seed"}

@@ -22,7 +22,7 @@ import shutil
 import tempfile
 from typing import Any, Callable
 
-from daca_jax.errors import DataError
+from daca_jax.errors import ConfigError, DataError
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -76,10 +76,12 @@ def read_json(path: str | os.PathLike, *, fix: str, kind: type | None = dict) ->
     kind: the type the document must have (None: any).
   Raises:
     FileNotFoundError: ``path`` does not exist.
-    DataError: the file is not valid JSON (e.g. cut short by a killed write) or not of ``kind``; the
-      message names the file and says what to do.
+    DataError: the file is a folder, not valid JSON (e.g. cut short by a killed write) or not of
+      ``kind``; the message names the file and says what to do.
   """
   path = pathlib.Path(path)
+  if path.is_dir():  # else IsADirectoryError, an OSError: exit status 1 and no word on what to give
+    raise DataError(f"{path} is a folder, not a JSON file; {fix}")
   try:
     value = _load(path)
   except ValueError as e:
@@ -108,17 +110,62 @@ def read_json_cache(path: str | os.PathLike, log: Callable[[str], None] = print,
   return value
 
 
+def check_dir_path(path: str | os.PathLike | None, flag: str) -> pathlib.Path:
+  """The absolute path of a folder a command writes into (made if missing, added to if there),
+  checked before any work starts, so that a bad path costs nothing and no output lands elsewhere.
+
+  Args:
+    path: the folder, as given.
+    flag: its flag or field (``--workdir``), named in the error.
+  Raises:
+    ConfigError: ``path`` is empty (it would be the current directory), a file, or under a file.
+  """
+  if path is None or not str(path).strip():
+    raise ConfigError(flag, "" if path is None else str(path), "a folder path (an empty one would write into "
+                      "the current directory; give '.' for that)")
+  out = pathlib.Path(path).expanduser().absolute()
+  blocker = _file_at_or_above(out)
+  if blocker is not None:
+    raise ConfigError(flag, str(path), "a folder; " + ("it is a file" if blocker == out else f"{blocker} is a file"))
+  return out
+
+
+def _file_at_or_above(path: pathlib.Path) -> pathlib.Path | None:
+  """The nearest existing one of ``path`` and its parents when it is not a folder (nothing can be made
+  there or below it), else None."""
+  for p in (path, *path.parents):
+    if p.exists():
+      return None if p.is_dir() else p
+  return None
+
+
+def check_file_path(path: str | os.PathLike, flag: str) -> pathlib.Path:
+  """The absolute path of a file a command writes at its end, checked before any work starts.
+
+  Raises:
+    ConfigError: ``path`` is empty, a folder, or under a file.
+  """
+  if not str(path).strip():
+    raise ConfigError(flag, str(path), "a file path")
+  out = pathlib.Path(path).expanduser().absolute()
+  if out.is_dir():
+    raise ConfigError(flag, str(path), "a file path; it is a folder")
+  blocker = _file_at_or_above(out.parent)
+  if blocker is not None:
+    raise ConfigError(flag, str(path), f"a file path in a folder; {blocker} is a file")
+  return out
+
+
 def check_output_dir(path: str | os.PathLike, *, overwrite: bool, flag: str = "--output_dir") -> pathlib.Path:
   """The absolute path of an output folder that :func:`atomic_directory` may fill, checked before any
   work starts.
 
   Raises:
-    DataError: ``path`` is a file, or a folder that is not empty while ``overwrite`` is False (the
-      message names ``flag`` and says to pass ``--overwrite`` or choose another folder).
+    ConfigError: ``path`` is empty, a file or under a file (:func:`check_dir_path`).
+    DataError: ``path`` is a folder that is not empty while ``overwrite`` is False (the message names
+      ``flag`` and says to pass ``--overwrite`` or choose another folder).
   """
-  out = pathlib.Path(path).expanduser().absolute()
-  if out.exists() and not out.is_dir():
-    raise DataError(f"{flag}={path} is a file, not a folder")
+  out = check_dir_path(path, flag)
   if out.is_dir() and any(out.iterdir()) and not overwrite:
     raise DataError(f"{flag}={path} exists and is not empty: choose another folder or pass --overwrite "
                     "to replace it")

@@ -11,17 +11,17 @@ results files, one value per file in each cell (the README's: ``docs/results/ali
 credit on the same batches instead (daca_jax.studies.credit_alignment): ``credit_alignment.json`` / ``.md``.
 """
 
-import json
 import pathlib
 
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
 
 from daca_jax.studies import alignment_study as al
 from daca_jax.studies import credit_alignment as ca
+from daca_jax.run import cli_errors
 from daca_jax.run.cli_errors import reported_errors
 from daca_jax.errors import ConfigError
-from daca_jax.io_utils import atomic_write_json, atomic_write_text
+from daca_jax.io_utils import atomic_write_json, atomic_write_text, check_dir_path, read_json
 from daca_jax.reports.reproduce import PRESETS
 from daca_jax.configure import train_config_from_dict
 
@@ -54,10 +54,14 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   with reported_errors():
     if _TABLE_FROM.value:
-      print(_table([json.loads(pathlib.Path(f).read_text()) for f in _TABLE_FROM.value]))
+      print(_table([read_json(f, fix="give alignment.json / credit_alignment.json files this script wrote "
+                                 "(--table_from)") for f in _TABLE_FROM.value]))
       return
     if not (_CONFIG.value and _WORKDIR.value):
       raise ConfigError("--config/--workdir", None, "both given (or --table_from)")
+    check_dir_path(_WORKDIR.value, "--workdir")  # before the SFT warm start is trained
+    if _SFT_DIR.value is not None:
+      check_dir_path(_SFT_DIR.value, "--sft_dir")
     cfg = PRESETS[_PRESET.value](train_config_from_dict(_CONFIG.value))
     work = pathlib.Path(_WORKDIR.value)
     work.mkdir(parents=True, exist_ok=True)
@@ -77,4 +81,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli_errors.run(main)  # a bad flag: `error: <one line>`, exit 2

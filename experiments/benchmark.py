@@ -40,11 +40,13 @@ compare. MFU uses the device's dense bf16 peak (``--peak_tflops`` overrides; 'n/
 import dataclasses
 import sys
 
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
 
+from daca_jax.io_utils import check_file_path
 from daca_jax.measure.bench import BenchOptions
 from daca_jax.measure.bench_sections import DEFAULT_SECTIONS, SECTIONS, choose_sections, run_benchmark
+from daca_jax.run import cli_errors
 
 _D = BenchOptions()  # the flags' defaults
 _CONFIG = config_flags.DEFINE_config_file("config", "configs/sudoku_tiny.py", "Config file.")
@@ -87,6 +89,8 @@ def main(argv):
   opts = BenchOptions(**{f.name: flags.FLAGS[f.name].value for f in dataclasses.fields(BenchOptions)})
   try:
     chosen = choose_sections(_SECTIONS.value, opts)
+    if _JSON.value:
+      check_file_path(_JSON.value, "--json")  # written at the end: a folder there is refused up front
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     sys.exit(2)
@@ -94,4 +98,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli_errors.run(main)  # a bad flag: `error: <one line>`, exit 2

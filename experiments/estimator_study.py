@@ -11,13 +11,14 @@ import pathlib
 
 import jax
 import jax.numpy as jnp
-from absl import app, flags, logging
+from absl import flags, logging
 
 from daca_jax.errors import ConfigError
+from daca_jax.run import cli_errors
 from daca_jax.run.cli_errors import reported_errors
 from daca_jax.studies import estimator_study as es
 from daca_jax.diffusion import make_rollout_fn
-from daca_jax.io_utils import atomic_write_json, atomic_write_text
+from daca_jax.io_utils import atomic_write_json, atomic_write_text, check_dir_path
 from daca_jax.tasks.tokenizer import ByteTokenizer
 from daca_jax.types import ModelConfig, RolloutConfig
 
@@ -41,8 +42,9 @@ def _run():
   if _TABLE_FROM.value:
     print(es.markdown_table(es.read_results(_TABLE_FROM.value)))
     return
-  if not _WORKDIR.value:
+  if _WORKDIR.value is None:
     raise ConfigError("--workdir", None, "an output directory (or --table_from)")
+  check_dir_path(_WORKDIR.value, "--workdir")  # '' or a file: refused before the tiny model is trained
   work = pathlib.Path(_WORKDIR.value)
   work.mkdir(parents=True, exist_ok=True)
   tok = ByteTokenizer()
@@ -70,4 +72,4 @@ def _run():
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli_errors.run(main)  # a bad flag: `error: <one line>`, exit 2

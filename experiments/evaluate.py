@@ -15,11 +15,13 @@ running the same command again resumes where an interrupted run stopped.
 """
 
 
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
 
+from daca_jax.run import cli_errors
 from daca_jax.run.cli_errors import reported_errors
 from daca_jax.errors import ConfigError
+from daca_jax.io_utils import check_dir_path
 from daca_jax.evaluation import D1_BLOCK_LENGTH, D1_GEN_LENGTHS, EvalProtocol, run_evaluation
 from daca_jax.run.eval_models import load_model
 from daca_jax.configure import train_config_from_dict
@@ -52,6 +54,7 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
   with reported_errors():  # bad input, a damaged checkpoint, a full/read-only disk: `error: <one line>`
+    check_dir_path(_OUT.value, "--output_dir")  # before the model is loaded
     try:
       lengths = tuple(int(x) for x in _LENGTHS.value)
     except ValueError:
@@ -71,4 +74,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli_errors.run(main)  # a bad flag: `error: <one line>`, exit 2

@@ -10,8 +10,9 @@ The output folder appears only when complete (written under a hidden temporary n
 """
 
 
-from absl import app, flags, logging
+from absl import flags, logging
 
+from daca_jax.run import cli_errors
 from daca_jax.run.cli_errors import reported_errors
 from daca_jax.run.export import export_workdir, parse_shard_size
 
@@ -37,4 +38,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli_errors.run(main)  # a bad flag: `error: <one line>`, exit 2

@@ -10,15 +10,15 @@ README's come from ``docs/results/gradient_study.json``); with ``--study``, ``--
 study's table alone (no header, no heading) and ``--by_estimator`` one row per estimator with each
 credit side by side (the regularised study).
 """
-import json
 import pathlib
 
-from absl import app, flags, logging
+from absl import flags, logging
 
 from daca_jax.errors import ConfigError
+from daca_jax.run import cli_errors
 from daca_jax.run.cli_errors import reported_errors
 from daca_jax.studies import gradient_study as gs
-from daca_jax.io_utils import atomic_write_json, atomic_write_text
+from daca_jax.io_utils import atomic_write_json, atomic_write_text, check_dir_path, read_json
 from daca_jax.tasks.tokenizer import ByteTokenizer
 from daca_jax.types import ModelConfig
 
@@ -58,7 +58,10 @@ def main(argv):
 
 def _run():
   if _TABLE_FROM.value:
-    out = json.loads(pathlib.Path(_TABLE_FROM.value).read_text())
+    out = read_json(_TABLE_FROM.value, fix="give a gradient_study.json this script wrote (--table_from)")
+    if not isinstance(out.get("studies"), dict) or "low_confidence" not in out["studies"]:
+      raise ConfigError("--table_from", _TABLE_FROM.value, "a gradient_study.json (an object with 'studies', "
+                        "'low_confidence' among them)")
     if _STUDY.value and _STUDY.value not in out["studies"]:
       raise ConfigError("--study", _STUDY.value, f"one of the file's studies {sorted(out['studies'])}")
     if (_TABLE_ONLY.value or _BY_ESTIMATOR.value) and not _STUDY.value:
@@ -71,20 +74,21 @@ def _run():
     else:
       print(_tables(out, _STUDY.value))
     return
-  if not _WORKDIR.value:
-    raise app.UsageError("--workdir is required (or --table_from)")
-  work = pathlib.Path(_WORKDIR.value)
-  work.mkdir(parents=True, exist_ok=True)
-  tok = ByteTokenizer()
+  if _WORKDIR.value is None:
+    raise ConfigError("--workdir", None, "an output directory (or --table_from)")
+  check_dir_path(_WORKDIR.value, "--workdir")  # a bad path or arm label: refused before the toy model is trained
   task = gs.SortTask(length=_LENGTH.value, num_prompts=_PROMPTS.value, seed=_SEED.value)
-  model = ModelConfig(vocab_size=260, d_model=32, n_layers=2, n_heads=2, mlp_dim=64)
-  logits_fn, hidden_fn, params = gs.train_toy_model(model, task, tok, _TRAIN_STEPS.value, seed=_SEED.value)
   arms = gs.default_arms(task.length)
   if _ESTIMATORS.value:
     unknown = sorted(set(_ESTIMATORS.value) - {a.name for a in arms})
     if unknown:
-      raise app.UsageError(f"--estimators: {unknown} are not arm labels ({sorted({a.name for a in arms})})")
+      raise ConfigError("--estimators", ",".join(unknown), f"arm labels of {sorted({a.name for a in arms})}")
     arms = [a for a in arms if a.name in _ESTIMATORS.value]
+  work = pathlib.Path(_WORKDIR.value)
+  work.mkdir(parents=True, exist_ok=True)
+  tok = ByteTokenizer()
+  model = ModelConfig(vocab_size=260, d_model=32, n_layers=2, n_heads=2, mlp_dim=64)
+  logits_fn, hidden_fn, params = gs.train_toy_model(model, task, tok, _TRAIN_STEPS.value, seed=_SEED.value)
   out = {"task": vars(task) | {"alphabet": task.alphabet}, "train_steps": _TRAIN_STEPS.value, "studies": {}}
   for remasking in ("low_confidence", "random"):
     print(f"== {remasking} remasking")
@@ -107,4 +111,4 @@ def _run():
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli_errors.run(main)  # a bad flag: `error: <one line>`, exit 2

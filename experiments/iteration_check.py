@@ -11,12 +11,13 @@ prints, per phase, the measured seconds and MFU next to the predicted ones, and 
 bytes (GPU/TPU; 'n/a' on CPU) next to the compiled peak. Used by experiments/scripts/gpu_check.sh.
 """
 
-from absl import app, flags
+from absl import flags
 
 from configs import paper
-from daca_jax.io_utils import atomic_write_json
+from daca_jax.io_utils import atomic_write_json, check_file_path
 from daca_jax.planning import iteration
 from daca_jax.planning.devices import device_spec
+from daca_jax.run import cli_errors
 from daca_jax.run.cli_errors import reported_errors
 
 _MODEL = flags.DEFINE_string("model", "llada_8b", "A key of daca_jax.planning.spec.MODELS.")
@@ -47,6 +48,8 @@ def main(argv):
 def _run():
   from daca_jax.measure import benchmarking as bm
 
+  if _JSON.value:
+    check_file_path(_JSON.value, "--json")  # written at the end: a folder there is refused up front
   dev = device_spec(_DEVICE.value, "--device")
   cfg, record, pred, note = iteration.plan_iteration(
       paper.get_config, dev, mfu=_MFU.value, usable=_USABLE.value, fallback_lora_rank=_FALLBACK.value,
@@ -64,4 +67,4 @@ def _run():
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli_errors.run(main)  # a bad flag: `error: <one line>`, exit 2

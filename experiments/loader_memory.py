@@ -8,9 +8,13 @@ Prints one JSON line (:func:`daca_jax.measure.loader_memory.measure`).
 import json
 
 
-from absl import app, flags
+from absl import flags
 
+from daca_jax.errors import ConfigError
+from daca_jax.io_utils import check_dir_path
 from daca_jax.measure.loader_memory import measure
+from daca_jax.run import cli_errors
+from daca_jax.run.cli_errors import reported_errors
 
 _CKPT = flags.DEFINE_string("checkpoint", "", "An existing LLaDA / Dream checkpoint folder.")
 _WRITE = flags.DEFINE_string("write_to", "", "Write a random LLaDA-shaped bf16 checkpoint here first.")
@@ -22,8 +26,16 @@ _FSDP = flags.DEFINE_integer("fsdp", 1, "> 1: simulated CPU devices the paramete
 
 def main(argv):
   del argv
+  with reported_errors():  # bad input, a full disk: `error: <one line>`
+    _run()
+
+
+def _run():
+  if not (_CKPT.value or _WRITE.value):
+    raise ConfigError("--checkpoint/--write_to", "", "a checkpoint folder to read or one to write first")
   folder = _CKPT.value
   if _WRITE.value:
+    check_dir_path(_WRITE.value, "--write_to")
     from daca_jax.models.random_checkpoint import LLADA_8B_CONFIG, write_random_checkpoint
 
     d = _D.value
@@ -31,10 +43,8 @@ def main(argv):
               mlp_hidden_size=3 * d, vocab_size=_VOCAB.value, embedding_size=_VOCAB.value,
               mask_token_id=_VOCAB.value - 1, eos_token_id=_VOCAB.value - 2, pad_token_id=_VOCAB.value - 2)
     folder = str(write_random_checkpoint(_WRITE.value, hf))
-  if not folder:
-    raise app.UsageError("give --checkpoint or --write_to")
   print(json.dumps(measure(folder, param_dtype=_DTYPE.value, fsdp=_FSDP.value)))
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli_errors.run(main)  # a bad flag: `error: <one line>`, exit 2

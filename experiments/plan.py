@@ -33,14 +33,15 @@ from daca_jax.planning.simulate import simulate_devices
 if __name__ == "__main__":
   simulate_devices(sys.argv)  # before jax is imported
 
-from absl import app, flags
+from absl import flags
 from ml_collections import config_flags
 
 from configs import paper
 from daca_jax.errors import ConfigError
-from daca_jax.io_utils import atomic_write_json
+from daca_jax.io_utils import atomic_write_json, check_file_path
 from daca_jax.planning import spec as plan_spec, sweep
 from daca_jax.planning.report import render_file
+from daca_jax.run import cli_errors
 from daca_jax.run.cli_errors import reported_errors
 from daca_jax.types import TrainConfig
 
@@ -85,6 +86,8 @@ def _main():
   if _RENDER.value:
     print(render_file(_RENDER.value, mfu=_MFU.value, usable=_USABLE.value))
     return
+  if _JSON.value:
+    check_file_path(_JSON.value, "--json")  # a folder there: refused before anything is compiled
   if _SWEEP.value or _PAPER_SWEEP.value:
     if not _JSON.value:
       raise ConfigError("--json", "", "a path for the sweep's results")
@@ -115,4 +118,4 @@ def _main():
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli_errors.run(main)  # a bad flag: `error: <one line>`, exit 2

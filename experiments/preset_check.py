@@ -8,14 +8,14 @@
 Library: daca_jax/planning/preset_check.py.
 """
 
-import json
 import pathlib
 import time
 
-from absl import app, flags
+from absl import flags
 
 from daca_jax.errors import ConfigError
-from daca_jax.io_utils import atomic_write_json
+from daca_jax.io_utils import atomic_write_json, check_file_path, read_json
+from daca_jax.run import cli_errors
 from daca_jax.run.cli_errors import reported_errors
 
 _WRITE = flags.DEFINE_string("write_checkpoint", "", "Write a random LLaDA checkpoint folder here.")
@@ -48,10 +48,15 @@ def _run():
   if not (_PLAN.value and _WORKDIR.value):
     raise ConfigError("--plan_json/--workdir", (_PLAN.value, _WORKDIR.value),
                       "both (or --write_checkpoint=DIR)")
+  if _JSON.value:
+    check_file_path(_JSON.value, "--json")
   from daca_jax.planning.devices import device_spec
   from daca_jax.run.metrics import format_table, read_metrics
 
-  plan = json.loads(pathlib.Path(_PLAN.value).read_text())
+  plan = read_json(_PLAN.value, fix="give a plan record written by experiments/plan.py --json (--plan_json)")
+  if not isinstance(plan.get("flops_per_device"), dict):
+    raise ConfigError("--plan_json", _PLAN.value, "a plan record of one setting (experiments/plan.py --json, "
+                      "not a sweep's results)")
   out = preset_check.compare(plan, read_metrics(pathlib.Path(_WORKDIR.value) / "metrics.jsonl"),
                              device_spec(_DEVICE.value), mfu=_MFU.value, usable=_USABLE.value)
   print(f"\npaper preset from a random checkpoint: plan ({_DEVICE.value}, MFU {_MFU.value}) vs the last "
@@ -62,4 +67,4 @@ def _run():
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli_errors.run(main)  # a bad flag: `error: <one line>`, exit 2

@@ -25,11 +25,13 @@ import sys as _sys
 
 import pathlib
 
-from absl import app, flags, logging
+from absl import flags, logging
 
 from daca_jax.errors import ConfigError
+from daca_jax.io_utils import check_file_path
 from daca_jax.reports import reproduce as rp
 from daca_jax.reports import reproduce_run as rr
+from daca_jax.run import cli_errors
 from daca_jax.run.cli_errors import reported_errors
 
 _CONFIGS = flags.DEFINE_list("configs", ["configs/sudoku_tiny.py"],
@@ -77,6 +79,8 @@ def run():
     return
   seeds = rr.check_args(_WORKDIR.value, {"--configs": _CONFIGS.value, "--bases": _BASES.value,
                                          "--arms": _ARMS.value, "--seeds": _SEEDS.value})
+  if _VARIANTS.value:
+    check_file_path(_VARIANTS.value, "--variants")  # written after the grid: refused before it runs
   configs = rr.task_configs(_CONFIGS.value, _PRESET.value, _VAL.value)
   cells = rr.requested_cells(configs, seeds, bases=[] if _STUDY.value else _BASES.value, arms=_ARMS.value,
                              study=_STUDY.value, arms_given=flags.FLAGS["arms"].present)
@@ -89,4 +93,4 @@ def run():
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli_errors.run(main)  # a bad flag: `error: <one line>`, exit 2

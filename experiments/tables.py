@@ -12,9 +12,10 @@ marker that cannot be used or a command that failed (file, line and the command'
 import sys as _sys
 
 
-from absl import app, flags
+from absl import flags
 
 from daca_jax.reports import doc_tables
+from daca_jax.run import cli_errors
 from daca_jax.run.cli_errors import EXIT_BAD_INPUT, reported_errors
 from daca_jax.reports.table_files import read_table_file, render_table
 
@@ -44,4 +45,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli_errors.run(main)  # a bad flag: `error: <one line>`, exit 2

@@ -12,15 +12,17 @@ import pathlib as _pathlib
 _ROOT = _pathlib.Path(__file__).resolve().parents[1]
 import sys
 
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
 
 from daca_jax import parallel
 from daca_jax.run import preemption
-from daca_jax.run.cli_errors import flag_error, reported_errors
+from daca_jax.run import cli_errors
+from daca_jax.run.cli_errors import reported_errors
 from daca_jax.run.pipeline import run_main_job
 from daca_jax.run.presets import presets_help
 from daca_jax.configure import train_config_from_dict
+from daca_jax.io_utils import check_dir_path
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:preset]).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory (checkpoints, metrics, results).")
@@ -32,6 +34,7 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # keep JAX's backend-probing INFO lines out of the output
   with reported_errors():  # bad input, a diverging run, a full/read-only disk: `error: <one line>`
+    check_dir_path(_WORKDIR.value, "--workdir")  # '' would write the run into the current directory
     cfg = train_config_from_dict(_CONFIG.value)
     parallel.maybe_initialize(cfg.parallel)  # multi-host: before anything touches a device
     with preemption.watching():  # SIGTERM: checkpoint at the next step, `preempted: <line>`, exit 75
@@ -41,11 +44,4 @@ def main(argv):
 if __name__ == "__main__":
   if any(a.split("=")[0].lstrip("-") in ("help", "helpshort", "helpfull", "h", "?") for a in sys.argv[1:]):
     __doc__ = f"{__doc__}\n{presets_help(_ROOT / 'configs')}\n"  # absl's usage() prints the module doc
-  app.define_help_flags()  # --help / --helpshort / --helpfull, as under app.run
-  try:  # parse once up front so that a bad --config override is one line, not a traceback
-    flags.FLAGS(sys.argv)
-  except (flags.Error, AttributeError, KeyError, TypeError, ValueError) as e:
-    msg = flag_error(e, sys.argv)
-    print(f"error: {msg}", file=sys.stderr)
-    sys.exit(2)
-  app.run(main, flags_parser=lambda argv: argv[:1])  # flags are already parsed above
+  cli_errors.run(main)  # a bad flag, --config file or override: `error: <one line>`, exit 2

@@ -7,9 +7,10 @@
 import pathlib as _pathlib
 
 
-from absl import app, flags
+from absl import flags
 
 from daca_jax.errors import ConfigError
+from daca_jax.run import cli_errors
 from daca_jax.run.cli_errors import reported_errors
 from daca_jax.reports.variants import METRICS, read_variants, seed_table, variants_table
 
@@ -39,4 +40,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli_errors.run(main)  # a bad flag: `error: <one line>`, exit 2

@@ -12,9 +12,10 @@ its numbers).
 """
 
 
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
 
+from daca_jax.run import cli_errors
 from daca_jax.run.cli_errors import reported_errors
 from daca_jax.errors import ConfigError
 from daca_jax.run.visualize import visualize_checkpoint
@@ -46,4 +47,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli_errors.run(main)  # a bad flag: `error: <one line>`, exit 2

@@ -15,6 +15,7 @@ import numpy as np
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.evaluation.files import check_fingerprint, finished_rows, jsonable, read_generations, write_rows
 from daca_jax.evaluation.model import EvalModel
+from daca_jax.io_utils import check_dir_path
 from daca_jax.evaluation.protocol import EvalProtocol, PreparedTask, prepare_task
 from daca_jax.evaluation.reports import summary_markdown, write_summary
 from daca_jax.evaluation.decode import decode_batches
@@ -153,7 +154,8 @@ def run_evaluation(model: EvalModel, task_names: Sequence[str], protocol: EvalPr
     ``{task: {"source", "primary_metric", "lengths": {str(L): {...}}}}``), or None when stopped by
     ``max_batches``.
   Raises:
-    ConfigError / DataError: see :func:`prepare_task` and :func:`evaluate_length`.
+    ConfigError / DataError: see :func:`prepare_task` and :func:`evaluate_length`; an ``output_dir``
+      that is a file or under one.
   """
   protocol.validate()
   if max_batches is not None and (isinstance(max_batches, bool) or not isinstance(max_batches, int)
@@ -162,6 +164,7 @@ def run_evaluation(model: EvalModel, task_names: Sequence[str], protocol: EvalPr
   if not task_names:
     raise ConfigError("--tasks", list(task_names), "at least one task name")
   out = pathlib.Path(output_dir)
+  check_dir_path(out, "--output_dir")  # a file there: refused before any decoding
   prepared = {}
   for name in task_names:
     prepared[name] = p = prepare_task(name, model, protocol.num_examples)

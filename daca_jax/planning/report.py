@@ -7,10 +7,11 @@ either.
 """
 from __future__ import annotations
 
-import json
 import pathlib
 from typing import Any, Iterable, Sequence
 
+from daca_jax.errors import DataError
+from daca_jax.io_utils import read_json
 from daca_jax.planning.devices import DEVICES, DeviceSpec, device_spec
 from daca_jax.planning.plan import GB, assess, compare_rows
 from daca_jax.run.metrics import format_table
@@ -202,10 +203,21 @@ def sweep_table(data: dict[str, Any], *, mfu: float, usable: float) -> str:
   return "\n".join(lines)
 
 
+_RESULTS_FIX = "give a file written by experiments/plan.py --sweep or --paper_sweep (--json)"
+
+
 def render_file(path: str | pathlib.Path, *, mfu: float, usable: float) -> str:
   """The markdown table of a results file: :func:`paper_table` of ``--paper_sweep`` entries, else
-  :func:`sweep_table` of ``--sweep`` records."""
-  data = json.loads(pathlib.Path(path).read_text())
+  :func:`sweep_table` of ``--sweep`` records.
+
+  Raises:
+    FileNotFoundError: no such file.
+    DataError: not JSON, or not an object with an ``entries`` or ``records`` list (the file named).
+  """
+  data = read_json(path, fix=_RESULTS_FIX, kind=None)
+  if not isinstance(data, dict) or not isinstance(data.get("entries", data.get("records")), list):
+    raise DataError(f"{path}: not a plan sweep's results (expected an object with an 'entries' or a 'records' "
+                    f"list); {_RESULTS_FIX}")
   return (paper_table if "entries" in data else sweep_table)(data, mfu=mfu, usable=usable)
 
 

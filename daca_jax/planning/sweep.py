@@ -11,7 +11,8 @@ import subprocess
 import time
 from typing import Any, Mapping, Sequence
 
-from daca_jax.io_utils import atomic_write_json
+from daca_jax.errors import DataError
+from daca_jax.io_utils import atomic_write_json, read_json
 from daca_jax.planning.report import PAPER_TARGETS, paper_record
 
 # docs/scaling.md's table: (num_devices, method, lora_rank, extra flags). 8 devices serve the 8-GPU nodes
@@ -39,6 +40,26 @@ def paper_presets(bases: Sequence[str], no_arms: Mapping[str, tuple[Sequence[str
                if arm not in no_arms.get(base, ((), ""))[0])
 
 
+def _earlier(path: pathlib.Path, key: str) -> list[Any]:
+  """The ``key`` list of the results file ``path`` that a sweep resumes; [] when there is none.
+
+  Raises:
+    DataError: ``path`` is not JSON, or not an object with a ``key`` list (the file named).
+  """
+  if not path.exists():
+    return []
+  fix = "give another --json, or delete it to plan every setting again"
+  data = read_json(path, fix=fix, kind=None)
+  if not isinstance(data, dict) or not isinstance(data.get(key), list):
+    raise DataError(f"{path}: not this sweep's results (expected an object with a {key!r} list); {fix}")
+  return data[key]
+
+
+def _planned(part: pathlib.Path) -> dict[str, Any]:
+  """The plan record one setting's process wrote to ``part``."""
+  return read_json(part, fix="the planning process wrote it incompletely; rerun the sweep")
+
+
 def _sweep_key(n: int, method: str, rank: int, extra: Mapping[str, Any]) -> str:
   return json.dumps([n, method, rank, sorted(extra.items())])
 
@@ -50,10 +71,12 @@ def sweep(out: str, command: Sequence[str], flags: Mapping[str, Any] | None = No
     out: the results file (JSON: ``batch`` and the plan ``records``).
     command: the plan script's argv prefix (``[python, experiments/plan.py]``).
     flags: further flags of every setting (a setting's own extra flags win).
+  Raises:
+    DataError: an existing ``out`` that is not a ``--sweep`` results file (:func:`_earlier`).
   """
   path = pathlib.Path(out)
   part = pathlib.Path(f"{out}.part")
-  records = json.loads(path.read_text())["records"] if path.exists() else []
+  records = _earlier(path, "records")
   done = {_sweep_key(r["spec"]["num_devices"], r["spec"]["method"], r["spec"]["lora_rank"],
                      {k: r["spec"][k] for k in ("strata_batch", "rollout_weights")
                       if r["spec"].get(k, "auto") not in (0, "auto")}) for r in records}
@@ -64,7 +87,7 @@ def sweep(out: str, command: Sequence[str], flags: Mapping[str, Any] | None = No
     args += [f"--{k}={v}" for k, v in {**(flags or {}), **extra}.items()]
     t0 = time.perf_counter()
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
-    records.append(json.loads(part.read_text()))
+    records.append(_planned(part))
     print(f"compiled {n} devices {method} LoRA {rank}: {time.perf_counter() - t0:.0f} s", flush=True)
     atomic_write_json(out, {"batch": records[-1]["setting"]["update_rows"], "records": records})
   part.unlink(missing_ok=True)
@@ -72,10 +95,14 @@ def sweep(out: str, command: Sequence[str], flags: Mapping[str, Any] | None = No
 
 def paper_sweep(out: str, command: Sequence[str], config_file: str, presets: Sequence[str]) -> None:
   """Plans every ``presets`` x :data:`~daca_jax.planning.report.PAPER_TARGETS` setting not yet in ``out``
-  (``--config=<config_file>:<preset>``) and appends it there."""
+  (``--config=<config_file>:<preset>``) and appends it there.
+
+  Raises:
+    DataError: an existing ``out`` that is not a ``--paper_sweep`` results file (:func:`_earlier`).
+  """
   path = pathlib.Path(out)
   part = pathlib.Path(f"{out}.part")
-  entries = json.loads(path.read_text())["entries"] if path.exists() else []
+  entries = _earlier(path, "entries")
   done = {(e["preset"], e["device"], e["plan"]["setting"]["num_devices"]) for e in entries}
   for preset in presets:
     for _, dev, n in PAPER_TARGETS:
@@ -84,7 +111,7 @@ def paper_sweep(out: str, command: Sequence[str], config_file: str, presets: Seq
       t0 = time.perf_counter()
       subprocess.run([*command, f"--config={config_file}:{preset}", f"--num_devices={n}", f"--device={dev}",
                       f"--json={part}"], check=True, stdout=subprocess.DEVNULL)
-      entries.append(paper_record(preset, dev, json.loads(part.read_text())))
+      entries.append(paper_record(preset, dev, _planned(part)))
       part.unlink()
       print(f"planned {preset} on {n}x {dev}: {time.perf_counter() - t0:.0f} s", flush=True)
       atomic_write_json(out, {"command": "python experiments/plan.py --paper_sweep --json=" + out,

@@ -8,7 +8,6 @@ finished cell (its ``results.json`` exists) is never rerun, so the grid is resum
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import pathlib
 import re
@@ -20,7 +19,7 @@ import numpy as np
 from daca_jax import configure
 from daca_jax.configure import train_config_from_dict, with_overrides  # noqa: F401  (re-exported)
 from daca_jax.errors import DataError
-from daca_jax.io_utils import read_json_cache
+from daca_jax.io_utils import read_json, read_json_cache
 from daca_jax.run.metrics import read_metrics, reward_trend
 from daca_jax.reports.paired import mean_ci95
 from daca_jax.run.pipeline import run_main_job
@@ -162,12 +161,12 @@ def read_rows(path: str | pathlib.Path) -> list[dict[str, Any]]:
 
   Raises:
     FileNotFoundError: no such file.
-    DataError: the file is not a grid's results (no ``rows`` list).
+    DataError: the file is not JSON or not a grid's results (no ``rows`` list); the file named.
   """
-  with open(path, encoding="utf-8") as f:
-    data = json.load(f)
+  fix = "give a grid's results.json (experiments/reproduce.py --workdir=DIR writes DIR/results.json)"
+  data = read_json(path, fix=fix, kind=None)
   if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
-    raise DataError(f"{path}: not a grid's results.json (expected an object with a 'rows' list)")
+    raise DataError(f"{path}: not a grid's results.json (expected an object with a 'rows' list); {fix}")
   return data["rows"]
 
 

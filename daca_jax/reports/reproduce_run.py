@@ -12,9 +12,10 @@ from typing import Any, Mapping, Sequence
 
 from daca_jax.configure import train_config_from_dict
 from daca_jax.errors import ConfigError
-from daca_jax.io_utils import atomic_write_json, atomic_write_text
+from daca_jax.io_utils import atomic_write_json, atomic_write_text, check_dir_path
 from daca_jax.reports import reproduce as rp
 from daca_jax.reports import variant_runs
+from daca_jax.run.cli_errors import running_python_file
 from daca_jax.types import TrainConfig
 
 # What results.json keeps of each finished cell.
@@ -25,22 +26,32 @@ def load_module(path: str, flag: str) -> types.ModuleType:
   """The Python file ``path`` as a module (``flag`` names it in the error).
 
   Raises:
-    ConfigError: not an existing file.
+    ConfigError: not an existing file, or one that does not parse or raises on import (the file and
+      line named: :func:`daca_jax.run.cli_errors.running_python_file`).
   """
   file = pathlib.Path(path)
-  if not file.is_file():
-    raise ConfigError(flag, path, "an existing Python file (configs/*.py)")
-  module_spec = importlib.util.spec_from_file_location(file.stem, file)
-  module = importlib.util.module_from_spec(module_spec)
-  module_spec.loader.exec_module(module)
+  with running_python_file(flag, path):
+    module_spec = importlib.util.spec_from_file_location(file.stem, file)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
   return module
 
 
 def load_config(spec: str) -> TrainConfig:
-  """The TrainConfig of ``path[:preset]`` (a ``--configs`` entry)."""
+  """The TrainConfig of ``path[:preset]`` (a ``--configs`` entry).
+
+  Raises:
+    ConfigError: the file is missing, does not run, has no ``get_config()``, or its ``get_config()``
+      raises or returns no config (each naming ``--configs``, the file and, where it raised, the line).
+  """
   path, _, preset = spec.partition(":")
   module = load_module(path, "--configs")
-  return train_config_from_dict(module.get_config(preset) if preset else module.get_config())
+  with running_python_file("--configs", spec):
+    config = module.get_config(preset) if preset else module.get_config()
+  if not isinstance(config, Mapping) and not hasattr(config, "to_dict"):
+    raise ConfigError("--configs", spec, f"a file whose get_config() returns a config (an ml_collections."
+                      f"ConfigDict, as configs/*.py do); it returned {type(config).__name__}")
+  return train_config_from_dict(config)
 
 
 def check_args(workdir: str | None, lists: Mapping[str, Sequence[str]]) -> list[int]:
@@ -48,10 +59,12 @@ def check_args(workdir: str | None, lists: Mapping[str, Sequence[str]]) -> list[
   the seeds.
 
   Raises:
-    ConfigError: no ``workdir``, an empty list, or a seed that is not an integer >= 0.
+    ConfigError: no ``workdir`` (or an empty one, a file or one under a file), an empty list, or a seed
+      that is not an integer >= 0.
   """
-  if not workdir:
+  if workdir is None:
     raise ConfigError("--workdir", "", "an output directory")
+  check_dir_path(workdir, "--workdir")
   for name, values in lists.items():
     if not values:
       raise ConfigError(name, "", "a non-empty comma-separated list")
@@ -73,6 +86,26 @@ def task_configs(specs: Sequence[str], preset: str, num_val_examples: int | None
   return configs
 
 
+def check_study_arms(study: str, named: Any, references: Any) -> None:
+  """Checks what a ``--study`` file's ``get_arms()`` and ``get_references()`` returned.
+
+  Raises:
+    ConfigError: ``named`` is not a dict of arm name -> list of ``(dotted.field, value)`` overrides, or
+      ``references`` not a dict of arm name -> arm name (naming ``--study``, the file and the entry).
+  """
+  arms_form = "a file whose get_arms() returns {arm name: [(dotted.field, value), ...]} (as configs/credit_study.py's)"
+  if not isinstance(named, Mapping) or not named:
+    raise ConfigError("--study", study, f"{arms_form}; it returned {type(named).__name__} {named!r:.80}")
+  for name, overrides in named.items():
+    if (not isinstance(name, str) or not isinstance(overrides, (list, tuple))
+        or not all(isinstance(o, (list, tuple)) and len(o) == 2 and isinstance(o[0], str) for o in overrides)):
+      raise ConfigError("--study", study, f"{arms_form}; its arm {name!r} is {overrides!r:.80}")
+  if not isinstance(references, Mapping) or not all(isinstance(k, str) and isinstance(v, str)
+                                                    for k, v in references.items()):
+    raise ConfigError("--study", study, "a file whose get_references() returns {arm name: reference arm name}; "
+                      f"it returned {references!r:.80}")
+
+
 def requested_cells(configs: Mapping[str, TrainConfig], seeds: Sequence[int], *, bases: Sequence[str],
                     arms: Sequence[str], study: str | None = None, arms_given: bool = False) -> list[rp.Cell]:
   """The cells of the command: ``study``'s arms (a file whose ``get_arms()`` names arms by overrides, and
@@ -84,7 +117,10 @@ def requested_cells(configs: Mapping[str, TrainConfig], seeds: Sequence[int], *,
   """
   if study:
     module = load_module(study, "--study")
-    named = module.get_arms()
+    with running_python_file("--study", study):
+      named = module.get_arms()
+      references = module.get_references() if hasattr(module, "get_references") else {}
+    check_study_arms(study, named, references)
     if arms_given:  # a subset of the study's arms
       unknown = [a for a in arms if a not in named]
       if unknown:
@@ -93,7 +129,6 @@ def requested_cells(configs: Mapping[str, TrainConfig], seeds: Sequence[int], *,
     for overrides in named.values():
       for c in configs.values():  # a bad override: a clear error before any work
         rp.with_overrides(c, overrides)
-    references = module.get_references() if hasattr(module, "get_references") else {}
     return rp.study_grid(list(configs), seeds, named, {a: r for a, r in references.items() if a in named})
   cells = []
   for spec in bases:

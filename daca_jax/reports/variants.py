@@ -17,12 +17,12 @@ starts and examples); elsewhere it stays the seed-level Student-t interval.
 """
 from __future__ import annotations
 
-import json
 import math
 import pathlib
 from typing import Any, Sequence
 
 from daca_jax.errors import DataError
+from daca_jax.io_utils import read_json
 from daca_jax.evaluation.outcomes import read_outcomes
 from daca_jax.reports.paired import mean_ci95, paired_bootstrap
 
@@ -40,12 +40,12 @@ def read_variants(path: str | pathlib.Path, key: str = "runs") -> list[dict[str,
 
   Raises:
     FileNotFoundError: no such file.
-    DataError: not a variants file, no list under ``key`` (the keys there named), a run without one
+    DataError: not JSON, not a variants file, no list under ``key`` (the keys there named), a run without one
       of the fields the table reads (named), or a run whose ``outcomes`` cannot be read (module
       docstring). A run's outcomes come back as ``per_example``: ``{"test" | "val": {key: value}}``.
   """
-  with open(path, encoding="utf-8") as f:
-    data = json.load(f)
+  data = read_json(path, fix="give a variants file (docs/results/main_job_variants.json, or one written by "
+                   "experiments/reproduce.py --variants)", kind=None)
   if not isinstance(data, dict) or not isinstance(data.get("runs"), list):
     raise DataError(f"{path}: not a variants file (expected an object with a 'runs' list)")
   if not isinstance(data.get(key), list):

@@ -19,14 +19,20 @@ other ``OSError``                                   1     a read-only or full di
 =================================================  ====  ==========================================
 
 Anything else is a bug and keeps its traceback.
+
+A script's flags are parsed before its ``main`` runs (:func:`run`): a bad flag, an unknown or mistyped
+``--config.<field>``, and a ``--config`` file that is missing, does not run or defines no
+``get_config()`` are one ``error: <line>`` with exit 2 (:func:`flag_error`, :func:`python_file_error`).
 """
 from __future__ import annotations
 
 import contextlib
 import errno
 import logging
+import os
 import sys
-from typing import Iterator
+import traceback
+from typing import Any, Callable, Iterator, Sequence
 
 from daca_jax.errors import ConfigError, DataError, NonFiniteError
 from daca_jax.run.preemption import EXIT_PREEMPTED, Preempted
@@ -82,6 +88,112 @@ def reported_errors() -> Iterator[None]:
     sys.exit(code)
 
 
+def python_file_error(e: BaseException, flag: str, value: str) -> ConfigError | None:
+  """The one-line error for ``e``, raised while a user's Python file ran (a ``--config``, ``--configs``
+  or ``--study`` file, given as ``flag=value``, ``value`` = ``path[:preset]``), naming the file and the
+  line that raised; None when ``e`` did not come from running that file.
+
+  Covers a file that does not parse (``SyntaxError``), one that raises on import or in its getter (any
+  exception with a frame in the file; the innermost such frame gives the line), and one without the
+  getter the script calls (``AttributeError`` "module ... has no attribute 'get_...'"). A
+  ``ValueError`` the file raises itself (a :class:`~daca_jax.errors.ConfigError`, or e.g. configs'
+  "unknown preset") is its own message for the user and is left as it is (None).
+  """
+  path = os.path.realpath(value.split(":", 1)[0])
+  chain = _chain(e)
+  if isinstance(chain[-1], ValueError) and not isinstance(chain[-1], SyntaxError):
+    return None
+  for x in reversed(chain):  # the original exception first: wrappers re-raise it from elsewhere
+    if isinstance(x, SyntaxError) and x.filename and os.path.realpath(x.filename) == path:
+      return ConfigError(flag, value, f"a Python file that parses: SyntaxError: {x.msg} at {x.filename}:{x.lineno}")
+    lines = [f.lineno for f in traceback.extract_tb(x.__traceback__) if os.path.realpath(f.filename) == path]
+    if lines:
+      return ConfigError(flag, value, f"a file that runs: it raised {type(x).__name__}: {one_line(x)} "
+                         f"at {value.split(':', 1)[0]}:{lines[-1]}")
+    if (isinstance(x, AttributeError) and isinstance(getattr(x, "obj", None), type(os))
+        and str(getattr(x, "name", "")).startswith("get_")):
+      return ConfigError(flag, value, f"a file defining {x.name}() (as configs/*.py do); it defines no {x.name}")
+  return None
+
+
+def missing_python_file(flag: str, value: str) -> ConfigError | None:
+  """The error for ``flag=value`` (``path[:preset]``) when ``path`` is not an existing file, else None."""
+  path = value.split(":", 1)[0]
+  if os.path.isfile(path):
+    return None
+  what = "a directory" if os.path.isdir(path) else "no such file"
+  return ConfigError(flag, value, f"an existing Python file (configs/*.py[:preset]); {path} is {what}")
+
+
+@contextlib.contextmanager
+def running_python_file(flag: str, value: str) -> Iterator[None]:
+  """Runs the block (which imports the user's file ``value`` = ``path[:preset]`` of ``flag``, or calls
+  its getter) with the file's failures as one :class:`~daca_jax.errors.ConfigError` naming the flag,
+  the file and the line (:func:`python_file_error`); a missing file is refused before the block runs.
+
+  Raises:
+    ConfigError: the file is missing or a directory (:func:`missing_python_file`), does not parse,
+      raises, or lacks the getter the block calls; anything else the block raises passes through.
+  """
+  missing = missing_python_file(flag, value)
+  if missing is not None:
+    raise missing
+  try:
+    yield
+  except Exception as e:
+    error = python_file_error(e, flag, value)
+    if error is None:
+      raise
+    raise error from None
+
+
+def _chain(e: BaseException) -> list[BaseException]:
+  """``e`` and the exceptions it was raised from or while handling, outermost first."""
+  chain, seen = [], set()
+  c: BaseException | None = e
+  while c is not None and id(c) not in seen:
+    seen.add(id(c))
+    chain.append(c)
+    c = c.__cause__ or c.__context__
+  return chain
+
+
+def _config_files(argv: Sequence[str]) -> list[tuple[str, str]]:
+  """``(--flag, path[:preset])`` of each config-file flag (``DEFINE_config_file``) given in ``argv``."""
+  from absl import flags
+  from ml_collections.config_flags.config_flags import ConfigFileFlagParser
+  names = {f"--{n}" for n in flags.FLAGS if isinstance(flags.FLAGS[n].parser, ConfigFileFlagParser)}
+  return [(a.split("=", 1)[0], a.split("=", 1)[1]) for a in argv if "=" in a and a.split("=", 1)[0] in names]
+
+
+def parse_flags(argv: Sequence[str]) -> list[str]:
+  """Parses ``argv`` into absl's flags (``--help`` included) and returns the positional arguments.
+
+  A bad flag is ``error: <one line>`` (:func:`flag_error`) on stderr and exit 2, before any work: a
+  missing required flag, a value of the wrong type, an unknown ``--config.<field>``, a ``--config``
+  file that does not exist, does not run or defines no ``get_config()``.
+  """
+  from absl import app, flags
+  app.define_help_flags()  # --help / --helpshort / --helpfull, as under app.run
+  try:
+    for flag, value in _config_files(argv):  # ml_collections defers a missing file's error to first use
+      missing = missing_python_file(flag, value)
+      if missing is not None:
+        raise missing
+    return flags.FLAGS(list(argv))
+  except Exception as e:  # flags parse user input only; the config files' own bugs get their file:line
+    print(f"error: {flag_error(e, list(argv))}", file=sys.stderr, flush=True)
+    sys.exit(EXIT_BAD_INPUT)
+
+
+def run(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None) -> None:
+  """``absl.app.run(main)`` with the flags parsed first by :func:`parse_flags` (a bad flag: one line,
+  exit 2, instead of absl's "FATAL Flags parsing error" and exit 1)."""
+  from absl import app
+  rest = parse_flags(sys.argv if argv is None else argv)
+  app.run(main, argv=[sys.argv[0] if argv is None else argv[0]], flags_parser=lambda _: rest)
+
+
 def flag_error(e: BaseException, argv: list[str]) -> str:
   """The one line to print for an exception raised while parsing a script's flags.
 
@@ -96,12 +208,11 @@ def flag_error(e: BaseException, argv: list[str]) -> str:
     e: the exception ``flags.FLAGS(argv)`` raised.
     argv: the command line.
   """
-  chain, seen = [], set()
-  c: BaseException | None = e
-  while c is not None and id(c) not in seen:
-    seen.add(id(c))
-    chain.append(c)
-    c = c.__cause__ or c.__context__
+  chain = _chain(e)
+  for flag, value in _config_files(argv):
+    from_file = python_file_error(e, flag, value)
+    if from_file is not None:
+      return one_line(from_file)
   unknown = next((x for x in chain if isinstance(x, (AttributeError, KeyError)) and x.args
                   and isinstance(x.args[0], str)), None)
   if unknown is not None:

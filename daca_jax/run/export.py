@@ -65,9 +65,10 @@ def check_export_dir(output_dir: str | os.PathLike, workdir: pathlib.Path,
   Returns:
     The export folder, resolved (symlinks followed, ``..`` removed).
   Raises:
-    ConfigError: naming ``--output_dir``, the folder it collides with and what is allowed.
-    DataError: a file, a non-empty folder that is not an earlier export of this run, or an earlier
-      export without ``overwrite``.
+    ConfigError: naming ``--output_dir``, the folder it collides with and what is allowed; an empty
+      path, a file or a path under a file.
+    DataError: a non-empty folder that is not an earlier export of this run, or an earlier export
+      without ``overwrite``.
   """
   out = check_output_dir(output_dir, overwrite=True)  # a file is refused; emptiness is decided here
   real = out.resolve()

@@ -29,6 +29,7 @@ from jax.sharding import Mesh
 from daca_jax import parallel
 from daca_jax.credit import CREDIT, TAGGERS
 from daca_jax.errors import ConfigError
+from daca_jax.io_utils import check_dir_path
 from daca_jax.models import count_params, init_model, lora, make_logits_fn
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.run import from_checkpoint
@@ -81,10 +82,12 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     workdir's per-example outcomes file of each of those evaluations (:mod:`daca_jax.evaluation.outcomes`).
   Raises:
     ConfigError: a config value that does not fit the task, a preset for a pretrained checkpoint run
-      without one (``model.init_checkpoint``), or a workdir holding another run.
+      without one (``model.init_checkpoint``), a workdir holding another run, or a ``workdir`` that is
+      empty, a file or under a file.
     FileNotFoundError: an explicitly configured data path that does not exist.
     DataError: a checkpoint folder (``model.init_checkpoint``) with missing or malformed files.
   """
+  check_dir_path(workdir, "workdir")  # '' (the current directory), a file: refused before any work
   workdir = pathlib.Path(workdir)
   if cfg.model.require_checkpoint and not cfg.model.init_checkpoint:
     raise ConfigError("model.init_checkpoint", "", "the folder of a pretrained LLaDA / Dream checkpoint in the "

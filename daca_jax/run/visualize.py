@@ -8,6 +8,7 @@ from typing import Any, Sequence
 import jax
 
 from daca_jax.errors import ConfigError
+from daca_jax.io_utils import check_dir_path
 from daca_jax.configure import train_config_from_dict
 from daca_jax.viz.trajectory import check_credits, credit_learners, rollout_views
 from daca_jax.viz.trajectory_html import render_html
@@ -39,8 +40,9 @@ def visualize_checkpoint(*, workdir: str = "", phase: str = "latest", random_ini
   Returns:
     The written paths.
   Raises:
-    ConfigError: ``num_prompts`` < 1 or more than the evaluation set, an unknown credit, or a bad
-      checkpoint source (see :func:`daca_jax.run.eval_models.load_model`).
+    ConfigError: ``num_prompts`` < 1 or more than the evaluation set, an unknown credit, an
+      ``output_dir`` that is empty, a file or under one, or a bad checkpoint source (see
+      :func:`daca_jax.run.eval_models.load_model`).
   """
   from daca_jax.run.eval_models import load_model
   from daca_jax.run.pipeline import build_task
@@ -50,6 +52,7 @@ def visualize_checkpoint(*, workdir: str = "", phase: str = "latest", random_ini
   if isinstance(dpi, bool) or not isinstance(dpi, int) or not 30 <= dpi <= 600:
     raise ConfigError("--dpi", dpi, "an integer in [30, 600]")
   check_credits(credits)
+  check_dir_path(output_dir, "--output_dir")  # empty or a file: refused before the model is loaded
   cfg_in = train_config_from_dict(random_init) if random_init is not None else None
   model = load_model(workdir=workdir, phase=phase, random_init=cfg_in)
   cfg = model.train_config

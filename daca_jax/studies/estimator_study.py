@@ -9,7 +9,6 @@ the cosine between the gradient of its mean and the exact gradient.
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 from typing import Any, Callable, Sequence
 
@@ -20,6 +19,7 @@ import optax
 
 from daca_jax.diffusion import sft_loss
 from daca_jax.errors import ConfigError, DataError
+from daca_jax.io_utils import read_json
 from daca_jax.likelihood import LIKELIHOOD, any_order_logprob
 from daca_jax.models import init_model, make_logits_fn
 from daca_jax.tasks.tokenizer import ByteTokenizer
@@ -159,9 +159,9 @@ def read_results(path: str | pathlib.Path) -> list[dict[str, Any]]:
 
   Raises:
     FileNotFoundError: no such file.
-    DataError: neither form, or a row without one of :data:`ROW_FIELDS` (named).
+    DataError: not JSON, neither form, or a row without one of :data:`ROW_FIELDS` (named).
   """
-  data = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
+  data = read_json(path, fix="give an estimator_study.json (experiments/estimator_study.py)", kind=None)
   rows = data.get("rows") if isinstance(data, dict) else data
   if not isinstance(rows, list) or not rows:
     raise DataError(f"{path}: not an estimator study's results (expected a list of rows, or an object with "

@@ -45,3 +45,30 @@ def test_flag_error_reads_the_original_exception_of_a_wrapped_chain():
     assert flag_error(outer, []) == "configs/x.py preset='bad' is not allowed: expected one of ['a']"
   plain = ValueError("flag --seed=x: not an int")
   assert flag_error(plain, []) == "flag --seed=x: not an int"
+
+
+@pytest.mark.parametrize("body,allowed", [
+    (None, "an existing Python file (configs/*.py[:preset]);"),
+    ("raise RuntimeError('boom')\n", "a file that runs: it raised RuntimeError: boom at "),
+    ("def get_config(\n", "a Python file that parses: SyntaxError: "),
+    ("X = 1\n", "a file defining get_config() (as configs/*.py do); it defines no get_config"),
+])
+def test_a_config_file_that_is_missing_or_does_not_run_is_one_line(tmp_path, body, allowed):
+  """A missing --config file was a confusing line with exit 1; one that raised or did not parse was a
+  traceback; one without get_config() read as an 'unknown config field'."""
+  cfg = tmp_path / "my_config.py"
+  if body is not None:
+    cfg.write_text(body)
+  env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, "experiments/train.py", f"--config={cfg}", f"--workdir={tmp_path / 'w'}"],
+                        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert proc.stderr.strip().splitlines()[-1].startswith(f"error: --config={str(cfg)!r} is not allowed: expected "
+                                                         + allowed), proc.stderr[-2000:]
+  assert "Traceback" not in proc.stderr and not (tmp_path / "w").exists()
+
+
+def test_a_get_config_that_returns_no_mapping_is_a_config_error():
+  from daca_jax.configure import train_config_from_dict
+  with pytest.raises(ConfigError, match=r"config=3 is not allowed: expected a mapping of config sections"):
+    train_config_from_dict(3)

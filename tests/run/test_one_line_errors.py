@@ -122,8 +122,9 @@ def test_unwritable_workdir_is_one_line(tmp_path):
   blocker.write_text("")
   proc = subprocess.run(TRAIN + [f"--workdir={blocker}/run"], cwd=REPO, capture_output=True, text=True,
                         timeout=900)
-  assert proc.returncode == cli_errors.EXIT_OS_ERROR, proc.stderr[-3000:]
-  assert proc.stderr.strip().splitlines()[-1] == f"error: Not a directory: {blocker}/run"
+  assert proc.returncode == cli_errors.EXIT_BAD_INPUT, proc.stderr[-3000:]  # refused before any work
+  assert proc.stderr.strip().splitlines()[-1] == (f"error: --workdir='{blocker}/run' is not allowed: expected a "
+                                                  f"folder; {blocker} is a file")
   assert "Traceback" not in proc.stderr
 
 

@@ -1,0 +1,157 @@
+"""Bad input to the experiments/*.py entry points is refused before any work, in one line naming the flag
+(or the file) and what is allowed, with exit status 2: an output folder that is empty, a file or under a
+file; a damaged or non-object JSON input; a --configs / --study file that does not run or returns the
+wrong thing; a bad flag of any script (not absl's "FATAL Flags parsing error" or a usage dump, exit 1)."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from daca_jax.errors import ConfigError, DataError
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_an_output_folder_that_is_empty_a_file_or_under_a_file_is_refused(tmp_path):
+  from daca_jax.io_utils import check_dir_path, check_file_path, check_output_dir
+
+  blocker = tmp_path / "file"
+  blocker.write_text("")
+  with pytest.raises(ConfigError, match=r"^--workdir='' is not allowed: expected a folder path \(an empty one "
+                                        r"would write into the current directory"):
+    check_dir_path("", "--workdir")
+  with pytest.raises(ConfigError, match=r"--workdir='.*/file' is not allowed: expected a folder; it is a file"):
+    check_dir_path(blocker, "--workdir")
+  with pytest.raises(ConfigError, match=r"--workdir='.*/file/a/b' is not allowed: expected a folder; .*/file is a file"):
+    check_dir_path(blocker / "a" / "b", "--workdir")
+  with pytest.raises(ConfigError, match=r"--output_dir='.*/file' is not allowed"):
+    check_output_dir(blocker, overwrite=True)
+  assert check_dir_path(tmp_path / "new" / "run", "--workdir") == tmp_path / "new" / "run"  # made later
+  assert check_dir_path(".", "--workdir") == pathlib.Path.cwd()  # the current directory, said explicitly
+  with pytest.raises(ConfigError, match=r"--json='.*' is not allowed: expected a file path; it is a folder"):
+    check_file_path(tmp_path, "--json")
+  with pytest.raises(ConfigError, match=r"--json='.*/file/x.json' is not allowed: expected a file path in a folder; .*/file is a file"):
+    check_file_path(blocker / "x.json", "--json")
+  assert check_file_path(tmp_path / "d" / "x.json", "--json") == tmp_path / "d" / "x.json"
+
+
+def test_run_main_job_refuses_an_empty_workdir_before_any_work(tmp_path, monkeypatch):
+  """``--workdir=""`` wrote the whole run (checkpoints, results.json, ...) into the current directory."""
+  from daca_jax.run.pipeline import run_main_job
+  from daca_jax.types import TrainConfig
+
+  monkeypatch.chdir(tmp_path)
+  (tmp_path / "x").write_text("")
+  for bad in ("", "x", "x/run"):
+    with pytest.raises(ConfigError, match=rf"^workdir='{bad}' is not allowed: expected a folder"):
+      run_main_job(TrainConfig(), bad, show_progress=False, log=lambda *_: None)
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["x"]
+
+
+def test_evaluation_and_pictures_refuse_an_output_dir_that_is_a_file_before_loading_a_model(tmp_path):
+  """evaluate.py --output_dir=<a file> failed with "Not a directory" only after loading the model."""
+  from daca_jax.evaluation import EvalProtocol, run_evaluation
+  from daca_jax.run.visualize import visualize_checkpoint
+
+  blocker = tmp_path / "file"
+  blocker.write_text("")
+  with pytest.raises(ConfigError, match=r"--output_dir='.*/file' is not allowed: expected a folder; it is a file"):
+    run_evaluation(None, ["sudoku4x4"], EvalProtocol(gen_lengths=(32,), block_length=32), blocker)
+  with pytest.raises(ConfigError, match=r"--output_dir='.*/file/viz' is not allowed"):
+    visualize_checkpoint(workdir=str(tmp_path / "no_run"), output_dir=blocker / "viz")
+
+
+def _readers():
+  from daca_jax.planning import report, sweep
+  from daca_jax.reports import reproduce, variants
+  from daca_jax.studies import estimator_study
+  return {"plan.py --render": lambda p: report.render_file(p, mfu=0.4, usable=0.9),
+          "plan.py --sweep --json": lambda p: sweep.sweep(str(p), ["false"]),
+          "plan.py --paper_sweep --json": lambda p: sweep.paper_sweep(str(p), ["false"], "c.py", ["x"]),
+          "variants_table.py --results": variants.read_variants,
+          "reproduce.py --table_from": reproduce.read_rows,
+          "estimator_study.py --table_from": estimator_study.read_results}
+
+
+@pytest.mark.parametrize("content, what", [('{"rows": [', r"is damaged: not valid JSON \(.* at line 1 column 11"),
+                                           ("[1, 2]", r": not |rows\[0\] lacks"),
+                                           ('{"x": 1}', r": not "),
+                                           (None, r"is a folder, not a JSON file")])
+@pytest.mark.parametrize("reader", list(_readers()))
+def test_a_damaged_or_foreign_json_input_is_a_data_error_naming_the_file(tmp_path, content, what, reader):
+  """These readers raised JSONDecodeError / TypeError / KeyError tracebacks, or (reproduce.py --table_from)
+  a line that did not name the file."""
+  path = tmp_path / "in.json"
+  if content is None:
+    path.mkdir()
+  else:
+    path.write_text(content)
+  with pytest.raises(DataError, match=what) as e:
+    _readers()[reader](path)
+  assert str(path) in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("body, getter_error", [
+    ("raise RuntimeError('boom')\n", r"a file that runs: it raised RuntimeError: boom at .*/user.py:1$"),
+    ("def get_config(\n", r"a Python file that parses: SyntaxError: "),
+    ("X = 1\n", r"a file defining get_config\(\) \(as configs/\*.py do\); it defines no get_config$"),
+    ("def get_config():\n  return 3\n", r"get_config\(\) returns a config .*; it returned int$"),
+    ("def get_config():\n  return {}['x']\n", r"a file that runs: it raised KeyError: 'x' at .*/user.py:2$"),
+    (None, r"an existing Python file .*user.py is no such file$"),
+])
+def test_a_configs_file_that_does_not_run_is_one_config_error(tmp_path, body, getter_error):
+  """reproduce.py --configs=<file> gave the file's traceback (exit 1), or for a get_config() returning a
+  number a line that named neither the flag nor the file."""
+  from daca_jax.reports.reproduce_run import load_config
+
+  path = tmp_path / "user.py"
+  if body is not None:
+    path.write_text(body)
+  with pytest.raises(ConfigError, match=r"^--configs='.*/user.py' is not allowed: expected (a file whose )?" + getter_error):
+    load_config(str(path))
+
+
+@pytest.mark.parametrize("body, error", [
+    ("raise RuntimeError('boom')\n", r"a file that runs: it raised RuntimeError: boom at .*/study.py:1$"),
+    ("X = 1\n", r"a file defining get_arms\(\) .*; it defines no get_arms$"),
+    ("def get_arms():\n  return [1]\n", r"get_arms\(\) returns \{arm name: .*; it returned list \[1\]$"),
+    ("def get_arms():\n  return {'a': 'rl.credit=dps'}\n", r"get_arms\(\) returns .*; its arm 'a' is 'rl.credit=dps'$"),
+    ("def get_arms():\n  return {'a': []}\ndef get_references():\n  return 1 / 0\n",
+     r"a file that runs: it raised ZeroDivisionError: division by zero at .*/study.py:4$"),
+    ("def get_arms():\n  return {'a': []}\ndef get_references():\n  return ['a']\n",
+     r"get_references\(\) returns \{arm name: reference arm name\}; it returned \['a'\]$"),
+])
+def test_a_study_file_that_does_not_run_or_returns_the_wrong_type_is_one_config_error(tmp_path, body, error):
+  """reproduce.py --study=<file>: a traceback of the file's error, or AttributeError 'list' object has no
+  attribute 'values'."""
+  from daca_jax.reports import reproduce_run as rr
+
+  path = tmp_path / "study.py"
+  path.write_text(body)
+  with pytest.raises(ConfigError, match=r"^--study='.*/study.py' is not allowed: expected (a file whose )?" + error):
+    rr.requested_cells({}, [0], bases=[], arms=[], study=str(path))
+
+
+def test_every_script_parses_its_flags_up_front():
+  """evaluate.py, export_hf.py, visualize.py and the others ran absl's app.run: a bad flag printed "FATAL
+  Flags parsing error" with exit 1; gradient_study.py and loader_memory.py raised app.UsageError, which
+  prints the whole usage text."""
+  for script in sorted((REPO / "experiments").glob("*.py")):
+    text = script.read_text()
+    assert "app.run(" not in text and "UsageError" not in text, script.name
+    assert "cli_errors.run(main)" in text, script.name
+
+
+def test_a_bad_flag_and_an_empty_workdir_are_one_line_with_exit_2(tmp_path):
+  env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, str(REPO / "experiments/evaluate.py"), "--output_dir=x", "--bogus=1"],
+                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 2 and proc.stderr.strip().splitlines() == ["error: Unknown command line flag 'bogus'"], \
+      proc.stderr[-2000:]
+  proc = subprocess.run([sys.executable, str(REPO / "experiments/train.py"), f"--config={REPO}/configs/sudoku_tiny.py:smoke",
+                         "--workdir="], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert proc.stderr.strip().splitlines()[-1].startswith("error: --workdir='' is not allowed: expected a folder path")
+  assert "Traceback" not in proc.stderr and not list(tmp_path.iterdir())  # nothing written where it ran
