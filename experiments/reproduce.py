@@ -78,7 +78,7 @@ def run():
     print(rp.markdown(rp.read_rows(_TABLE_FROM.value)))
     return
   seeds = rr.check_args(_WORKDIR.value, {"--configs": _CONFIGS.value, "--bases": _BASES.value,
-                                         "--arms": _ARMS.value, "--seeds": _SEEDS.value})
+                                         "--arms": _ARMS.value, "--seeds": _SEEDS.value}, _FINISHED.value)
   if _VARIANTS.value:
     check_file_path(_VARIANTS.value, "--variants")  # written after the grid: refused before it runs
   configs = rr.task_configs(_CONFIGS.value, _PRESET.value, _VAL.value)

@@ -54,17 +54,20 @@ def load_config(spec: str) -> TrainConfig:
   return train_config_from_dict(config)
 
 
-def check_args(workdir: str | None, lists: Mapping[str, Sequence[str]]) -> list[int]:
+def check_args(workdir: str | None, lists: Mapping[str, Sequence[str]], finished_only: bool = False) -> list[int]:
   """Checks the command's output folder and comma-separated lists (``{"--seeds": [...], ...}``); returns
   the seeds.
 
   Raises:
-    ConfigError: no ``workdir`` (or an empty one, a file or one under a file), an empty list, or a seed
-      that is not an integer >= 0.
+    ConfigError: no ``workdir`` (or an empty one, a file or one under a file; with ``finished_only``,
+      which runs nothing, one that does not exist), an empty list, or a seed that is not an integer >= 0.
   """
   if workdir is None:
     raise ConfigError("--workdir", "", "an output directory")
   check_dir_path(workdir, "--workdir")
+  if finished_only and not pathlib.Path(workdir).is_dir():
+    raise ConfigError("--workdir", workdir, "an existing grid folder with --finished_only (it summarises the "
+                      "cells finished there and runs nothing); this one does not exist")
   for name, values in lists.items():
     if not values:
       raise ConfigError(name, "", "a non-empty comma-separated list")

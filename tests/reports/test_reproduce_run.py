@@ -25,6 +25,13 @@ def test_check_args_returns_the_seeds():
   assert rr.check_args("w", {"--seeds": ["3", " 4"]}) == [3, 4]
 
 
+def test_finished_only_needs_an_existing_grid_folder(tmp_path):
+  """--finished_only runs nothing: a folder that does not exist is refused (it failed writing grid.md)."""
+  with pytest.raises(ConfigError, match="--workdir.*existing grid folder"):
+    rr.check_args(str(tmp_path / "none"), {"--seeds": ["0"]}, finished_only=True)
+  assert rr.check_args(str(tmp_path), {"--seeds": ["0"]}, finished_only=True) == [0]
+
+
 def test_cells_of_bases_with_their_own_arms_and_of_a_study(tmp_path):
   configs = rr.task_configs([str(ROOT / "configs/sudoku_tiny.py") + ":smoke"], "quick", num_val_examples=8)
   assert list(configs) == ["sudoku4x4"] and configs["sudoku4x4"].task.num_val_examples == 8
