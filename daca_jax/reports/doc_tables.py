@@ -225,12 +225,15 @@ def refresh_docs(paths: Sequence[str | pathlib.Path] | None = None, *, root: pat
     The number of marked tables and the stale ones (with ``write``: the ones rewritten).
 
   Raises:
-    TableError: a marker error (:func:`find_blocks`) or a failed command (:func:`expected_body`).
+    TableError: a folder given as a file, a marker error (:func:`find_blocks`) or a failed command
+      (:func:`expected_body`).
     FileNotFoundError: a path that does not exist.
   """
   files = [pathlib.Path(p) for p in (doc_files(root) if paths is None else paths)]
   texts, blocks = {}, {}
   for path in files:
+    if path.is_dir():  # else IsADirectoryError: exit 1 and no word on what to give
+      raise TableError(f"{path} is a folder, not a markdown file")
     full = path.resolve()
     name = str(full.relative_to(root.resolve())) if full.is_relative_to(root.resolve()) else str(path)
     texts[path] = path.read_text(encoding="utf-8")

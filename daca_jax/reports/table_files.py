@@ -25,6 +25,7 @@ import pathlib
 from typing import Any
 
 from daca_jax.errors import DataError
+from daca_jax.io_utils import read_json
 
 PROVENANCE = ("what", "measured_by", "date", "machine")
 _ALIGN = {"left": "---", "right": "---:"}
@@ -35,12 +36,9 @@ def read_table_file(path: str | pathlib.Path) -> dict[str, Any]:
 
   Raises:
     FileNotFoundError: no such file.
-    DataError: not JSON, or a field missing or of the wrong kind (the file and the field named).
+    DataError: a folder, not JSON, or a field missing or of the wrong kind (the file and the field named).
   """
-  try:
-    data = json.loads(pathlib.Path(path).read_text(encoding="utf-8"))
-  except json.JSONDecodeError as e:
-    raise DataError(f"{path}: not a JSON file ({e})") from None
+  data = read_json(path, fix="give a table file (docs/results/*.json)", kind=None)
 
   def bad(field: str, allowed: str) -> DataError:
     return DataError(f"{path}: {field} must be {allowed}")

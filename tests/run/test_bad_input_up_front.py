@@ -65,19 +65,20 @@ def test_evaluation_and_pictures_refuse_an_output_dir_that_is_a_file_before_load
 
 def _readers():
   from daca_jax.planning import report, sweep
-  from daca_jax.reports import reproduce, variants
+  from daca_jax.reports import reproduce, table_files, variants
   from daca_jax.studies import estimator_study
   return {"plan.py --render": lambda p: report.render_file(p, mfu=0.4, usable=0.9),
           "plan.py --sweep --json": lambda p: sweep.sweep(str(p), ["false"]),
           "plan.py --paper_sweep --json": lambda p: sweep.paper_sweep(str(p), ["false"], "c.py", ["x"]),
           "variants_table.py --results": variants.read_variants,
           "reproduce.py --table_from": reproduce.read_rows,
-          "estimator_study.py --table_from": estimator_study.read_results}
+          "estimator_study.py --table_from": estimator_study.read_results,
+          "tables.py --render": table_files.read_table_file}
 
 
 @pytest.mark.parametrize("content, what", [('{"rows": [', r"is damaged: not valid JSON \(.* at line 1 column 11"),
-                                           ("[1, 2]", r": not |rows\[0\] lacks"),
-                                           ('{"x": 1}', r": not "),
+                                           ("[1, 2]", r": not |rows\[0\] lacks|must be an object with the fields"),
+                                           ('{"x": 1}', r": not |'what' must be"),
                                            (None, r"is a folder, not a JSON file")])
 @pytest.mark.parametrize("reader", list(_readers()))
 def test_a_damaged_or_foreign_json_input_is_a_data_error_naming_the_file(tmp_path, content, what, reader):
@@ -155,3 +156,12 @@ def test_a_bad_flag_and_an_empty_workdir_are_one_line_with_exit_2(tmp_path):
   assert proc.returncode == 2, proc.stderr[-2000:]
   assert proc.stderr.strip().splitlines()[-1].startswith("error: --workdir='' is not allowed: expected a folder path")
   assert "Traceback" not in proc.stderr and not list(tmp_path.iterdir())  # nothing written where it ran
+
+
+def test_tables_py_refuses_a_folder_given_as_a_markdown_file(tmp_path):
+  """It was an IsADirectoryError: exit 1 and no word on what to give."""
+  from daca_jax.reports import doc_tables
+  from daca_jax.reports.table_commands import TableError
+
+  with pytest.raises(TableError, match="is a folder, not a markdown file"):
+    doc_tables.refresh_docs([tmp_path])
