@@ -142,6 +142,8 @@ def upgrade_config_dict(d: Mapping[str, Any]) -> dict[str, Any]:
 
 def _build(cls: type, values: Mapping[str, Any], prefix: str) -> Any:
   names = {f.name: f for f in dataclasses.fields(cls)}
+  if not isinstance(values, Mapping):  # e.g. a saved config.json whose "rl" is a number
+    raise ConfigError(prefix, values, f"a section of fields {sorted(names)} (set them as {prefix}.<field>=...)")
   unknown = sorted(set(values) - set(names))
   if unknown:
     name = f"{prefix}.{unknown[0]}"
@@ -153,9 +155,6 @@ def _build(cls: type, values: Mapping[str, Any], prefix: str) -> Any:
     if dataclasses.is_dataclass(default):  # a method's own sub-section, e.g. credit.dps
       if hasattr(v, "to_dict"):
         v = v.to_dict()
-      if not isinstance(v, Mapping):
-        fields = sorted(f.name for f in dataclasses.fields(default))
-        raise ConfigError(f"{prefix}.{k}", v, f"a section of fields {fields} (set them as {prefix}.{k}.<field>=...)")
       kwargs[k] = _build(type(default), v, f"{prefix}.{k}")
       continue
     if isinstance(default, Mapping):

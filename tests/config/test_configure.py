@@ -23,3 +23,11 @@ def test_every_named_field_is_checked(section, name, registry):
                                         rf"\[.*'{sorted(registry.names())[0]}'"):
     configure.validate(bad)
   assert configure.validate(cfg) is cfg
+
+
+@pytest.mark.parametrize("d, field", [({"rl": 5}, "rl"), ({"rl": [1]}, "rl"), ({"credit": {"dps": 3}}, "credit.dps"),
+                                      ({"likelihood": {"stepmerge": "x"}}, "likelihood.stepmerge")])
+def test_a_section_that_is_not_a_mapping_is_a_config_error(d, field):
+  # A saved config.json of the wrong shape (valid JSON) was a TypeError from deep in _build.
+  with pytest.raises(ConfigError, match=rf"^{field}=.* expected a section of fields"):
+    configure.train_config_from_dict(d)
