@@ -118,7 +118,8 @@ def check_dir_path(path: str | os.PathLike | None, flag: str) -> pathlib.Path:
     path: the folder, as given.
     flag: its flag or field (``--workdir``), named in the error.
   Raises:
-    ConfigError: ``path`` is empty (it would be the current directory), a file, or under a file.
+    ConfigError: ``path`` is empty (it would be the current directory), a file, or under a file (or
+      a symlink that leads nowhere: dangling, or a loop).
   """
   if path is None or not str(path).strip():
     raise ConfigError(flag, "" if path is None else str(path), "a folder path (an empty one would write into "
@@ -126,16 +127,27 @@ def check_dir_path(path: str | os.PathLike | None, flag: str) -> pathlib.Path:
   out = pathlib.Path(path).expanduser().absolute()
   blocker = _file_at_or_above(out)
   if blocker is not None:
-    raise ConfigError(flag, str(path), "a folder; " + ("it is a file" if blocker == out else f"{blocker} is a file"))
+    raise ConfigError(flag, str(path), "a folder; " + ("it is " if blocker == out else f"{blocker} is ")
+                      + _what(blocker))
   return out
+
+
+def _what(blocker: pathlib.Path) -> str:
+  """What ``blocker`` (from :func:`_file_at_or_above`) is, for an error message."""
+  if blocker.is_symlink() and not blocker.exists():
+    return "a symlink to nothing (dangling, or a loop)"
+  return "a file"
 
 
 def _file_at_or_above(path: pathlib.Path) -> pathlib.Path | None:
   """The nearest existing one of ``path`` and its parents when it is not a folder (nothing can be made
-  there or below it), else None."""
+  there or below it), else None. A symlink that leads nowhere (dangling, or a loop: ``exists()`` is
+  False) blocks too: making a folder there fails with "File exists"."""
   for p in (path, *path.parents):
     if p.exists():
       return None if p.is_dir() else p
+    if p.is_symlink():
+      return p
   return None
 
 
@@ -152,7 +164,7 @@ def check_file_path(path: str | os.PathLike, flag: str) -> pathlib.Path:
     raise ConfigError(flag, str(path), "a file path; it is a folder")
   blocker = _file_at_or_above(out.parent)
   if blocker is not None:
-    raise ConfigError(flag, str(path), f"a file path in a folder; {blocker} is a file")
+    raise ConfigError(flag, str(path), f"a file path in a folder; {blocker} is {_what(blocker)}")
   return out
 
 

@@ -8,7 +8,8 @@ error                                              exit  examples
 =================================================  ====  ==========================================
 :class:`~daca_jax.errors.ConfigError`,              2     a bad config value, a workdir of another
 :class:`~daca_jax.errors.DataError`,                      run, a damaged data or workdir file, an
-``FileNotFoundError``                                     unreadable checkpoint
+``FileNotFoundError``, a symlink loop                     unreadable checkpoint, a path whose links
+                                                          lead back to themselves
 :class:`~daca_jax.errors.NonFiniteError`            3     a diverging run (NaN/inf loss, gradient,
                                                           parameters)
 other ``OSError``                                   1     a read-only or full disk, no permission
@@ -48,8 +49,22 @@ _OS_HINTS = {
 }
 
 
+def symlink_loop(e: BaseException) -> str | None:
+  """The path of the symlink loop ``e`` reports, else None: ``pathlib.Path.resolve`` raises
+  ``RuntimeError("Symlink loop from '<path>'")`` (Python < 3.13), ``open``/``stat`` ``OSError`` ELOOP."""
+  if isinstance(e, OSError) and e.errno == errno.ELOOP:
+    return str(e.filename)
+  prefix = "Symlink loop from "
+  if type(e) is RuntimeError and str(e).startswith(prefix):
+    return str(e)[len(prefix):].strip("'\"")
+  return None
+
+
 def one_line(e: BaseException) -> str:
   """The message of ``e`` as one line; for an ``OSError``, its reason, file and what to do."""
+  loop = symlink_loop(e)
+  if loop is not None:  # a path given by the user (or a link in it) that never reaches a file
+    return f"{loop}: a symlink loop (its links lead back to themselves); give a path to a real file or folder"
   if isinstance(e, OSError) and e.strerror and not isinstance(e, FileNotFoundError):
     where = f": {e.filename}" if e.filename else ""
     hint = _OS_HINTS.get(e.errno or 0)
@@ -60,7 +75,7 @@ def one_line(e: BaseException) -> str:
 
 def exit_code(e: BaseException) -> int | None:
   """The exit status for ``e`` (table above), or None for an error that keeps its traceback."""
-  if isinstance(e, (ConfigError, DataError, FileNotFoundError)):
+  if isinstance(e, (ConfigError, DataError, FileNotFoundError)) or symlink_loop(e) is not None:
     return EXIT_BAD_INPUT
   if isinstance(e, NonFiniteError):
     return EXIT_DIVERGED

@@ -28,6 +28,13 @@ def test_an_output_folder_that_is_empty_a_file_or_under_a_file_is_refused(tmp_pa
     check_dir_path(blocker / "a" / "b", "--workdir")
   with pytest.raises(ConfigError, match=r"--output_dir='.*/file' is not allowed"):
     check_output_dir(blocker, overwrite=True)
+  loop = tmp_path / "loop"  # a link that leads nowhere: making the folder failed "File exists", exit 1
+  loop.symlink_to(loop)
+  for path, where in ((loop, "it is"), (loop / "run", f"{loop} is")):
+    with pytest.raises(ConfigError, match=f"expected a folder; {where} a symlink to nothing"):
+      check_dir_path(path, "--workdir")
+  with pytest.raises(ConfigError, match=f"{loop} is a symlink to nothing"):
+    check_file_path(loop / "out.json", "--json")
   assert check_dir_path(tmp_path / "new" / "run", "--workdir") == tmp_path / "new" / "run"  # made later
   assert check_dir_path(".", "--workdir") == pathlib.Path.cwd()  # the current directory, said explicitly
   with pytest.raises(ConfigError, match=r"--json='.*' is not allowed: expected a file path; it is a folder"):

@@ -145,3 +145,23 @@ def test_disk_full_while_saving_a_checkpoint_is_one_line(tmp_path):
   last = proc.stderr.strip().splitlines()[-1]
   assert last.startswith("error: File too large: ") and "/run/sft/" in last, last
   assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_a_symlink_loop_is_bad_input_in_one_line(tmp_path):
+  # Path.resolve() of a link loop raised RuntimeError (a traceback, exit 1) in evaluate.py, export_hf.py
+  # and visualize.py --workdir; open() raised OSError ELOOP (exit 1, "Too many levels of symbolic links").
+  loop = tmp_path / "a"
+  loop.symlink_to(tmp_path / "b")
+  (tmp_path / "b").symlink_to(loop)
+  errors = []
+  for action in (loop.resolve, lambda: open(loop)):
+    try:
+      action()
+    except (RuntimeError, OSError) as e:  # resolve(): RuntimeError before Python 3.13, no error after
+      errors.append(e)
+  assert len(errors) >= 1
+  for e in errors:
+    assert cli_errors.exit_code(e) == cli_errors.EXIT_BAD_INPUT
+    assert cli_errors.one_line(e) == (f"{loop}: a symlink loop (its links lead back to themselves); give a path "
+                                      "to a real file or folder")
+  assert cli_errors.exit_code(RuntimeError("something else")) is None  # a bug keeps its traceback
