@@ -53,14 +53,41 @@ def read_variants(path: str | pathlib.Path, key: str = "runs") -> list[dict[str,
     raise DataError(f"{path}: no list of runs under {key!r}; the lists there: {lists}")
   runs: dict[tuple[str, int], dict[str, Any]] = {}
   for i, r in enumerate(data[key]):
+    if not isinstance(r, dict):
+      raise DataError(f"{path}: {key}[{i}] is {type(r).__name__}, not a run (a JSON object with {list(_FIELDS)})")
     missing = [k for k in _FIELDS if k not in r]
     if missing:
       raise DataError(f"{path}: {key}[{i}] lacks {missing}")
+    _check_types(r, f"{path}: {key}[{i}]")
     if r.get("outcomes"):
       r = dict(r, per_example=_per_example(r["outcomes"], pathlib.Path(path).parent, METRICS.get(key, ""),
                                            f"{path}: {key}[{i}]"))
     runs[(r["arm"], r["seed"])] = r
   return list(runs.values())
+
+
+def _is_number(v: Any, nullable: bool = False) -> bool:
+  return (v is None and nullable) or (isinstance(v, (int, float)) and not isinstance(v, bool))
+
+
+# What the table computes with, per field: (the check, what is allowed).
+_TYPES = {
+    "arm": (lambda v: isinstance(v, str), "a string"),
+    "seed": (lambda v: isinstance(v, int) and not isinstance(v, bool), "an integer"),
+    "test_before": (lambda v: _is_number(v, True), "a number or null"),
+    "test_after": (lambda v: _is_number(v, True), "a number or null"),
+    "val_before": (lambda v: _is_number(v, True), "a number or null"),
+    "val_after": (lambda v: _is_number(v, True), "a number or null"),
+    "val_curve": (lambda v: isinstance(v, list) and all(_is_number(x) for x in v), "a list of numbers"),
+    "reward_rise": (_is_number, "a number"),
+}
+
+
+def _check_types(r: dict[str, Any], where: str) -> None:
+  """Raises DataError naming the first field of run ``r`` the table cannot compute with."""
+  for name, (ok, allowed) in _TYPES.items():
+    if name in r and not ok(r[name]):
+      raise DataError(f"{where}.{name}={r[name]!r}: expected {allowed}")
 
 
 def _per_example(outcomes: Any, folder: pathlib.Path, metric: str, where: str) -> dict[str, dict[str, float]]:

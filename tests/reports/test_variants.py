@@ -45,6 +45,22 @@ def test_bad_files_name_what_is_wrong(tmp_path):
     variants_table(read_variants(p), arms=["b"])
 
 
+@pytest.mark.parametrize("runs, message", [
+    ([1, "x"], r"runs\[0\] is int, not a run"),
+    ([dict(_run("a", 0, 0, 0, 0, 0), arm=["a"])], r"runs\[0\]\.arm=\['a'\]: expected a string"),
+    ([dict(_run("a", 0, 0, 0, 0, 0), seed="0")], r"runs\[0\]\.seed='0': expected an integer"),
+    ([dict(_run("a", 0, 0, 0, 0, 0), test_after="0.5")], r"runs\[0\]\.test_after='0.5': expected a number or null"),
+    ([dict(_run("a", 0, 0, 0, 0, 0), val_curve=[0.1, None])], r"val_curve=\[0.1, None\]: expected a list of numbers"),
+    ([dict(_run("a", 0, 0, 0, 0, 0), reward_rise=True)], r"reward_rise=True: expected a number"),
+])
+def test_a_run_of_the_wrong_shape_is_a_data_error_naming_the_field(tmp_path, runs, message):
+  # Valid JSON of the wrong shape was a TypeError from deep in the table (a traceback, exit 1).
+  p = tmp_path / "v.json"
+  p.write_text(json.dumps({"runs": runs}))
+  with pytest.raises(DataError, match=message):
+    read_variants(p)
+
+
 def test_a_second_list_of_runs_and_runs_without_a_validation_split(tmp_path):
   cd = [_run("base", 0, 0.1, 0.2, 0.1, 0.15), _run("base", 1, 0.2, 0.25, 0.2, 0.3),
         dict(_run("new", 0, 0.1, 0.3, None, 0.0), val_curve=[]),  # no validation split
