@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from daca_jax.errors import DataError
-from daca_jax.io_utils import read_json_cache
+from daca_jax.io_utils import read_json
 from daca_jax.run.metrics import format_table, read_metrics
 from daca_jax.reports.reproduce import mean_ci95, primary_metric
 
@@ -61,7 +61,42 @@ def split_seed(name: str) -> tuple[str, int | None]:
 def _load(path: pathlib.Path, name: str, seed: int | None) -> Run:
   metrics = path / "metrics.jsonl"
   records = read_metrics(metrics, log=lambda *_: None) if metrics.exists() else []
-  return Run(name, seed, path, records, read_json_cache(path / "results.json", lambda *_: None))
+  return Run(name, seed, path, records, read_results(path / "results.json"))
+
+
+_RESULTS_FIX = ("rerun the same experiments/train.py command (it rebuilds results.json from the run's "
+                "checkpoints), or leave this run out")
+
+
+def read_results(path: pathlib.Path) -> dict[str, Any] | None:
+  """A finished run's ``results.json`` with the fields the comparison reads checked: None when the
+  run has none (not finished).
+
+  Raises:
+    DataError: not JSON, or valid JSON of another shape (the file and the field named): ``config``
+      without ``task.name`` (a string) and ``rl.steps`` (an integer), or an ``eval_before`` /
+      ``eval_after`` that is not an object of numbers.
+  """
+  if not path.exists():
+    return None
+  results = read_json(path, fix=_RESULTS_FIX)
+  config = results.get("config")
+  checks = (("config.task.name", lambda: config["task"]["name"], str),
+            ("config.rl.steps", lambda: config["rl"]["steps"], int))
+  for field, get, kind in checks:
+    try:
+      value = get()
+    except (KeyError, TypeError):
+      raise DataError(f"{path}: no {field}; {_RESULTS_FIX}") from None
+    if not isinstance(value, kind) or isinstance(value, bool):
+      raise DataError(f"{path}: {field}={value!r} is not {'a string' if kind is str else 'an integer'}; "
+                      f"{_RESULTS_FIX}")
+  for field in ("eval_before", "eval_after"):
+    evals = results.get(field)
+    if not isinstance(evals, dict) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in evals.values()):
+      raise DataError(f"{path}: {field}={evals!r} is not an object of metric names to numbers; {_RESULTS_FIX}")
+  return results
 
 
 def discover(paths: Sequence[str | os.PathLike]) -> list[Run]:

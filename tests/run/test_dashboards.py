@@ -12,7 +12,7 @@ import pytest
 
 from daca_jax.reports.compare import compare, discover, group
 from daca_jax.run.dashboards import Dashboard
-from daca_jax.errors import ConfigError
+from daca_jax.errors import ConfigError, DataError
 from daca_jax.run.metrics import read_metrics
 from daca_jax.run.pipeline import run_main_job
 from daca_jax.types import LogConfig
@@ -120,6 +120,23 @@ def _fake_run(path, seed, rewards, after, rl_steps=3):
       "eval_before": {"strict_solved": 0.1, "num_examples": 8}, "eval_after": {"strict_solved": after,
                                                                               "num_examples": 8},
       "config": {"task": {"name": "sudoku4x4"}, "rl": {"steps": rl_steps}, "seed": seed}}))
+
+
+@pytest.mark.parametrize("results, message", [
+    ([1], "expected a JSON dict, found list"),
+    ({"config": 5, "eval_before": {}, "eval_after": {}}, "no config.task.name"),
+    ({"config": {"task": {"name": "sudoku4x4"}, "rl": {"steps": "3"}}}, "config.rl.steps='3' is not an integer"),
+    ({"config": {"task": {"name": "sudoku4x4"}, "rl": {"steps": 3}}, "eval_before": {"a": 0.1}, "eval_after": [1]},
+     r"eval_after=\[1\] is not an object of metric names to numbers"),
+    ({"config": {"task": {"name": "sudoku4x4"}, "rl": {"steps": 3}}, "eval_before": {"a": "x"}, "eval_after": {}},
+     "eval_before=.* is not an object"),
+])
+def test_a_results_file_of_the_wrong_shape_is_named(tmp_path, results, message):
+  # Valid JSON of another shape was a KeyError traceback, or a run silently shown without its results.
+  _fake_run(tmp_path / "a_s0", 0, [0.1], 0.2)
+  (tmp_path / "a_s0" / "results.json").write_text(json.dumps(results))
+  with pytest.raises(DataError, match=f"a_s0/results.json.*{message}"):
+    discover([tmp_path / "a_s0"])
 
 
 def test_seeds_form_bands_and_differences_are_paired_by_seed(tmp_path):
