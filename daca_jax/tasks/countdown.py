@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import os
 import pathlib
-from typing import Collection, Sequence
+from typing import Any, Collection, Sequence
 
 import numpy as np
 
@@ -203,10 +203,20 @@ def generate_items(num: int, seed: int, exclude: Collection[tuple[tuple[int, ...
   return out
 
 
+def _integer(value: Any) -> int:
+  """``value`` as an int: a JSON integer or a string of one (d1 writes ``"23"``). A float (``6.5``,
+  ``1e400`` = inf) or a bool is refused with ValueError, never truncated."""
+  if isinstance(value, int) and not isinstance(value, bool):
+    return value
+  if isinstance(value, str):
+    return int(value)
+  raise ValueError(f"not an integer: {value!r}")
+
+
 def _parse_row(row: dict, where: str) -> tuple[tuple[int, int, int], int]:
   try:
-    numbers = tuple(int(x) for x in str(row["input"]).split(","))
-    target = int(row["output"])
+    numbers = tuple(_integer(x) for x in str(row["input"]).split(","))
+    target = _integer(row["output"])
   except (KeyError, ValueError):
     raise DataError(f"{where}: expected {{'input': 'a,b,c', 'output': target}}, got {row!r}") from None
   if len(numbers) != 3:

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daca_jax.data.local import default_data_dir
-from daca_jax.errors import ConfigError
+from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import make_task
 from daca_jax.tasks.arith import (MAX_CHARS, MAX_DEPTH, ExpressionError, parse_expression, solve_three,
                                   three_number_expressions)
@@ -288,3 +288,15 @@ def test_smoke_config_runs_through_the_main_job(tmp_path):
   records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
   assert [r["step"] for r in records] == [1, 2, 3]
   assert "accuracy" in proc.stdout and "before RL" in proc.stdout
+
+
+@pytest.mark.parametrize("row", [{"input": "1,2,3", "output": 6.5}, {"input": "1,2,3", "output": 1e400},
+                                 {"input": "1,2,3", "output": True}, {"input": "1,2,3", "output": None}])
+def test_an_eval_file_target_that_is_not_an_integer_is_named(tmp_path, row):
+  # 6.5 was truncated to 6 (another puzzle, silently); 1e400 (JSON's inf) was an OverflowError traceback.
+  path = tmp_path / "cd.jsonl"
+  path.write_text(json.dumps({"input": "1,2,3", "output": "6"}) + "\n" + json.dumps(row) + "\n")
+  with pytest.raises(DataError, match=r"cd.jsonl: record 1: expected \{'input': 'a,b,c', 'output': target\}"):
+    make_task("countdown", eval_path=str(path)).eval_examples()
+  path.write_text(json.dumps({"input": "1,2,3", "output": 6}) + "\n")  # a JSON integer is fine
+  assert make_task("countdown", eval_path=str(path)).eval_examples()[0][0].meta["target"] == 6
