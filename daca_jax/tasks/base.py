@@ -21,6 +21,8 @@ from __future__ import annotations
 import abc
 import dataclasses
 import json
+import os
+import pathlib
 from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
@@ -37,6 +39,26 @@ CONFIG_FIELD_OPTIONS = ("eval_path", "eval_size", "num_blanks")
 # Prompt styles whose prompts are rendered with the tokenizer's chat template: d1's evaluation prompts
 # ("chat") and its RL training prompts ("d1_train", daca_jax.tasks.d1_train_prompts).
 TEMPLATED_PROMPT_STYLES = ("chat", "d1_train")
+
+
+def check_eval_path(eval_path: Any) -> str:
+  """``task.eval_path`` as a string ("" when unset), checked when the task is made, before any work.
+
+  Raises:
+    FileNotFoundError: the path does not exist (the message names ``task.eval_path``).
+    ConfigError: it is a folder, or not a string.
+  """
+  if not eval_path:
+    return ""
+  if not isinstance(eval_path, (str, os.PathLike)):
+    raise ConfigError("task.eval_path", eval_path, "a path to the evaluation file")
+  path = pathlib.Path(eval_path).expanduser()
+  if path.is_dir():
+    raise ConfigError("task.eval_path", str(eval_path), "a data file; it is a folder")
+  if not path.is_file():
+    raise FileNotFoundError(f"task.eval_path={str(eval_path)!r}: file does not exist")
+  return str(eval_path)
+
 
 @dataclasses.dataclass(frozen=True)
 class Example:

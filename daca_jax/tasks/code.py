@@ -58,7 +58,7 @@ from daca_jax.tasks import reasoning_format as fmt
 from daca_jax.tasks import sandbox
 from daca_jax.tasks.sandbox import judge
 from daca_jax.tasks import text_scan
-from daca_jax.tasks.base import DATA_OPTIONS, TASKS, Example, Task
+from daca_jax.tasks.base import DATA_OPTIONS, check_eval_path, TASKS, Example, Task
 from daca_jax.tasks.code_extract import candidate_program, defines, extract_code, test_suite
 from daca_jax.tasks.mbpp_data import MBPP_EVAL_FILE, MBPP_TRAIN_FILE, MBPPLoader
 from daca_jax.tasks.tokenizer import Tokenizer
@@ -118,9 +118,7 @@ class CodeTask(Task):
       raise ConfigError(f"task.options.{e.field.split('.')[-1]}", e.value, e.allowed) from None
     self.format_weight = float(format_weight)
     self.max_workers = int(max_workers) or None
-    self.eval_path = str(eval_path) if eval_path else ""
-    if self.eval_path and not pathlib.Path(self.eval_path).expanduser().is_file():
-      raise FileNotFoundError(f"task.eval_path={self.eval_path!r}: file does not exist")
+    self.eval_path = check_eval_path(eval_path)
     self.data_dir = None if data_dir is None else local.resolve_data_dir(str(data_dir))
     self._fixed_prompt_len = int(prompt_len)
     self._fixed_min_gen_length = int(min_gen_length)

@@ -69,7 +69,7 @@ from daca_jax.tasks import d1_train_prompts
 from daca_jax.tasks import reasoning_format as fmt
 from daca_jax.tasks import text_scan
 from daca_jax.tasks.arith import ExpressionError, parse_expression, solve_three, three_number_expressions
-from daca_jax.tasks.base import DATA_OPTIONS, TASKS, Example, Task
+from daca_jax.tasks.base import DATA_OPTIONS, check_eval_path, TASKS, Example, Task
 from daca_jax.tasks.tokenizer import Tokenizer
 
 D1_TEST_FILE = "countdown/d1_cd3_test.jsonl"  # relative to the data dir (../shared/data/SOURCES.md)
@@ -257,9 +257,7 @@ class CountdownTask(Task):
     if isinstance(eval_size, bool) or not isinstance(eval_size, (int, np.integer)) or eval_size < 1:
       raise ConfigError("task.eval_size", eval_size, "a positive int")
     self.eval_size, self.seed = int(eval_size), int(seed)
-    self.eval_path = str(eval_path) if eval_path else ""
-    if self.eval_path and not pathlib.Path(self.eval_path).expanduser().is_file():
-      raise FileNotFoundError(f"task.eval_path={self.eval_path!r}: file does not exist")
+    self.eval_path = check_eval_path(eval_path)
     self.data_dir = None if data_dir is None else local.resolve_data_dir(str(data_dir))
     # Longest prompt: the numbers are separate words, so the prompt with every number n has the most
     # tokens for some n in 1..100 (bytes: n = 100). Longest answer: "(100-100)/100" (13 characters).

@@ -27,7 +27,7 @@ from daca_jax.data import local
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import reasoning_format as fmt
 from daca_jax.tasks import text_scan
-from daca_jax.tasks.base import DATA_OPTIONS, Example, Task
+from daca_jax.tasks.base import DATA_OPTIONS, check_eval_path, Example, Task
 from daca_jax.tasks.tokenizer import Tokenizer
 
 
@@ -66,9 +66,7 @@ class ReasoningQATask(Task):
     if isinstance(prompt_len, bool) or not isinstance(prompt_len, (int, np.integer)) or prompt_len < 0:
       raise ConfigError("task.options.prompt_len", prompt_len, "an int >= 0 (0 = automatic)")
     self.format_weight = float(format_weight)
-    self.eval_path = str(eval_path) if eval_path else ""
-    if self.eval_path and not pathlib.Path(self.eval_path).expanduser().is_file():
-      raise FileNotFoundError(f"task.eval_path={self.eval_path!r}: file does not exist")
+    self.eval_path = check_eval_path(eval_path)
     self.data_dir = None if data_dir is None else local.resolve_data_dir(str(data_dir))
     self._fixed_prompt_len = int(prompt_len)
     self._cache: dict[str, tuple[list[Example], str]] = {}

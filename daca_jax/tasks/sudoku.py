@@ -53,7 +53,7 @@ from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import d1_train_prompts
 from daca_jax.tasks import reasoning_format as fmt
 from daca_jax.tasks import text_scan
-from daca_jax.tasks.base import DATA_OPTIONS, TASKS, Example, Task
+from daca_jax.tasks.base import DATA_OPTIONS, check_eval_path, TASKS, Example, Task
 from daca_jax.tasks.sudoku_answers import (answer_grid, cell_reward, correct_cells, extract_chat_answer,
                                            parse_completion)
 from daca_jax.tasks.sudoku_grids import (NUM_CELLS, NUM_SOLUTION_GRIDS, all_solution_grids, check_num_blanks,
@@ -145,9 +145,7 @@ class Sudoku4x4Task(Task):
         tuple(num_blanks) if isinstance(num_blanks, (tuple, list)) else int(num_blanks))
     self.eval_size = int(eval_size)
     self.seed = int(seed)
-    self.eval_path = str(eval_path) if eval_path else ""
-    if self.eval_path and not pathlib.Path(self.eval_path).expanduser().is_file():
-      raise FileNotFoundError(f"task.eval_path={self.eval_path!r}: file does not exist")
+    self.eval_path = check_eval_path(eval_path)
     self.data_dir = None if data_dir is None else local.resolve_data_dir(str(data_dir))
     self._eval: tuple[list[Example], str] | None = None
     self.num_bound_hits = 0

@@ -44,3 +44,13 @@ def test_task_options_are_checked_against_the_declaration():
     task_kwargs(bad)
   sudoku = task_kwargs(smoke())
   assert {"num_blanks", "eval_size", "eval_path", "data_dir"} <= set(sudoku)  # TaskConfig fields it declares
+
+
+@pytest.mark.parametrize("name", ["sudoku4x4", "countdown", "gsm8k", "mbpp"])
+def test_an_eval_path_that_is_a_folder_or_missing_is_named(name, tmp_path):
+  # A folder was "file does not exist" (wrong, and the same text in four tasks' copies of the check).
+  from daca_jax.tasks import make_task
+  with pytest.raises(ConfigError, match=r"^task.eval_path='.*' is not allowed: expected a data file; it is a folder"):
+    make_task(name, eval_path=str(tmp_path))
+  with pytest.raises(FileNotFoundError, match=r"^task.eval_path='.*missing.jsonl': file does not exist"):
+    make_task(name, eval_path=str(tmp_path / "missing.jsonl"))
