@@ -172,3 +172,14 @@ def test_flags_of_a_setting_are_refused_with_config():
   r = subprocess.run([sys.executable, str(ROOT / "experiments/plan.py"), "--config=configs/paper.py:d1_gsm8k",
                       "--num_devices=1", "--strata_batch=2"], capture_output=True, text=True, cwd=ROOT, timeout=120)
   assert r.returncode == 2 and "error: --strata_batch" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("value", ["0", "-8", "abc", ""])
+def test_a_bad_num_devices_is_one_error_line_with_exit_2(value, capsys, monkeypatch):
+  # Was "--num_devices: '0' is not allowed; ..." with exit 1, unlike every other bad flag (error:, exit 2).
+  from daca_jax.planning.simulate import simulate_devices
+  monkeypatch.setenv("XLA_FLAGS", "")
+  with pytest.raises(SystemExit) as info:
+    simulate_devices([f"--num_devices={value}"])
+  assert info.value.code == 2
+  assert capsys.readouterr().err == f"error: --num_devices={value!r} is not allowed: expected a positive integer\n"
