@@ -21,6 +21,7 @@ import numpy as np
 from daca_jax.errors import DataError
 from daca_jax.io_utils import read_json
 from daca_jax.run.metrics import format_table, read_metrics
+from daca_jax.run.results import shape_error
 from daca_jax.reports.reproduce import mean_ci95, primary_metric
 
 _SEED = re.compile(r"^(?P<name>.*?)[_-]?(?:seed|s)(?P<seed>\d+)$")
@@ -80,22 +81,9 @@ def read_results(path: pathlib.Path) -> dict[str, Any] | None:
   if not path.exists():
     return None
   results = read_json(path, fix=_RESULTS_FIX)
-  config = results.get("config")
-  checks = (("config.task.name", lambda: config["task"]["name"], str),
-            ("config.rl.steps", lambda: config["rl"]["steps"], int))
-  for field, get, kind in checks:
-    try:
-      value = get()
-    except (KeyError, TypeError):
-      raise DataError(f"{path}: no {field}; {_RESULTS_FIX}") from None
-    if not isinstance(value, kind) or isinstance(value, bool):
-      raise DataError(f"{path}: {field}={value!r} is not {'a string' if kind is str else 'an integer'}; "
-                      f"{_RESULTS_FIX}")
-  for field in ("eval_before", "eval_after"):
-    evals = results.get(field)
-    if not isinstance(evals, dict) or not all(
-        isinstance(v, (int, float)) and not isinstance(v, bool) for v in evals.values()):
-      raise DataError(f"{path}: {field}={evals!r} is not an object of metric names to numbers; {_RESULTS_FIX}")
+  wrong = shape_error(results)
+  if wrong:
+    raise DataError(f"{path}: {wrong}; {_RESULTS_FIX}")
   return results
 
 

@@ -23,6 +23,7 @@ from daca_jax.io_utils import read_json, read_json_cache
 from daca_jax.run.metrics import read_metrics, reward_trend
 from daca_jax.reports.paired import mean_ci95
 from daca_jax.run.pipeline import run_main_job
+from daca_jax.run.results import shape_error
 from daca_jax.types import TrainConfig
 
 # The base method's own likelihood estimator: d1 and wd1 use the mean-field estimate, GDPO the ELBO,
@@ -139,6 +140,10 @@ def run_grid(configs: dict[str, TrainConfig], cells: Sequence[Cell], workdir: st
     cdir = workdir / "cells" / cell.key
     res_path = cdir / "results.json"
     cached = read_json_cache(res_path, log)  # a damaged one is rebuilt by rerunning the cell
+    wrong = None if cached is None else shape_error(cached, config=False)
+    if wrong:  # valid JSON of another shape is damaged too: rebuilt, never read as results
+      log(f"WARNING: {res_path} is damaged ({wrong}); recomputing it.")
+      cached = None
     if cached is not None:
       if "reward_trend" not in cached and (cdir / "metrics.jsonl").exists():  # a run from before the field
         cached["reward_trend"] = reward_trend(read_metrics(cdir / "metrics.jsonl", log=log))

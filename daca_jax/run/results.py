@@ -29,6 +29,30 @@ class Evaluations(NamedTuple):
   val_before: dict[str, float] | None
 
 
+def shape_error(results: Any, *, config: bool = True) -> str | None:
+  """What is wrong with a ``results.json``'s value (valid JSON of another shape), or None: the fields
+  the reports read (``eval_before`` / ``eval_after`` objects of metric names to numbers and, with
+  ``config``, ``config.task.name`` a string and ``config.rl.steps`` an integer)."""
+  if not isinstance(results, dict):
+    return f"expected a JSON object, found {type(results).__name__}"
+  saved = results.get("config")
+  needed = (("config.task.name", "task", "name", str, "a string"),
+            ("config.rl.steps", "rl", "steps", int, "an integer")) if config else ()
+  for field, section_name, name, kind, allowed in needed:
+    section = saved.get(section_name) if isinstance(saved, dict) else None
+    if not isinstance(section, dict) or name not in section:
+      return f"no {field}"
+    value = section[name]
+    if not isinstance(value, kind) or isinstance(value, bool):
+      return f"{field}={value!r} is not {allowed}"
+  for field in ("eval_before", "eval_after"):
+    evals = results.get(field)
+    if not isinstance(evals, dict) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in evals.values()):
+      return f"{field}={evals!r} is not an object of metric names to numbers"
+  return None
+
+
 def assemble_results(cfg: TrainConfig, workdir: pathlib.Path, evaluator: JobEvaluator, evals: Evaluations,
                      source: str, timings: dict[str, float],
                      log: Callable[[str], None]) -> tuple[dict[str, Any], list[dict[str, Any]]]:

@@ -208,3 +208,21 @@ def test_reward_trend_windows(tmp_path):
   (cdir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
   out = rp.run_grid({}, [cell], tmp_path, log=lambda *_: None)
   assert out[cell.key]["reward_trend"]["last_mean"] == 39.5
+
+
+def test_a_cell_results_file_of_the_wrong_shape_is_rerun_not_read(tmp_path):
+  # Valid JSON of another shape was taken as the cell's results (a KeyError later, or garbage rows).
+  import json
+
+  cell = rp.Cell("sudoku4x4", "diffu_grpo", "base", 0)
+  cdir = tmp_path / "cells" / cell.key
+  cdir.mkdir(parents=True)
+  logged = []
+  for bad in ({"eval_before": 5, "eval_after": {"strict_solved": 0.2}},
+              {"eval_before": {"strict_solved": "x"}, "eval_after": {"strict_solved": 0.2}}):
+    (cdir / "results.json").write_text(json.dumps(bad))
+    assert rp.run_grid({}, [cell], tmp_path, log=logged.append, run_missing=False) == {}
+  assert "is damaged (eval_before=5 is not an object of metric names to numbers); recomputing it" in logged[0]
+  (cdir / "results.json").write_text(json.dumps({"eval_before": {"strict_solved": 0.1},
+                                                 "eval_after": {"strict_solved": 0.2}}))
+  assert cell.key in rp.run_grid({}, [cell], tmp_path, log=logged.append, run_missing=False)
