@@ -15,6 +15,7 @@ reported in one line and treated as missing).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import pathlib
@@ -119,7 +120,7 @@ def check_dir_path(path: str | os.PathLike | None, flag: str) -> pathlib.Path:
     flag: its flag or field (``--workdir``), named in the error.
   Raises:
     ConfigError: ``path`` is empty (it would be the current directory), a file, or under a file (or
-      a symlink that leads nowhere: dangling, or a loop).
+      is, or is under, a symlink loop).
   """
   if path is None or not str(path).strip():
     raise ConfigError(flag, "" if path is None else str(path), "a folder path (an empty one would write into "
@@ -132,21 +133,28 @@ def check_dir_path(path: str | os.PathLike | None, flag: str) -> pathlib.Path:
   return out
 
 
+def _loops(path: pathlib.Path) -> bool:
+  """Whether ``path`` is a symlink loop (its links lead back to themselves; ``exists()`` says False)."""
+  try:
+    os.stat(path)
+  except OSError as e:
+    return e.errno == errno.ELOOP
+  return False
+
+
 def _what(blocker: pathlib.Path) -> str:
   """What ``blocker`` (from :func:`_file_at_or_above`) is, for an error message."""
-  if blocker.is_symlink() and not blocker.exists():
-    return "a symlink to nothing (dangling, or a loop)"
-  return "a file"
+  return "a symlink loop" if _loops(blocker) else "a file"
 
 
 def _file_at_or_above(path: pathlib.Path) -> pathlib.Path | None:
   """The nearest existing one of ``path`` and its parents when it is not a folder (nothing can be made
-  there or below it), else None. A symlink that leads nowhere (dangling, or a loop: ``exists()`` is
-  False) blocks too: making a folder there fails with "File exists"."""
+  there or below it), else None. A symlink loop blocks too (making a folder there fails with "File
+  exists"); a dangling link does not (an export is written where it leads)."""
   for p in (path, *path.parents):
     if p.exists():
       return None if p.is_dir() else p
-    if p.is_symlink():
+    if p.is_symlink() and _loops(p):
       return p
   return None
 

@@ -28,13 +28,15 @@ def test_an_output_folder_that_is_empty_a_file_or_under_a_file_is_refused(tmp_pa
     check_dir_path(blocker / "a" / "b", "--workdir")
   with pytest.raises(ConfigError, match=r"--output_dir='.*/file' is not allowed"):
     check_output_dir(blocker, overwrite=True)
-  loop = tmp_path / "loop"  # a link that leads nowhere: making the folder failed "File exists", exit 1
+  loop = tmp_path / "loop"  # a symlink loop: making the folder failed "File exists", exit 1
   loop.symlink_to(loop)
   for path, where in ((loop, "it is"), (loop / "run", f"{loop} is")):
-    with pytest.raises(ConfigError, match=f"expected a folder; {where} a symlink to nothing"):
+    with pytest.raises(ConfigError, match=f"expected a folder; {where} a symlink loop"):
       check_dir_path(path, "--workdir")
-  with pytest.raises(ConfigError, match=f"{loop} is a symlink to nothing"):
+  with pytest.raises(ConfigError, match=f"{loop} is a symlink loop"):
     check_file_path(loop / "out.json", "--json")
+  (tmp_path / "to_nowhere").symlink_to(tmp_path / "not_yet")  # a dangling link is written where it leads
+  assert check_dir_path(tmp_path / "to_nowhere", "--workdir") == tmp_path / "to_nowhere"
   assert check_dir_path(tmp_path / "new" / "run", "--workdir") == tmp_path / "new" / "run"  # made later
   assert check_dir_path(".", "--workdir") == pathlib.Path.cwd()  # the current directory, said explicitly
   with pytest.raises(ConfigError, match=r"--json='.*' is not allowed: expected a file path; it is a folder"):
