@@ -133,6 +133,17 @@ def check_dir_path(path: str | os.PathLike | None, flag: str) -> pathlib.Path:
   return out
 
 
+def make_dir(path: str | os.PathLike) -> pathlib.Path:
+  """Makes the folder ``path`` and its parents where missing; returns ``path``.
+
+  A symlink that leads nowhere yet is followed and its target made, as the writers of whole folders
+  (:func:`atomic_directory`) do; ``Path.mkdir`` would raise FileExistsError on the link itself.
+  """
+  path = pathlib.Path(path)
+  pathlib.Path(os.path.realpath(path)).mkdir(parents=True, exist_ok=True)
+  return path
+
+
 def _loops(path: pathlib.Path) -> bool:
   """Whether ``path`` is a symlink loop (its links lead back to themselves; ``exists()`` says False)."""
   try:

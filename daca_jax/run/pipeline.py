@@ -29,7 +29,7 @@ from jax.sharding import Mesh
 from daca_jax import parallel
 from daca_jax.credit import CREDIT, TAGGERS
 from daca_jax.errors import ConfigError
-from daca_jax.io_utils import check_dir_path
+from daca_jax.io_utils import check_dir_path, make_dir
 from daca_jax.models import count_params, init_model, lora, make_logits_fn
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.run import from_checkpoint
@@ -136,7 +136,7 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   logits_fn = make_logits_fn(graphdef, logprob_chunk=cfg.model.logprob_chunk)
   log(f"Prepared {len(train_examples) + len(val_examples)} examples and a {count_params(params):,}-parameter model in "
       f"{time.perf_counter() - t_prep:.1f} s.")
-  workdir.mkdir(parents=True, exist_ok=True)  # only now: a config refused above leaves no workdir
+  make_dir(workdir)  # only now: a config refused above leaves no workdir
   check_workdir_config(workdir, cfg)  # after everything that can reject the config up front
   if start is not None:
     from_checkpoint.record_source(workdir, start, has_saved_state(workdir))

@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import jax
 
 from daca_jax.errors import ConfigError
-from daca_jax.io_utils import check_dir_path
+from daca_jax.io_utils import check_dir_path, make_dir
 from daca_jax.configure import train_config_from_dict
 from daca_jax.viz.trajectory import check_credits, credit_learners, rollout_views
 from daca_jax.viz.trajectory_html import render_html
@@ -69,8 +69,7 @@ def visualize_checkpoint(*, workdir: str = "", phase: str = "latest", random_ini
            else ident["kind"])
   title = (f"{cfg.task.name}: {cfg.rl.objective} + credit={cfg.rl.credit} — {where} — "
            f"{cfg.rollout.steps} steps, temperature {cfg.rollout.temperature:g}")
-  out = pathlib.Path(output_dir)
-  out.mkdir(parents=True, exist_ok=True)
+  out = make_dir(output_dir)
   png, page = out / "trajectories.png", out / "trajectories.html"
   render_png(views, png, title=title, dpi=dpi)
   render_html(views, page, title=title)

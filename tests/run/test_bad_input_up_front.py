@@ -174,3 +174,15 @@ def test_tables_py_refuses_a_folder_given_as_a_markdown_file(tmp_path):
 
   with pytest.raises(TableError, match="is a folder, not a markdown file"):
     doc_tables.refresh_docs([tmp_path])
+
+
+def test_a_workdir_that_is_a_link_leading_nowhere_yet_gets_its_target_made(tmp_path):
+  """train.py --workdir=<a dangling link> failed with 'File exists' (exit 1) after the model was built;
+  the link is followed, as export_hf follows a dangling --output_dir."""
+  from daca_jax.io_utils import check_dir_path, make_dir
+
+  link = tmp_path / "runs"
+  link.symlink_to(tmp_path / "elsewhere" / "run")
+  assert check_dir_path(link, "--workdir") == link
+  assert make_dir(link) == link and (tmp_path / "elsewhere" / "run").is_dir() and link.is_dir()
+  assert make_dir(link) == link  # an existing folder: nothing to do
