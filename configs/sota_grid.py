@@ -68,9 +68,10 @@ def scaled(base: str, overrides: list[tuple[str, object]], rollout_steps: int = 
   """Fits the rollout-shaped settings of ``base`` to a one-block completion of ``rollout_steps`` steps.
 
   SPG: one block-masked context (SPG asserts num_t <= the completion's blocks; it has one) in the
-  rollout's own block. BGPO: :data:`MC_PASSES` ELBO samples. MAP: StepMerge's 32 segments of 128 steps
-  become ``rollout_steps // 2`` (2 steps each, as close to its 4 as 10 steps divide: 5 on Sudoku, 4 on
-  Countdown's 8), 2 of them sampled per update (12 of 32 there).
+  rollout's own block. BGPO: :data:`MC_PASSES` ELBO samples. MAP: StepMerge's 32 segments of 4 steps
+  (128 steps) become ``rollout_steps // 2`` segments of 2 steps (5 on Sudoku's 10 steps, 4 on
+  Countdown's 8), 2 of them sampled per update: segments of 4 steps would leave 2, all scored, where
+  MAP scores a sample (12 of 32).
   """
   fix = {"spg": {"likelihood.spg_block.num_t": 1, "likelihood.spg_block.block_length": 0},
          "bgpo": {"likelihood.elbo_mc.samples": MC_PASSES},
