@@ -26,7 +26,7 @@ _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
 _DRAWS = flags.DEFINE_integer("draws", 32, "Mask draws per estimator.")
 _TRAIN_STEPS = flags.DEFINE_integer("train_steps", 300, "SFT steps of the tiny model.")
 _NUM_SEQ = flags.DEFINE_integer("num_sequences", 16, "Completions evaluated.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed.")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed.", **cli_errors.SEED_BOUNDS)
 _TABLE_FROM = flags.DEFINE_string("table_from", None, "Print the table of this results file and exit.")
 LENGTH = 6
 

@@ -43,7 +43,7 @@ _TEMPERATURE = flags.DEFINE_float("temperature", 0.0, "Decoding temperature (0 =
 _REMASKING = flags.DEFINE_string("remasking", "low_confidence", "low_confidence (d1) | random.")
 _BATCH = flags.DEFINE_integer("batch_size", 32, "Prompts per decode call.")
 _NUM = flags.DEFINE_integer("num_examples", 0, "Evaluate the first N examples of each task (0: all).")
-_SEED = flags.DEFINE_integer("seed", 0, "PRNG seed (temperature > 0 / random remasking only).")
+_SEED = flags.DEFINE_integer("seed", 0, "PRNG seed (temperature > 0 / random remasking only).", **cli_errors.SEED_BOUNDS)
 _OUT = flags.DEFINE_string("output_dir", None, "Where generations and summaries go.")
 _MAX_BATCHES = flags.DEFINE_integer("max_batches", None, "Stop after this many new batches (resume later).")
 _PROGRESS = flags.DEFINE_bool("progress", True, "Show progress bars.")

@@ -29,7 +29,7 @@ _LENGTH = flags.DEFINE_integer("length", 4, "L: completion length (V^L completio
 _PROMPTS = flags.DEFINE_integer("num_prompts", 8, "Prompts of the toy (the batch is prompts x G).")
 _TRAIN_STEPS = flags.DEFINE_integer("train_steps", 100, "SFT steps of the toy model (a partial solver).")
 _BETA = flags.DEFINE_float("beta", 0.04, "KL coefficient of the regularised comparison.")
-_SEED = flags.DEFINE_integer("seed", 0, "Seed.")
+_SEED = flags.DEFINE_integer("seed", 0, "Seed.", **cli_errors.SEED_BOUNDS)
 _TABLE_FROM = flags.DEFINE_string("table_from", None, "Print the tables of this gradient_study.json and exit.")
 _ESTIMATORS = flags.DEFINE_list("estimators", [], "Only the arms of these estimator labels (e.g. "
                                 "'coupled,coupled (summed)'); empty: every arm.")

@@ -26,7 +26,7 @@ _PHASE = flags.DEFINE_enum("phase", "latest", ["latest", "rl", "sft"], "Which wo
 _RANDOM = flags.DEFINE_bool("random_init", False, "Draw a randomly initialised model of --config.")
 _NUM = flags.DEFINE_integer("num_prompts", 2, "Evaluation prompts to draw (one rollout group each).")
 _CREDITS = flags.DEFINE_list("credits", [], "Credit weights to draw (default: dps and the run's own credit).")
-_SEED = flags.DEFINE_integer("seed", 0, "Rollout PRNG seed.")
+_SEED = flags.DEFINE_integer("seed", 0, "Rollout PRNG seed.", **cli_errors.SEED_BOUNDS)
 _DPI = flags.DEFINE_integer("dpi", 110, "Resolution of the PNG.")
 _OUT = flags.DEFINE_string("output_dir", None, "Where trajectories.png / trajectories.html go.")
 flags.mark_flags_as_required(["output_dir"])

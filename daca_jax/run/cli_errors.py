@@ -35,10 +35,14 @@ import sys
 import traceback
 from typing import Any, Callable, Iterator, Sequence
 
+from daca_jax.config.checks import INT_MAX
 from daca_jax.errors import ConfigError, DataError, NonFiniteError
 from daca_jax.run.preemption import EXIT_PREEMPTED, Preempted
 
 EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OS_ERROR = 2, 3, 1
+# A ``--seed`` flag's range: the one ``TrainConfig.seed`` takes, so a seed that trains also evaluates and
+# draws, and one refused there is refused here (``flags.DEFINE_integer(..., **SEED_BOUNDS)``).
+SEED_BOUNDS = {"lower_bound": 0, "upper_bound": INT_MAX}
 
 _OS_HINTS = {
     errno.ENOSPC: "free some disk space or use a --workdir / --output_dir on another disk",

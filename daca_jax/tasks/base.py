@@ -46,7 +46,8 @@ def check_eval_path(eval_path: Any) -> str:
 
   Raises:
     FileNotFoundError: the path does not exist (the message names ``task.eval_path``).
-    ConfigError: it is a folder, or not a string.
+    ConfigError: it is a folder, not a string, or a file that is not UTF-8 text (a ``.gz`` file is
+      read by its task).
   """
   if not eval_path:
     return ""
@@ -57,6 +58,12 @@ def check_eval_path(eval_path: Any) -> str:
     raise ConfigError("task.eval_path", str(eval_path), "a data file; it is a folder")
   if not path.is_file():
     raise FileNotFoundError(f"task.eval_path={str(eval_path)!r}: file does not exist")
+  if not path.name.endswith(".gz"):  # every task reads its eval file as text; the field named here, not later
+    try:
+      path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+      raise ConfigError("task.eval_path", str(eval_path),
+                        f"a UTF-8 text file in the task's layout; byte {e.start} is not ({e.reason})") from None
   return str(eval_path)
 
 

@@ -72,3 +72,27 @@ def test_a_get_config_that_returns_no_mapping_is_a_config_error():
   from daca_jax.configure import train_config_from_dict
   with pytest.raises(ConfigError, match=r"config=3 is not allowed: expected a mapping of config sections"):
     train_config_from_dict(3)
+
+
+def test_every_seed_flag_takes_the_range_train_configs_take():
+  """A seed train.py refuses (TrainConfig.seed: [0, INT_MAX]) is refused by every script's ``--seed``."""
+  from daca_jax.config.checks import INT_MAX
+  from daca_jax.run.cli_errors import SEED_BOUNDS
+  assert SEED_BOUNDS == {"lower_bound": 0, "upper_bound": INT_MAX}
+  scripts = [p for p in sorted((REPO / "experiments").glob("*.py")) if 'DEFINE_integer("seed"' in p.read_text()]
+  assert len(scripts) >= 4, scripts
+  for p in scripts:
+    line = next(l for l in p.read_text().splitlines() if 'DEFINE_integer("seed"' in l)
+    assert "**cli_errors.SEED_BOUNDS" in line, (p.name, line)
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**31)])
+def test_evaluate_py_refuses_a_seed_out_of_range_before_any_work(tmp_path, seed):
+  env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, "experiments/evaluate.py", f"--seed={seed}", "--workdir=nowhere",
+                         f"--output_dir={tmp_path / 'out'}"], cwd=REPO, env=env, capture_output=True, text=True,
+                        timeout=300)
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert proc.stderr.strip().splitlines()[-1] == (
+      f"error: flag --seed={seed}: {seed} is not an integer in the range [0, 2147483647]"), proc.stderr[-2000:]
+  assert not (tmp_path / "out").exists()

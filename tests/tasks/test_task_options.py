@@ -54,3 +54,8 @@ def test_an_eval_path_that_is_a_folder_or_missing_is_named(name, tmp_path):
     make_task(name, eval_path=str(tmp_path))
   with pytest.raises(FileNotFoundError, match=r"^task.eval_path='.*missing.jsonl': file does not exist"):
     make_task(name, eval_path=str(tmp_path / "missing.jsonl"))
+  binary = tmp_path / "binary.jsonl"  # was the reader's "not UTF-8 text" naming the file only, at first read
+  binary.write_bytes(b'{"a": 1}\n\x00\x01\xff\xfe')
+  with pytest.raises(ConfigError, match=r"^task.eval_path='.*binary.jsonl' is not allowed: expected a UTF-8 text "
+                                        r"file in the task's layout; byte 11 is not \(invalid start byte\)"):
+    make_task(name, eval_path=str(binary))
