@@ -37,7 +37,17 @@ needs_landlock = pytest.mark.skipif(sandbox.landlock_abi() == 0,
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _one_time_probes():
+def _own_temp_dir(tmp_path_factory):
+  # The sandboxes of this module live under a folder of its own, so the leak checks below count only
+  # theirs: another test worker's sandboxes (the judge's tests, run at the same time) are not leaks.
+  before = tempfile.tempdir
+  tempfile.tempdir = str(tmp_path_factory.mktemp("sandboxes"))
+  yield
+  tempfile.tempdir = before
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_time_probes(_own_temp_dir):
   # The machine's isolation features and the read view are probed once per process (cached);
   # done here so that the timing bounds below measure runs, not probes.
   sandbox.process_limit_mode()
@@ -45,7 +55,8 @@ def _one_time_probes():
 
 
 def _sandbox_processes() -> list[int]:
-  """Pids of live processes started by the sandbox (their command line names its temp dirs)."""
+  """Pids of live processes started by this module's sandboxes (their command line names its temp dirs)."""
+  mine = os.path.join(tempfile.gettempdir(), "daca_sandbox_").encode()
   pids = []
   for entry in pathlib.Path("/proc").iterdir():
     if not entry.name.isdigit():
@@ -55,7 +66,7 @@ def _sandbox_processes() -> list[int]:
       stat = (entry / "stat").read_text()
     except OSError:
       continue
-    if b"daca_sandbox_" in cmd and ") Z " not in stat:  # zombies are already dead
+    if mine in cmd and ") Z " not in stat:  # zombies are already dead
       pids.append(int(entry.name))
   return pids
 
