@@ -17,6 +17,9 @@ class ConfigError(ValueError):
     self.allowed = allowed
     super().__init__(f"{field}={value!r} is not allowed: expected {allowed}")
 
+  def __reduce__(self):  # rebuilt from its fields where it crosses a process (a grid's worker processes)
+    return type(self), (self.field, self.value, self.allowed)
+
 
 class DataError(ValueError):
   """A data file (benchmark CSV/JSON) or a data request cannot be used; the message names the file and
@@ -34,9 +37,12 @@ class NonFiniteError(RuntimeError):
   """
 
   def __init__(self, phase: str, step: int, quantity: str, resume: str):
-    self.phase, self.step, self.quantity = phase, step, quantity
+    self.phase, self.step, self.quantity, self.resume = phase, step, quantity, resume
     super().__init__(f"{phase} step {step}: the {quantity} is not finite (NaN or inf); stopped without "
                      f"saving it. {resume}")
+
+  def __reduce__(self):
+    return type(self), (self.phase, self.step, self.quantity, self.resume)
 
 
 class ShapeError(ConfigError):
@@ -56,4 +62,8 @@ class ShapeError(ConfigError):
     self.field = field
     self.value = found
     self.allowed = expected
+    self.what = what
     ValueError.__init__(self, f"{field} has {what} {found}; expected {expected}")
+
+  def __reduce__(self):
+    return type(self), (self.field, self.value, self.allowed, self.what)

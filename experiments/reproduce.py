@@ -19,7 +19,9 @@ Arms: base (uniform credit, the base method's own estimator), +DPS, +SML, +DACA 
 updates. Resumable: a finished cell is never rerun. Writes ``grid.md`` (mean and 95% CI of each task's
 primary metric), ``grid.png`` and ``results.json`` (every cell's per-seed numbers); with ``--variants``,
 also a variants file of the finished cells (``experiments/variants_table.py`` prints it, with the paired
-bootstrap over warm starts and examples from the copied per-example outcomes).
+bootstrap over warm starts and examples from the copied per-example outcomes). ``--jobs=N`` runs N cells
+at once, each in a process of its own (one GPU or many cores: the cells are small); a cell's numbers do
+not depend on N.
 """
 import sys as _sys
 
@@ -51,6 +53,9 @@ _STUDY = flags.DEFINE_string("study", None, "A file whose get_arms() names arms 
                              "(e.g. configs/credit_study.py); replaces --bases/--arms.")
 _VAL = flags.DEFINE_integer("num_val_examples", None, "Validation puzzles per task (task.num_val_examples); "
                             "the table then reports the validation change arms are chosen on.")
+_JOBS = flags.DEFINE_integer("jobs", 1, "Cells run at once, each in a process of its own (a seed's first cell "
+                             "trains its warm start before the others start); 1: one after the other.",
+                             lower_bound=1)
 _FINISHED = flags.DEFINE_bool("finished_only", False, "Run nothing: summarise the cells that have finished.")
 _VARIANTS = flags.DEFINE_string("variants", None, "Also write the finished cells as a variants file (read by "
                                 "experiments/variants_table.py), each run's per-example outcomes copied, gzip-"
@@ -85,7 +90,7 @@ def run():
   cells = rr.requested_cells(configs, seeds, bases=[] if _STUDY.value else _BASES.value, arms=_ARMS.value,
                              study=_STUDY.value, arms_given=flags.FLAGS["arms"].present)
   work = pathlib.Path(_WORKDIR.value)
-  results = rp.run_grid(configs, cells, work, run_missing=not _FINISHED.value)
+  results = rp.run_grid(configs, cells, work, run_missing=not _FINISHED.value, jobs=_JOBS.value)
   cells, table = rr.write_grid(work, _PRESET.value, cells, results)
   if _VARIANTS.value:
     rr.write_variants(pathlib.Path(_VARIANTS.value), cells, work, preset=_PRESET.value, sealed_test=_SEALED.value)

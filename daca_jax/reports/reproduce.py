@@ -126,16 +126,24 @@ def primary_metric(task: str) -> str:
 
 def run_grid(configs: dict[str, TrainConfig], cells: Sequence[Cell], workdir: str | pathlib.Path, *,
              log: Callable[[str], None] = print, show_progress: bool = False,
-             run_missing: bool = True) -> dict[str, dict[str, Any]]:
+             run_missing: bool = True, jobs: int = 1) -> dict[str, dict[str, Any]]:
   """Runs every unfinished cell; returns ``{cell.key: results}`` for all cells.
 
   Args:
     configs: the base config of each task (``cell.task`` → TrainConfig); the key is the config's
       ``task.name``.
     run_missing: False: run nothing, return only the finished cells.
+    jobs: cells run at once. 1: one after the other in this process; more: each in a process of its own
+      (:mod:`daca_jax.reports.grid_pool`; a task and seed's first cell trains the shared warm start
+      before the others of that seed start). A cell's results do not depend on ``jobs``.
+
+  Raises:
+    ValueError: ``jobs`` < 1.
   """
+  if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+    raise ValueError(f"jobs={jobs!r}: expected an integer >= 1 (cells run at once)")
   workdir = pathlib.Path(workdir)
-  out = {}
+  out, missing = {}, []
   for i, cell in enumerate(cells):
     cdir = workdir / "cells" / cell.key
     res_path = cdir / "results.json"
@@ -148,17 +156,39 @@ def run_grid(configs: dict[str, TrainConfig], cells: Sequence[Cell], workdir: st
       if "reward_trend" not in cached and (cdir / "metrics.jsonl").exists():  # a run from before the field
         cached["reward_trend"] = reward_trend(read_metrics(cdir / "metrics.jsonl", log=log))
       out[cell.key] = cached
-      continue
-    if not run_missing:
-      continue
-    t0 = time.perf_counter()
-    sft_dir = workdir / "sft_cache" / f"{cell.task}_seed{cell.seed}"
-    out[cell.key] = run_main_job(cell_config(configs[cell.task], cell), cdir, show_progress=show_progress,
-                                 log=lambda *a, **k: None, sft_dir=sft_dir)
+    elif run_missing:
+      missing.append((i, cell))
+  if not missing:
+    return out
+
+  def args(cell: Cell) -> tuple[Any, ...]:
+    return (cell_config(configs[cell.task], cell), workdir / "cells" / cell.key,
+            workdir / "sft_cache" / f"{cell.task}_seed{cell.seed}", show_progress and jobs == 1)
+
+  def done(index: int, cell: Cell, result: dict[str, Any], seconds: float) -> None:
+    out[cell.key] = result
     metric = primary_metric(cell.task)
-    after = out[cell.key]["eval_after"][metric]
-    log(f"[{i + 1}/{len(cells)}] {cell.key}: {metric} {after:.3f} ({time.perf_counter() - t0:.0f} s)")
+    log(f"[{index + 1}/{len(cells)}] {cell.key}: {metric} {result['eval_after'][metric]:.3f} ({seconds:.0f} s)")
+
+  if jobs == 1:
+    for i, cell in missing:
+      done(i, cell, *run_cell(*args(cell)))
+    return out
+  from daca_jax.reports import grid_pool  # noqa: PLC0415  (process pools only when asked for)
+  index = {cell.key: i for i, cell in missing}
+  by_key = {cell.key: cell for _, cell in missing}
+  grid_pool.run_jobs([grid_pool.Job(c.key, (c.task, c.seed), args(c)) for _, c in missing], run_cell, jobs,
+                     on_done=lambda job, res: done(index[job.key], by_key[job.key], *res))
   return out
+
+
+def run_cell(cfg: TrainConfig, cdir: pathlib.Path, sft_dir: pathlib.Path,
+             show_progress: bool = False) -> tuple[dict[str, Any], float]:
+  """One cell's main job in ``cdir`` from the warm start cached in ``sft_dir``; returns its results
+  and the seconds it took (a module-level function: a worker process of ``run_grid(jobs=N)`` runs it)."""
+  t0 = time.perf_counter()
+  results = run_main_job(cfg, cdir, show_progress=show_progress, log=lambda *a, **k: None, sft_dir=sft_dir)
+  return results, time.perf_counter() - t0
 
 
 def read_rows(path: str | pathlib.Path) -> list[dict[str, Any]]:

@@ -54,6 +54,9 @@ class Preempted(Exception):
     super().__init__(f"stopped by SIGTERM after {phase} step {step}; its checkpoint is in {self.directory}. "
                      f"Run the same command to resume (exit status {EXIT_PREEMPTED})")
 
+  def __reduce__(self):  # rebuilt from its fields where it crosses a process (a grid's worker processes)
+    return type(self), (self.phase, self.step, self.directory)
+
 
 class _Watch:
   """The state of :func:`watching`: SIGTERMs received by this process."""

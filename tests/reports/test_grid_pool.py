@@ -1,0 +1,96 @@
+"""reproduce.py --jobs (daca_jax.reports.grid_pool): cells run side by side, a seed's shared warm start
+written by one cell before the others of that seed start, and a cell's results the same as when run alone."""
+import concurrent.futures as cf
+import pickle
+import threading
+import time
+
+import pytest
+
+from daca_jax.errors import ConfigError, DataError, NonFiniteError, ShapeError
+from daca_jax.reports import grid_pool
+from daca_jax.run.preemption import Preempted
+
+
+class _Recorder:
+  def __init__(self):
+    self.lock, self.events, self.live, self.most = threading.Lock(), [], 0, 0
+
+  def run(self, key, fail=False):
+    with self.lock:
+      self.events.append(("start", key))
+      self.live += 1
+      self.most = max(self.most, self.live)
+    time.sleep(0.05)
+    with self.lock:
+      self.live -= 1
+      self.events.append(("end", key))
+    if fail:
+      raise ConfigError("rl.credit", "dpss", "a registered credit")
+    return key.upper()
+
+
+def _jobs(spec):
+  return [grid_pool.Job(key, group, (key,) + extra) for key, group, extra in spec]
+
+
+def test_a_groups_first_job_finishes_before_the_rest_of_its_group_starts():
+  rec, finished = _Recorder(), []
+  spec = [(f"{g}{i}", g, ()) for g in "abc" for i in range(3)]
+  with cf.ThreadPoolExecutor(4) as pool:
+    grid_pool.run_jobs(_jobs(spec), rec.run, 4, executor=pool, on_done=lambda j, r: finished.append((j.key, r)))
+  assert sorted(finished) == sorted((k, k.upper()) for k, _, _ in spec)  # each job once, its own result
+  assert rec.most == 4  # the workers were used
+  order = [k for what, k in rec.events if what == "start"]
+  ends = [k for what, k in rec.events if what == "end"]
+  for g in "abc":
+    first_end = rec.events.index(("end", f"{g}0"))
+    assert all(rec.events.index(("start", f"{g}{i}")) > first_end for i in (1, 2)), rec.events
+  assert order[:3] == ["a0", "b0", "c0"]  # the first cells of the groups start side by side
+  assert len(ends) == 9
+
+
+def test_a_failed_job_stops_new_starts_lets_running_ones_finish_and_raises_its_error():
+  rec, finished = _Recorder(), []
+  spec = [("a0", "a", (True,)), ("b0", "b", ()), ("a1", "a", ()), ("b1", "b", ()), ("b2", "b", ())]
+  with cf.ThreadPoolExecutor(2) as pool:
+    with pytest.raises(ConfigError, match=r"rl.credit='dpss'"):
+      grid_pool.run_jobs(_jobs(spec), rec.run, 2, executor=pool, on_done=lambda j, r: finished.append(j.key))
+  started = {k for what, k in rec.events if what == "start"}
+  assert "a1" not in started  # its group's first job failed
+  assert all(("end", k) in rec.events for k in started)  # nothing left running
+
+
+def test_workers_must_be_positive():
+  with pytest.raises(ValueError, match=r"workers=0: expected an integer >= 1"):
+    grid_pool.run_jobs([], print, 0, on_done=print)
+
+
+@pytest.mark.parametrize("error", [ConfigError("rl.credit", "dpss", "a credit"), ShapeError("batch.x", (2, 3), "(2,)"),
+                                   NonFiniteError("RL", 7, "loss", "rerun to resume"), DataError("f.csv: line 2"),
+                                   Preempted("SFT", 3, "/tmp/sft")])
+def test_errors_cross_a_process_as_they_were(error):
+  # A worker's exception is pickled back to the grid: a ConfigError could not be rebuilt from its message.
+  back = pickle.loads(pickle.dumps(error))
+  assert type(back) is type(error) and str(back) == str(error) and vars(back) == vars(error)
+
+
+@pytest.mark.parametrize("arms", [("base",), pytest.param(("base", "+SML"), marks=pytest.mark.slow)])
+def test_jobs_in_processes_give_the_results_of_one_process(tmp_path, arms):
+  """Two seeds of the smoke grid with --jobs=3 (a process per cell) and with --jobs=1: the same numbers."""
+  from configs import sudoku_tiny
+  from daca_jax.reports import reproduce as rp
+  cfg = rp.train_config_from_dict(sudoku_tiny.get_config("smoke"))
+  cells = rp.grid(["sudoku4x4"], ["diffu_grpo"], [0, 1], arms=arms)
+  logged = []
+  parallel = rp.run_grid({"sudoku4x4": cfg}, cells, tmp_path / "p", log=logged.append, jobs=3)
+  # seed 1 alone in this process: its SFT warm start and every arm trained here, not in a worker
+  serial = rp.run_grid({"sudoku4x4": cfg}, [c for c in cells if c.seed == 1], tmp_path / "s", log=lambda *_: None)
+  assert sorted(parallel) == sorted(c.key for c in cells) and len(serial) == len(arms)
+  for key in serial:
+    for phase in ("eval_before", "eval_after"):
+      assert parallel[key][phase] == serial[key][phase], (key, phase)
+  assert len(logged) == len(cells) and all("strict_solved" in line for line in logged)
+  assert (tmp_path / "p" / "sft_cache" / "sudoku4x4_seed1").is_dir()
+  with pytest.raises(ValueError, match=r"jobs=0: expected an integer >= 1"):
+    rp.run_grid({"sudoku4x4": cfg}, cells, tmp_path / "p", jobs=0)
