@@ -75,7 +75,29 @@ def test_errors_cross_a_process_as_they_were(error):
   assert type(back) is type(error) and str(back) == str(error) and vars(back) == vars(error)
 
 
-@pytest.mark.parametrize("arms", [("base",), pytest.param(("base", "+SML"), marks=pytest.mark.slow)])
+def _worker_sees(cfg, fail):
+  """Runs in a spawned worker: what it was given, and the memory setting it runs under."""
+  if fail:
+    raise ConfigError("rl.credit", cfg.rl.credit, "a credit the objective takes")
+  import os
+  return cfg, os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE")
+
+
+def test_process_workers_get_the_cells_config_and_send_back_its_error():
+  from configs import sudoku_tiny
+  from daca_jax.reports import reproduce as rp
+  cfg = rp.train_config_from_dict(sudoku_tiny.get_config("smoke"))
+  cfgs = [rp.with_overrides(cfg, [("seed", s)]) for s in (3, 4)]
+  got = {}
+  grid_pool.run_jobs([grid_pool.Job(str(c.seed), c.seed, (c, False)) for c in cfgs], _worker_sees, 2,
+                     on_done=lambda job, res: got.update({job.key: res}))
+  assert got == {"3": (cfgs[0], "false"), "4": (cfgs[1], "false")}
+  with pytest.raises(ConfigError, match=rf"^rl.credit='{cfg.rl.credit}' is not allowed: expected a credit the obj"):
+    grid_pool.run_jobs([grid_pool.Job("x", 0, (cfg, True))], _worker_sees, 1, on_done=print)
+
+
+@pytest.mark.slow  # ~20 s; the default suite checks the workers' arguments and errors above
+@pytest.mark.parametrize("arms", [("base",), ("base", "+SML")])
 def test_jobs_in_processes_give_the_results_of_one_process(tmp_path, arms):
   """Two seeds of the smoke grid with --jobs=3 (a process per cell) and with --jobs=1: the same numbers."""
   from configs import sudoku_tiny
