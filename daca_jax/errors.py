@@ -67,3 +67,10 @@ class ShapeError(ConfigError):
 
   def __reduce__(self):
     return type(self), (self.field, self.value, self.allowed, self.what)
+
+
+class WorkerDied(RuntimeError):
+  """A worker process of a grid (``experiments/reproduce.py --jobs``) ended without an answer: killed by
+  the system (out of memory, a signal) or by a crash inside XLA. The cells that finished are kept; the
+  message names the cells that were running."""
+

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures as cf
+from concurrent.futures.process import BrokenProcessPool
 import dataclasses
 import multiprocessing
 import os
 from typing import Any, Callable, Hashable, Sequence
+
+from daca_jax.errors import WorkerDied
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +61,7 @@ def run_jobs(jobs: Sequence[Job], run: Callable[..., Any], workers: int, *,
 
   Raises:
     ValueError: ``workers`` < 1.
+    WorkerDied: a worker process died without an answer (killed, out of memory); names the jobs lost.
     Exception: the first exception a job raised, after the jobs already running have finished (their
       cells are kept) and without starting any other.
   """
@@ -90,7 +94,14 @@ def run_jobs(jobs: Sequence[Job], run: Callable[..., Any], workers: int, *,
       done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
       for future in done:
         job = running.pop(future)
-        result = future.result()  # a failure: the finally below lets the running jobs finish
+        try:
+          result = future.result()  # a failure: the finally below lets the running jobs finish
+        except BrokenProcessPool:
+          lost = [job.key] + [j.key for j in running.values()]
+          running.clear()  # they died with the pool
+          raise WorkerDied(f"a worker process died (killed by the system, e.g. out of memory, or crashed) "
+                           f"while running {', '.join(lost)}; finished cells are kept: rerun the same command "
+                           f"to resume them, with fewer --jobs if memory ran out") from None
         ready.add(job.group)
         on_done(job, result)
   finally:

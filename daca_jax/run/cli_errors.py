@@ -13,6 +13,8 @@ error                                              exit  examples
 :class:`~daca_jax.errors.NonFiniteError`            3     a diverging run (NaN/inf loss, gradient,
                                                           parameters)
 other ``OSError``                                   1     a read-only or full disk, no permission
+:class:`~daca_jax.errors.WorkerDied`                1     a grid's worker process killed (out of
+                                                          memory) with ``reproduce.py --jobs``
 :class:`~daca_jax.run.preemption.Preempted`         75    SIGTERM (preemption, a time limit): the
                                                           checkpoint of the current step is saved;
                                                           the same command resumes (``preempted:``
@@ -36,7 +38,7 @@ import traceback
 from typing import Any, Callable, Iterator, Sequence
 
 from daca_jax.config.checks import INT_MAX
-from daca_jax.errors import ConfigError, DataError, NonFiniteError
+from daca_jax.errors import ConfigError, DataError, NonFiniteError, WorkerDied
 from daca_jax.run.preemption import EXIT_PREEMPTED, Preempted
 
 EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OS_ERROR = 2, 3, 1
@@ -83,6 +85,8 @@ def exit_code(e: BaseException) -> int | None:
     return EXIT_BAD_INPUT
   if isinstance(e, NonFiniteError):
     return EXIT_DIVERGED
+  if isinstance(e, WorkerDied):
+    return EXIT_OS_ERROR
   if isinstance(e, Preempted):
     return EXIT_PREEMPTED
   if isinstance(e, OSError):

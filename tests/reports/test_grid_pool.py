@@ -116,3 +116,17 @@ def test_jobs_in_processes_give_the_results_of_one_process(tmp_path, arms):
   assert (tmp_path / "p" / "sft_cache" / "sudoku4x4_seed1").is_dir()
   with pytest.raises(ValueError, match=r"jobs=0: expected an integer >= 1"):
     rp.run_grid({"sudoku4x4": cfg}, cells, tmp_path / "p", jobs=0)
+
+
+def _die(code):
+  import os
+  os._exit(code)  # as the kernel's OOM killer leaves it: no answer, no exception
+
+
+def test_a_worker_that_dies_is_one_error_naming_the_cells_it_took_with_it():
+  from daca_jax.errors import WorkerDied
+  from daca_jax.run.cli_errors import EXIT_OS_ERROR, exit_code
+  with pytest.raises(WorkerDied, match=r"a worker process died .* while running seed1/x; finished cells are kept"
+                                       r": rerun the same command to resume them, with fewer --jobs") as e:
+    grid_pool.run_jobs([grid_pool.Job("seed1/x", 0, (9,))], _die, 1, on_done=print)
+  assert exit_code(e.value) == EXIT_OS_ERROR
