@@ -175,10 +175,9 @@ def run_grid(configs: dict[str, TrainConfig], cells: Sequence[Cell], workdir: st
       done(i, cell, *run_cell(*args(cell)))
     return out
   from daca_jax.reports import grid_pool  # noqa: PLC0415  (process pools only when asked for)
-  index = {cell.key: i for i, cell in missing}
-  by_key = {cell.key: cell for _, cell in missing}
+  where = {cell.key: (i, cell) for i, cell in missing}
   grid_pool.run_jobs([grid_pool.Job(c.key, (c.task, c.seed), args(c)) for _, c in missing], run_cell, jobs,
-                     on_done=lambda job, res: done(index[job.key], by_key[job.key], *res))
+                     on_done=lambda job, res: done(*where[job.key], *res))
   return out
 
 

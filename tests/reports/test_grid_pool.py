@@ -46,7 +46,7 @@ def test_a_groups_first_job_finishes_before_the_rest_of_its_group_starts():
   for g in "abc":
     first_end = rec.events.index(("end", f"{g}0"))
     assert all(rec.events.index(("start", f"{g}{i}")) > first_end for i in (1, 2)), rec.events
-  assert order[:3] == ["a0", "b0", "c0"]  # the first cells of the groups start side by side
+  assert set(order[:3]) == {"a0", "b0", "c0"}  # the first cells of the groups start side by side
   assert len(ends) == 9
 
 
