@@ -21,7 +21,8 @@ primary metric), ``grid.png`` and ``results.json`` (every cell's per-seed number
 also a variants file of the finished cells (``experiments/variants_table.py`` prints it, with the paired
 bootstrap over warm starts and examples from the copied per-example outcomes). ``--jobs=N`` runs N cells
 at once, each in a process of its own (one GPU or many cores: the cells are small); a cell's numbers do
-not depend on N.
+not depend on N. A SIGTERM (preemption, a time limit) stops the grid as it stops train.py: the running
+cells save their step, no other cell starts, exit status 75; the same command resumes.
 """
 import sys as _sys
 
@@ -33,7 +34,7 @@ from daca_jax.errors import ConfigError
 from daca_jax.io_utils import check_file_path
 from daca_jax.reports import reproduce as rp
 from daca_jax.reports import reproduce_run as rr
-from daca_jax.run import cli_errors
+from daca_jax.run import cli_errors, preemption
 from daca_jax.run.cli_errors import reported_errors
 
 _CONFIGS = flags.DEFINE_list("configs", ["configs/sudoku_tiny.py"],
@@ -72,7 +73,8 @@ def main(argv):
   logging.set_verbosity(logging.WARNING)
   with reported_errors():  # also a diverging run or a full/read-only disk: `error: <one line>`
     try:
-      run()
+      with preemption.watching():  # SIGTERM: running cells save their step, `preempted: <line>`, exit 75
+        run()
     except (ConfigError, ValueError, FileNotFoundError) as e:
       print(f"error: {e}", file=_sys.stderr)
       _sys.exit(2)

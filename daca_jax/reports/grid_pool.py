@@ -5,6 +5,13 @@ first of them to run trains and saves. Two cells writing that cache at once woul
 of a group start only after the group's first cell has finished; the first cells of different groups run
 side by side. On one accelerator the processes share its memory: each allocates what it uses
 (``XLA_PYTHON_CLIENT_PREALLOCATE=false`` unless set), not the 75% XLA takes by default.
+
+A SIGTERM (preemption, a time limit: :mod:`daca_jax.run.preemption`) to the grid's process, to a worker or
+to all of them stops the grid as it stops one run: no other cell starts, each running cell saves a
+checkpoint of its step at the next step boundary (the workers run their cells within
+:func:`~daca_jax.run.preemption.watching`; the grid passes its own SIGTERM on to them), and once they have
+stopped the grid raises :class:`~daca_jax.run.preemption.GridPreempted` (exit status 75). Running the same
+command resumes every cell from where it stopped.
 """
 from __future__ import annotations
 
@@ -14,9 +21,15 @@ from concurrent.futures.process import BrokenProcessPool
 import dataclasses
 import multiprocessing
 import os
+import signal
+import threading
 from typing import Any, Callable, Hashable, Sequence
 
 from daca_jax.errors import WorkerDied
+from daca_jax.run import preemption
+
+# Seconds between the grid's checks for a SIGTERM while it waits on its cells.
+_POLL_S = 0.5
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,15 +46,56 @@ class Job:
   args: tuple[Any, ...]
 
 
-def _worker_init() -> None:
+def _worker_init(stop: Any) -> None:
   # Runs in each worker before its first computation: backends are created lazily, after this.
+  global _stop_event
   os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+  _stop_event = stop
+  # Between cells a SIGTERM (e.g. one sent to the whole process group) leaves the stopping to the grid,
+  # which starts nothing more; a Python handler, unlike SIG_IGN, is not inherited by programs a cell runs.
+  signal.signal(signal.SIGTERM, lambda signum, frame: None)
+  threading.Thread(target=_pass_on, args=(stop,), daemon=True, name="grid-sigterm").start()
+
+
+def _pass_on(stop: Any) -> None:
+  stop.wait()  # the grid received a SIGTERM: this worker gets one too (its running cell stops at a step)
+  os.kill(os.getpid(), signal.SIGTERM)
+
+
+_stop_event: Any = None  # in a worker: the grid's stop event (set by _worker_init)
+
+
+def _watched(run: Callable[..., Any], *args: Any) -> Any:
+  with preemption.watching():  # a SIGTERM: the cell's loops save their step and raise Preempted
+    if _stop_event is not None and _stop_event.is_set():  # queued before the grid stopped: do not start
+      raise _NotStarted()
+    return run(*args)
+
+
+class _NotStarted(Exception):
+  """A job the grid's stop reached before it started (it was already queued in the pool)."""
+
+
+class _ProcessPool(cf.ProcessPoolExecutor):
+  """A process pool whose workers run each job within preemption.watching(); :meth:`stop` sends them a
+  SIGTERM."""
+
+  def __init__(self, workers: int):
+    ctx = multiprocessing.get_context("spawn")  # a forked JAX process can deadlock
+    self._stop = ctx.Event()
+    super().__init__(max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(self._stop,))
+
+  def submit(self, fn, /, *args, **kwargs):
+    return super().submit(_watched, fn, *args, **kwargs)
+
+  def stop(self) -> None:
+    self._stop.set()
 
 
 def process_pool(workers: int) -> cf.Executor:
-  """``workers`` fresh Python processes (spawned: a forked JAX process can deadlock)."""
-  return cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
-                                initializer=_worker_init)
+  """``workers`` fresh Python processes (spawned), each running its jobs within
+  :func:`~daca_jax.run.preemption.watching`."""
+  return _ProcessPool(workers)
 
 
 def run_jobs(jobs: Sequence[Job], run: Callable[..., Any], workers: int, *,
@@ -50,7 +104,10 @@ def run_jobs(jobs: Sequence[Job], run: Callable[..., Any], workers: int, *,
   this process as each finishes (in the order they finish).
 
   A group's first job (in ``jobs`` order) runs alone among its group; the rest of the group start once it
-  has finished. While workers are free, jobs of groups whose first job has finished go first.
+  has finished. While workers are free, jobs of groups whose first job has finished go first. After a
+  SIGTERM to this process (within :func:`~daca_jax.run.preemption.watching`) or a job that raised
+  :class:`~daca_jax.run.preemption.Preempted`, no job starts, the running ones are told to stop (the
+  default executor's workers get a SIGTERM) and are waited for.
 
   Args:
     jobs: the cells, in the order to start them.
@@ -62,6 +119,7 @@ def run_jobs(jobs: Sequence[Job], run: Callable[..., Any], workers: int, *,
   Raises:
     ValueError: ``workers`` < 1.
     WorkerDied: a worker process died without an answer (killed, out of memory); names the jobs lost.
+    GridPreempted: stopped by a SIGTERM (above) with jobs left unfinished; names those that stopped.
     Exception: the first exception a job raised, after the jobs already running have finished (their
       cells are kept) and without starting any other.
   """
@@ -85,17 +143,32 @@ def run_jobs(jobs: Sequence[Job], run: Callable[..., Any], workers: int, *,
   own = executor is None
   pool = process_pool(workers) if own else executor
   running: dict[cf.Future, Job] = {}
+  stopped: list[str] = []  # jobs that raised Preempted
+  told = False
   try:
     while True:
-      while len(running) < workers and (job := next_job()) is not None:
+      stopping = bool(stopped) or preemption.signals_received() > 0
+      if stopping and not told and hasattr(pool, "stop"):
+        pool.stop()  # also when only a worker received the SIGTERM: the grid stops as one run
+        told = True
+      while not stopping and len(running) < workers and (job := next_job()) is not None:
         running[pool.submit(run, *job.args)] = job
       if not running:
+        left = sum(len(q) for q in pending.values())
+        if stopping and (stopped or left):
+          raise preemption.GridPreempted(stopped, left)
         return
-      done, _ = cf.wait(running, return_when=cf.FIRST_COMPLETED)
+      done, _ = cf.wait(running, timeout=_POLL_S, return_when=cf.FIRST_COMPLETED)
       for future in done:
         job = running.pop(future)
         try:
           result = future.result()  # a failure: the finally below lets the running jobs finish
+        except _NotStarted:
+          pending.setdefault(job.group, collections.deque()).appendleft(job)
+          continue
+        except preemption.Preempted as e:
+          stopped.append(f"{job.key} ({e.phase} step {e.step})")
+          continue
         except BrokenProcessPool:
           lost = [job.key] + [j.key for j in running.values()]
           running.clear()  # they died with the pool

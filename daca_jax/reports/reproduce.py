@@ -22,6 +22,7 @@ from daca_jax.errors import DataError
 from daca_jax.io_utils import read_json, read_json_cache
 from daca_jax.run.metrics import read_metrics, reward_trend
 from daca_jax.reports.paired import mean_ci95
+from daca_jax.run import preemption
 from daca_jax.run.pipeline import run_main_job
 from daca_jax.run.results import shape_error
 from daca_jax.types import TrainConfig
@@ -137,8 +138,14 @@ def run_grid(configs: dict[str, TrainConfig], cells: Sequence[Cell], workdir: st
       (:mod:`daca_jax.reports.grid_pool`; a task and seed's first cell trains the shared warm start
       before the others of that seed start). A cell's results do not depend on ``jobs``.
 
+  A SIGTERM within :func:`~daca_jax.run.preemption.watching` (``experiments/reproduce.py`` enters it)
+  stops the grid: the running cell saves its step and raises :class:`~daca_jax.run.preemption.Preempted`,
+  or, when it had no step left, the next cell does not start (:class:`~daca_jax.run.preemption.GridPreempted`);
+  with ``jobs`` > 1, see :mod:`daca_jax.reports.grid_pool`. Rerunning resumes every cell.
+
   Raises:
     ValueError: ``jobs`` < 1.
+    Preempted: stopped by a SIGTERM (above); exit status 75 in the scripts.
   """
   if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
     raise ValueError(f"jobs={jobs!r}: expected an integer >= 1 (cells run at once)")
@@ -171,7 +178,9 @@ def run_grid(configs: dict[str, TrainConfig], cells: Sequence[Cell], workdir: st
     log(f"[{index + 1}/{len(cells)}] {cell.key}: {metric} {result['eval_after'][metric]:.3f} ({seconds:.0f} s)")
 
   if jobs == 1:
-    for i, cell in missing:
+    for n, (i, cell) in enumerate(missing):
+      if preemption.signals_received():  # arrived after the last cell's last step boundary
+        raise preemption.GridPreempted([], len(missing) - n)
       done(i, cell, *run_cell(*args(cell)))
     return out
   from daca_jax.reports import grid_pool  # noqa: PLC0415  (process pools only when asked for)

@@ -58,6 +58,25 @@ class Preempted(Exception):
     return type(self), (self.phase, self.step, self.directory)
 
 
+class GridPreempted(Preempted):
+  """A grid of runs (``experiments/reproduce.py``) stopped after a SIGTERM: its running cells stopped at a
+  step boundary with a checkpoint of that step, or finished, and no other cell started.
+
+  Attributes:
+    stopped: the cells that saved a checkpoint and stopped, each as "<cell> (<phase> step <step>)";
+      not_started: how many cells did not start.
+  """
+
+  def __init__(self, stopped: tuple[str, ...] | list[str], not_started: int):  # pylint: disable=super-init-not-called
+    self.stopped, self.not_started = tuple(stopped), not_started
+    saved = f"{', '.join(self.stopped)} saved a checkpoint of that step; " if self.stopped else ""
+    Exception.__init__(self, f"stopped by SIGTERM: {saved}{not_started} cell(s) did not start; finished cells are "
+                             f"kept. Run the same command to resume (exit status {EXIT_PREEMPTED})")
+
+  def __reduce__(self):
+    return type(self), (self.stopped, self.not_started)
+
+
 class _Watch:
   """The state of :func:`watching`: SIGTERMs received by this process."""
 
@@ -116,4 +135,4 @@ def stop_requested() -> bool:
   return bool(np.any(multihost_utils.process_allgather(np.asarray(local, np.int32))))
 
 
-__all__ = ["EXIT_PREEMPTED", "Preempted", "signals_received", "stop_requested", "watching"]
+__all__ = ["EXIT_PREEMPTED", "GridPreempted", "Preempted", "signals_received", "stop_requested", "watching"]

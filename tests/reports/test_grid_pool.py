@@ -130,3 +130,91 @@ def test_a_worker_that_dies_is_one_error_naming_the_cells_it_took_with_it():
                                        r": rerun the same command to resume them, with fewer --jobs") as e:
     grid_pool.run_jobs([grid_pool.Job("seed1/x", 0, (9,))], _die, 1, on_done=print)
   assert exit_code(e.value) == EXIT_OS_ERROR
+
+
+@pytest.fixture
+def sigterm_restored():
+  """watching() leaves SIGTERM ignored after one arrived (the process is on its way out); this test worker
+  is not, so its handler is put back."""
+  import signal
+  before = signal.getsignal(signal.SIGTERM)
+  yield
+  signal.signal(signal.SIGTERM, before)
+
+
+def _stops_at_a_step(key, started_dir=None, sigterm=False):
+  """A cell that runs steps until the grid's stop reaches it, then saves and stops as the RL loop does."""
+  import os
+  import pathlib
+  import signal
+  from daca_jax.run import preemption
+  if started_dir is not None:
+    (pathlib.Path(started_dir) / key).touch()
+  if sigterm:
+    os.kill(os.getpid(), signal.SIGTERM)
+  for step in range(1, 400):
+    if preemption.stop_requested():
+      raise preemption.Preempted("RL", step, f"/ckpt/{key}")
+    time.sleep(0.05)
+  return "never stopped"
+
+
+def test_a_sigterm_stops_the_grid_lets_running_jobs_save_and_starts_nothing(sigterm_restored):
+  from daca_jax.run import preemption
+  from daca_jax.run.cli_errors import EXIT_PREEMPTED, exit_code
+  finished = []
+  jobs = [grid_pool.Job("a0", "a", ("a0", None, True)), grid_pool.Job("b0", "b", ("b0",)),
+          grid_pool.Job("a1", "a", ("a1",)), grid_pool.Job("c0", "c", ("c0",))]
+  with cf.ThreadPoolExecutor(2) as pool, preemption.watching():
+    with pytest.raises(preemption.GridPreempted) as e:
+      grid_pool.run_jobs(jobs, _stops_at_a_step, 2, executor=pool, on_done=lambda j, r: finished.append(j.key))
+  assert sorted(s.split(" (RL step ")[0] for s in e.value.stopped) == ["a0", "b0"] and e.value.not_started == 2 and not finished
+  assert str(e.value).startswith("stopped by SIGTERM: ") and "2 cell(s) did not start" in str(e.value)
+  assert exit_code(e.value) == EXIT_PREEMPTED
+  back = pickle.loads(pickle.dumps(e.value))
+  assert str(back) == str(e.value) and vars(back) == vars(e.value)
+
+
+def test_the_grids_sigterm_reaches_its_worker_processes(tmp_path, sigterm_restored):
+  import os
+  import signal
+  from daca_jax.run import preemption
+  started = tmp_path / "started"
+  started.mkdir()
+
+  def sigterm_once_both_run():
+    deadline = time.monotonic() + 120
+    while len(list(started.iterdir())) < 2 and time.monotonic() < deadline:
+      time.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGTERM)  # the grid's own process only, as `kill PID` does
+
+  jobs = [grid_pool.Job(k, k, (k, str(started))) for k in ("x", "y", "z")]
+  threading.Thread(target=sigterm_once_both_run, daemon=True).start()
+  with preemption.watching():
+    with pytest.raises(preemption.GridPreempted) as e:
+      grid_pool.run_jobs(jobs, _stops_at_a_step, 2, on_done=lambda j, r: pytest.fail(f"{j.key} finished: {r}"))
+  assert [s.split()[0] for s in sorted(e.value.stopped)] == ["x", "y"] and e.value.not_started == 1  # z never started
+  assert sorted(p.name for p in started.iterdir()) == ["x", "y"]
+
+
+def test_one_process_grid_starts_no_cell_after_a_sigterm(tmp_path, monkeypatch, sigterm_restored):
+  import os
+  import signal
+  from configs import sudoku_tiny
+  from daca_jax.reports import reproduce as rp
+  from daca_jax.run import preemption
+  cfg = rp.train_config_from_dict(sudoku_tiny.get_config("smoke"))
+  cells = rp.grid(["sudoku4x4"], ["diffu_grpo"], [0, 1, 2], arms=("base",))
+  ran = []
+
+  def cell_without_steps_left(cfg, cdir, sft_dir, show_progress):  # the SIGTERM lands in its final eval
+    ran.append(cdir.name)
+    os.kill(os.getpid(), signal.SIGTERM)
+    return {"eval_after": {"strict_solved": 0.5}}, 1.0
+
+  monkeypatch.setattr(rp, "run_cell", cell_without_steps_left)
+  logged = []
+  with preemption.watching():
+    with pytest.raises(preemption.GridPreempted, match=r"^stopped by SIGTERM: 2 cell\(s\) did not start"):
+      rp.run_grid({"sudoku4x4": cfg}, cells, tmp_path, log=logged.append)
+  assert ran == ["seed0"] and len(logged) == 1
