@@ -1,6 +1,7 @@
 """experiments/plan.py's library (daca_jax/planning): the plan's memory equals the compiled program's,
 the analytic parameter count equals the model's, and bad input fails before any compile."""
 import dataclasses
+import os
 import pathlib
 import subprocess
 import sys
@@ -174,12 +175,16 @@ def test_flags_of_a_setting_are_refused_with_config():
   assert r.returncode == 2 and "error: --strata_batch" in r.stderr and "Traceback" not in r.stderr
 
 
-@pytest.mark.parametrize("value", ["0", "-8", "abc", ""])
+@pytest.mark.parametrize("value", ["0", "-8", "abc", "", "8961", "100000"])
 def test_a_bad_num_devices_is_one_error_line_with_exit_2(value, capsys, monkeypatch):
-  # Was "--num_devices: '0' is not allowed; ..." with exit 1, unlike every other bad flag (error:, exit 2).
-  from daca_jax.planning.simulate import simulate_devices
+  # Was "--num_devices: '0' is not allowed; ..." with exit 1, unlike every other bad flag (error:, exit 2);
+  # 100000 was taken and the CPU client spent minutes and 8 GB creating the devices.
+  from daca_jax.planning.simulate import MAX_DEVICES, simulate_devices
   monkeypatch.setenv("XLA_FLAGS", "")
   with pytest.raises(SystemExit) as info:
     simulate_devices([f"--num_devices={value}"])
-  assert info.value.code == 2
-  assert capsys.readouterr().err == f"error: --num_devices={value!r} is not allowed: expected a positive integer\n"
+  assert info.value.code == 2 and MAX_DEVICES == 8960
+  assert capsys.readouterr().err == (f"error: --num_devices={value!r} is not allowed: expected an integer in [1, 8960] "
+                                     "(at most one slice: a TPU v5p pod)\n")
+  simulate_devices(["--num_devices=8960"])  # the largest slice is taken
+  assert os.environ["XLA_FLAGS"] == "--xla_force_host_platform_device_count=8960"
