@@ -152,7 +152,7 @@ def _stops_at_a_step(key, started_dir=None, sigterm=False):
     (pathlib.Path(started_dir) / key).touch()
   if sigterm:
     os.kill(os.getpid(), signal.SIGTERM)
-  for step in range(1, 400):
+  for step in range(1, 2400):  # up to 2 min: a loaded machine may start the other worker late
     if preemption.stop_requested():
       raise preemption.Preempted("RL", step, f"/ckpt/{key}")
     time.sleep(0.05)
