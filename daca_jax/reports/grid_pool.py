@@ -11,7 +11,8 @@ to all of them stops the grid as it stops one run: no other cell starts, each ru
 checkpoint of its step at the next step boundary (the workers run their cells within
 :func:`~daca_jax.run.preemption.watching`; the grid passes its own SIGTERM on to them), and once they have
 stopped the grid raises :class:`~daca_jax.run.preemption.GridPreempted` (exit status 75). Running the same
-command resumes every cell from where it stopped.
+command resumes every cell from where it stopped. A grid process killed outright (SIGKILL, out of memory)
+stops its workers the same way, and they exit: none is left running or holding memory.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import multiprocessing
 import os
 import signal
 import threading
+import time
 from typing import Any, Callable, Hashable, Sequence
 
 from daca_jax.errors import WorkerDied
@@ -46,30 +48,57 @@ class Job:
   args: tuple[Any, ...]
 
 
+class _Worker:
+  """A worker process's link to its grid: the grid's stop event, the grid's process, whether a cell runs."""
+  stop: Any = None
+  parent: Any = None
+  in_cell = False
+
+  @classmethod
+  def stopping(cls) -> bool:
+    return cls.stop is not None and (cls.stop.is_set() or (cls.parent is not None and not cls.parent.is_alive()))
+
+
 def _worker_init(stop: Any) -> None:
   # Runs in each worker before its first computation: backends are created lazily, after this.
-  global _stop_event
   os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-  _stop_event = stop
+  _Worker.stop, _Worker.parent = stop, multiprocessing.parent_process()
   # Between cells a SIGTERM (e.g. one sent to the whole process group) leaves the stopping to the grid,
   # which starts nothing more; a Python handler, unlike SIG_IGN, is not inherited by programs a cell runs.
   signal.signal(signal.SIGTERM, lambda signum, frame: None)
-  threading.Thread(target=_pass_on, args=(stop,), daemon=True, name="grid-sigterm").start()
+  threading.Thread(target=_follow_grid, args=(stop, _Worker.parent), daemon=True, name="grid-stop").start()
 
 
-def _pass_on(stop: Any) -> None:
-  stop.wait()  # the grid received a SIGTERM: this worker gets one too (its running cell stops at a step)
-  os.kill(os.getpid(), signal.SIGTERM)
+def _follow_grid(stop: Any, parent: Any) -> None:
+  """Passes the grid's stop on to this worker as a SIGTERM (its running cell saves its step and stops).
 
-
-_stop_event: Any = None  # in a worker: the grid's stop event (set by _worker_init)
+  A grid process that died without a word (SIGKILL, the OOM killer) stops its workers the same way, and
+  each exits once its cell has stopped: an orphaned worker would otherwise run its cell to the end and
+  then wait for work forever, holding its share of the accelerator's memory.
+  """
+  told = False
+  while True:
+    orphaned = parent is not None and not parent.is_alive()
+    if (orphaned or stop.is_set()) and not told:
+      os.kill(os.getpid(), signal.SIGTERM)
+      told = True
+    if orphaned and not _Worker.in_cell:
+      os._exit(0)  # pylint: disable=protected-access  (nobody to answer; the cell's checkpoint is saved)
+    if told:
+      time.sleep(_POLL_S)
+    else:
+      stop.wait(_POLL_S)
 
 
 def _watched(run: Callable[..., Any], *args: Any) -> Any:
   with preemption.watching():  # a SIGTERM: the cell's loops save their step and raise Preempted
-    if _stop_event is not None and _stop_event.is_set():  # queued before the grid stopped: do not start
+    if _Worker.stopping():  # queued before the grid stopped (or died): do not start
       raise _NotStarted()
-    return run(*args)
+    _Worker.in_cell = True
+    try:
+      return run(*args)
+    finally:
+      _Worker.in_cell = False
 
 
 class _NotStarted(Exception):

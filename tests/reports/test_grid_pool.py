@@ -149,11 +149,13 @@ def _stops_at_a_step(key, started_dir=None, sigterm=False):
   import signal
   from daca_jax.run import preemption
   if started_dir is not None:
-    (pathlib.Path(started_dir) / key).touch()
+    (pathlib.Path(started_dir) / key).write_text(str(os.getpid()))
   if sigterm:
     os.kill(os.getpid(), signal.SIGTERM)
   for step in range(1, 2400):  # up to 2 min: a loaded machine may start the other worker late
     if preemption.stop_requested():
+      if started_dir is not None:
+        (pathlib.Path(started_dir) / f"{key}.saved").touch()
       raise preemption.Preempted("RL", step, f"/ckpt/{key}")
     time.sleep(0.05)
   return "never stopped"
@@ -194,7 +196,44 @@ def test_the_grids_sigterm_reaches_its_worker_processes(tmp_path, sigterm_restor
     with pytest.raises(preemption.GridPreempted) as e:
       grid_pool.run_jobs(jobs, _stops_at_a_step, 2, on_done=lambda j, r: pytest.fail(f"{j.key} finished: {r}"))
   assert [s.split()[0] for s in sorted(e.value.stopped)] == ["x", "y"] and e.value.not_started == 1  # z never started
-  assert sorted(p.name for p in started.iterdir()) == ["x", "y"]
+  assert sorted(p.name for p in started.iterdir()) == ["x", "x.saved", "y", "y.saved"]
+
+
+def test_workers_of_a_killed_grid_save_their_step_and_exit(tmp_path):
+  """SIGKILL (the OOM killer) to the grid's process: its worker stops its cell at a step boundary and exits,
+  instead of running the cell to its end and then waiting for work forever, holding memory."""
+  import os
+  import pathlib
+  import signal
+  import subprocess
+  import sys
+  root = pathlib.Path(__file__).resolve().parents[2]
+  grid = ("from daca_jax.reports import grid_pool\n"
+          "from tests.reports.test_grid_pool import _stops_at_a_step\n"
+          f"grid_pool.run_jobs([grid_pool.Job('x', 0, ('x', {str(tmp_path)!r}))], _stops_at_a_step, 1, on_done=print)\n")
+  proc = subprocess.Popen([sys.executable, "-c", grid], cwd=root, env=dict(os.environ, PYTHONPATH=str(root)))
+  try:
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "x").exists() or not (tmp_path / "x").read_text():
+      assert proc.poll() is None and time.monotonic() < deadline, "the worker never started its cell"
+      time.sleep(0.05)
+    worker = int((tmp_path / "x").read_text())
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+    def running():  # an exited orphan may stay a zombie where PID 1 does not reap it (a container's shell)
+      try:
+        return pathlib.Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+      except (FileNotFoundError, ProcessLookupError):
+        return False
+
+    deadline = time.monotonic() + 60
+    while running() and time.monotonic() < deadline:
+      time.sleep(0.1)
+    assert not running(), "the orphaned worker is still running"
+    assert (tmp_path / "x.saved").exists()  # it stopped its cell at a step boundary, with the step saved
+  finally:
+    proc.kill()
 
 
 def test_one_process_grid_starts_no_cell_after_a_sigterm(tmp_path, monkeypatch, sigterm_restored):
