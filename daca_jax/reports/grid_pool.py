@@ -11,14 +11,20 @@ to all of them stops the grid as it stops one run: no other cell starts, each ru
 checkpoint of its step at the next step boundary (the workers run their cells within
 :func:`~daca_jax.run.preemption.watching`; the grid passes its own SIGTERM on to them), and once they have
 stopped the grid raises :class:`~daca_jax.run.preemption.GridPreempted` (exit status 75). Running the same
-command resumes every cell from where it stopped. A grid process killed outright (SIGKILL, out of memory)
-stops its workers the same way, and they exit: none is left running or holding memory.
+command resumes every cell from where it stopped. A grid process killed outright (SIGKILL, out of memory),
+or a pool broken by a worker's death, stops the other workers the same way, and they exit once their
+cell has saved its step: none is left running or holding memory.
+
+The grid talks to its workers through one shared byte without a lock (:data:`_RUN`, :data:`_STOP`,
+:data:`_QUIT`), polled by a thread in each worker: a lock shared with a process that can be killed in the
+middle of using it (the OOM killer) could block the others for good.
 """
 from __future__ import annotations
 
 import collections
 import concurrent.futures as cf
 from concurrent.futures.process import BrokenProcessPool
+import ctypes
 import dataclasses
 import multiprocessing
 import os
@@ -30,8 +36,12 @@ from typing import Any, Callable, Hashable, Sequence
 from daca_jax.errors import WorkerDied
 from daca_jax.run import preemption
 
-# Seconds between the grid's checks for a SIGTERM while it waits on its cells.
+# Seconds between the grid's checks for a SIGTERM while it waits on its cells (and the workers' checks of
+# the grid's state).
 _POLL_S = 0.5
+# The grid's state, as its workers read it: run; stop (running cells save their step, none starts); quit
+# (stop, and exit once no cell runs: a broken pool, whose workers Python 3.12 joins without a word).
+_RUN, _STOP, _QUIT = 0, 1, 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,76 +59,83 @@ class Job:
 
 
 class _Worker:
-  """A worker process's link to its grid: the grid's stop event, the grid's process, whether a cell runs."""
-  stop: Any = None
-  parent: Any = None
-  in_cell = False
+  """A worker process's link to its grid (set by :func:`_worker_init`)."""
+  state: Any = None  # the grid's shared state byte
+  parent: Any = None  # the grid's process
+  in_cell = False  # a cell is running in this process
+  sigterm_between_cells = False  # a SIGTERM reached this process while no cell ran
 
   @classmethod
-  def stopping(cls) -> bool:
-    return cls.stop is not None and (cls.stop.is_set() or (cls.parent is not None and not cls.parent.is_alive()))
+  def orphaned(cls) -> bool:
+    return cls.parent is not None and not cls.parent.is_alive()
 
 
-def _worker_init(stop: Any) -> None:
+def _on_sigterm_between_cells(signum: int, frame: Any) -> None:
+  del signum, frame
+  _Worker.sigterm_between_cells = True  # the next cell does not start; the grid stops
+
+
+def _worker_init(state: Any) -> None:
   # Runs in each worker before its first computation: backends are created lazily, after this.
   os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-  _Worker.stop, _Worker.parent = stop, multiprocessing.parent_process()
-  # Between cells a SIGTERM (e.g. one sent to the whole process group) leaves the stopping to the grid,
-  # which starts nothing more; a Python handler, unlike SIG_IGN, is not inherited by programs a cell runs.
-  signal.signal(signal.SIGTERM, lambda signum, frame: None)
-  threading.Thread(target=_follow_grid, args=(stop, _Worker.parent), daemon=True, name="grid-stop").start()
+  _Worker.state, _Worker.parent = state, multiprocessing.parent_process()
+  # A Python handler, unlike SIG_IGN, is not inherited by the programs a cell runs.
+  signal.signal(signal.SIGTERM, _on_sigterm_between_cells)
+  threading.Thread(target=_follow_grid, daemon=True, name="grid-state").start()
 
 
-def _follow_grid(stop: Any, parent: Any) -> None:
-  """Passes the grid's stop on to this worker as a SIGTERM (its running cell saves its step and stops).
-
-  A grid process that died without a word (SIGKILL, the OOM killer) stops its workers the same way, and
-  each exits once its cell has stopped: an orphaned worker would otherwise run its cell to the end and
-  then wait for work forever, holding its share of the accelerator's memory.
-  """
+def _follow_grid() -> None:
+  """Passes the grid's stop on to this worker as a SIGTERM (a running cell saves its step and stops), and
+  exits the worker once no cell runs when the grid quits or is gone: an orphaned worker would otherwise run
+  its cell to the end and then wait for work forever, holding its share of the accelerator's memory."""
   told = False
   while True:
-    orphaned = parent is not None and not parent.is_alive()
-    if (orphaned or stop.is_set()) and not told:
+    orphaned, state = _Worker.orphaned(), _Worker.state.value
+    if (orphaned or state != _RUN) and not told:
       os.kill(os.getpid(), signal.SIGTERM)
       told = True
-    if orphaned and not _Worker.in_cell:
+    if (orphaned or state == _QUIT) and not _Worker.in_cell:
       os._exit(0)  # pylint: disable=protected-access  (nobody to answer; the cell's checkpoint is saved)
-    if told:
-      time.sleep(_POLL_S)
-    else:
-      stop.wait(_POLL_S)
+    time.sleep(_POLL_S)
 
 
-def _watched(run: Callable[..., Any], *args: Any) -> Any:
-  with preemption.watching():  # a SIGTERM: the cell's loops save their step and raise Preempted
-    if _Worker.stopping():  # queued before the grid stopped (or died): do not start
-      raise _NotStarted()
-    _Worker.in_cell = True
-    try:
-      return run(*args)
-    finally:
-      _Worker.in_cell = False
+@dataclasses.dataclass(frozen=True)
+class _Finished:
+  """A job's result, and whether a SIGTERM reached its worker after the cell's last step boundary."""
+  value: Any
+  stop: bool
 
 
 class _NotStarted(Exception):
-  """A job the grid's stop reached before it started (it was already queued in the pool)."""
+  """A job that did not start: the grid was stopping when the worker took it."""
+
+
+def _watched(run: Callable[..., Any], *args: Any) -> _Finished:
+  with preemption.watching():  # a SIGTERM: the cell's loops save their step and raise Preempted
+    if _Worker.sigterm_between_cells or _Worker.state.value != _RUN or _Worker.orphaned():
+      raise _NotStarted()
+    _Worker.in_cell = True
+    try:
+      value = run(*args)
+    finally:
+      _Worker.in_cell = False
+    return _Finished(value, preemption.signals_received() > 0)
 
 
 class _ProcessPool(cf.ProcessPoolExecutor):
-  """A process pool whose workers run each job within preemption.watching(); :meth:`stop` sends them a
-  SIGTERM."""
+  """A process pool whose workers run each job within preemption.watching(); :meth:`tell` sets the
+  grid's state they follow."""
 
   def __init__(self, workers: int):
     ctx = multiprocessing.get_context("spawn")  # a forked JAX process can deadlock
-    self._stop = ctx.Event()
-    super().__init__(max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(self._stop,))
+    self._state = ctx.RawValue(ctypes.c_int8, _RUN)  # no lock: see the module docstring
+    super().__init__(max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(self._state,))
 
   def submit(self, fn, /, *args, **kwargs):
     return super().submit(_watched, fn, *args, **kwargs)
 
-  def stop(self) -> None:
-    self._stop.set()
+  def tell(self, state: int) -> None:
+    self._state.value = max(self._state.value, state)
 
 
 def process_pool(workers: int) -> cf.Executor:
@@ -133,10 +150,11 @@ def run_jobs(jobs: Sequence[Job], run: Callable[..., Any], workers: int, *,
   this process as each finishes (in the order they finish).
 
   A group's first job (in ``jobs`` order) runs alone among its group; the rest of the group start once it
-  has finished. While workers are free, jobs of groups whose first job has finished go first. After a
-  SIGTERM to this process (within :func:`~daca_jax.run.preemption.watching`) or a job that raised
-  :class:`~daca_jax.run.preemption.Preempted`, no job starts, the running ones are told to stop (the
-  default executor's workers get a SIGTERM) and are waited for.
+  has finished. While workers are free, jobs of groups whose first job has finished go first.
+
+  A SIGTERM to this process (within :func:`~daca_jax.run.preemption.watching`, also while running jobs
+  finish after a failure) or to a worker of the default executor stops the grid: no job starts, the
+  running ones are told to save their step and stop, and are waited for.
 
   Args:
     jobs: the cells, in the order to start them.
@@ -147,7 +165,8 @@ def run_jobs(jobs: Sequence[Job], run: Callable[..., Any], workers: int, *,
 
   Raises:
     ValueError: ``workers`` < 1.
-    WorkerDied: a worker process died without an answer (killed, out of memory); names the jobs lost.
+    WorkerDied: a worker process died without an answer (killed, out of memory); names the jobs lost. The
+      other workers save their step and exit.
     GridPreempted: stopped by a SIGTERM (above) with jobs left unfinished; names those that stopped.
     Exception: the first exception a job raised, after the jobs already running have finished (their
       cells are kept) and without starting any other.
@@ -171,15 +190,15 @@ def run_jobs(jobs: Sequence[Job], run: Callable[..., Any], workers: int, *,
 
   own = executor is None
   pool = process_pool(workers) if own else executor
+  tell = getattr(pool, "tell", lambda state: None)
   running: dict[cf.Future, Job] = {}
-  stopped: list[str] = []  # jobs that raised Preempted
-  told = False
+  stopped: list[str] = []  # jobs that saved their step and stopped
+  stopping = False
   try:
     while True:
-      stopping = bool(stopped) or preemption.signals_received() > 0
-      if stopping and not told and hasattr(pool, "stop"):
-        pool.stop()  # also when only a worker received the SIGTERM: the grid stops as one run
-        told = True
+      stopping = stopping or preemption.signals_received() > 0
+      if stopping:
+        tell(_STOP)
       while not stopping and len(running) < workers and (job := next_job()) is not None:
         running[pool.submit(run, *job.args)] = job
       if not running:
@@ -188,27 +207,47 @@ def run_jobs(jobs: Sequence[Job], run: Callable[..., Any], workers: int, *,
           raise preemption.GridPreempted(stopped, left)
         return
       done, _ = cf.wait(running, timeout=_POLL_S, return_when=cf.FIRST_COMPLETED)
-      for future in done:
+      failure, broken = None, []
+      for future in done:  # every finished job is recorded before any failure is raised
         job = running.pop(future)
         try:
-          result = future.result()  # a failure: the finally below lets the running jobs finish
+          result = future.result()
         except _NotStarted:
           pending.setdefault(job.group, collections.deque()).appendleft(job)
+          stopping = True
           continue
         except preemption.Preempted as e:
           stopped.append(f"{job.key} ({e.phase} step {e.step})")
+          stopping = True
           continue
         except BrokenProcessPool:
-          lost = [job.key] + [j.key for j in running.values()]
-          running.clear()  # they died with the pool
-          raise WorkerDied(f"a worker process died (killed by the system, e.g. out of memory, or crashed) "
-                           f"while running {', '.join(lost)}; finished cells are kept: rerun the same command "
-                           f"to resume them, with fewer --jobs if memory ran out") from None
+          broken.append(job.key)
+          continue
+        except Exception as e:  # pylint: disable=broad-except  (raised below, after the others are recorded)
+          failure = failure or e
+          continue
+        if isinstance(result, _Finished):
+          stopping, result = stopping or result.stop, result.value
         ready.add(job.group)
         on_done(job, result)
+      if broken:
+        lost = broken + [j.key for j in running.values()]
+        running.clear()  # their futures fail with the pool; the workers save their step and exit
+        tell(_QUIT)
+        if preemption.signals_received():  # e.g. a SIGTERM to the process group killed a starting worker
+          raise preemption.GridPreempted(stopped, sum(len(q) for q in pending.values()) + len(lost))
+        raise WorkerDied(f"a worker process died (killed by the system, e.g. out of memory, or crashed) "
+                         f"while running {', '.join(lost)}; finished cells are kept: rerun the same command "
+                         f"to resume them, with fewer --jobs if memory ran out")
+      if failure is not None:
+        raise failure
   finally:
-    if running:
-      cf.wait(running)
+    while running:  # after a failure: the running jobs finish; a SIGTERM meanwhile still stops them
+      if preemption.signals_received():
+        tell(_STOP)
+      done, _ = cf.wait(running, timeout=_POLL_S, return_when=cf.FIRST_COMPLETED)
+      for future in done:
+        running.pop(future)
     if own:
       pool.shutdown(wait=True, cancel_futures=True)
 

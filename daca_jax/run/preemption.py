@@ -64,14 +64,14 @@ class GridPreempted(Preempted):
 
   Attributes:
     stopped: the cells that saved a checkpoint and stopped, each as "<cell> (<phase> step <step>)";
-      not_started: how many cells did not start.
+      not_started: how many other cells are still to run (not started, or lost with a worker).
   """
 
   def __init__(self, stopped: tuple[str, ...] | list[str], not_started: int):  # pylint: disable=super-init-not-called
     self.stopped, self.not_started = tuple(stopped), not_started
     saved = f"{', '.join(self.stopped)} saved a checkpoint of that step; " if self.stopped else ""
-    Exception.__init__(self, f"stopped by SIGTERM: {saved}{not_started} cell(s) did not start; finished cells are "
-                             f"kept. Run the same command to resume (exit status {EXIT_PREEMPTED})")
+    Exception.__init__(self, f"stopped by SIGTERM: {saved}{not_started} other cell(s) still to run; finished cells "
+                             f"are kept. Run the same command to resume (exit status {EXIT_PREEMPTED})")
 
   def __reduce__(self):
     return type(self), (self.stopped, self.not_started)
