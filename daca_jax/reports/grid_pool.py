@@ -130,6 +130,10 @@ class _ProcessPool(cf.ProcessPoolExecutor):
     ctx = multiprocessing.get_context("spawn")  # a forked JAX process can deadlock
     self._state = ctx.RawValue(ctypes.c_int8, _RUN)  # no lock: see the module docstring
     super().__init__(max_workers=workers, mp_context=ctx, initializer=_worker_init, initargs=(self._state,))
+    # Start every worker with the pool's manager thread. Spawned one per submit (CPython's default outside
+    # fork), a worker can start after that thread has taken its list of worker sentinels; its death then
+    # goes unnoticed until another job finishes (its cell, up to an hour), and so does the broken pool.
+    self._safe_to_dynamically_spawn_children = False
 
   def submit(self, fn, /, *args, **kwargs):
     return super().submit(_watched, fn, *args, **kwargs)
@@ -173,6 +177,9 @@ def run_jobs(jobs: Sequence[Job], run: Callable[..., Any], workers: int, *,
   """
   if workers < 1:
     raise ValueError(f"workers={workers}: expected an integer >= 1")
+  workers = min(workers, len(jobs))  # no more processes than jobs (--jobs=10**11 is a valid request)
+  if not jobs:
+    return
   pending: dict[Hashable, collections.deque[Job]] = {}
   for job in jobs:
     pending.setdefault(job.group, collections.deque()).append(job)

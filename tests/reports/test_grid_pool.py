@@ -102,7 +102,8 @@ def test_process_workers_get_the_cells_config_and_send_back_its_error(monkeypatc
                      on_done=lambda job, res: got.update({job.key: res}))
   assert got == {"3": (cfgs[0], "false"), "4": (cfgs[1], "false")}
   with pytest.raises(ConfigError, match=rf"^rl.credit='{cfg.rl.credit}' is not allowed: expected a credit the obj"):
-    grid_pool.run_jobs([grid_pool.Job("x", 0, (cfg, True))], _worker_sees, 1, on_done=print)
+    # more workers than jobs (was an OverflowError from the pool's semaphore): one process per job
+    grid_pool.run_jobs([grid_pool.Job("x", 0, (cfg, True))], _worker_sees, 10**11, on_done=print)
 
 
 @pytest.mark.slow  # ~20 s; the default suite checks the workers' arguments and errors above
