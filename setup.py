@@ -4,10 +4,11 @@
 ``likelihood``, ``rl``, ``models``, ``parallel``); the application layer's dependencies come as
 extras: ``[tasks]`` (graders), ``[ckpt]`` (orbax checkpoints), ``[viz]`` (plots, trajectory
 pictures), ``[run]`` (the main job and ``experiments/``: all of those, plus flags, progress bars and
-TensorBoard files), ``[hf]`` (checkpoint import and export), ``[wandb]``, ``[docs]`` (the Sphinx
+TensorBoard files), ``[hf]`` (checkpoint import and export), ``[wandb]``, ``[tpu]`` / ``[gpu]`` (XLA's TPU and GPU
+compilers, for plans and preflights compiled for those machines on any host), ``[docs]`` (the Sphinx
 site of ``docs/``, with ``[run]``'s packages, which autodoc imports), ``[all]`` and ``[test]``
-(everything the test suite needs but ``[hf]``, whose tests skip without it; the suite builds the docs
-too). The benchmark files are read from the local disk by ``daca_jax.data`` with the standard library
+(everything the test suite needs but ``[hf]``, whose tests skip without it; the compilers included, so
+that the suite compiles for a TPU slice and a GPU node; the suite builds the docs too). The benchmark files are read from the local disk by ``daca_jax.data`` with the standard library
 alone, so no extra brings TFDS, grain or TensorFlow.
 """
 from setuptools import find_packages, setup
@@ -46,11 +47,17 @@ PRETRAINED = ["tokenizers>=0.20",
 HF = PRETRAINED + ["torch==2.13.0", "transformers>=5.0",
                    "peft==0.21.2"]  # the exported LoRA adapter is checked by loading it with peft
 WANDB = ["wandb>=0.16"]  # optional W&B dashboards (--config.log.wandb=<project>)
+# XLA's own TPU and GPU compilers, which compile a run's programs for a TPU slice or a GPU node on any machine
+# (experiments/plan.py --target, experiments/train.py --compile_only; daca_jax/planning/targets.py). jax's own
+# extras pin the compiler to the jax installed (jax[tpu] -> libtpu, jax[cuda12] -> the CUDA 12 plugin and
+# libraries, about 5.5 GB); on a TPU VM or a GPU machine they are also the runtime.
+TPU = ["jax[tpu]>=0.10"]
+GPU = ["jax[cuda12]>=0.10"]
 # The documentation site: `python -m sphinx -W -b html docs docs/_build/html` (autodoc and napoleon are
 # part of sphinx); Markdown pages through myst-parser. autodoc imports every module of the API reference,
 # the application layer's included, so the site needs [run]'s packages too.
 DOCS = RUN + ["sphinx>=8.1", "myst-parser>=4.0", "sphinx-book-theme>=1.1.3"]
-TEST = RUN + DOCS + ["pytest>=8", "hypothesis>=6",
+TEST = RUN + DOCS + TPU + GPU + ["pytest>=8", "hypothesis>=6",
                      "pytest-xdist>=3.5",  # the suite runs on every core (-n auto), a file per worker
                      "tensorboard>=2.15",  # reads the event files back
                      "filelock>=3.12"]  # JAX's locked compilation cache, shared by the tests' processes
@@ -65,6 +72,7 @@ setup(
     # configs/ ships as the package `configs` (its files import `configs.base`), so every script and
     # `--config=configs/<file>.py` work from any directory without a sys.path edit.
     packages=find_packages(include=["daca_jax", "daca_jax.*", "configs"]),
+    package_data={"daca_jax.planning": ["gpu_specs/*.txtpb"]},  # the GPU targets' device descriptions
     python_requires=">=3.11",
     install_requires=CORE,
     extras_require={
@@ -75,6 +83,8 @@ setup(
         "pretrained": PRETRAINED,
         "hf": HF,
         "wandb": WANDB,
+        "tpu": TPU,
+        "gpu": GPU,
         "docs": DOCS,
         "all": sorted(set(RUN + HF + WANDB + DOCS)),
         "test": TEST,

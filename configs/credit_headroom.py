@@ -3,17 +3,26 @@ variant leaves for credit, measured as the per-cell oracle's validation ``strict
 alone's, from the same SFT warm start per seed, on the fixed 5,000-item validation split:
 
   python experiments/reproduce.py --workdir=runs/headroom_b10 --preset=credit \\
-      --study=configs/credit_headroom.py --seeds=0,1
+      --study=configs/credit_headroom.py:10 --seeds=0,1
 
-Every arm of a workdir must share the task variant (the grid caches one SFT warm start per task and
-seed), so a variant is one workdir: change :data:`BLANKS` (8, 10, 11) for the next.
+The part after ':' is the variant's ``task.num_blanks`` (8, 10 or 11; default :data:`BLANKS`). Every arm
+of a workdir must share the task variant (the grid caches one SFT warm start per task and seed), so a
+variant is one workdir.
 """
 
-BLANKS = 10  # task.num_blanks of the variant measured (the main job: 8)
+BLANKS = 10  # task.num_blanks of the variant measured when the study names none (the main job: 8)
+VARIANTS = (8, 10, 11)  # the pre-registration's candidates
 
 
-def get_arms() -> dict[str, list[tuple[str, object]]]:
-  """Arm name → ``[(dotted.field, value), ...]``: SML alone and the oracle on the variant."""
-  task = [("task.num_blanks", BLANKS)]
-  return {f"SML alone, {BLANKS} blanks": task + [("rl.credit", "uniform")],
-          f"oracle token_reward + SML, {BLANKS} blanks": task + [("rl.credit", "token_reward")]}
+def get_arms(blanks: str | int = BLANKS) -> dict[str, list[tuple[str, object]]]:
+  """Arm name → ``[(dotted.field, value), ...]``: SML alone and the oracle on the ``blanks`` variant.
+
+  Raises:
+    ValueError: ``blanks`` is not one of :data:`VARIANTS`.
+  """
+  n = int(blanks) if str(blanks).isdigit() else None
+  if n not in VARIANTS:
+    raise ValueError(f"configs/credit_headroom.py: variant {blanks!r} is not one of {VARIANTS} (task.num_blanks)")
+  task = [("task.num_blanks", n)]
+  return {f"SML alone, {n} blanks": task + [("rl.credit", "uniform")],
+          f"oracle token_reward + SML, {n} blanks": task + [("rl.credit", "token_reward")]}

@@ -31,7 +31,7 @@ import sys
 from daca_jax.planning.simulate import simulate_devices
 
 if __name__ == "__main__":
-  simulate_devices(sys.argv)  # before jax is imported
+  simulate_devices(sys.argv)  # --target's compiler or --num_devices CPU devices, before jax is imported
 
 from absl import flags
 from ml_collections import config_flags
@@ -39,16 +39,21 @@ from ml_collections import config_flags
 from configs import paper
 from daca_jax.errors import ConfigError
 from daca_jax.io_utils import atomic_write_json, check_file_path
-from daca_jax.planning import spec as plan_spec, sweep
+from daca_jax.planning import spec as plan_spec, sweep, targets
+from daca_jax.planning.devices import device_spec
 from daca_jax.planning.report import render_file
 from daca_jax.run import cli_errors
 from daca_jax.run.cli_errors import reported_errors
 from daca_jax.types import TrainConfig
 
+_TARGET = flags.DEFINE_string("target", None, f"Compile for this machine with its own compiler: "
+                              f"{targets.allowed()} (daca_jax/planning/targets.py). XLA:TPU and XLA:GPU need "
+                              "the [tpu] / [gpu] extras; without --target, --num_devices CPU devices.")
 _SPEC = {"model": flags.DEFINE_string("model", "llada_8b", f"Architecture: one of {sorted(plan_spec.MODELS)}."),
          "layers": flags.DEFINE_integer("layers", 0, "Layers of --model (0: its own)."),
-         "device": flags.DEFINE_string("device", "h100", "Device kind planned for (daca_jax/hardware.py)."),
-         "num_devices": flags.DEFINE_integer("num_devices", 8, "Simulated CPU devices (the mesh)."),
+         "device": flags.DEFINE_string("device", "h100", "Device kind planned for (daca_jax/hardware.py) with "
+                                       "simulated CPU devices; a TPU / GPU --target sets its own."),
+         "num_devices": flags.DEFINE_integer("num_devices", 8, "Simulated CPU devices (the mesh; --target=cpu:N)."),
          "method": flags.DEFINE_string("method", "daca", f"configs/paper.py preset: {plan_spec.METHODS}."),
          "prompt_len": flags.DEFINE_integer("prompt_len", plan_spec.TABLE_PROMPT_LEN, "Prompt tokens P "
                                             "(with --config: default 200, d1's max_prompt_length).")}
@@ -105,16 +110,32 @@ def _main():
   from daca_jax.planning.preset import check_config_flags, plan_preset
   from daca_jax.planning.report import describe
 
+  target = _target()
   if _CONFIG.value is not None:
     check_config_flags({k: f.value for k, f in _FLAGS.items() if f.present})
     given = lambda k: _FLAGS[k].value if _FLAGS[k].present else None
     record = plan_preset(_CONFIG.value, device=_FLAGS["device"].value, model=given("model") or "",
-                         prompt_len=given("prompt_len"), prompt_len_from_task=_TASK_P.value)
+                         prompt_len=given("prompt_len"), prompt_len_from_task=_TASK_P.value, target=target)
   else:
-    record = plan_spec.plan_flags(paper.get_config, **{k: f.value for k, f in _FLAGS.items()})
-  print(describe(record, mfu=_MFU.value, usable=_USABLE.value))
+    values = {k: f.value for k, f in _FLAGS.items()}
+    if not target.simulated:
+      values.pop("num_devices")
+    record = plan_spec.plan_flags(paper.get_config, target=target, **values)
+  only = None if target.simulated else [device_spec(target.device)]
+  print(describe(record, mfu=_MFU.value, usable=_USABLE.value, devices=only))
   if _JSON.value:
     atomic_write_json(_JSON.value, record)
+
+
+def _target() -> targets.Target:
+  """The target of the command: --target, else --num_devices simulated devices of kind --device."""
+  if _TARGET.value is None:
+    return targets.target(f"cpu:{_FLAGS['num_devices'].value}", device=_FLAGS["device"].value)
+  target = targets.target(_TARGET.value, device=_FLAGS["device"].value)
+  if not target.simulated and _FLAGS["device"].present and _FLAGS["device"].value.lower() != target.device:
+    raise ConfigError("--device", _FLAGS["device"].value, f"unset with --target={target.name} (its device is "
+                      f"{target.device})")
+  return target
 
 
 if __name__ == "__main__":

@@ -51,7 +51,8 @@ _BASES = flags.DEFINE_list("bases", ["diffu_grpo", "wd1", "gdpo"],
 _ARMS = flags.DEFINE_list("arms", list(rp.ARMS), f"Arms: {list(rp.ARMS + rp.RELATED_ARMS)}.")
 _SEEDS = flags.DEFINE_list("seeds", ["0", "1", "2"], "Seeds.")
 _STUDY = flags.DEFINE_string("study", None, "A file whose get_arms() names arms by config overrides "
-                             "(e.g. configs/credit_study.py); replaces --bases/--arms.")
+                             "(e.g. configs/credit_study.py); path:variant calls get_arms(variant) (e.g. "
+                             "configs/credit_headroom.py:11); replaces --bases/--arms.")
 _VAL = flags.DEFINE_integer("num_val_examples", None, "Validation puzzles per task (task.num_val_examples); "
                             "the table then reports the validation change arms are chosen on.")
 _JOBS = flags.DEFINE_integer("jobs", 1, "Cells run at once, each in a process of its own (a seed's first cell "

@@ -10,6 +10,11 @@ import os
 import shutil
 import tempfile
 
+# The suite runs on the CPU (8 simulated devices where it needs several). [test] installs XLA's TPU and GPU
+# compilers (the target-compile tests), whose plugins, on a machine without the hardware, otherwise try
+# to start at every `import jax` and print their failures; subprocesses inherit the setting.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
 # One cache per test session, removed at its end: a cache shared by concurrent sessions on one machine
 # (two pytest runs, a run beside a training job's tests) let one read another's half-written entry,
 # which crashed the reading process inside XLA's deserializer (a segmentation fault).

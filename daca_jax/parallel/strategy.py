@@ -122,9 +122,13 @@ def shard_rollout(rollout_fn: Callable[..., Any], cfg: ParallelConfig, mesh: Mes
   if cfg.strategy == "none":
     return rollout_fn
   mesh = make_mesh(cfg) if mesh is None else mesh
-  memory = device_memory_bytes() if device_bytes is None else device_bytes
 
   def gathers(params):
+    # Only "auto" reads a device's memory: a plan for compile-only devices (which report none) resolves
+    # it for its target first, so nothing here asks a device that is not there.
+    if cfg.rollout_weights != "auto":
+      return gathers_rollout_weights(cfg, tree_bytes(params), None)
+    memory = device_memory_bytes() if device_bytes is None else device_bytes
     return gathers_rollout_weights(cfg, tree_bytes(params), memory)
 
   # The weights constrained to replicated at the program's start: one all-gather per call, and every

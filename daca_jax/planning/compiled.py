@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from typing import Any, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -52,8 +52,10 @@ class Program:
     compiled = lowered.compile()
     compile_s = time.perf_counter() - t0
     n = built.num_devices
+    platform = built.platform
     colls = collectives(compiled.as_text(), n)
-    return cls(memory=bm.memory_stats(compiled), compile_s=compile_s, cost=program_cost(compiled, n),
+    return cls(memory=bm.memory_stats(compiled), compile_s=compile_s,
+               cost=program_cost(compiled, n, platform=platform),
                traffic=dataclasses.asdict(breakdown(colls, built.params, built.cfg, n)))
 
 
@@ -86,10 +88,16 @@ class Built:
   def num_devices(self) -> int:
     return 1 if self.mesh is None else int(self.mesh.size)
 
+  @property
+  def platform(self) -> str:
+    """The platform its programs are compiled for (``cpu``, or a target's ``tpu`` / ``gpu``)."""
+    return (jax.devices()[0] if self.mesh is None else self.mesh.devices.flat[0]).platform
 
-def build(cfg: TrainConfig, prompt_len: int) -> Built:
+
+def build(cfg: TrainConfig, prompt_len: int, devices: Sequence[Any] | None = None) -> Built:
   """The learner of ``cfg`` (validated) and abstract parameters, optimizer state, prompts
-  ``int32 [sampled_rows, prompt_len]`` and key."""
+  ``int32 [sampled_rows, prompt_len]`` and key; its mesh spans ``devices`` (default: the process's;
+  a target's compile-only devices, :func:`daca_jax.planning.targets.devices`)."""
   model = cfg.model
   graphdef, params = nnx.split(nnx.eval_shape(lambda: Transformer(model, nnx.Rngs(0))), nnx.Param)
   shared = None
@@ -105,13 +113,13 @@ def build(cfg: TrainConfig, prompt_len: int) -> Built:
     ref_params = params
     logits_fn = make_logits_fn(graphdef, logprob_chunk=model.logprob_chunk)
     kw = dict(hidden_logits_fn=make_logits_fn(graphdef, return_hidden=True))
-  learner = GRPOLearner(logits_fn, cfg, mask_id=model.mask_token_id, eos_id=EOS_ID, **kw)
+  mesh = parallel.make_mesh(cfg.parallel, devices) if cfg.parallel.strategy != "none" else None
+  learner = GRPOLearner(logits_fn, cfg, mask_id=model.mask_token_id, eos_id=EOS_ID, mesh=mesh, **kw)
   opt_state = jax.eval_shape(learner.init_opt_state, params)
   rl = cfg.rl
   sampled = rl.prompts_per_step * (rl.sample_group_size or rl.group_size)
   prompts = jax.ShapeDtypeStruct((sampled, prompt_len), jnp.int32)
   key = jax.eval_shape(lambda: jax.random.PRNGKey(0))
-  mesh = parallel.make_mesh(cfg.parallel) if cfg.parallel.strategy != "none" else None
   return Built(cfg, learner, params, ref_params, opt_state, prompts, key, mesh, shared, sampled_rows=sampled,
                update_rows=rl.prompts_per_step * rl.group_size,
                rollout_calls=sampled // rl.rollout_batch if rl.rollout_batch else 1)

@@ -29,8 +29,12 @@ missing or fail, the whole program's ``cost_analysis()`` is returned with ``exac
 A backend whose own analysis already multiplies loop bodies by their trip counts (detected once per
 backend with a loop of known cost, :func:`backend_counts_trips`) is used as it is.
 
-Why one module (about 350 lines, at the bound): costing loops and counting collectives share one parse of the
-compiled module's text (:func:`_parse`).
+Programs compiled for compile-only TPU or GPU devices (:mod:`daca_jax.planning.targets`) cannot take
+that route: XLA:GPU gives no cost analysis there and XLA:TPU's per-body analysis needs a TPU. Their
+FLOPs, transcendentals and bytes are the library's own count of the optimized module
+(:mod:`daca_jax.planning.hlo_count`, loops multiplied), and the record keeps XLA's once-per-loop count
+beside the same count taken once per loop (``xla_once`` / ``own_once``) as a check. Trip counts XLA:TPU
+does not print are inferred (:mod:`daca_jax.planning.hlo_text`).
 """
 from __future__ import annotations
 
@@ -43,19 +47,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-_COST_KEYS = ("flops", "bytes accessed", "transcendentals")
-_DTYPE_BYTES = {"pred": 1, "s2": 0.25, "u2": 0.25, "s4": 0.5, "u4": 0.5, "s8": 1, "u8": 1, "s16": 2, "u16": 2,
-                "f16": 2, "bf16": 2, "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8,
-                "c128": 16, "f8e4m3fn": 1, "f8e5m2": 1, "f8e4m3": 1, "f8e3m4": 1, "f8e4m3fnuz": 1,
-                "f8e5m2fnuz": 1, "f8e4m3b11fnuz": 1, "f8e8m0fnu": 1, "f4e2m1fn": 0.5}
-_COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
+from daca_jax.planning import hlo_count
+from daca_jax.planning.hlo_text import ARRAY, DTYPE_BYTES, Computation, Module, parse
 
-_COMP_HEADER = re.compile(r"^(ENTRY )?%([\w.\-]+) \(.*\{\s*$")
-_SINGLE_REF = re.compile(r"\b(calls|to_apply|body|condition|true_computation|false_computation)=%([\w.\-]+)")
-_LIST_REF = re.compile(r"\b(branch_computations|called_computations)=\{([^}]*)\}")
-_TRIP = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
-_ARRAY = re.compile(r"\b([a-z][a-z0-9]*)\[([\d,]*)\]")
-_OPCODE = re.compile(r"^\s*(?:ROOT )?%[\w.\-]+ = (.*?) ([a-z][\w\-]*)\(")
+_COST_KEYS = ("flops", "bytes accessed", "transcendentals")
+_COLLECTIVES = ("all-gather", "reduce-scatter", "all-reduce", "all-to-all", "collective-permute")
 _GROUPS_LIST = re.compile(r"replica_groups=\{\{([\d,]*)\}")
 _GROUPS_IOTA = re.compile(r"replica_groups=\[(\d+),(\d+)\]")
 _GROUPS_MESH = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
@@ -76,7 +72,15 @@ class ProgramCost:
     unknown_trip_loops: loops without a known trip count (counted once).
     exact_loops: False when the per-loop analysis was unavailable and every loop body was counted
       once (XLA's plain count: a lower bound).
-    xla_flops_once: XLA's plain count of the whole program (each loop body once), for reference.
+    xla_flops_once: XLA's plain count of the whole program (each loop body once), for reference (0
+      where the compiler gives none: XLA:GPU for compile-only devices).
+    counter: who counted ``flops`` / ``bytes_accessed``: ``"xla"`` (XLA's analysis per loop body) or
+      ``"hlo_count"`` (the library's count of the optimized module, :mod:`daca_jax.planning.hlo_count`).
+    xla_once: XLA's own count of the program, each loop body once (``flops``, ``bytes_accessed``,
+      ``transcendentals``; empty where XLA gives none).
+    own_once: the library's count of the same program, each loop body once: equal to ``xla_once`` where
+      the two agree (the check of ``counter="hlo_count"``).
+    inferred_trip_loops: loops whose trip count was inferred, not printed (XLA:TPU).
   """
 
   flops: float
@@ -87,6 +91,10 @@ class ProgramCost:
   unknown_trip_loops: int
   exact_loops: bool
   xla_flops_once: float
+  counter: str = "xla"
+  xla_once: dict[str, float] = dataclasses.field(default_factory=dict)
+  own_once: dict[str, float] = dataclasses.field(default_factory=dict)
+  inferred_trip_loops: int = 0
 
   @property
   def link_bytes(self) -> float:
@@ -99,46 +107,7 @@ class ProgramCost:
             "link_bytes": self.link_bytes * factor}
 
 
-@dataclasses.dataclass
-class _Computation:
-  name: str
-  lines: list[str]
-  refs: list[tuple[str, str]]  # (kind, callee)
-  loops: list[tuple[str, str, int]]  # (body, condition, trip count or 0)
-
-
-def _parse(text: str) -> tuple[str, dict[str, _Computation], str]:
-  """(text before the first computation, computations by name in printed order, entry name)."""
-  lines = text.splitlines()
-  comps: dict[str, _Computation] = {}
-  preamble_end, entry, current = None, "", None
-  for i, line in enumerate(lines):
-    if current is None:
-      m = _COMP_HEADER.match(line)
-      if m:
-        preamble_end = i if preamble_end is None else preamble_end
-        current = _Computation(m.group(2), [line], [], [])
-        if m.group(1):
-          entry = current.name
-      continue
-    current.lines.append(line)
-    if line.strip() == "}":
-      comps[current.name] = current
-      current = None
-      continue
-    refs = [(k, c) for k, c in _SINGLE_REF.findall(line)]
-    for kind, names in _LIST_REF.findall(line):
-      refs += [(kind, n.strip().lstrip("%")) for n in names.split(",") if n.strip()]
-    current.refs += refs
-    if " while(" in line:
-      body = next(c for k, c in refs if k == "body")
-      cond = next(c for k, c in refs if k == "condition")
-      trip = _TRIP.search(line)
-      current.loops.append((body, cond, int(trip.group(1)) if trip else 0))
-  return "\n".join(lines[1:preamble_end or 1]), comps, entry
-
-
-def _reachable(comps: dict[str, _Computation], root: str) -> set[str]:
+def _reachable(comps: dict[str, Computation], root: str) -> set[str]:
   seen, stack = set(), [root]
   while stack:
     c = stack.pop()
@@ -149,7 +118,7 @@ def _reachable(comps: dict[str, _Computation], root: str) -> set[str]:
   return seen
 
 
-def _direct_loops(comps: dict[str, _Computation], root: str) -> list[tuple[str, str, int]]:
+def _direct_loops(comps: dict[str, Computation], root: str) -> list[tuple[str, str, int]]:
   """Loops that ``root`` runs itself or through non-loop calls (fusions, calls, conditionals)."""
   out, seen, stack = [], set(), [root]
   while stack:
@@ -157,29 +126,29 @@ def _direct_loops(comps: dict[str, _Computation], root: str) -> list[tuple[str, 
     if c in seen or c not in comps:
       continue
     seen.add(c)
-    out += comps[c].loops
-    loop_comps = {x for b, cnd, _ in comps[c].loops for x in (b, cnd)}
+    out += [(lp.body, lp.condition, lp.trip) for lp in comps[c].loops]
+    loop_comps = {x for lp in comps[c].loops for x in (lp.body, lp.condition)}
     stack += [callee for _, callee in comps[c].refs if callee not in loop_comps]
   return out
 
 
-def _xla_cost(client: Any, header: str, preamble: str, comps: dict[str, _Computation], root: str
-              ) -> dict[str, float]:
+def _xla_cost(client: Any, module: Module, root: str) -> dict[str, float]:
   """XLA's cost of computation ``root`` compiled into a module of its own (its loops' bodies once)."""
   from jaxlib import _hlo  # not public API: see the module docstring
   from jax._src.lib import _jax
 
-  keep = _reachable(comps, root)
-  parts = [header, preamble]
-  for name, comp in comps.items():
+  keep = _reachable(module.comps, root)
+  # A module header without the entry layout (it names the original entry's parameters).
+  parts = ["HloModule " + module.header.split()[1].rstrip(","), module.preamble]
+  for name, comp in module.comps.items():
     if name not in keep:
       continue
     first = comp.lines[0].removeprefix("ENTRY ")
     parts.append(("ENTRY " if name == root else "") + first)
     parts += comp.lines[1:]
     parts.append("")
-  module = _hlo.hlo_module_from_text("\n".join(parts))
-  cost = _jax.hlo_module_cost_analysis(client, module)
+  hlo = _hlo.hlo_module_from_text("\n".join(parts))
+  cost = _jax.hlo_module_cost_analysis(client, hlo)
   return {k: float(cost.get(k, 0.0)) for k in _COST_KEYS}
 
 
@@ -227,48 +196,54 @@ class Collective:
   sent: float
 
 
-def collectives(text: str, devices: int) -> list[Collective]:
-  """Every collective of a compiled program's text (``Compiled.as_text()``), with how often it runs and
-  the bytes one device sends (module docstring), in printed order."""
-  _, comps, entry = _parse(text)
-  return _collectives(comps, entry, devices) if entry else []
+def collectives(text: str | Module, devices: int) -> list[Collective]:
+  """Every collective of a compiled program's text (``Compiled.as_text()``, or its parse), with how often
+  it runs and the bytes one device sends (module docstring), in printed order. Asynchronous pairs
+  (``-start`` / ``-done``) count once, and a collective inside a computation that an ``async-start`` or a
+  fusion calls counts with its caller."""
+  module = parse(text) if isinstance(text, str) else text
+  return _collectives(module, devices) if module.entry else []
 
 
-def _collectives(comps: dict[str, _Computation], entry: str, devices: int) -> list[Collective]:
-  mult = {name: 0.0 for name in comps}
-  mult[entry] = 1.0
+def runs_per_computation(module: Module) -> dict[str, float]:
+  """How often each computation of ``module`` runs per run of its entry (loops multiplied by their trip
+  counts, a loop of unknown count once; every branch of a conditional as if it ran)."""
+  mult = {name: 0.0 for name in module.comps}
+  mult[module.entry] = 1.0
   # XLA prints callees before callers: walking backwards visits every caller before its callees.
-  for name in reversed(list(comps)):
-    comp = comps[name]
+  for name in reversed(list(module.comps)):
+    comp = module.comps[name]
     if not mult[name]:
       continue
     factor = {}
-    for body, cond, trip in comp.loops:
-      factor[body] = max(trip, 1)
-      factor[cond] = max(trip, 1) + 1
+    for lp in comp.loops:
+      factor[lp.body] = max(lp.trip, 1)
+      factor[lp.condition] = max(lp.trip, 1) + 1
     for _, callee in comp.refs:
       if callee in mult:
         mult[callee] += mult[name] * factor.get(callee, 1)
+  return mult
+
+
+def _collectives(module: Module, devices: int) -> list[Collective]:
+  mult = runs_per_computation(module)
   out: list[Collective] = []
-  for name, comp in comps.items():
+  for name, comp in module.comps.items():
     if not mult[name]:
       continue
-    for line in comp.lines[1:]:
-      m = _OPCODE.match(line)
-      if not m:
-        continue
-      op = m.group(2)
+    for inst in comp.instructions:
+      op = inst.opcode
       base = op.removesuffix("-start")
       if base not in _COLLECTIVES or op.endswith("-done"):
         continue
-      arrays = _ARRAY.findall(m.group(1))
-      if not arrays:
+      found = ARRAY.findall(inst.shape)
+      if not found:
         continue
-      sizes = [_DTYPE_BYTES.get(dt, 4) * math.prod(int(d) for d in dims.split(",") if d) for dt, dims in arrays]
+      sizes = [DTYPE_BYTES.get(dt, 4) * math.prod(int(d) for d in dims.split(",") if d) for dt, dims in found]
       # an async start's result is a tuple (operands, results, ...): its largest array is the data moved
       size = max(sizes) if op.endswith("-start") else sum(sizes)
-      dt, dims = arrays[sizes.index(max(sizes))]
-      n = _group_size(line, devices)
+      dt, dims = found[sizes.index(max(sizes))]
+      n = _group_size(inst.attrs, devices)
       if base == "collective-permute":
         sent = size
       elif base == "all-reduce":
@@ -282,10 +257,10 @@ def _collectives(comps: dict[str, _Computation], entry: str, devices: int) -> li
   return out
 
 
-def _collective_bytes(comps: dict[str, _Computation], entry: str, devices: int) -> dict[str, float]:
-  """Bytes one device sends per run of ``entry``, by collective, each weighted by how often it runs."""
+def _collective_bytes(module: Module, devices: int) -> dict[str, float]:
+  """Bytes one device sends per run of the entry, by collective, each weighted by how often it runs."""
   out: dict[str, float] = {}
-  for c in _collectives(comps, entry, devices):
+  for c in _collectives(module, devices):
     out[c.op] = out.get(c.op, 0.0) + c.sent
   return out
 
@@ -305,33 +280,54 @@ def backend_counts_trips(platform: str) -> bool:
   return flops > 5 * one
 
 
-def program_cost(compiled: Any, devices: int = 1) -> ProgramCost:
+def compiled_platform(compiled: Any) -> str:
+  """The platform a ``jax.stages.Compiled`` was compiled for (``cpu``, ``gpu``, ``tpu``), read from the
+  devices of its input shardings: a compile-only device has no runtime client to ask."""
+  for sharding in jax.tree.leaves(getattr(compiled, "input_shardings", ())):
+    devices = getattr(sharding, "device_set", None)
+    if devices:
+      return next(iter(devices)).platform
+  return jax.devices()[0].platform
+
+
+def _counted(d: hlo_count.Count) -> dict[str, float]:
+  return {"flops": d.flops, "bytes_accessed": d.bytes_accessed, "transcendentals": d.transcendentals}
+
+
+def program_cost(compiled: Any, devices: int = 1, platform: str | None = None) -> ProgramCost:
   """The cost of one run of ``compiled`` (a ``jax.stages.Compiled``) per device, loops counted.
 
   Args:
-    compiled: the compiled program (of the current backend's client).
+    compiled: the compiled program (of the current backend's client, or of compile-only devices).
     devices: devices of the mesh it was partitioned for (collectives without replica groups span them).
+    platform: the platform it was compiled for (default: read off its input shardings); ``tpu`` and
+      ``gpu`` programs are counted by :mod:`daca_jax.planning.hlo_count`.
   Returns:
     A :class:`ProgramCost`; see the module docstring for what is and is not counted.
   """
+  platform = platform or compiled_platform(compiled)
   plain = _plain(compiled)
   text = compiled.as_text()
-  header_line, _, _ = text.partition("\n")
-  preamble, comps, entry = _parse(text)
-  collectives = _collective_bytes(comps, entry, devices) if entry else {}
-  all_loops = [(trip, body) for comp in comps.values() for body, _, trip in comp.loops]
+  module = parse(text)
+  colls = _collective_bytes(module, devices) if module.entry else {}
+  all_loops = [(lp.trip, lp.body) for lp in module.loops()]
   unknown = sum(1 for trip, _ in all_loops if not trip)
-  base = dict(collective_bytes=collectives, loops=tuple(all_loops), unknown_trip_loops=unknown,
-              xla_flops_once=plain["flops"])
-  platform = compiled.runtime_executable().client.platform if hasattr(compiled, "runtime_executable") else "cpu"
+  inferred = sum(1 for lp in module.loops() if lp.trip and not lp.annotated)
+  base = dict(collective_bytes=colls, loops=tuple(all_loops), unknown_trip_loops=unknown,
+              xla_flops_once=plain["flops"], inferred_trip_loops=inferred,
+              xla_once={k.replace(" ", "_"): v for k, v in plain.items()} if any(plain.values()) else {})
+  if platform in ("tpu", "gpu"):
+    every, once = hlo_count.count(module), hlo_count.count(module, loops_once=True)
+    return ProgramCost(flops=every.flops, bytes_accessed=every.bytes_accessed,
+                       transcendentals=every.transcendentals, exact_loops=True, counter="hlo_count",
+                       own_once=_counted(once), **base)
   if not all_loops or backend_counts_trips(platform):
     return ProgramCost(flops=plain["flops"], bytes_accessed=plain["bytes accessed"],
                        transcendentals=plain["transcendentals"], exact_loops=True, **base)
-  # A module header without the entry layout (it names the original entry's parameters).
-  header = "HloModule " + header_line.split()[1].rstrip(",")
+  comps, entry = module.comps, module.entry
   try:
     client = jax.devices(platform)[0].client
-    x_cost = functools.lru_cache(maxsize=None)(lambda c: _xla_cost(client, header, preamble, comps, c))
+    x_cost = functools.lru_cache(maxsize=None)(lambda c: _xla_cost(client, module, c))
 
     @functools.lru_cache(maxsize=None)
     def total(c: str) -> tuple[float, ...]:
@@ -351,4 +347,5 @@ def program_cost(compiled: Any, devices: int = 1) -> ProgramCost:
   return ProgramCost(flops=flops, bytes_accessed=nbytes, transcendentals=trans, exact_loops=True, **base)
 
 
-__all__ = ["Collective", "ProgramCost", "backend_counts_trips", "collectives", "program_cost"]
+__all__ = ["Collective", "ProgramCost", "backend_counts_trips", "collectives", "compiled_platform", "program_cost",
+           "runs_per_computation"]

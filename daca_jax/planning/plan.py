@@ -31,7 +31,9 @@ from daca_jax.errors import ConfigError
 from daca_jax.planning import analytic
 from daca_jax.planning import traffic as traffic_floors
 from daca_jax.planning.compiled import build, compile_rollout, compile_update, per_device_bytes
-from daca_jax.planning.devices import DEVICES, DeviceSpec
+from daca_jax.planning import targets
+from daca_jax.planning.devices import DEVICES, DeviceSpec, device_spec
+from daca_jax.planning.targets import Target
 from daca_jax.measure import benchmarking as bm
 from daca_jax.types import TrainConfig
 
@@ -81,17 +83,23 @@ def resolve_rollout_weights(cfg: TrainConfig, device: DeviceSpec | None) -> tupl
 
 
 def plan_from_config(cfg: TrainConfig, *, prompt_len: int, num_devices: int | None = None,
-                     notes: Sequence[str] = (), device: DeviceSpec | None = None) -> dict[str, Any]:
-  """Compiles ``cfg``'s rollout and update on the current devices and returns the plan record.
+                     notes: Sequence[str] = (), device: DeviceSpec | None = None,
+                     target: Target | None = None) -> dict[str, Any]:
+  """Compiles ``cfg``'s rollout and update for a target (default: the current devices) and returns the
+  plan record.
 
   Args:
     cfg: the run's configuration (validated here); its ``parallel`` section must fit the devices.
     prompt_len: P, prompt tokens of every row.
     num_devices: the devices the plan is for; must equal ``jax.device_count()`` (simulated CPU devices
-      for a plan of a larger machine); None takes the current count.
+      for a plan of a larger machine) or the target's; None takes the current count (the target's).
     notes: lines the record carries (what the plan could not honour, set by the caller).
     device: the device kind planned for: ``parallel.rollout_weights="auto"`` is decided for its memory
-      (:func:`resolve_rollout_weights`; None: as on a device that does not report its memory).
+      (:func:`resolve_rollout_weights`; None: the target's kind, else as on a device that does not
+      report its memory).
+    target: the compiler and machine (:mod:`daca_jax.planning.targets`); a TPU or GPU target compiles
+      for its compile-only devices with XLA:TPU / XLA:GPU. None: the process's own devices (XLA:CPU's
+      simulated ones for a plan).
   Returns:
     A JSON-able dict: ``setting`` (:func:`setting`), ``param_count``, ``trainable_count``, ``rollout``
     and ``update`` (per-device ``memory`` bytes, ``compile_s``, one run's ``cost``; the rollout's
@@ -102,13 +110,19 @@ def plan_from_config(cfg: TrainConfig, *, prompt_len: int, num_devices: int | No
     :class:`daca_jax.planning.traffic.Breakdown`), ``collective_floor`` and ``hbm_floor`` (what ZeRO-3
     needs for this setting, :mod:`daca_jax.planning.traffic`),
     ``flops_per_device`` (the same FLOPs) and ``notes``.
+    ``compiler`` names the compiler, its version, the device kind and the topology
+    (:func:`daca_jax.planning.targets.describe`).
   Raises:
-    ConfigError: a bad field (before any compile), or a device count other than the process's.
+    ConfigError: a bad field (before any compile), a device count other than the process's or the
+      target's, or a target whose compiler is not installed.
   """
   configure.validate(cfg)
   if isinstance(prompt_len, bool) or not isinstance(prompt_len, int) or prompt_len <= 0:
     raise ConfigError("prompt_len", prompt_len, "a positive integer (prompt tokens per row)")
-  available = jax.device_count()
+  if target is not None and device is None:
+    device = device_spec(target.device)
+  compile_only = target is not None and not target.simulated
+  available = target.num_devices if compile_only else jax.device_count()
   n = available if num_devices is None else num_devices
   if cfg.parallel.strategy == "none" and n != 1:
     raise ConfigError("parallel.strategy", "none", f"'fsdp' or 'pmap' on {n} devices ('none' runs on one)")
@@ -116,10 +130,14 @@ def plan_from_config(cfg: TrainConfig, *, prompt_len: int, num_devices: int | No
     data, fsdp, _ = mesh_shape(cfg.parallel, n)
     check_batch_shards(cfg.rl.prompts_per_step * cfg.rl.group_size, data, fsdp)
   if n != available:
-    raise ConfigError("num_devices", n, f"the {available} devices this process has (the entry point simulates "
-                      "num_devices CPU devices; set it before jax is imported)")
+    raise ConfigError("num_devices", n, (f"the {available} devices of --target={target.name}" if compile_only else
+                      f"the {available} devices this process has (the entry point simulates num_devices CPU "
+                      "devices; set it before jax is imported)"))
+  if target is None:
+    target = targets.target(f"cpu:{n}", device=device.name if device is not None else "h100")
+  devices = targets.devices(target) if compile_only else None
   cfg, weight_notes = resolve_rollout_weights(cfg, device)
-  built = build(cfg, prompt_len)
+  built = build(cfg, prompt_len, devices)
   rollout, call_rows, traj = compile_rollout(built)
   update = compile_update(built, traj)
   params_b = per_device_bytes(built.params, built)
@@ -141,6 +159,7 @@ def plan_from_config(cfg: TrainConfig, *, prompt_len: int, num_devices: int | No
       notes.append(f"{name}: {prog.cost.unknown_trip_loops} loop(s) without a known trip count counted once")
   model = cfg.model
   return {
+      "compiler": targets.describe(target),
       "setting": setting(cfg, prompt_len, n),
       "param_count": analytic.param_count(model),
       "trainable_count": analytic.lora_count(model, model.lora_rank) if model.lora_rank
@@ -168,7 +187,7 @@ def _passes(cfg: TrainConfig) -> tuple[int, int, int]:
 
 
 def run_plan(cfg: TrainConfig, *, prompt_len: int, num_devices: int | None = None, device: DeviceSpec | None = None,
-             spec: dict[str, Any] | None = None) -> dict[str, Any]:
+             spec: dict[str, Any] | None = None, target: Target | None = None) -> dict[str, Any]:
   """:func:`plan_from_config` of ``cfg`` with the analytic counts it is checked against (memory and
   FLOPs of one rollout call and one micro-batch) and ``spec``, the setting as its caller names it
   (``experiments/plan.py``'s flags, :func:`daca_jax.planning.spec.spec_record`).
@@ -176,7 +195,7 @@ def run_plan(cfg: TrainConfig, *, prompt_len: int, num_devices: int | None = Non
   Raises:
     ConfigError: from :func:`plan_from_config`, before any compile.
   """
-  record = plan_from_config(cfg, prompt_len=prompt_len, num_devices=num_devices, device=device)
+  record = plan_from_config(cfg, prompt_len=prompt_len, num_devices=num_devices, device=device, target=target)
   n = record["setting"]["num_devices"]
   model, rcfg, rl = cfg.model, cfg.rollout, cfg.rl
   batch = rl.prompts_per_step * rl.group_size

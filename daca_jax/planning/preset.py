@@ -161,7 +161,7 @@ def resolve_plan_config(config: Mapping[str, Any] | Any, *, num_devices: int, mo
 
 
 # experiments/plan.py's flags that apply with --config (every other one sets a field the config sets).
-CONFIG_FLAGS = ("model", "device", "num_devices", "prompt_len")
+CONFIG_FLAGS = ("model", "device", "num_devices", "prompt_len", "target")
 
 
 def check_config_flags(given: Mapping[str, Any]) -> None:
@@ -174,8 +174,9 @@ def check_config_flags(given: Mapping[str, Any]) -> None:
 
 
 def plan_preset(config: Mapping[str, Any] | Any, *, device: str, model: str = "", prompt_len: int | None = None,
-                prompt_len_from_task: bool = False) -> dict[str, Any]:
-  """The plan record of ``config``'s run on this process's (simulated) devices of kind ``device``.
+                prompt_len_from_task: bool = False, target: Any = None) -> dict[str, Any]:
+  """The plan record of ``config``'s run on this process's (simulated) devices of kind ``device``, or for a
+  TPU or GPU ``target`` (:class:`daca_jax.planning.targets.Target`: its compiler, devices and kind).
 
   Args:
     config, model: as :func:`resolve_plan_config` takes them.
@@ -189,17 +190,19 @@ def plan_preset(config: Mapping[str, Any] | Any, *, device: str, model: str = ""
   from daca_jax.planning.devices import device_spec
   from daca_jax.planning.plan import plan_from_config
 
-  dev = device_spec(device, "--device")
+  compile_only = target is not None and not target.simulated
+  dev = device_spec(target.device if compile_only else device, "--device")
   if prompt_len_from_task and prompt_len is not None:
     raise ConfigError("--prompt_len", prompt_len, "unset with --prompt_len_from_task")
   given = prompt_len is not None or prompt_len_from_task
   prompt_len = DEFAULT_PROMPT_LEN if prompt_len is None else prompt_len
-  n = jax.device_count()
+  n = target.num_devices if compile_only else jax.device_count()
   cfg, notes = resolve_plan_config(config, num_devices=n, model=model, prompt_len=prompt_len, prompt_len_given=given)
   if prompt_len_from_task:
     prompt_len = task_prompt_len(cfg)
     notes.append(f"prompt length {prompt_len}: task {cfg.task.name}'s with the run's tokenizer")
-  return plan_from_config(cfg, prompt_len=prompt_len, num_devices=n, notes=notes, device=dev)
+  return plan_from_config(cfg, prompt_len=prompt_len, num_devices=n, notes=notes, device=dev,
+                          target=target if compile_only else None)
 
 
 __all__ = ["CONFIG_FLAGS", "DEFAULT_PROMPT_LEN", "check_config_flags", "config_only_files", "not_planned", "plan_preset", "resolve_plan_config",

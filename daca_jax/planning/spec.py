@@ -16,6 +16,7 @@ from daca_jax.errors import ConfigError
 from daca_jax.models.hf_import import ARCHITECTURE_FIELDS
 from daca_jax.planning.devices import device_spec
 from daca_jax.planning.plan import run_plan
+from daca_jax.planning.targets import Target
 from daca_jax.types import TrainConfig, dream_7b_config, llada_8b_config, tiny_config
 
 # Model presets: bf16 parameters (what a single-accelerator run of an 8B model can hold).
@@ -97,18 +98,24 @@ def spec_record(cfg: TrainConfig, *, method: str, model: str, layers: int, devic
 
 def plan_flags(get_config: Callable[[str], Any], *, device: str = "h100", num_devices: int = 1,
                prompt_len: int = TABLE_PROMPT_LEN, method: str = "daca", model: str = "llada_8b", layers: int = 0,
-               **fields: Any) -> dict[str, Any]:
+               target: Target | None = None, **fields: Any) -> dict[str, Any]:
   """The plan record (:func:`daca_jax.planning.plan.run_plan`) of a flag setting (:func:`flag_config`) on
-  ``num_devices`` devices of kind ``device``, with its :func:`spec_record`.
+  ``num_devices`` devices of kind ``device``, with its :func:`spec_record`; with a TPU or GPU ``target``
+  its compiler, devices and device kind instead.
 
   Raises:
     ConfigError: a bad flag or field (before any compile), or a device count other than the process's.
   """
+  if target is not None and not target.simulated:
+    device, num_devices = target.device, target.num_devices
   dev = device_spec(device, "device")
   cfg = flag_config(get_config, method=method, model=model, layers=layers, num_devices=num_devices, **fields)
   spec = spec_record(cfg, method=method, model=model, layers=layers, device=dev.name, num_devices=num_devices,
                      prompt_len=prompt_len)
-  return run_plan(cfg, prompt_len=prompt_len, num_devices=num_devices, device=dev, spec=spec)
+  if target is not None and not target.simulated:
+    spec["target"] = target.name
+  return run_plan(cfg, prompt_len=prompt_len, num_devices=num_devices, device=dev, spec=spec,
+                  target=target if target is not None and not target.simulated else None)
 
 
 __all__ = ["FLAG_FIELDS", "METHODS", "MODELS", "TABLE_PROMPT_LEN", "TABLE_SETTING", "field_value", "flag_config",

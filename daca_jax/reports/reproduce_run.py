@@ -111,17 +111,19 @@ def check_study_arms(study: str, named: Any, references: Any) -> None:
 
 def requested_cells(configs: Mapping[str, TrainConfig], seeds: Sequence[int], *, bases: Sequence[str],
                     arms: Sequence[str], study: str | None = None, arms_given: bool = False) -> list[rp.Cell]:
-  """The cells of the command: ``study``'s arms (a file whose ``get_arms()`` names arms by overrides, and
-  whose optional ``get_references()`` names the arm each one is paired with; with ``arms_given``, only
-  ``arms`` of them), else each ``base[:arm/arm]`` of ``bases`` with ``arms``.
+  """The cells of the command: ``study``'s arms (``path[:variant]``: a file whose ``get_arms()``, or
+  ``get_arms(variant)``, names arms by overrides, and whose optional ``get_references()`` names the arm each
+  one is paired with; with ``arms_given``, only ``arms`` of them), else each ``base[:arm/arm]`` of ``bases``
+  with ``arms``.
 
   Raises:
     ConfigError: an unknown arm or base, or a study override the configs refuse (before any work).
   """
   if study:
-    module = load_module(study, "--study")
+    path, _, variant = study.partition(":")
+    module = load_module(path, "--study")
     with running_python_file("--study", study):
-      named = module.get_arms()
+      named = module.get_arms(variant) if variant else module.get_arms()
       references = module.get_references() if hasattr(module, "get_references") else {}
     check_study_arms(study, named, references)
     if arms_given:  # a subset of the study's arms

@@ -53,6 +53,9 @@ class GRPOLearner:
       ``"step_entropy"``, ``"commit_hidden"``), e.g. for :mod:`daca_jax.viz`, which draws other
       assigners' weights from the same rollout. Recording changes neither the sampled tokens nor the
       number of model calls.
+    mesh: the device mesh of ``parallel`` (default :func:`daca_jax.parallel.make_mesh` over all
+      devices); a plan passes one over compile-only devices of its target
+      (:mod:`daca_jax.planning.targets`). Unused with ``parallel.strategy="none"``.
 
   Attributes:
     rollout: ``(params, prompts[B, P], key) -> Trajectory`` (jitted, sharded per ``parallel``; with
@@ -75,7 +78,7 @@ class GRPOLearner:
                tokenizer: Any = None, hidden_logits_fn: Callable[..., Any] | None = None,
                optimizer_wrapper: Callable[[optax.GradientTransformation], optax.GradientTransformation]
                | None = None, param_split: ParamSplit | None = None,
-               extra_records: frozenset[str] | set[str] | tuple[str, ...] = ()):
+               extra_records: frozenset[str] | set[str] | tuple[str, ...] = (), mesh: Any = None):
     cfg = with_trajectory_steps(cfg)  # trajectory / rldf rebuild the rollout's own steps
     self.cfg = cfg
     logits_fn = as_model_fns(logits_fn)
@@ -123,14 +126,17 @@ class GRPOLearner:
                                    record_commit_hidden="commit_hidden" in records)
     self.credit_weights = jax.jit(lambda traj: self.credit(traj, cfg.credit, cfg.rollout))
     self._assign = jax.jit(self._assign_credit)
-    self.rollout = parallel.shard_rollout(self.rollout, cfg.parallel)
+    if cfg.parallel.strategy != "none" and mesh is None:
+      mesh = parallel.make_mesh(cfg.parallel)
+    self.mesh = mesh
+    self.rollout = parallel.shard_rollout(self.rollout, cfg.parallel, mesh)
     if cfg.rl.rollout_batch:  # sampled a micro-batch at a time, the same trajectories
-      shards = 1 if cfg.parallel.strategy == "none" else parallel.num_batch_shards(parallel.make_mesh(cfg.parallel))
+      shards = 1 if cfg.parallel.strategy == "none" else parallel.num_batch_shards(mesh)
       self.rollout = micro_batched(self.rollout, cfg.rl.rollout_batch, shards)
     # The update step is a pure function (daca_jax.rl.update); the learner only holds it.
     self.objective_grad = make_objective_grad(logits_fn, cfg, mask_id=mask_id, param_split=param_split)
     self._update = make_update(logits_fn, cfg, self.optimizer, mask_id=mask_id, param_split=param_split)
-    self.update = parallel.compile_update(self._update, cfg.parallel, param_split=param_split)
+    self.update = parallel.compile_update(self._update, cfg.parallel, mesh, param_split=param_split)
 
   def init_opt_state(self, params: Any) -> optax.OptState:
     return self.optimizer.init(params)
