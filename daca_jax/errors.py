@@ -69,6 +69,12 @@ class ShapeError(ConfigError):
     return type(self), (self.field, self.value, self.allowed, self.what)
 
 
+class DoesNotFit(RuntimeError):
+  """A run's compiled programs need more memory per device than the machine it was compiled for has
+  (``experiments/train.py --compile_only --target=...``). The message names the program, by how much, and
+  its largest buffers."""
+
+
 class WorkerDied(RuntimeError):
   """A worker process of a grid (``experiments/reproduce.py --jobs``) ended without an answer: killed by
   the system (out of memory, a signal) or by a crash inside XLA. The cells that finished are kept; the

@@ -72,8 +72,10 @@ _TASK_P = flags.DEFINE_bool("prompt_len_from_task", False, "With --config: P is 
 _MFU = flags.DEFINE_float("mfu", 0.4, "Model FLOP utilisation assumed for the predicted step times.")
 _USABLE = flags.DEFINE_float("usable_fraction", 0.9, "Fraction of a device's memory a program may use.")
 _JSON = flags.DEFINE_string("json", "", "Write the plan record(s) here (JSON).")
-_SWEEP = flags.DEFINE_bool("sweep", False, "Run docs/scaling.md's settings (daca_jax.planning.sweep.SWEEP), one "
-                           "process each, into --json.")
+_SWEEP = flags.DEFINE_bool("sweep", False, "Compile docs/scaling.md's settings for each machine with its own "
+                           "compiler (daca_jax.planning.sweep.TARGET_SWEEP), one process each, into --json.")
+_CPU_SWEEP = flags.DEFINE_bool("cpu_sweep", False, "The same settings compiled for simulated CPU devices "
+                               "(daca_jax.planning.sweep.SWEEP), into --json.")
 _PAPER_SWEEP = flags.DEFINE_bool("paper_sweep", False, "Plan each configs/paper.py base and its DACA arm on GSM8K "
                                  "(daca_jax.planning.sweep.paper_presets) on each of daca_jax.planning.report."
                                  "PAPER_TARGETS, one process each, into --json (settings already there are kept).")
@@ -93,7 +95,7 @@ def _main():
     return
   if _JSON.value:
     check_file_path(_JSON.value, "--json")  # a folder there: refused before anything is compiled
-  if _SWEEP.value or _PAPER_SWEEP.value:
+  if _SWEEP.value or _CPU_SWEEP.value or _PAPER_SWEEP.value:
     if not _JSON.value:
       raise ConfigError("--json", "", "a path for the sweep's results")
     command = [sys.executable, __file__]
@@ -101,7 +103,8 @@ def _main():
       presets = sweep.paper_presets(paper.BASES, paper.NO_ARMS)
       sweep.paper_sweep(_JSON.value, command, str(_ROOT / "configs/paper.py"), presets)
     else:
-      sweep.sweep(_JSON.value, command, {k: _FLAGS[k].value for k in sweep.FORWARDED if _FLAGS[k].present})
+      sweep.sweep(_JSON.value, command, {k: _FLAGS[k].value for k in sweep.FORWARDED if _FLAGS[k].present},
+                  targets=not _CPU_SWEEP.value)
     print(render_file(_JSON.value, mfu=_MFU.value, usable=_USABLE.value))
     return
   for name, value in (("--mfu", _MFU.value), ("--usable_fraction", _USABLE.value)):

@@ -84,7 +84,10 @@ class Rule:
 
 RULES: dict[str, Rule] = {
     "experiments/train.py": Rule(smoke=("--config",), set={"--progress": "false"},
-                                 replace={"--config.parallel.fsdp": "1"}, fast={"--workdir": "runs/sudoku"}),
+                                 # a preflight for a GPU node or TPU slice runs on one simulated CPU device (the
+                                 # target compilers' own runs: tests/planning/test_targets.py)
+                                 replace={"--config.parallel.fsdp": "1", "--target": "cpu:1"},
+                                 fast={"--workdir": "runs/sudoku"}),
     "experiments/evaluate.py": Rule(set={"--num_examples": "2", "--batch_size": "2", "--progress": "false"},
                                     hf={"--gen_lengths": "32", "--block_length": "32"}, reads=("--workdir",),
                                     fast={"--workdir": "runs/sudoku"}),
@@ -102,9 +105,11 @@ RULES: dict[str, Rule] = {
                                            fast={"--table_from": None}),
     "experiments/gradient_study.py": Rule(set={"--num_batches": "2", "--train_steps": "24", "--num_prompts": "2",
                                                "--group_size": "2"}, fast={"--table_from": None}),
-    # a preset's plan compiled for the tiny model on 2 simulated devices (the 8B plan takes minutes)
+    # a preset's plan compiled for the tiny model on 2 simulated devices (the 8B plan takes minutes; the target
+    # compilers' own plans of the smoke preset: tests/planning/test_targets.py)
     "experiments/plan.py": Rule(smoke=("--config",), default={"--prompt_len": "16"},
-                                replace={"--num_devices": "2"}, set={"--model": "tiny"}, fast=True),
+                                replace={"--num_devices": "2", "--target": "cpu:2"}, set={"--model": "tiny"},
+                                fast=True),
     "experiments/export_hf.py": Rule(reads=("--workdir",), outputs=("--output_dir",), prepared=True, fast=True),
 }
 # The run that stands in for one the documentation reads but no documented command writes

@@ -33,6 +33,7 @@ from daca_jax.errors import ConfigError
 from daca_jax.likelihood.base import LikelihoodFn
 from daca_jax.contracts import ParamSplit
 from daca_jax.contracts.sharding import map_rows
+from daca_jax.parallel import aot
 from daca_jax.parallel.mesh import (BATCH_AXES, abstract_placed, check_batch_size, replicated, returning_trainable,
                                     with_frozen)
 
@@ -153,7 +154,7 @@ def make_pmap_update(update_fn: Callable[..., Any], mesh: Mesh,
     check_batch_size(rewards.shape[0], mesh)
     args = jax.device_put((params, opt_state, ref_params, traj, rewards, weights, key), replicated(mesh))
     with jax.set_mesh(mesh):
-      return with_frozen(args[0], step(*args), param_split)
+      return with_frozen(args[0], call.aot.run(step, *args), param_split)
 
   def lower(*args):
     """``jax.jit(...).lower`` of the step for these (possibly abstract, ``ShapeDtypeStruct``) args."""
@@ -162,4 +163,5 @@ def make_pmap_update(update_fn: Callable[..., Any], mesh: Mesh,
       return step.lower(*abstract_placed(args, replicated(mesh)))
 
   call.lower = lower
+  call.aot = aot.Slot("update")
   return call

@@ -15,6 +15,7 @@ import jax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from daca_jax.contracts import ParamSplit
+from daca_jax.parallel import aot
 from daca_jax.parallel.mesh import (batch_shardings, check_batch_size, replicated, returning_trainable,
                                     with_frozen)
 
@@ -84,7 +85,7 @@ def make_fsdp_update(update_fn: Callable[..., Any], mesh: Mesh,
     step, shardings = compiled_for((params, opt_state, ref_params, traj, rewards, weights, key))
     placed = jax.device_put((params, opt_state, ref_params, traj, rewards, weights, key), shardings)
     with jax.set_mesh(mesh):
-      return with_frozen(placed[0], step(*placed), param_split)
+      return with_frozen(placed[0], call.aot.run(step, *placed), param_split)
 
   def lower(*args):
     """``jax.jit(...).lower`` of the step for these (possibly abstract, ``ShapeDtypeStruct``) args."""
@@ -93,6 +94,7 @@ def make_fsdp_update(update_fn: Callable[..., Any], mesh: Mesh,
       return step.lower(*args)
 
   call.lower = lower
+  call.aot = aot.Slot("update")
   return call
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from daca_jax.contracts import ParamSplit
+from daca_jax.parallel import aot
 from daca_jax.likelihood.base import LikelihoodFn
 from daca_jax.parallel.data_parallel import make_pmap_update, shard_rows
 from daca_jax.parallel.fsdp import fsdp_shardings, make_fsdp_update
@@ -43,20 +44,20 @@ def compile_update(update_fn: Callable[..., Any], cfg: ParallelConfig,
       the frozen base is made per step. Results are the same.
   Returns:
     ``fn`` with the same signature and results ``(params, opt_state, metrics)``; ``fn.lower(*args)``
-    lowers the compiled step (memory planning).
+    lowers the compiled step (memory planning); ``fn.aot`` (:class:`daca_jax.parallel.aot.Slot`) takes
+    an executable compiled ahead of time.
   Raises:
     ConfigError: mesh shape vs device count, or (at call time) a batch that does not split evenly.
   """
   cfg.validate()
   if cfg.strategy == "none":
     step = jax.jit(returning_trainable(update_fn, param_split), donate_argnums=(1,))
-    if param_split is None:
-      return step
 
     def call(params, *rest):
-      return with_frozen(params, step(params, *rest), param_split)
+      return with_frozen(params, call.aot.run(step, params, *rest), param_split)
 
     call.lower = step.lower
+    call.aot = aot.Slot("update")
     return call
   mesh = make_mesh(cfg) if mesh is None else mesh
   if cfg.strategy == "pmap":
@@ -114,13 +115,19 @@ def shard_rollout(rollout_fn: Callable[..., Any], cfg: ParallelConfig, mesh: Mes
 
   The returned function's ``lower(params, prompts, key)`` lowers the sampler for abstract arguments
   (``ShapeDtypeStruct`` values) placed the same way, nothing allocated (memory planning); its
-  ``gathers_weights(params)`` says which way the weights are read.
+  ``gathers_weights(params)`` says which way the weights are read; its ``aot``
+  (:class:`daca_jax.parallel.aot.Slot`) takes an executable compiled ahead of time (every strategy).
 
   Raises:
     ConfigError: B is not a multiple of ``data x fsdp``.
   """
   if cfg.strategy == "none":
-    return rollout_fn
+    def one_device(params, prompts, key, **rows):
+      return one_device.aot.run(rollout_fn, params, prompts, key, **rows)
+
+    one_device.lower = rollout_fn.lower
+    one_device.aot = aot.Slot("rollout", static=("total_rows",))
+    return one_device
   mesh = make_mesh(cfg) if mesh is None else mesh
 
   def gathers(params):
@@ -153,7 +160,7 @@ def shard_rollout(rollout_fn: Callable[..., Any], cfg: ParallelConfig, mesh: Mes
     params, prompts, key = jax.device_put((params, prompts, key), shardings(params, prompts))
     extra = rows_kw(rows, total_rows, jax.device_put)
     with jax.set_mesh(mesh):
-      return program(params)(params, prompts, key, **extra)
+      return call.aot.run(program(params), params, prompts, key, **extra)
 
   def lower(params, prompts, key, *, rows=None, total_rows=0):
     """``lower`` of the jitted sampler for abstract arguments placed as ``call`` places them."""
@@ -164,4 +171,5 @@ def shard_rollout(rollout_fn: Callable[..., Any], cfg: ParallelConfig, mesh: Mes
 
   call.lower = lower
   call.gathers_weights = gathers
+  call.aot = aot.Slot("rollout", static=("total_rows",))
   return call

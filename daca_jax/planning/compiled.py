@@ -24,6 +24,7 @@ import numpy as np
 from flax import nnx
 
 from daca_jax import parallel
+from daca_jax.parallel import aot
 from daca_jax.diffusion.rollout import whole_batch_struct
 from daca_jax.models import lora
 from daca_jax.models.llada import Transformer, make_logits_fn
@@ -45,6 +46,7 @@ class Program:
   compile_s: float
   cost: ProgramCost
   traffic: dict[str, Any]
+  lowered_sha256: str = ""
 
   @classmethod
   def of(cls, lowered: Any, built: "Built") -> "Program":
@@ -54,9 +56,12 @@ class Program:
     n = built.num_devices
     platform = built.platform
     colls = collectives(compiled.as_text(), n)
-    return cls(memory=bm.memory_stats(compiled), compile_s=compile_s,
-               cost=program_cost(compiled, n, platform=platform),
-               traffic=dataclasses.asdict(breakdown(colls, built.params, built.cfg, n)))
+    program = cls(memory=bm.memory_stats(compiled), compile_s=compile_s,
+                  cost=program_cost(compiled, n, platform=platform),
+                  traffic=dataclasses.asdict(breakdown(colls, built.params, built.cfg, n)),
+                  lowered_sha256=aot.fingerprint(lowered))
+    program.executable = compiled  # not a field: the record (dataclasses.asdict) leaves it out
+    return program
 
 
 @dataclasses.dataclass
@@ -94,10 +99,12 @@ class Built:
     return (jax.devices()[0] if self.mesh is None else self.mesh.devices.flat[0]).platform
 
 
-def build(cfg: TrainConfig, prompt_len: int, devices: Sequence[Any] | None = None) -> Built:
+def build(cfg: TrainConfig, prompt_len: int, devices: Sequence[Any] | None = None,
+          token_ids: tuple[int, int] | None = None) -> Built:
   """The learner of ``cfg`` (validated) and abstract parameters, optimizer state, prompts
   ``int32 [sampled_rows, prompt_len]`` and key; its mesh spans ``devices`` (default: the process's;
-  a target's compile-only devices, :func:`daca_jax.planning.targets.devices`)."""
+  a target's compile-only devices, :func:`daca_jax.planning.targets.devices`). ``token_ids``: the
+  ``(mask id, EOS id)`` the learner's programs use (default: the model's mask id and :data:`EOS_ID`)."""
   model = cfg.model
   graphdef, params = nnx.split(nnx.eval_shape(lambda: Transformer(model, nnx.Rngs(0))), nnx.Param)
   shared = None
@@ -114,7 +121,8 @@ def build(cfg: TrainConfig, prompt_len: int, devices: Sequence[Any] | None = Non
     logits_fn = make_logits_fn(graphdef, logprob_chunk=model.logprob_chunk)
     kw = dict(hidden_logits_fn=make_logits_fn(graphdef, return_hidden=True))
   mesh = parallel.make_mesh(cfg.parallel, devices) if cfg.parallel.strategy != "none" else None
-  learner = GRPOLearner(logits_fn, cfg, mask_id=model.mask_token_id, eos_id=EOS_ID, mesh=mesh, **kw)
+  mask_id, eos_id = token_ids or (model.mask_token_id, EOS_ID)
+  learner = GRPOLearner(logits_fn, cfg, mask_id=mask_id, eos_id=eos_id, mesh=mesh, **kw)
   opt_state = jax.eval_shape(learner.init_opt_state, params)
   rl = cfg.rl
   sampled = rl.prompts_per_step * (rl.sample_group_size or rl.group_size)

@@ -275,5 +275,32 @@ def _body_step(body: Computation | None, k: int) -> int | None:
   return None
 
 
-__all__ = ["ARRAY", "DTYPE_BYTES", "Computation", "Instruction", "Loop", "Module", "arrays", "nbytes", "parse",
-           "parse_instruction"]
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+
+
+def largest_buffers(module: Module, k: int = 3) -> list[tuple[float, str, str]]:
+  """The ``k`` largest arrays a program materialises (an instruction's result outside fusions, or a
+  parameter of its entry): ``(bytes, shape, where)``, ``where`` the JAX operation that made it (the
+  instruction's ``op_name``, else "argument" / its opcode), largest first, one per shape and origin."""
+  fused = {c for comp in module.comps.values() for i in comp.instructions if i.opcode == "fusion"
+           for kind, c in _SINGLE_REF.findall(i.attrs) if kind == "calls"}
+  found: dict[tuple[str, str], float] = {}
+  for name, comp in module.comps.items():
+    if name in fused:
+      continue
+    for inst in comp.instructions:
+      if inst.opcode in ("tuple", "get-tuple-element", "bitcast", "while", "conditional", "call") or (
+          inst.opcode == "parameter" and name != module.entry):
+        continue
+      m = _OP_NAME.search(inst.attrs)
+      where = "argument" if inst.opcode == "parameter" else (m.group(1) if m else inst.opcode)
+      for dt, dims in arrays(inst.shape):
+        size = DTYPE_BYTES.get(dt, 4) * math.prod(dims)
+        key = (f"{dt}[{','.join(map(str, dims))}]", where)
+        found[key] = max(found.get(key, 0.0), size)
+  ranked = sorted(((b, shape, where) for (shape, where), b in found.items()), reverse=True)
+  return ranked[:k]
+
+
+__all__ = ["ARRAY", "DTYPE_BYTES", "Computation", "Instruction", "Loop", "Module", "arrays", "largest_buffers",
+           "nbytes", "parse", "parse_instruction"]

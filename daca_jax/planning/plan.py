@@ -84,7 +84,8 @@ def resolve_rollout_weights(cfg: TrainConfig, device: DeviceSpec | None) -> tupl
 
 def plan_from_config(cfg: TrainConfig, *, prompt_len: int, num_devices: int | None = None,
                      notes: Sequence[str] = (), device: DeviceSpec | None = None,
-                     target: Target | None = None) -> dict[str, Any]:
+                     target: Target | None = None, executables: dict[str, Any] | None = None,
+                     token_ids: tuple[int, int] | None = None) -> dict[str, Any]:
   """Compiles ``cfg``'s rollout and update for a target (default: the current devices) and returns the
   plan record.
 
@@ -100,6 +101,10 @@ def plan_from_config(cfg: TrainConfig, *, prompt_len: int, num_devices: int | No
     target: the compiler and machine (:mod:`daca_jax.planning.targets`); a TPU or GPU target compiles
       for its compile-only devices with XLA:TPU / XLA:GPU. None: the process's own devices (XLA:CPU's
       simulated ones for a plan).
+    executables: a dict that receives the compiled programs (``jax.stages.Compiled``) under ``"rollout"``
+      and ``"update"`` (a preflight serialises them); None: they are dropped.
+    token_ids: the run's ``(mask id, end-of-sequence id)``, constants of its programs (None: the model's
+      mask id and LLaDA's EOS, which give programs of the same shapes and cost).
   Returns:
     A JSON-able dict: ``setting`` (:func:`setting`), ``param_count``, ``trainable_count``, ``rollout``
     and ``update`` (per-device ``memory`` bytes, ``compile_s``, one run's ``cost``; the rollout's
@@ -135,11 +140,17 @@ def plan_from_config(cfg: TrainConfig, *, prompt_len: int, num_devices: int | No
                       "devices; set it before jax is imported)"))
   if target is None:
     target = targets.target(f"cpu:{n}", device=device.name if device is not None else "h100")
+  if compile_only and cfg.parallel.strategy == "none":  # one device of the target: a mesh of it places the program
+    cfg = dataclasses.replace(cfg, parallel=dataclasses.replace(cfg.parallel, strategy="fsdp", fsdp=1, data=0))
+    notes = [*notes, f"parallel.strategy='none' on one device of {target.name}: compiled as FSDP over that one "
+             "device (the same program, placed on it)"]
   devices = targets.devices(target) if compile_only else None
   cfg, weight_notes = resolve_rollout_weights(cfg, device)
-  built = build(cfg, prompt_len, devices)
+  built = build(cfg, prompt_len, devices, token_ids)
   rollout, call_rows, traj = compile_rollout(built)
   update = compile_update(built, traj)
+  if executables is not None:
+    executables.update(rollout=rollout.executable, update=update.executable)
   params_b = per_device_bytes(built.params, built)
   opt_b = per_device_bytes(built.opt_state, built)
   shared_b = per_device_bytes(built.shared_base, built) if built.shared_base is not None else 0.0

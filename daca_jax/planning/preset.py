@@ -56,9 +56,13 @@ def config_only_files(path: str) -> checkpoint_loader.CheckpointFiles:
   return checkpoint_loader.CheckpointFiles(path=folder, hf=hf, tensors={}, shards=())
 
 
-def _architecture(cfg: TrainConfig, model: str) -> tuple[ModelConfig, list[str]]:
-  """The model the plan compiles and the lines that say where its architecture came from."""
+def _architecture(cfg: TrainConfig, model: str, own: bool = False) -> tuple[ModelConfig, list[str]]:
+  """The model the plan compiles and the lines that say where its architecture came from (``own``: the
+  config's own architecture when it names no checkpoint, as the run builds it)."""
   run = cfg.model
+  if own and not run.init_checkpoint and not model:
+    return run, [f"architecture: the config's own (d_model {run.d_model}, {run.n_layers} layers, vocab "
+                 f"{run.vocab_size})"]
   if run.init_checkpoint:
     if model:
       raise ConfigError("--model", model, f"unset with model.init_checkpoint={run.init_checkpoint} (its "
@@ -131,7 +135,7 @@ def task_prompt_len(cfg: TrainConfig) -> int:
 
 
 def resolve_plan_config(config: Mapping[str, Any] | Any, *, num_devices: int, model: str = "",
-                        prompt_len: int = DEFAULT_PROMPT_LEN, prompt_len_given: bool = True
+                        prompt_len: int = DEFAULT_PROMPT_LEN, prompt_len_given: bool = True, as_run: bool = False
                         ) -> tuple[TrainConfig, list[str]]:
   """The configuration a plan compiles for ``config`` on ``num_devices`` devices, and its notes.
 
@@ -142,6 +146,8 @@ def resolve_plan_config(config: Mapping[str, Any] | Any, *, num_devices: int, mo
       must be "" when ``model.init_checkpoint`` is set.
     prompt_len: prompt tokens per row (only reported here); prompt_len_given: whether the caller chose
       it (else the notes say where the default comes from).
+    as_run: exactly as the run would build it (a preflight): the config's own architecture when it
+      names no checkpoint, and its own device layout, which must fit ``num_devices`` (no FSDP put in).
   Returns:
     ``(cfg, notes)``: the validated TrainConfig and the lines the plan prints about it.
   Raises:
@@ -150,8 +156,12 @@ def resolve_plan_config(config: Mapping[str, Any] | Any, *, num_devices: int, mo
     DataError: an unreadable checkpoint folder or ``config.json``.
   """
   cfg = configure.train_config_from_dict(config)
-  model_cfg, notes = _architecture(cfg, model)
-  par, dev_notes = _devices(cfg, num_devices)
+  model_cfg, notes = _architecture(cfg, model, own=as_run)
+  if as_run and cfg.parallel.strategy == "none" and num_devices > 1:
+    raise ConfigError("parallel.strategy", "none", f"a layout over the target's {num_devices} devices, as the run "
+                      f"would use them (e.g. --config.parallel.strategy=fsdp --config.parallel.fsdp={num_devices}); "
+                      "'none' runs on one device")
+  par, dev_notes = (cfg.parallel, []) if as_run else _devices(cfg, num_devices)
   cfg = configure.validate(dataclasses.replace(cfg, model=model_cfg, parallel=par))
   if par.strategy != "none":
     from daca_jax.parallel.mesh import mesh_shape

@@ -33,11 +33,31 @@ def _headline(record: dict[str, Any]) -> str:
           f"of {s['grad_accum']} micro-batch(es), {s['objective']} / {s['credit']} / {lik}, beta {s['beta']}")
 
 
+def compiler_line(record: dict[str, Any]) -> str:
+  """Which compiler produced a record's programs, for which machine (records from before targets: XLA:CPU)."""
+  c = record.get("compiler")
+  if not c:
+    return "compiled by XLA:CPU for simulated CPU devices"
+  if not c.get("compile_only"):
+    return f"compiled by XLA:CPU ({c['compiler_version']}) for {c['num_devices']} simulated CPU devices"
+  return (f"compiled by {c['compiler']} ({c['compiler_version']}) for {c['target']}: {c['num_devices']} "
+          f"{c['device_kind']} devices on {c['hosts']} host(s), topology {c['topology']} (compile-only devices)")
+
+
+def _counted_by(record: dict[str, Any]) -> str:
+  costs = [record[p]["cost"] for p in ("rollout", "update")]
+  if all(c.get("counter", "xla") == "xla" for c in costs):
+    return "from XLA's cost analysis of the compiled programs (every loop counted)"
+  return ("counted by the library over the compiled programs' optimized HLO (daca_jax.planning.hlo_count, every "
+          "loop counted); 'XLA, loops once' is the compiler's own count where it gives one, 'ours, loops once' "
+          "the same count taken the same way")
+
+
 def describe(record: dict[str, Any], *, mfu: float, usable: float,
              devices: Iterable[DeviceSpec] | None = None) -> str:
   """The console report of a plan record: programs, costs, the fit and predicted time on each device
   kind of ``devices`` (default all) and the record's notes."""
-  lines = [_headline(record)]
+  lines = [compiler_line(record), _headline(record)]
   rows = []
   for name in ("rollout", "update"):
     m = record[name]["memory"]
@@ -48,13 +68,18 @@ def describe(record: dict[str, Any], *, mfu: float, usable: float,
   lines.append(f"iteration peak per device: {record['iteration_peak_bytes'] / GB:.2f} GB (rollout + resident "
                "optimizer/reference, or the update; LoRA's shared base counted once)")
   rows = []
+  own = any(record[p]["cost"].get("counter", "xla") != "xla" for p in ("rollout", "update"))
   for name in ("rollout", "update"):
-    c = record["cost_per_device"][name]
-    once = record[name]["cost"]["xla_flops_once"] * (record[name].get("calls", 1))
-    rows.append([name, c["flops"] / 1e12, once / 1e12, c["bytes_accessed"] / GB, c["link_bytes"] / GB])
-  lines.append("per device per iteration, from XLA's cost analysis of the compiled programs (every loop counted):")
-  lines.append(format_table(rows, ["program", "TFLOP", "TFLOP (loop bodies once)", "bytes accessed GB",
-                                   "collectives GB"]))
+    c, cost = record["cost_per_device"][name], record[name]["cost"]
+    calls = record[name].get("calls", 1)
+    once = cost["xla_flops_once"] * calls
+    row = [name, c["flops"] / 1e12, once / 1e12 if once else "none"]
+    if own:
+      row.append(cost["own_once"]["flops"] * calls / 1e12)
+    rows.append(row + [c["bytes_accessed"] / GB, c["link_bytes"] / GB])
+  lines.append(f"per device per iteration, {_counted_by(record)}:")
+  lines.append(format_table(rows, ["program", "TFLOP", "TFLOP (XLA, loops once)"] + (["(ours, loops once)"] if own else [])
+                            + ["bytes accessed GB", "collectives GB"]))
   if "traffic_per_device" in record:
     lines.append(traffic_table(record))
   if "analytic" in record:
@@ -102,13 +127,23 @@ def traffic_table(record: dict[str, Any]) -> str:
                           "x floor", "bytes accessed GB", "analytic bytes GB"])])
 
 
-# The paper table's columns: (title, device kind, device count).
-PAPER_TARGETS = (("8x H100-80GB", "h100", 8), ("v5p-8 (4 chips)", "v5p", 4))
+# The paper table's machines: (title, the target compiled for with its own compiler, and the device kind and
+# count of the CPU plan beside it).
+PAPER_TARGETS = (("8x H100-80GB", "gpu:h100x8", "h100", 8), ("v5p-8 (4 chips)", "tpu:v5p-8", "v5p", 4))
+# Larger slices the paper table's DACA preset is also compiled for (one row of their own).
+PAPER_SCALE = ("d1_gsm8k_daca", ("tpu:v5p-64", "tpu:v5e-256"))
 
 
-def paper_record(preset: str, device: str, record: dict[str, Any]) -> dict[str, Any]:
-  """One entry of the paper results file: the preset name, the device kind planned for and the plan."""
-  return {"preset": preset, "device": device, "plan": record}
+def entry_target(entry: dict[str, Any]) -> str:
+  """The target of a paper results entry (entries written before targets are CPU plans: ``cpu:<N>``)."""
+  return entry.get("target") or f"cpu:{entry['plan']['setting']['num_devices']}"
+
+
+def paper_record(preset: str, device: str, record: dict[str, Any], target: str = "") -> dict[str, Any]:
+  """One entry of the paper results file: the preset name, the device kind planned for, the target
+  compiled for (``cpu:<N>`` for a CPU plan) and the plan."""
+  return {"preset": preset, "device": device, "target": target or f"cpu:{record['setting']['num_devices']}",
+          "plan": record}
 
 
 def _bound(a: dict[str, Any], phase: str) -> str:
@@ -120,50 +155,82 @@ def _cell(entry: dict[str, Any], mfu: float, usable: float) -> str:
   r = entry["plan"]
   a = assess(r, device_spec(entry["device"]), mfu=mfu, usable_fraction=usable)
   verdict = "fits" if a["fits"] else "**does not fit**"
-  return (f"{verdict}, {a['iteration_peak_gb']:.1f} GB, **{a['iteration_s']:.1f} s** (rollout "
-          f"{a['rollout_s']:.1f} {_bound(a, 'rollout')} + update {a['update_s']:.1f} {_bound(a, 'update')}); "
-          f"run {a.get('run_s', float('nan')) / 3600:.0f} h")
+  link = sum(r["cost_per_device"][p]["link_bytes"] for p in ("rollout", "update")) / 1e12
+  compute = a["rollout_compute_s"] + a["update_compute_s"]
+  return (f"{verdict}, {a['iteration_peak_gb']:.1f} GB, {link:.2f} TB, **{a['iteration_s']:.1f} s** "
+          f"({a['iteration_s'] / compute:.2f}x compute; rollout {a['rollout_s']:.1f} {_bound(a, 'rollout')} + "
+          f"update {a['update_s']:.1f} {_bound(a, 'update')}); run {a.get('run_s', float('nan')) / 3600:.0f} h")
+
+
+def _find(entries: Sequence[dict[str, Any]], preset: str, target: str) -> dict[str, Any] | None:
+  return next((e for e in entries if e["preset"] == preset and entry_target(e) == target), None)
+
+
+def _setting(s: dict[str, Any]) -> str:
+  setting = (f"{s['update_rows']} rows, mu {s['num_iterations']}, accum {s['grad_accum']}, rollout "
+             f"{s['rollout_calls']}x{s['rollout_batch']}, {s['credit']}/{s['likelihood']}, LoRA r "
+             f"{s['model']['lora_rank']}, remat {s['model']['remat']}")
+  fast = [f"kv_cache {s['kv_cache']}" if s.get("kv_cache", "none") != "none" else "",
+          f"threshold {s['threshold']}" if s.get("threshold", 0.0) else ""]
+  return setting + "".join(f", {f}" for f in fast if f)
 
 
 def paper_table(data: dict[str, Any], *, mfu: float, usable: float,
-                targets: Sequence[tuple[str, str, int]] = PAPER_TARGETS) -> str:
-  """Markdown table of a paper results file: one row per preset, one column per target; each cell the
-  fit, peak GB per device and predicted seconds per RL iteration."""
+                targets: Sequence[tuple[str, str, str, int]] = PAPER_TARGETS) -> str:
+  """Markdown tables of a paper results file: one row per preset; per machine of ``targets`` a column
+  compiled by the machine's own compiler (XLA:GPU, XLA:TPU) and one compiled for simulated CPU devices.
+  Each cell: fit, peak GB per device, collectives TB per device per iteration, predicted seconds per RL
+  iteration and its ratio to the compute time. Then the larger slices of :data:`PAPER_SCALE`."""
   entries = data["entries"]
   presets = list(dict.fromkeys(e["preset"] for e in entries))
   first = entries[0]["plan"]["setting"] if entries else {}
-  lines = [f"Predicted by `python experiments/plan.py --config=configs/paper.py:<preset>` from the programs "
-           f"compiled for simulated CPU devices, not measured; MFU {mfu} assumed, fits = iteration peak <= "
-           f"{usable:.0%} of HBM; P {first.get('prompt_len', '?')} prompt tokens; FSDP over all devices; "
-           "LLaDA-8B shape. Cells: fit, peak GB per device, **s per RL iteration** (rollout + update, each "
-           "with the bound that sets its time: compute at that MFU, memory = XLA's bytes accessed / HBM "
-           "bandwidth, link = collective bytes / link bandwidth), and the run's rl.steps iterations in hours "
-           "(evaluation excluded). The CPU compiler upcasts bf16 matmul operands to float32, so the memory "
-           "and link terms and the peak can be up to twice a GPU's or TPU's.", "",
-           "| preset | setting | " + " | ".join(t[0] for t in targets) + " |",
-           "|---" * (2 + len(targets)) + "|"]
+  header = ["preset", "setting"]
+  for title, target, _, n in targets:
+    header += [f"{title}: {_compiler_name(target)}", f"{title}: CPU plan (cpu:{n})"]
+  lines = [f"Predicted by `python experiments/plan.py --config=configs/paper.py:<preset> --target=<machine>` "
+           f"from the programs XLA compiled for that machine (XLA:GPU, XLA:TPU: compile-only devices), beside "
+           f"the same preset compiled for simulated CPU devices; not measured. MFU {mfu} assumed, fits = "
+           f"iteration peak <= {usable:.0%} of HBM; P {first.get('prompt_len', '?')} prompt tokens; FSDP over "
+           "all devices; LLaDA-8B shape. Cells: fit, peak GB per device, collectives TB per device per "
+           "iteration, **s per RL iteration** (its ratio to the compute time at that MFU; rollout + update, each "
+           "with the bound that sets its time: compute, memory = bytes accessed / HBM bandwidth, link = "
+           "collective bytes / link bandwidth), and the run's rl.steps iterations in hours (evaluation "
+           "excluded).", "", "| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
   for preset in presets:
     cells, setting = [], ""
-    for _, dev, n in targets:
-      match = [e for e in entries if e["preset"] == preset and e["device"] == dev
-               and e["plan"]["setting"]["num_devices"] == n]
-      cells.append(_cell(match[0], mfu, usable) if match else "not compiled")
-      if match and not setting:
-        s = match[0]["plan"]["setting"]
-        setting = (f"{s['update_rows']} rows, mu {s['num_iterations']}, accum {s['grad_accum']}, rollout "
-                   f"{s['rollout_calls']}x{s['rollout_batch']}, {s['credit']}/{s['likelihood']}, LoRA r "
-                   f"{s['model']['lora_rank']}")
-        fast = [f"kv_cache {s['kv_cache']}" if s.get("kv_cache", "none") != "none" else "",
-                f"threshold {s['threshold']}" if s.get("threshold", 0.0) else ""]
-        setting += "".join(f", {f}" for f in fast if f)
+    for _, target, dev, n in targets:
+      for name in (target, f"cpu:{n}"):
+        match = _find(entries, preset, name)
+        if name.startswith("cpu:") and match is not None and match["device"] != dev:
+          match = None
+        cells.append(_cell(match, mfu, usable) if match else "not compiled")
+        if match and not setting:
+          setting = _setting(match["plan"]["setting"])
     lines.append(f"| {preset} | {setting} | " + " | ".join(cells) + " |")
+  preset, larger = PAPER_SCALE
+  found = [(t, _find(entries, preset, t)) for t in larger]
+  if any(e for _, e in found):
+    lines += ["", f"`{preset}` on larger slices (the same command with `--target`):", "",
+              "| target | compiler | devices | " + " | ".join(t for t, _ in found) + " |",
+              "|---" * (3 + len(found)) + "|"]
+    lines.append(f"| {preset} | XLA:TPU | " + " / ".join(str(e["plan"]["setting"]["num_devices"]) if e else "?"
+                                                           for _, e in found) + " | "
+                 + " | ".join(_cell(e, mfu, usable) if e else "not compiled" for _, e in found) + " |")
   return "\n".join(lines)
+
+
+def _compiler_name(target: str) -> str:
+  return {"tpu": "XLA:TPU", "gpu": "XLA:GPU", "cpu": "XLA:CPU"}[target.split(":")[0]]
 
 
 # docs/scaling.md's columns: (title, device kind, the compiled device count it reads).
 TABLE_DEVICES = (("8x H100-80GB", "h100", 8), ("8x H200-141GB", "h200", 8), ("v5p-8 (4 chips)", "v5p", 4),
                  ("v5e-8", "v5e", 8), ("16x H100 (2 nodes)", "h100", 16), ("v5p-32 (16 chips)", "v5p", 16),
                  ("64x H100 (8 nodes)", "h100", 64), ("v5p-128 (64 chips)", "v5p", 64))
+# The same columns compiled by each machine's own compiler (a --sweep of targets): title -> target.
+TABLE_TARGETS = {"8x H100-80GB": "gpu:h100x8", "8x H200-141GB": "gpu:h200x8", "v5p-8 (4 chips)": "tpu:v5p-8",
+                 "v5e-8": "tpu:v5e-8", "16x H100 (2 nodes)": "gpu:h100x16", "v5p-32 (16 chips)": "tpu:v5p-32",
+                 "64x H100 (8 nodes)": "gpu:h100x64", "v5p-128 (64 chips)": "tpu:v5p-128"}
 
 
 def _best(recs: Sequence[dict[str, Any]], device: DeviceSpec, mfu: float, usable: float
@@ -175,10 +242,13 @@ def _best(recs: Sequence[dict[str, Any]], device: DeviceSpec, mfu: float, usable
 
 
 def sweep_table(data: dict[str, Any], *, mfu: float, usable: float) -> str:
-  """docs/scaling.md's table (markdown) of a ``--sweep`` results file."""
-  lines = [f"Predicted from programs compiled for simulated CPU devices (`python experiments/plan.py "
-           f"--sweep`), not measured. B {data['batch']} sequences per iteration; MFU {mfu} assumed; "
-           f"fits = iteration peak <= {usable:.0%} of HBM. Cells: the fastest compiled setting that fits "
+  """docs/scaling.md's table (markdown) of a ``--sweep`` results file: records compiled for each column's
+  machine by its own compiler (``spec["target"]``), or (``--cpu_sweep``) for simulated CPU devices."""
+  by_target = any(r["spec"].get("target") for r in data["records"])
+  how = ("compiled for each machine by its own compiler, XLA:GPU or XLA:TPU (`python experiments/plan.py "
+         "--sweep`)" if by_target else "compiled for simulated CPU devices (`python experiments/plan.py --cpu_sweep`)")
+  lines = [f"Predicted from programs {how}, not measured. B {data['batch']} sequences per iteration; MFU {mfu} "
+           f"assumed; fits = iteration peak <= {usable:.0%} of HBM. Cells: the fastest compiled setting that fits "
            f"(else the smallest), its peak GB per device and predicted s per RL iteration (sb: "
            f"likelihood.strata_batch).", "",
            "| method | fine-tune | " + " | ".join(c[0] for c in TABLE_DEVICES) + " |",
@@ -186,9 +256,10 @@ def sweep_table(data: dict[str, Any], *, mfu: float, usable: float) -> str:
   for method in ("daca", "d1"):
     for rank in (0, 128):
       cells = []
-      for _, dev, n in TABLE_DEVICES:
+      for title, dev, n in TABLE_DEVICES:
         recs = [r for r in data["records"] if r["spec"]["method"] == method and r["spec"]["lora_rank"] == rank
-                and r["spec"]["num_devices"] == n]
+                and (r["spec"].get("target") == TABLE_TARGETS[title] if by_target
+                     else r["spec"]["num_devices"] == n and not r["spec"].get("target"))]
         if not recs:
           cells.append("not compiled")
           continue
@@ -203,7 +274,7 @@ def sweep_table(data: dict[str, Any], *, mfu: float, usable: float) -> str:
   return "\n".join(lines)
 
 
-_RESULTS_FIX = "give a file written by experiments/plan.py --sweep or --paper_sweep (--json)"
+_RESULTS_FIX = "give a file written by experiments/plan.py --sweep, --cpu_sweep or --paper_sweep (--json)"
 
 
 def render_file(path: str | pathlib.Path, *, mfu: float, usable: float) -> str:
@@ -221,5 +292,6 @@ def render_file(path: str | pathlib.Path, *, mfu: float, usable: float) -> str:
   return (paper_table if "entries" in data else sweep_table)(data, mfu=mfu, usable=usable)
 
 
-__all__ = ["PAPER_TARGETS", "TABLE_DEVICES", "describe", "paper_record", "paper_table", "render_file",
+__all__ = ["PAPER_SCALE", "PAPER_TARGETS", "TABLE_DEVICES", "TABLE_TARGETS", "compiler_line", "describe", "entry_target", "paper_record",
+           "paper_table", "render_file",
            "sweep_table", "traffic_table"]

@@ -13,7 +13,8 @@ from typing import Any, Mapping, Sequence
 
 from daca_jax.errors import DataError
 from daca_jax.io_utils import atomic_write_json, read_json
-from daca_jax.planning.report import PAPER_TARGETS, paper_record
+from daca_jax.planning.report import PAPER_SCALE, PAPER_TARGETS, TABLE_TARGETS, entry_target, paper_record
+from daca_jax.planning.targets import TARGETS
 
 # docs/scaling.md's table: (num_devices, method, lora_rank, extra flags). 8 devices serve the 8-GPU nodes
 # and v5e-8; 4 devices are a v5p-8 slice (4 chips); 16 and 64 devices are 2 and 8 GPU nodes or a v5p-32 /
@@ -26,6 +27,14 @@ SWEEP = ([(n, m, r, {}) for n in (8, 4) for m in ("daca", "d1") for r in (0, 128
          + [(8, m, r, {"rollout_weights": "sharded"}) for m in ("daca", "d1") for r in (0, 128)]
          + [(8, "daca", r, {"strata_batch": 1, "rollout_weights": "sharded"}) for r in (0, 128)]
          + [(n, m, r, {}) for n in (16, 64) for m in ("daca", "d1") for r in (0, 128)])
+# docs/scaling.md's table compiled by each machine's own compiler: (target, method, lora_rank, extra flags), the
+# four rows on every column's target, SML one stratum at a time where memory is tightest (the 8-device nodes and
+# v5p-8), and on a v5e-8 (16 GB a chip) the rollout gathering each layer per model call as well.
+TARGET_SWEEP = ([(t, m, r, {}) for t in TABLE_TARGETS.values() for m in ("daca", "d1") for r in (0, 128)]
+                + [(t, "daca", r, {"strata_batch": 1}) for t in ("gpu:h100x8", "tpu:v5p-8", "tpu:v5e-8")
+                   for r in (0, 128)]
+                + [("tpu:v5e-8", m, r, {"rollout_weights": "sharded"}) for m in ("daca", "d1") for r in (0, 128)]
+                + [("tpu:v5e-8", "daca", r, {"strata_batch": 1, "rollout_weights": "sharded"}) for r in (0, 128)])
 # Flags of the --sweep command passed on to each setting's process.
 FORWARDED = ("model", "prompts_per_step", "group_size", "remat")
 # The paper table's arms: each base method as released and with DACA.
@@ -60,42 +69,47 @@ def _planned(part: pathlib.Path) -> dict[str, Any]:
   return read_json(part, fix="the planning process wrote it incompletely; rerun the sweep")
 
 
-def _sweep_key(n: int, method: str, rank: int, extra: Mapping[str, Any]) -> str:
-  return json.dumps([n, method, rank, sorted(extra.items())])
+def _sweep_key(machine: int | str, method: str, rank: int, extra: Mapping[str, Any]) -> str:
+  return json.dumps([machine, method, rank, sorted(extra.items())])
 
 
-def sweep(out: str, command: Sequence[str], flags: Mapping[str, Any] | None = None) -> None:
-  """Compiles every :data:`SWEEP` setting not yet in ``out`` and appends it there.
+def sweep(out: str, command: Sequence[str], flags: Mapping[str, Any] | None = None, *, targets: bool = True) -> None:
+  """Compiles every setting of :data:`TARGET_SWEEP` (``targets``: each machine's own compiler) or of
+  :data:`SWEEP` (simulated CPU devices) not yet in ``out`` and appends it there.
 
   Args:
     out: the results file (JSON: ``batch`` and the plan ``records``).
     command: the plan script's argv prefix (``[python, experiments/plan.py]``).
     flags: further flags of every setting (a setting's own extra flags win).
+    targets: the target sweep (True) or the CPU one.
   Raises:
     DataError: an existing ``out`` that is not a ``--sweep`` results file (:func:`_earlier`).
   """
   path = pathlib.Path(out)
   part = pathlib.Path(f"{out}.part")
   records = _earlier(path, "records")
-  done = {_sweep_key(r["spec"]["num_devices"], r["spec"]["method"], r["spec"]["lora_rank"],
+  done = {_sweep_key(r["spec"].get("target") or r["spec"]["num_devices"], r["spec"]["method"], r["spec"]["lora_rank"],
                      {k: r["spec"][k] for k in ("strata_batch", "rollout_weights")
                       if r["spec"].get(k, "auto") not in (0, "auto")}) for r in records}
-  for n, method, rank, extra in SWEEP:
-    if _sweep_key(n, method, rank, extra) in done:
+  for machine, method, rank, extra in (TARGET_SWEEP if targets else SWEEP):
+    if _sweep_key(machine, method, rank, extra) in done:
       continue
-    args = [*command, f"--num_devices={n}", f"--method={method}", f"--lora_rank={rank}", f"--json={part}"]
+    where = f"--target={machine}" if targets else f"--num_devices={machine}"
+    args = [*command, where, f"--method={method}", f"--lora_rank={rank}", f"--json={part}"]
     args += [f"--{k}={v}" for k, v in {**(flags or {}), **extra}.items()]
     t0 = time.perf_counter()
     subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
     records.append(_planned(part))
-    print(f"compiled {n} devices {method} LoRA {rank}: {time.perf_counter() - t0:.0f} s", flush=True)
+    print(f"compiled {machine} {method} LoRA {rank} {extra or ''}: {time.perf_counter() - t0:.0f} s", flush=True)
     atomic_write_json(out, {"batch": records[-1]["setting"]["update_rows"], "records": records})
   part.unlink(missing_ok=True)
 
 
 def paper_sweep(out: str, command: Sequence[str], config_file: str, presets: Sequence[str]) -> None:
-  """Plans every ``presets`` x :data:`~daca_jax.planning.report.PAPER_TARGETS` setting not yet in ``out``
-  (``--config=<config_file>:<preset>``) and appends it there.
+  """Plans every ``presets`` x :data:`~daca_jax.planning.report.PAPER_TARGETS` machine not yet in ``out``
+  (``--config=<config_file>:<preset>``): each machine's target compile (``--target``) and its CPU plan
+  (``--num_devices --device``), then :data:`~daca_jax.planning.report.PAPER_SCALE`'s preset on the larger
+  slices, and appends each to ``out`` as it finishes.
 
   Raises:
     DataError: an existing ``out`` that is not a ``--paper_sweep`` results file (:func:`_earlier`).
@@ -103,19 +117,25 @@ def paper_sweep(out: str, command: Sequence[str], config_file: str, presets: Seq
   path = pathlib.Path(out)
   part = pathlib.Path(f"{out}.part")
   entries = _earlier(path, "entries")
-  done = {(e["preset"], e["device"], e["plan"]["setting"]["num_devices"]) for e in entries}
+  done = {(e["preset"], entry_target(e)) for e in entries}
+  jobs = []
   for preset in presets:
-    for _, dev, n in PAPER_TARGETS:
-      if (preset, dev, n) in done:
-        continue
-      t0 = time.perf_counter()
-      subprocess.run([*command, f"--config={config_file}:{preset}", f"--num_devices={n}", f"--device={dev}",
-                      f"--json={part}"], check=True, stdout=subprocess.DEVNULL)
-      entries.append(paper_record(preset, dev, _planned(part)))
-      part.unlink()
-      print(f"planned {preset} on {n}x {dev}: {time.perf_counter() - t0:.0f} s", flush=True)
-      atomic_write_json(out, {"command": "python experiments/plan.py --paper_sweep --json=" + out,
-                              "entries": entries})
+    for _, target, dev, n in PAPER_TARGETS:
+      jobs += [(preset, target, TARGETS[target].device, [f"--target={target}"]),
+               (preset, f"cpu:{n}", dev, [f"--num_devices={n}", f"--device={dev}"])]
+  scale_preset, larger = PAPER_SCALE
+  if scale_preset in presets:
+    jobs += [(scale_preset, t, TARGETS[t].device, [f"--target={t}"]) for t in larger]
+  for preset, target, dev, flags in jobs:
+    if (preset, target) in done:
+      continue
+    t0 = time.perf_counter()
+    subprocess.run([*command, f"--config={config_file}:{preset}", *flags, f"--json={part}"], check=True,
+                   stdout=subprocess.DEVNULL)
+    entries.append(paper_record(preset, dev, _planned(part), target))
+    part.unlink()
+    print(f"planned {preset} for {target}: {time.perf_counter() - t0:.0f} s", flush=True)
+    atomic_write_json(out, {"command": "python experiments/plan.py --paper_sweep --json=" + out, "entries": entries})
 
 
-__all__ = ["FORWARDED", "PAPER_ARMS", "SWEEP", "paper_presets", "paper_sweep", "sweep"]
+__all__ = ["FORWARDED", "PAPER_ARMS", "SWEEP", "TARGET_SWEEP", "paper_presets", "paper_sweep", "sweep"]

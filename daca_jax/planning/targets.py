@@ -35,8 +35,10 @@ from daca_jax.errors import ConfigError
 GPU_SPECS = pathlib.Path(__file__).resolve().parent / "gpu_specs"
 # XLA:GPU's deviceless compile: no autotuning (nothing to time kernels on), cuBLAS for matrix products.
 GPU_COMPILE_FLAGS = ("--xla_gpu_enable_triton_gemm=false", "--xla_gpu_autotune_level=0")
-# Set for libtpu's start-up on a host that is not a TPU VM (it otherwise logs that it cannot find them).
-_TPU_ENV = {"TPU_ACCELERATOR_TYPE": "v5p-8", "TPU_WORKER_HOSTNAMES": "localhost"}
+# Set for libtpu's start-up on a host that is not a TPU VM (it otherwise logs that it cannot find them), and
+# to let several processes compile at once (libtpu otherwise holds a machine-wide lock file, and a second
+# process stops with "Internal error when accessing libtpu multi-process lockfile").
+_TPU_ENV = {"TPU_ACCELERATOR_TYPE": "v5p-8", "TPU_WORKER_HOSTNAMES": "localhost", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,23 +78,37 @@ _CLOUD_TPU = "Cloud TPU documentation, 'TPU v5p' / 'TPU v5e' / 'TPU v6e' (topolo
 TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("tpu:v5p-8", "tpu", "v5p", 4, 1, "v5p:2x2x1", (2, 2, 1), source=_CLOUD_TPU),
     # v5p slice names count TensorCores: v5p-64 is 32 chips on 8 hosts of 4.
+    Target("tpu:v5p-32", "tpu", "v5p", 16, 4, "v5p:2x2x4", (2, 2, 1), source=_CLOUD_TPU),
     Target("tpu:v5p-64", "tpu", "v5p", 32, 8, "v5p:2x4x4", (2, 2, 1), source=_CLOUD_TPU),
     Target("tpu:v5p-128", "tpu", "v5p", 64, 16, "v5p:4x4x4", (2, 2, 1), source=_CLOUD_TPU),
     Target("tpu:v5e-8", "tpu", "v5e", 8, 1, "v5e:2x4", (2, 4, 1), source=_CLOUD_TPU),
     Target("tpu:v5e-256", "tpu", "v5e", 256, 64, "v5e:16x16", (2, 2, 1), source=_CLOUD_TPU),
     Target("tpu:v6e-8", "tpu", "v6e", 8, 1, "v6e:2x4", (2, 4, 1), source=_CLOUD_TPU),
-    Target("gpu:h100x8", "gpu", "h100", 8, 1, "1x1x8", gpu_spec="h100_sxm.txtpb", source="an 8-GPU HGX H100 node"),
-    Target("gpu:h200x8", "gpu", "h200", 8, 1, "1x1x8", gpu_spec="h200_sxm.txtpb", source="an 8-GPU HGX H200 node"),
-    Target("gpu:a100x8", "gpu", "a100", 8, 1, "1x1x8", gpu_spec="a100_sxm_80.txtpb",
-           source="an 8-GPU HGX A100 80GB node"),
 )}
 _CPU = re.compile(r"cpu:(\d+)$")
+_GPU = re.compile(r"gpu:([a-z0-9]+)x(\d+)$")
+# GPU kinds a target can name, with their device description; a node holds 8 of them.
+GPU_KINDS = {"h100": ("h100_sxm.txtpb", "HGX H100"), "h200": ("h200_sxm.txtpb", "HGX H200"),
+             "a100": ("a100_sxm_80.txtpb", "HGX A100 80GB")}
+GPUS_PER_NODE = 8
+MAX_GPUS = 1024
 # The most simulated CPU devices (daca_jax.planning.simulate.MAX_DEVICES: a v5p pod).
 MAX_CPU_DEVICES = 8960
 
 
 def allowed() -> str:
-  return f"one of {sorted(TARGETS)} or cpu:N (N simulated CPU devices, 1 <= N <= {MAX_CPU_DEVICES})"
+  return (f"one of {sorted(TARGETS)}, gpu:<{'|'.join(GPU_KINDS)}>xN (N GPUs: 1 to {GPUS_PER_NODE} on one node, "
+          f"or a multiple of {GPUS_PER_NODE} up to {MAX_GPUS}, {GPUS_PER_NODE} a node) or cpu:N (N simulated CPU "
+          f"devices, 1 <= N <= {MAX_CPU_DEVICES})")
+
+
+def _gpu(kind: str, n: int) -> Target | None:
+  if kind not in GPU_KINDS or not (1 <= n <= GPUS_PER_NODE or (n % GPUS_PER_NODE == 0 and n <= MAX_GPUS)):
+    return None
+  spec, node = GPU_KINDS[kind]
+  hosts = max(n // GPUS_PER_NODE, 1)
+  return Target(f"gpu:{kind}x{n}", "gpu", kind, n, hosts, f"1x{hosts}x{n // hosts}", gpu_spec=spec,
+                source=f"{hosts} {node} node(s)" if n >= GPUS_PER_NODE else f"{n} GPU(s) of an {node} node")
 
 
 def target(name: str, field: str = "--target", device: str = "h100") -> Target:
@@ -107,6 +123,10 @@ def target(name: str, field: str = "--target", device: str = "h100") -> Target:
   m = _CPU.match(key)
   if m and 1 <= int(m.group(1)) <= MAX_CPU_DEVICES:
     return Target(key, "cpu", device, int(m.group(1)), source="XLA:CPU's simulated devices")
+  m = _GPU.match(key)
+  found = _gpu(m.group(1), int(m.group(2))) if m else None
+  if found is not None:
+    return found
   raise ConfigError(field, name, allowed())
 
 
@@ -173,6 +193,8 @@ def devices(t: Target) -> tuple[Any, ...]:
   from jax.experimental import topologies
 
   if t.compiler == "tpu":
+    for k, v in _TPU_ENV.items():  # read when libtpu starts, at the first topology (not at jax's import)
+      os.environ.setdefault(k, v)
     topo = topologies.get_topology_desc(platform="tpu", topology_name=t.topology, chip_config_name="default",
                                         chips_per_host_bounds=t.chips_per_host, num_slices=1)
   else:
@@ -205,6 +227,9 @@ def describe(t: Target) -> dict[str, Any]:
           f"{t.num_devices} simulated devices", "num_devices": t.num_devices, "hosts": t.hosts,
           "device": t.device, "compile_only": not t.simulated}
 
+
+# The GPU nodes a table names (any gpu:<kind>xN is a target: :func:`target`).
+TARGETS.update({t.name: t for t in (_gpu("h100", 8), _gpu("h200", 8), _gpu("a100", 8))})
 
 __all__ = ["GPU_COMPILE_FLAGS", "GPU_SPECS", "TARGETS", "Target", "allowed", "describe", "devices",
            "missing_compiler", "prepare_process", "target", "target_from_argv"]

@@ -130,6 +130,7 @@ class GRPOLearner:
       mesh = parallel.make_mesh(cfg.parallel)
     self.mesh = mesh
     self.rollout = parallel.shard_rollout(self.rollout, cfg.parallel, mesh)
+    rollout_slot = self.rollout.aot
     if cfg.rl.rollout_batch:  # sampled a micro-batch at a time, the same trajectories
       shards = 1 if cfg.parallel.strategy == "none" else parallel.num_batch_shards(mesh)
       self.rollout = micro_batched(self.rollout, cfg.rl.rollout_batch, shards)
@@ -137,6 +138,8 @@ class GRPOLearner:
     self.objective_grad = make_objective_grad(logits_fn, cfg, mask_id=mask_id, param_split=param_split)
     self._update = make_update(logits_fn, cfg, self.optimizer, mask_id=mask_id, param_split=param_split)
     self.update = parallel.compile_update(self._update, cfg.parallel, mesh, param_split=param_split)
+    # Where executables compiled ahead of time go (daca_jax.parallel.aot.attach).
+    self.aot_slots = {"rollout": rollout_slot, "update": self.update.aot}
 
   def init_opt_state(self, params: Any) -> optax.OptState:
     return self.optimizer.init(params)

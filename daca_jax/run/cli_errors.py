@@ -15,6 +15,8 @@ error                                              exit  examples
 other ``OSError``                                   1     a read-only or full disk, no permission
 :class:`~daca_jax.errors.WorkerDied`                1     a grid's worker process killed (out of
                                                           memory) with ``reproduce.py --jobs``
+:class:`~daca_jax.errors.DoesNotFit`                1     ``train.py --compile_only --target``: the
+                                                          run's programs do not fit the machine
 :class:`~daca_jax.run.preemption.Preempted`         75    SIGTERM (preemption, a time limit): the
                                                           checkpoint of the current step is saved;
                                                           the same command resumes (``preempted:``
@@ -38,7 +40,7 @@ import traceback
 from typing import Any, Callable, Iterator, Sequence
 
 from daca_jax.config.checks import INT_MAX
-from daca_jax.errors import ConfigError, DataError, NonFiniteError, WorkerDied
+from daca_jax.errors import ConfigError, DataError, DoesNotFit, NonFiniteError, WorkerDied
 from daca_jax.run.preemption import EXIT_PREEMPTED, Preempted
 
 EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_OS_ERROR = 2, 3, 1
@@ -85,7 +87,7 @@ def exit_code(e: BaseException) -> int | None:
     return EXIT_BAD_INPUT
   if isinstance(e, NonFiniteError):
     return EXIT_DIVERGED
-  if isinstance(e, WorkerDied):
+  if isinstance(e, (WorkerDied, DoesNotFit)):
     return EXIT_OS_ERROR
   if isinstance(e, Preempted):
     return EXIT_PREEMPTED

@@ -32,6 +32,7 @@ from daca_jax.errors import ConfigError
 from daca_jax.io_utils import check_dir_path, make_dir
 from daca_jax.models import count_params, init_model, lora, make_logits_fn
 from daca_jax.rl.learner import GRPOLearner
+from daca_jax.parallel import aot
 from daca_jax.run import from_checkpoint
 from daca_jax.run.dashboards import Dashboard, check_log_config
 from daca_jax.run.job_eval import JobEvaluator
@@ -240,7 +241,9 @@ def _run_phases(cfg: TrainConfig, views: TaskViews, workdir: pathlib.Path, sft_d
 
   learner = GRPOLearner(policy.logits_fn, cfg, mask_id=tok.mask_id, eos_id=tok.eos_id, tokenizer=tok,
                         hidden_logits_fn=policy.hidden_logits_fn, optimizer_wrapper=policy.optimizer_wrapper,
-                        param_split=policy.param_split)
+                        param_split=policy.param_split, mesh=mesh)
+  # A preflight's executables (train.py --compile_only --target=...): used where they are this run's programs.
+  aot.attach(workdir / "executables", learner.aot_slots, log)
   t0 = time.perf_counter()
   params, did_work = run_rl(cfg.rl, cfg.checkpoint, views.train, train_examples, learner, policy.params,
                             policy.ref_params, workdir, seed=cfg.seed, reward=cfg.task.reward,

@@ -1,0 +1,157 @@
+"""Executables compiled ahead of time (a preflight, ``experiments/train.py --compile_only --target=...``)
+that the run loads instead of compiling its rollout and update.
+
+The preflight writes each compiled program's executable bytes (``jax.experimental.serialize_executable``)
+into a folder, with ``manifest.json``: the machine it was compiled for (platform, device kind, device
+and process counts, jax and jaxlib versions) and a SHA-256 of each program's lowering (its StableHLO
+text, before the compiler) and of its bytes. The run (:func:`attach`) offers them to its programs when
+the manifest's machine is the one it finds, and a program runs its executable only after its own
+lowering, taken at its first call, has the same hash: the same config, shapes, shardings, constants and
+library code; the executable is then loaded with that lowering's argument and result structure (no
+pickle: the folder holds bytes and JSON). Anything else is one line and the run compiles as usual; an
+executable never runs a program it was not compiled from. The folder is the run's own output, trusted
+as its checkpoints are.
+
+:class:`Slot` is the hook each of the library's compiled calls carries (``call.aot``): the update under
+every ``parallel.strategy`` and the sharded rollout.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import pathlib
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+
+MANIFEST = "manifest.json"
+PROGRAMS = ("rollout", "update")
+
+
+def fingerprint(lowered: Any) -> str:
+  """SHA-256 of a ``jax.stages.Lowered``'s StableHLO text (no debug locations)."""
+  return hashlib.sha256(lowered.as_text().encode()).hexdigest()
+
+
+class Slot:
+  """An executable compiled ahead of time for one program, used in place of compiling it.
+
+  ``run(jitted, *args, **kw)`` calls ``jitted`` (the program's ``jax.jit`` function) unless an executable
+  was :meth:`offer`-ed: then, at the first call, the program is lowered for these arguments and, if the
+  lowering's :func:`fingerprint` is the offered one, the executable is loaded with the lowering's argument
+  and result structure and runs from then on; otherwise ``log`` gets one line and ``jitted`` compiles as
+  usual. ``static`` names keyword arguments that are compiled in (not passed to an executable).
+  """
+
+  def __init__(self, name: str, static: Sequence[str] = ()):
+    self.name = name
+    self.static = tuple(static)
+    self._offered: tuple[bytes, str, Callable[[str], None]] | None = None
+    self.executable: Any = None
+
+  def offer(self, payload: bytes, sha: str, log: Callable[[str], None]) -> None:
+    """Offers the serialized executable ``payload`` of the program whose lowering hashes to ``sha``."""
+    self._offered, self.executable = (payload, sha, log), None
+
+  def run(self, jitted: Any, *args: Any, **kw: Any) -> Any:
+    if self._offered is not None:
+      from jax.experimental import serialize_executable
+
+      payload, sha, log = self._offered
+      self._offered = None
+      lowered = jitted.lower(*args, **kw)
+      if fingerprint(lowered) == sha:
+        self.executable = serialize_executable.deserialize_and_load(payload, lowered.in_tree, lowered.out_tree)
+        log(f"{self.name}: running the executable compiled ahead of time (no compile)")
+      else:
+        log(f"{self.name}: the executable compiled ahead of time is of another program (config, shapes or "
+            "library code differ): compiling as usual")
+    if self.executable is not None:
+      return self.executable(*args, **{k: v for k, v in kw.items() if k not in self.static})
+    return jitted(*args, **kw)
+
+
+def _jaxlib_version() -> str:
+  from importlib.metadata import version
+
+  return version("jaxlib")
+
+
+def _machine() -> dict[str, Any]:
+  d = jax.devices()
+  return {"platform": d[0].platform, "device_kind": d[0].device_kind, "num_devices": len(d),
+          "process_count": jax.process_count(), "jax": jax.__version__, "jaxlib": _jaxlib_version()}
+
+
+def write(folder: str | pathlib.Path, programs: Mapping[str, tuple[Any, str]], *, target: str,
+          hosts: int = 1) -> pathlib.Path:
+  """Serialises ``programs`` (``{"rollout": (Compiled, lowering's fingerprint), "update": ...}``) into
+  ``folder`` with its manifest (module docstring): ``target`` names the machine, ``hosts`` its processes.
+  Returns the folder.
+
+  Raises:
+    OSError: the folder cannot be written.
+  """
+  from jax.experimental import serialize_executable
+
+  from daca_jax.io_utils import atomic_write_json
+
+  folder = pathlib.Path(folder)
+  folder.mkdir(parents=True, exist_ok=True)
+  (folder / MANIFEST).unlink(missing_ok=True)  # a half-written folder has no manifest: nothing is offered
+  first, _ = next(iter(programs.values()))
+  devices = {d for sh in jax.tree.leaves(first.input_shardings) for d in sh.device_set}
+  one = next(iter(devices))
+  manifest = {"target": target, "platform": one.platform, "device_kind": one.device_kind,
+              "num_devices": len(devices), "process_count": hosts, "jax": jax.__version__,
+              "jaxlib": _jaxlib_version(), "programs": {}}
+  for name, (compiled, sha) in programs.items():
+    payload, _, _ = serialize_executable.serialize(compiled)
+    (folder / f"{name}.xla").write_bytes(payload)
+    manifest["programs"][name] = {"file": f"{name}.xla", "lowered_sha256": sha,
+                                  "bytes_sha256": hashlib.sha256(payload).hexdigest()}
+  atomic_write_json(folder / MANIFEST, manifest)
+  return folder
+
+
+def mismatch(manifest: Mapping[str, Any]) -> str | None:
+  """Why executables of ``manifest`` cannot run on this process's machine (one line), or None."""
+  here = _machine()
+  for key in ("platform", "device_kind", "num_devices", "process_count", "jax", "jaxlib"):
+    if str(manifest.get(key)) != str(here[key]):
+      return (f"compiled for {manifest.get('target')} ({key} {manifest.get(key)!r}); this machine has "
+              f"{key} {here[key]!r}")
+  return None
+
+
+def attach(folder: str | pathlib.Path, slots: Mapping[str, Slot], log: Callable[[str], None]) -> bool:
+  """Offers the executables in ``folder`` to ``slots`` (``{"rollout": Slot, "update": Slot}``, e.g. a
+  learner's ``aot_slots``) when they were compiled for this machine; otherwise one line to ``log``.
+  Returns whether they were offered (each still checks its program at its first call)."""
+  folder = pathlib.Path(folder)
+  path = folder / MANIFEST
+  if not path.is_file():
+    return False
+  try:
+    manifest = json.loads(path.read_text())
+    why = mismatch(manifest)
+  except (OSError, ValueError, AttributeError) as e:
+    log(f"executables in {folder}: unreadable manifest ({e}): compiling as usual")
+    return False
+  if why:
+    log(f"executables in {folder}: {why}: compiling as usual")
+    return False
+  for name, slot in slots.items():
+    entry = manifest.get("programs", {}).get(name)
+    file = folder / str(entry.get("file", "")) if isinstance(entry, dict) else None
+    if file is None or file.parent != folder or not file.is_file():
+      continue
+    payload = file.read_bytes()
+    if hashlib.sha256(payload).hexdigest() != entry.get("bytes_sha256"):
+      log(f"executables in {folder}: {file.name} is not the file the manifest names: compiling {name} as usual")
+      continue
+    slot.offer(payload, str(entry.get("lowered_sha256")), log)
+  return True
+
+
+__all__ = ["MANIFEST", "PROGRAMS", "Slot", "attach", "fingerprint", "mismatch", "write"]

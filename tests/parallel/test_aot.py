@@ -1,0 +1,132 @@
+"""Executables compiled ahead of time (daca_jax.parallel.aot): a learner given the serialized rollout and
+update of its own programs runs them without compiling and gets what it gets compiling; anything else
+(another program, another machine, a changed file) is one line and the usual compile.
+
+As in a real run, the executables are loaded by another process than the one that compiled them (XLA:CPU
+cannot load an executable into a process that already compiled the same program: "Function ... not found")."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from daca_jax.parallel import aot
+from daca_jax.rl import GRPOLearner
+from daca_jax.types import LikelihoodConfig, RLConfig, RolloutConfig, StratifiedConfig, TrainConfig
+from tests.fixed_logit_model import jax_logits, make_params
+
+V, MASK, EOS, P = 12, 10, 11, 3
+
+
+def _cfg(lr=0.05):
+  return TrainConfig(rollout=RolloutConfig(gen_length=8, block_length=4, steps=4, temperature=1.0),
+                     likelihood=LikelihoodConfig(stratified=StratifiedConfig(num_strata=2)),
+                     rl=RLConfig(credit="dps", likelihood="stratified", num_iterations=2, group_size=4, beta=0.1,
+                                 learning_rate=lr, warmup_steps=0))
+
+
+def _inputs():
+  params = jax.tree.map(jnp.asarray, make_params(P + 8, V, seed=0, scale=1.0))
+  prompts = jnp.asarray(np.random.default_rng(0).integers(0, 9, (8, P)), jnp.int32)
+  rewards = jnp.asarray(np.random.default_rng(1).uniform(size=8), jnp.float32)
+  return params, prompts, rewards
+
+
+def _iteration(learner, params, prompts, rewards):
+  traj = learner.rollout(params, prompts, jax.random.PRNGKey(0))
+  weights = learner.credit_weights(traj)
+  out = learner.update(params, learner.init_opt_state(params), params, traj, rewards, weights, jax.random.PRNGKey(1))
+  return traj, out
+
+
+def _preflight(tmp_path, cfg):
+  """What train.py --compile_only writes: the learner's two programs compiled from shapes, serialized."""
+  learner = GRPOLearner(jax_logits, cfg, mask_id=MASK, eos_id=EOS)
+  params, prompts, rewards = _inputs()
+  shapes = lambda t: jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), t)
+  lowered = learner.rollout.lower(shapes(params), shapes(prompts), shapes(jax.random.PRNGKey(0)))
+  traj = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), lowered.out_info)
+  weights = jax.eval_shape(learner.credit_weights, traj)
+  upd = learner.update.lower(shapes(params), jax.eval_shape(learner.init_opt_state, params), shapes(params), traj,
+                             shapes(rewards), weights, shapes(jax.random.PRNGKey(1)))
+  programs = {"rollout": (lowered.compile(), aot.fingerprint(lowered)), "update": (upd.compile(), aot.fingerprint(upd))}
+  return aot.write(tmp_path / "executables", programs, target="cpu:1")
+
+
+_RUN = """
+import json, sys
+import jax, numpy as np
+from daca_jax.parallel import aot
+from daca_jax.rl import GRPOLearner
+from tests.parallel.test_aot import EOS, MASK, _cfg, _inputs, _iteration, jax_logits
+folder, lr, out = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+lines = []
+learner = GRPOLearner(jax_logits, _cfg(lr=lr), mask_id=MASK, eos_id=EOS)
+offered = aot.attach(folder, learner.aot_slots, lines.append)
+leaves = jax.tree.leaves(_iteration(learner, *_inputs()))
+np.savez(out, *[np.asarray(x) for x in leaves])
+print(json.dumps({"offered": offered, "lines": lines,
+                  "loaded": {k: s.executable is not None for k, s in learner.aot_slots.items()}}))
+"""
+
+
+def _run(folder, lr, tmp_path):
+  """The loaded learner's iteration in a process of its own: (report, its output leaves)."""
+  root = pathlib.Path(__file__).resolve().parents[2]
+  out = tmp_path / f"out_{lr}.npz"
+  r = subprocess.run([sys.executable, "-c", _RUN, str(folder), str(lr), str(out)], capture_output=True, text=True,
+                     cwd=root, env=dict(os.environ, PYTHONPATH=str(root)), timeout=300)
+  assert r.returncode == 0, r.stderr[-3000:]
+  with np.load(out) as z:
+    leaves = [z[f"arr_{i}"] for i in range(len(z.files))]
+  return json.loads(r.stdout.strip().splitlines()[-1]), leaves
+
+
+def test_a_learner_runs_its_preflights_executables_and_gets_the_same_results(tmp_path):
+  folder = _preflight(tmp_path, _cfg())
+  manifest = json.loads((folder / aot.MANIFEST).read_text())
+  assert manifest["platform"] == "cpu" and manifest["num_devices"] == 1 and set(manifest["programs"]) == {
+      "rollout", "update"}
+  report, got = _run(folder, 0.05, tmp_path)
+  assert report == {"offered": True, "loaded": {"rollout": True, "update": True},
+                    "lines": ["rollout: running the executable compiled ahead of time (no compile)",
+                              "update: running the executable compiled ahead of time (no compile)"]}
+  want = jax.tree.leaves(_iteration(GRPOLearner(jax_logits, _cfg(), mask_id=MASK, eos_id=EOS), *_inputs()))
+  assert len(got) == len(want)
+  for a, b in zip(got, want):
+    np.testing.assert_array_equal(a, np.asarray(b))
+  # another learning rate: the update's lowering differs (the rollout's does not), so it compiles as usual
+  report, got = _run(folder, 0.01, tmp_path)
+  assert report["loaded"] == {"rollout": True, "update": False}
+  assert report["lines"][1] == ("update: the executable compiled ahead of time is of another program (config, "
+                                "shapes or library code differ): compiling as usual")
+  want = jax.tree.leaves(_iteration(GRPOLearner(jax_logits, _cfg(lr=0.01), mask_id=MASK, eos_id=EOS), *_inputs()))
+  for a, b in zip(got, want):
+    np.testing.assert_array_equal(a, np.asarray(b))
+
+
+def test_another_machine_or_file_is_one_line(tmp_path):
+  folder = _preflight(tmp_path, _cfg())
+  # another machine: nothing is offered
+  manifest = json.loads((folder / aot.MANIFEST).read_text())
+  (folder / aot.MANIFEST).write_text(json.dumps(dict(manifest, device_kind="TPU v5", target="tpu:v5p-8")))
+  lines = []
+  assert not aot.attach(folder, GRPOLearner(jax_logits, _cfg(), mask_id=MASK, eos_id=EOS).aot_slots, lines.append)
+  assert lines == [f"executables in {folder}: compiled for tpu:v5p-8 (device_kind 'TPU v5'); this machine has "
+                   "device_kind 'cpu': compiling as usual"]
+  # a file that is not the one the manifest names; a manifest that is not JSON
+  (folder / aot.MANIFEST).write_text(json.dumps(manifest))
+  (folder / "update.xla").write_bytes(b"not an executable")
+  lines, learner = [], GRPOLearner(jax_logits, _cfg(), mask_id=MASK, eos_id=EOS)
+  assert aot.attach(folder, learner.aot_slots, lines.append)
+  assert lines == [f"executables in {folder}: update.xla is not the file the manifest names: compiling update as "
+                   "usual"]
+  (folder / aot.MANIFEST).write_text("{")
+  lines = []
+  assert not aot.attach(folder, learner.aot_slots, lines.append)
+  assert lines[0].startswith(f"executables in {folder}: unreadable manifest")
