@@ -121,6 +121,12 @@ def credit_arms() -> dict[str, list[tuple[str, object]]]:
           for name, extra in CREDIT_ARMS.items()}
 
 
+def get_bases() -> dict[str, str]:
+  """Arm → the configs/paper.py base its method comes from ("d1" for d1's base and d1 + SML): the reference
+  recipe the grid's header compares each arm with (``experiments/reproduce.py --deviations``)."""
+  return {name: "d1" if name in ("base", "d1 + SML") else name.split(" + ")[0] for name in get_arms()}
+
+
 def get_references() -> dict[str, str]:
   """Arm → the arm its paired difference is taken against: "<base> + SML" and the credit arms → that
   base alone; every other arm → "base" (d1)."""

@@ -66,6 +66,8 @@ _SEALED = flags.DEFINE_bool("sealed_test", False, "With --variants: null test sc
                             "that reads its test set only after its decision).")
 _TABLE_FROM = flags.DEFINE_string("table_from", None, "Print the markdown table of a grid's results.json "
                                   "(e.g. the committed docs/results/credit_study.json) and exit.")
+_DEVIATIONS = flags.DEFINE_bool("deviations", False, "With --study (a file with get_bases()): print, per arm, each "
+                                "recipe field that differs from its method's published preset, and why; exit.")
 
 
 
@@ -84,6 +86,9 @@ def main(argv):
 def run():
   if _TABLE_FROM.value:
     print(rp.markdown(rp.read_rows(_TABLE_FROM.value)))
+    return
+  if _DEVIATIONS.value:
+    print(rr.recipe_deviations(_STUDY.value, _CONFIGS.value[0], _PRESET.value))
     return
   seeds = rr.check_args(_WORKDIR.value, {"--configs": _CONFIGS.value, "--bases": _BASES.value,
                                          "--arms": _ARMS.value, "--seeds": _SEEDS.value}, _FINISHED.value)

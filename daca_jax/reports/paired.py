@@ -36,6 +36,13 @@ Two intervals for that mean:
 Inputs are ``{warm start seed: {example key: outcome}}`` per arm (:func:`paired_differences` aligns
 them and refuses, in one line naming what differs, two arms that were not scored on the same warm
 starts, or on the same examples from one warm start).
+
+Several comparisons in one table: each interval comes with a two-sided p-value (the t test of the seed
+means; for the bootstrap, twice the smaller share of replicates on either side of 0), and
+:func:`holm` adjusts a family's p-values (Holm 1979, "A simple sequentially rejective multiple test
+procedure"): a comparison **separates** when its adjusted p-value is below 0.05, which holds the chance
+that any comparison of the family separates by chance at 5%. The tables say which family they correct
+over.
 """
 from __future__ import annotations
 
@@ -76,6 +83,7 @@ class PairedInterval:
     num_seeds: S, the paired warm starts.
     num_examples: N, the examples per warm start.
     method: "bootstrap" (:func:`paired_bootstrap`) or "seed_t" (:func:`seed_t_interval`).
+    p_value: two-sided p-value of "no difference" (module docstring); NaN where undefined.
   """
 
   mean: float
@@ -84,6 +92,7 @@ class PairedInterval:
   num_seeds: int
   num_examples: int
   method: str
+  p_value: float = math.nan
 
   @property
   def separates(self) -> bool:
@@ -227,7 +236,10 @@ def paired_bootstrap(arm: Outcomes, reference: Outcomes, *, num_resamples: int =
   low, high = np.quantile(draws, [(1 - level) / 2, (1 + level) / 2])
   mean = float(np.mean([d.mean() for d in diffs.values()]))
   sizes = [d.size for d in diffs.values()]
-  return PairedInterval(mean, float(low), float(high), len(diffs), round(float(np.mean(sizes))), "bootstrap")
+  # two-sided percentile-bootstrap p-value; at least 1 / (R + 1): R replicates cannot show a smaller one
+  side = min(float(np.mean(draws <= 0)), float(np.mean(draws >= 0)))
+  p = min(1.0, max(2.0 * side, 1.0 / (len(draws) + 1)))
+  return PairedInterval(mean, float(low), float(high), len(diffs), round(float(np.mean(sizes))), "bootstrap", p)
 
 
 def seed_t_interval(arm: Outcomes, reference: Outcomes, *, arm_name: str = "arm",
@@ -240,10 +252,54 @@ def seed_t_interval(arm: Outcomes, reference: Outcomes, *, arm_name: str = "arm"
     ValueError: see :func:`paired_differences`.
   """
   diffs = paired_differences(arm, reference, arm_name=arm_name, reference_name=reference_name)
-  m, h = mean_ci95([d.mean() for d in diffs.values()])
+  means = [d.mean() for d in diffs.values()]
+  m, h = mean_ci95(means)
   sizes = [d.size for d in diffs.values()]
-  return PairedInterval(m, m - h, m + h, len(diffs), round(float(np.mean(sizes))), "seed_t")
+  return PairedInterval(m, m - h, m + h, len(diffs), round(float(np.mean(sizes))), "seed_t", t_p_value(means))
 
 
-__all__ = ["BOOTSTRAP_SEED", "NUM_RESAMPLES", "Outcomes", "PairedInterval", "bootstrap_means", "design", "mean_ci95",
-           "paired_bootstrap", "paired_differences", "seed_t_interval"]
+def t_p_value(values: Sequence[float]) -> float:
+  """Two-sided p-value of the one-sample t test of mean 0 (Student, n − 1 degrees of freedom); NaN for
+  fewer than two values, 0 when they agree exactly on a non-zero value."""
+  from scipy import stats
+
+  v = np.asarray(values, np.float64)
+  if len(v) < 2:
+    return math.nan
+  sd = v.std(ddof=1)
+  if sd == 0:
+    return 1.0 if v.mean() == 0 else 0.0
+  return float(2 * stats.t.sf(abs(v.mean()) / (sd / math.sqrt(len(v))), len(v) - 1))
+
+
+def interval_p_value(mean: float, half_width: float, n: int) -> float:
+  """The :func:`t_p_value` of ``n`` values whose :func:`mean_ci95` is ``(mean, half_width)`` (a summarized
+  row that kept no values); NaN where undefined."""
+  from scipy import stats
+
+  if n < 2 or math.isnan(half_width):
+    return math.nan
+  if half_width == 0:
+    return 1.0 if mean == 0 else 0.0
+  t975 = _T975[n - 2] if n - 1 <= len(_T975) else 1.96
+  return float(2 * stats.t.sf(abs(mean) / (half_width / t975), n - 1))
+
+
+ALPHA = 0.05  # a family's error rate: a comparison separates when its Holm-adjusted p-value is below it
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+  """Holm's step-down adjusted p-values of one family (same order; NaN entries stay NaN and are not
+  counted in the family): the i-th smallest of m is ``max_{j<=i} min(1, (m − j + 1) p_(j))``."""
+  p = np.asarray(p_values, np.float64)
+  ok = np.flatnonzero(~np.isnan(p))
+  out = np.full(p.shape, np.nan)
+  m, running = len(ok), 0.0
+  for rank, idx in enumerate(ok[np.argsort(p[ok], kind="stable")]):
+    running = max(running, min(1.0, (m - rank) * p[idx]))
+    out[idx] = running
+  return [float(x) for x in out]
+
+
+__all__ = ["ALPHA", "BOOTSTRAP_SEED", "NUM_RESAMPLES", "Outcomes", "PairedInterval", "bootstrap_means", "design", "holm",
+           "interval_p_value", "mean_ci95", "paired_bootstrap", "paired_differences", "seed_t_interval", "t_p_value"]

@@ -21,7 +21,7 @@ from daca_jax.configure import train_config_from_dict, with_overrides  # noqa: F
 from daca_jax.errors import DataError
 from daca_jax.io_utils import read_json, read_json_cache
 from daca_jax.run.metrics import read_metrics, reward_trend
-from daca_jax.reports.paired import mean_ci95
+from daca_jax.reports.paired import ALPHA, holm, interval_p_value, mean_ci95
 from daca_jax.run import preemption
 from daca_jax.run.pipeline import run_main_job
 from daca_jax.run.results import shape_error
@@ -245,6 +245,7 @@ def summarize(cells: Sequence[Cell], results: dict[str, dict[str, Any]],
              for c in cs if c.seed in ref_cells]
     if pairs:
       row["vs_base_mean"], row["vs_base_ci95"] = mean_ci95(pairs)
+      row["vs_base_n"] = len(pairs)
       row["reference"] = reference[1]
     rows.append(row)
   return rows
@@ -252,20 +253,35 @@ def summarize(cells: Sequence[Cell], results: dict[str, dict[str, Any]],
 
 def markdown(rows: Sequence[dict[str, Any]]) -> str:
   """The grid as a table; "arm − base" is the paired difference (same seed and warm start) with its
-  95% CI, and is marked "separates" when the interval excludes 0 (the column is "arm − reference" and
-  names the reference where an arm is paired with another arm than "base"). Rows that recorded a validation
-  split and a reward trend add their columns: the validation change (what arms are chosen on) and
-  each seed's training-reward rise (mean of the last 20 iterations minus the first 20)."""
+  95% CI, its p-value and its Holm-adjusted p-value over the table's paired comparisons of the same task
+  and metric (one family: :func:`daca_jax.reports.paired.holm`), marked "**separates**" when the adjusted
+  p-value is below 0.05 (the column is "arm − reference" and names the reference where an arm is paired
+  with another arm than "base"). Rows that recorded a validation split and a reward trend add their
+  columns: the validation change (what arms are chosen on) and each seed's training-reward rise (mean of
+  the last 20 iterations minus the first 20)."""
   extra = any("val_delta_mean" in r for r in rows)
   other = any(r.get("reference", "base") != "base" for r in rows)
+  raw = [interval_p_value(r["vs_base_mean"], r["vs_base_ci95"], r.get("vs_base_n", len(r["seeds"])))
+         if "vs_base_mean" in r else math.nan for r in rows]
+  adjusted, families = [math.nan] * len(rows), {}
+  for i, r in enumerate(rows):
+    families.setdefault((r["task"], r["metric"]), []).append(i)
+  for members in families.values():
+    for i, q in zip(members, holm([raw[i] for i in members])):
+      adjusted[i] = q
+  sizes = {k: sum(not math.isnan(raw[i]) for i in v) for k, v in families.items()}
+  family = ", ".join(f"{n} on {t}" for (t, _), n in sizes.items() if n)
   head = ["task", "metric", "base", "arm", "after RL (mean ± 95% CI)", "change vs warm start",
-          f"arm − {'reference' if other else 'base'} (paired)"] + (["validation change", "reward rise per seed"] if extra else []) + ["seeds"]
+          f"arm − {'reference' if other else 'base'} (paired; Holm over {family or 'none'})"] + (
+              ["validation change", "reward rise per seed"] if extra else []) + ["seeds"]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-  for r in rows:
+  for i, r in enumerate(rows):
     paired = ""
     if "vs_base_mean" in r:
       m, ci = r["vs_base_mean"], r["vs_base_ci95"]
-      paired = f"{m:+.3f} ± {ci:.3f}" + (" (separates)" if not math.isnan(ci) and abs(m) > ci else "")
+      paired = f"{m:+.3f} ± {ci:.3f}"
+      if not math.isnan(raw[i]):
+        paired += f" (p {_p(raw[i])}, Holm {_p(adjusted[i])}" + ("; **separates**" if adjusted[i] < ALPHA else "") + ")"
       paired += f" vs {r['reference']}" if other else ""
     cells = [r["task"], r["metric"], r["base"], r["arm"], f"{r['mean']:.3f} ± {r['ci95']:.3f}",
              f"{r['delta_mean']:+.3f} ± {r['delta_ci95']:.3f}", paired]
@@ -275,6 +291,10 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
     cells.append(str(len(r["seeds"])))
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines)
+
+
+def _p(p: float) -> str:
+  return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def plot(rows: Sequence[dict[str, Any]], png_path: str | pathlib.Path) -> None:

@@ -145,6 +145,28 @@ def requested_cells(configs: Mapping[str, TrainConfig], seeds: Sequence[int], *,
   return cells
 
 
+def recipe_deviations(study: str | None, config: str, preset: str) -> str:
+  """The markdown table of how ``study``'s arms (run on ``config`` under grid ``preset``) differ from their
+  methods' published presets (:func:`daca_jax.reports.recipes.deviations`).
+
+  Raises:
+    ConfigError: no ``--study``, or a study file without ``get_bases()``.
+  """
+  from configs import paper
+  from daca_jax.reports.recipes import deviations
+
+  if not study:
+    raise ConfigError("--study", "", "a study file (e.g. configs/sota_grid.py) with --deviations")
+  module = load_module(study.partition(":")[0], "--study")
+  if not hasattr(module, "get_bases"):
+    raise ConfigError("--study", study, "a file defining get_bases() (arm -> configs/paper.py base), as "
+                      "configs/sota_grid.py does, with --deviations")
+  (name, cfg), = task_configs([config], preset).items()
+  task = {"sudoku4x4": "sudoku"}.get(name, name)
+  return deviations(module.get_arms(), module.get_bases(), task, lambda o: rp.with_overrides(cfg, o),
+                    lambda p: train_config_from_dict(paper.get_config(p)))
+
+
 def write_grid(work: pathlib.Path, preset: str, cells: Sequence[rp.Cell], results: Mapping[str, dict[str, Any]]
                ) -> tuple[list[rp.Cell], str]:
   """Writes ``grid.md``, ``grid.png`` and ``results.json`` of the finished cells into ``work``; returns

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 from daca_jax.errors import DataError
 from daca_jax.io_utils import read_json
 from daca_jax.evaluation.outcomes import read_outcomes
-from daca_jax.reports.paired import mean_ci95, paired_bootstrap
+from daca_jax.reports.paired import ALPHA, holm, mean_ci95, paired_bootstrap, t_p_value
 
 # RL wall time of a run (seconds), measured only when two runs shared a 2-core machine one core each;
 # null when the run shared it with anything else or was resumed (the only layout whose times compare).
@@ -162,10 +162,12 @@ def variants_table(runs: Sequence[dict[str, Any]], reference: str = "default",
   """Markdown: one row per arm (in first-seen order, or ``arms``): seeds, test change per seed and mean
   ± 95% CI (points), the same on validation (its last point), the reward rise per seed, and the test /
   validation change minus ``reference``'s on the seeds both have from the same warm start (the same
-  test and validation accuracy before RL, the test alone where a run has no validation split; paired,
-  "separates" when the interval excludes 0: the seed-level t interval ``mean ± half-width (n=seeds)``,
-  or, where the runs carry per-example outcomes, the bootstrap's ``mean [low, high] (n=seeds×examples,
-  bootstrap)``; module docstring). "n/a": no validation split.
+  test and validation accuracy before RL, the test alone where a run has no validation split; paired:
+  the seed-level t interval ``mean ± half-width (n=seeds; p ..., Holm ...)``, or, where the runs carry
+  per-example outcomes, the bootstrap's ``mean [low, high] (n=seeds×examples, bootstrap; ...)``; module
+  docstring). Each split's paired comparisons of the table are one family: "**separates**" marks a
+  comparison whose Holm-adjusted p-value is below 0.05 (:func:`daca_jax.reports.paired.holm`), and the
+  column header says how many the family holds. "n/a": no validation split.
 
   With ``timing``, two more columns: the RL wall time per seed (minutes, :data:`RL_TIME`; "n/a" where
   not comparable) and the speed-up over ``reference`` — the mean over paired seeds with both times of
@@ -180,11 +182,7 @@ def variants_table(runs: Sequence[dict[str, Any]], reference: str = "default",
   ref = by_arm.get(reference, {})
   test, val = _test_change, _val_change
 
-  head = ["arm", "seeds", "test change (pp)", "mean ± 95% CI", "validation change (pp)", "mean ± 95% CI",
-          "reward rise", f"paired − {reference}: test", "validation"]
-  if timing:
-    head += ["RL time (min)", f"speed-up over {reference}"]
-  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  rows, pairs = [], []
   for arm in order:
     seeds = sorted(by_arm[arm])
     rs = [by_arm[arm][s] for s in seeds]
@@ -197,18 +195,21 @@ def variants_table(runs: Sequence[dict[str, Any]], reference: str = "default",
     cells = [arm, "/".join(map(str, seeds)), _per_seed([test(r) for r in rs]), _fmt([test(r) for r in rs]),
              _per_seed([val(r) for r in rs]), _fmt([val(r) for r in rs]),
              " / ".join(f"{r['reward_rise']:+.3f}" for r in rs)]
+    row_pairs = []
     for f, split in ((test, "test"), (val, "val")):
       d = [] if arm == reference else [f(by_arm[arm][s]) - f(ref[s]) for s in paired]
       d = [x for x in d if not math.isnan(x)]  # a pair without a validation split has no val difference
       if len(d) < 2:
-        cells.append("")
+        row_pairs.append(None)
         continue
       boot = _bootstrap_cell([by_arm[arm][s] for s in paired], [ref[s] for s in paired], split, arm, reference)
       if boot:
-        cells.append(boot)
+        row_pairs.append(boot)
         continue
       m, ci = mean_ci95(d)
-      cells.append(f"{m:+.1f} ± {ci:.1f}" + (" (separates)" if abs(m) > ci else "") + f" (n={len(d)})")
+      row_pairs.append((f"{m:+.1f} ± {ci:.1f} (n={len(d)}", t_p_value(d)))
+    pairs.append(row_pairs)
+    cells += ["", ""]  # the paired cells, filled in once the family's p-values are all known
     if timing:
       cells.append(" / ".join("n/a" if math.isnan(_rl_time(r)) else f"{_rl_time(r) / 60:.1f}" for r in rs))
       ratios = [] if arm == reference else [_rl_time(ref[s]) / _rl_time(by_arm[arm][s]) for s in paired]
@@ -218,26 +219,52 @@ def variants_table(runs: Sequence[dict[str, Any]], reference: str = "default",
       else:
         m, ci = mean_ci95(ratios)
         cells.append(f"{m:.2f}×" + ("" if math.isnan(ci) else f" ± {ci:.2f}") + f" (n={len(ratios)})")
-    lines.append("| " + " | ".join(cells) + " |")
-  return "\n".join(lines)
+    rows.append(cells)
+  sizes = []
+  for j in range(2):  # a family per split: the table's paired comparisons on test, and on validation
+    found = [rp[j] for rp in pairs if rp[j] is not None]
+    adjusted = iter(holm([p for _, p in found]))
+    sizes.append(len(found))
+    for cells, rp in zip(rows, pairs):
+      if rp[j] is not None:
+        cells[7 + j] = holm_cell(*rp[j], next(adjusted))
+  head = ["arm", "seeds", "test change (pp)", "mean ± 95% CI", "validation change (pp)", "mean ± 95% CI",
+          "reward rise", f"paired − {reference}: test (Holm over {sizes[0]})", f"validation (Holm over {sizes[1]})"]
+  if timing:
+    head += ["RL time (min)", f"speed-up over {reference}"]
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in rows])
+
+
+def holm_cell(interval: str, p: float, adjusted: float) -> str:
+  """A paired cell: the raw interval (``interval``, its closing parenthesis still open), the raw and the
+  Holm-adjusted p-value of its family, and "**separates**" when the adjusted one is below
+  :data:`~daca_jax.reports.paired.ALPHA`."""
+  if math.isnan(p):
+    return interval + ")"
+  verdict = "; **separates**" if adjusted < ALPHA else ""
+  return f"{interval}; p {_p(p)}, Holm {_p(adjusted)}{verdict})"
+
+
+def _p(p: float) -> str:
+  return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def _bootstrap_cell(arm_runs: Sequence[dict[str, Any]], ref_runs: Sequence[dict[str, Any]], split: str,
-                    arm: str, reference: str) -> str:
-  """The paired column's cell from per-example outcomes (points: mean [95% interval], "separates" when
-  it excludes 0, n = warm starts × examples), or "" when a run of the pairs lacks them for ``split``.
+                    arm: str, reference: str) -> tuple[str, float] | None:
+  """The paired column's interval from per-example outcomes (points: mean [95% interval], n = warm starts
+  × examples) and its p-value, or None when a run of the pairs lacks them for ``split``.
   The runs of a pair start from one warm start (same score before RL), so the difference of their
   changes is the difference of their scores after RL, which the outcomes hold."""
   if not all(split in r.get("per_example", {}) for r in [*arm_runs, *ref_runs]):
-    return ""
+    return None
   try:
     iv = paired_bootstrap({r["seed"]: r["per_example"][split] for r in arm_runs},
                           {r["seed"]: r["per_example"][split] for r in ref_runs},
                           arm_name=arm, reference_name=reference).scaled(100)
   except ValueError as e:
     raise DataError(f"{split} outcomes of {arm!r} vs {reference!r}: {e}") from None
-  return (f"{iv.mean:+.1f} [{iv.low:+.1f}, {iv.high:+.1f}]" + (" (separates)" if iv.separates else "")
-          + f" (n={iv.num_seeds}×{iv.num_examples}, bootstrap)")
+  return f"{iv.mean:+.1f} [{iv.low:+.1f}, {iv.high:+.1f}] (n={iv.num_seeds}×{iv.num_examples}, bootstrap", iv.p_value
 
 
 def seed_table(runs: Sequence[dict[str, Any]], arm: str, metric: str = "strict_solved") -> str:

@@ -14,8 +14,9 @@
 #     preset configs/paper.py:d1_countdown_daca (Countdown: generated, no data files) trained from it
 #     for 2 iterations through experiments/train.py on one device, shrunk to fit (1 prompt x G 6, no
 #     grad accumulation, completion 128 in 64 steps, 6 evaluation items; LoRA r 128, mu 8, DPS + SML
-#     as the preset), while experiments/plan.py plans the same setting on the CPU; then the run's
-#     seconds per iteration and allocator peak next to the plan's (experiments/preset_check.py).
+#     as the preset), while experiments/plan.py compiles the same setting with XLA:GPU for one compile-only
+#     GPU of this kind (--target=gpu:<device>x1, on the CPU); then the run's seconds per iteration and
+#     allocator peak next to that target-compiled plan's (experiments/preset_check.py).
 #
 #   bash experiments/scripts/gpu_check.sh [extra benchmark flags, e.g. --peak_tflops=989]
 #   GPU_CHECK_DEVICE=h100 bash experiments/scripts/gpu_check.sh    # predictions for an H100 (default h200)
@@ -47,6 +48,7 @@ if [[ "${size}" == "tiny" ]]; then
   fast=plain,prefix
   preset=(--config=configs/paper.py:d1_countdown_daca,smoke)
   caps=(300 300 600)
+  plan_where=(--num_devices=1 --device="${device}")
 else
   python -c "import jax; d = jax.devices()[0]; print('device:', d.platform, d.device_kind); \
 assert d.platform == 'gpu', 'gpu_check.sh needs a GPU (jax[cuda]); GPU_CHECK_SIZE=tiny runs the CPU path'" || exit 1
@@ -56,6 +58,7 @@ assert d.platform == 'gpu', 'gpu_check.sh needs a GPU (jax[cuda]); GPU_CHECK_SIZ
   preset=(--config=configs/paper.py:d1_countdown_daca --config.rl.prompts_per_step=1 --config.rl.grad_accum=1
           --config.rl.rollout_batch=0 --config.rollout.gen_length=128 --config.rollout.steps=64)
   caps=(90 150 240)
+  plan_where=(--target="gpu:${device}x1")
 fi
 ckpt="${GPU_CHECK_CHECKPOINT:-/tmp/daca_jax_random_llada_${size}}"
 # Shared by both sizes: 2 iterations, a small training pool, a few evaluation items, no validation
@@ -66,8 +69,9 @@ preset+=(--config.model.init_checkpoint="${ckpt}" --config.rl.steps=2 --config.r
 
 preset_step() {
   python experiments/preset_check.py --write_checkpoint="${ckpt}" --size="${size}" || return 1
-  # plan.py simulates one CPU device: the prediction a user gets, compiled while the GPU trains
-  JAX_PLATFORMS=cpu python experiments/plan.py "${preset[@]}" --num_devices=1 --device="${device}" \
+  # plan.py compiles the same setting with XLA:GPU for one compile-only GPU of this kind (the target-compiled
+  # plan a user gets on any host), on the CPU while the GPU trains; the tiny path plans one CPU device
+  JAX_PLATFORMS=cpu python experiments/plan.py "${preset[@]}" "${plan_where[@]}" \
     --prompt_len_from_task --json="${out_dir}/preset_plan.json" > "${out_dir}/preset_plan.txt" 2>&1 &
   local plan_pid=$!
   rm -rf "${out_dir}/preset_run"
@@ -98,7 +102,7 @@ for i in 0 1 2; do
     iteration) timeout "${caps[$i]}" python experiments/iteration_check.py "${iteration[@]}" --device="${device}" \
                  --json="${out_dir}/iteration_check.json" ;;
     preset) export -f preset_step; export ckpt size device out_dir
-            timeout "${caps[$i]}" bash -c "$(declare -p preset); preset_step" ;;
+            timeout "${caps[$i]}" bash -c "$(declare -p preset plan_where); preset_step" ;;
   esac
   rc=$?
   took=$(( $(date +%s) - start ))

@@ -116,3 +116,26 @@ def test_warm_starts_with_their_own_examples_are_resampled_nested_as_enumerated(
     assert abs(freq - p) < 4 * math.sqrt(p * (1 - p) / len(draws)) + 1e-12, (value, freq, p)
   iv = paired.paired_bootstrap(arm, ref)
   assert iv.mean == 0.5 and iv.num_seeds == 2  # the mean of the warm starts' means (1 and 0)
+
+
+def test_p_values_by_hand_and_from_a_summarized_interval():
+  # Per-seed mean differences 1, 2, 3: t = 2 / (1 / sqrt 3) = 3.464 on 2 df, two-sided p = 0.0742.
+  iv = paired.seed_t_interval(_arm([[1, 1], [3, 1], [3, 3]]), _arm([[0, 0], [0, 0], [0, 0]]))
+  assert iv.p_value == pytest.approx(0.07418, abs=2e-5)
+  assert paired.t_p_value([1, 2, 3]) == pytest.approx(iv.p_value)
+  m, h = paired.mean_ci95([1, 2, 3])
+  assert paired.interval_p_value(m, h, 3) == pytest.approx(iv.p_value, rel=1e-3)  # t975 to 3 decimals
+  assert paired.t_p_value([2, 2]) == 0.0 and paired.t_p_value([0, 0]) == 1.0 and math.isnan(paired.t_p_value([1]))
+  # the bootstrap's: the enumerated case above puts 7/16 of the replicates at 0 and none below
+  boot = paired.paired_bootstrap(_arm([[2, 0], [0, 0]]), _arm([[0, 0], [0, 0]]))
+  assert boot.p_value == pytest.approx(2 * 7 / 16, abs=0.04)  # 2 x P(draw <= 0), within the draw's error
+  clear = paired.paired_bootstrap(_arm([[1] * 50] * 3), _arm([[0] * 50] * 3))
+  assert clear.p_value == pytest.approx(1 / (paired.NUM_RESAMPLES + 1))  # no replicate at or below 0
+
+
+def test_holm_by_hand():
+  # sorted 0.005, 0.01, 0.03, 0.04 of m = 4: 4 x 0.005, 3 x 0.01, max(2 x 0.03, ...), max(1 x 0.04, 0.06)
+  assert paired.holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+  got = paired.holm([0.2, math.nan, 0.01])  # NaN is not a member of the family: m = 2
+  assert got[0] == pytest.approx(0.2) and math.isnan(got[1]) and got[2] == pytest.approx(0.02)
+  assert paired.holm([0.6, 0.7]) == [1.0, 1.0] and paired.holm([]) == []

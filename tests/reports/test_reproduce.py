@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from configs import sudoku_tiny
+from daca_jax.reports import paired
 from daca_jax.reports import reproduce as rp
 from daca_jax.configure import train_config_from_dict
 
@@ -136,6 +137,26 @@ def test_summary_reports_validation_change_and_reward_trend():
   assert "validation change" in md and "+0.100 / +0.110" in md
 
 
+def test_grid_verdicts_are_holm_adjusted_over_the_tables_comparisons():
+  """Four arms whose raw intervals all exclude 0 (p 0.004 to 0.03): only those whose Holm-adjusted p-value
+  stays below 0.05 over the table's family separate, and the header names the family."""
+  arms = {"base": [("rl.objective", "diffu_grpo")]} | {f"a{i}": [("rl.beta", 0.01 * i)] for i in range(1, 5)}
+  cells = rp.study_grid(["t"], [0, 1, 2, 3], arms, {})
+  lifts = {"base": [0, 0, 0, 0], "a1": [10, 11, 12, 11], "a2": [4, 7, 5, 8], "a3": [2, 6, 3, 7],
+           "a4": [3, 6, 2, 7]}
+  results = {c.key: {"eval_before": {"m": 0.3}, "eval_after": {"m": 0.3 + 0.01 * lifts[c.arm][c.seed]}}
+             for c in cells}
+  rows = rp.summarize(cells, results, metric="m")
+  raw = {r["arm"]: paired.t_p_value(lifts[r["arm"]]) for r in rows if r["arm"] != "base"}
+  adjusted = dict(zip(raw, paired.holm(list(raw.values()))))
+  assert all(p < 0.05 for p in raw.values()) and sum(q < 0.05 for q in adjusted.values()) == 2
+  md = rp.markdown(rows)
+  assert "Holm over 4 on t" in md
+  for arm, q in adjusted.items():
+    line = next(x for x in md.splitlines() if f"| {arm} |" in x)
+    assert (f"Holm {q:.3f}" if q >= 0.001 else "Holm <0.001") in line and ("**separates**" in line) == (q < 0.05)
+
+
 def test_study_arms_pair_with_their_named_reference_across_base_methods():
   """A study's arm is paired with the arm its references name (another base method's arm included,
   e.g. "spg + SML" with "spg"), by default with "base"; the table names a reference other than "base"."""
@@ -152,7 +173,7 @@ def test_study_arms_pair_with_their_named_reference_across_base_methods():
   assert rows["spg + SML"]["vs_base_mean"] == pytest.approx(np.mean([0.05, 0.10, 0.0]))
   assert (rows["spg"]["reference"], rows["spg + SML"]["reference"]) == ("base", "spg")
   md = rp.markdown(list(rows.values()))
-  assert "arm − reference (paired)" in md and "vs spg |" in md and "vs base |" in md
+  assert "arm − reference (paired; Holm over 2 on t)" in md and "vs spg |" in md and "vs base |" in md
   # a grid of bases × arms keeps its header: every arm is paired with its own base method's "base"
   grid = rp.grid(["t"], ["diffu_grpo", "wd1"], [0, 1], arms=("base", "+SML"))
   assert {c.reference for c in grid if c.arm == "+SML"} == {("diffu_grpo", "base"), ("wd1", "base")}

@@ -53,6 +53,30 @@ def test_cells_of_bases_with_their_own_arms_and_of_a_study(tmp_path):
     rr.requested_cells(configs, [0], bases=[], arms=[], study=str(tmp_path / "missing.py"))
 
 
+def test_a_study_variant_is_passed_to_its_arms(tmp_path):
+  configs = rr.task_configs([str(ROOT / "configs/sudoku_tiny.py") + ":smoke"], "quick")
+  for blanks in (8, 11):
+    cells = rr.requested_cells(configs, [0], bases=[], arms=[], study=f"{ROOT / 'configs/credit_headroom.py'}:{blanks}")
+    assert {c.arm for c in cells} == {f"SML alone, {blanks} blanks", f"oracle token_reward + SML, {blanks} blanks"}
+    assert all(("task.num_blanks", blanks) in c.overrides for c in cells)
+  with pytest.raises((ConfigError, ValueError), match="variant '7' is not one of"):
+    rr.requested_cells(configs, [0], bases=[], arms=[], study=f"{ROOT / 'configs/credit_headroom.py'}:7")
+
+
+def test_recipe_deviations_name_each_field_the_grid_changes():
+  table = rr.recipe_deviations(str(ROOT / "configs/sota_grid.py"), str(ROOT / "configs/sudoku_tiny.py"), "standard")
+  lines = table.splitlines()
+  assert lines[0].startswith("| field | d1 (`d1_sudoku` → 'base') | spg (`spg_sudoku` → 'spg') |")
+  rows = {line.split(" | ")[0].strip("| `"): line.split(" | ")[1:] for line in lines[2:]}
+  # μ: d1 8, SPG 4, ESPO 8, BGPO 1 (its own), MAP 12, all 1 here; MAP's StepMerge segments 32 -> 5
+  assert rows["rl.num_iterations"][:5] == ["8 → 1", "4 → 1", "8 → 1", "=", "12 → 1"]
+  assert rows["likelihood.stepmerge.segments"][:5] == ["=", "=", "=", "=", "32 → 5"]
+  assert rows["likelihood.spg_block.num_t"][1] == "2 → 1" and rows["likelihood.elbo_mc.samples"][3] == "16 → 4"
+  assert all(r[-1].strip(" |") for r in rows.values())  # every difference says why
+  with pytest.raises(ConfigError, match="get_bases"):
+    rr.recipe_deviations(str(ROOT / "configs/credit_study.py"), str(ROOT / "configs/sudoku_tiny.py"), "standard")
+
+
 def test_write_grid_keeps_the_finished_cells(tmp_path):
   cells = rr.rp.grid(["sudoku4x4"], ["diffu_grpo"], [0, 1], arms=("base",))
   results = {cells[0].key: {"eval_before": {"strict_solved": 0.2}, "eval_after": {"strict_solved": 0.3},

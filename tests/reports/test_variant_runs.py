@@ -2,6 +2,7 @@
 the runs' scores, curves and per-example outcomes reach experiments/variants_table.py's bootstrap."""
 import gzip
 import json
+import re
 import pathlib
 import subprocess
 import sys
@@ -54,8 +55,8 @@ def test_a_finished_job_becomes_a_run_whose_outcomes_feed_the_bootstrap(tmp_path
   packed = gzip.decompress((out.parent / new0["outcomes"]["val_after"]).read_bytes())
   assert packed == (tmp_path / "grid" / "new" / "0" / "val_step4.outcomes.jsonl").read_bytes()
   cells = variants_table(read_variants(out), reference="base", arms=["new"]).splitlines()[2].split(" | ")
-  assert cells[8] == "+50.0 [+0.0, +100.0] (n=2×2, bootstrap) |"
-  assert cells[7].endswith("(n=2×2, bootstrap)")
+  assert cells[8].startswith("+50.0 [+0.0, +100.0] (n=2×2, bootstrap; p ") and cells[8].endswith(") |")
+  assert "(n=2×2, bootstrap; p " in cells[7]
   # Sealed: no test scores or test outcomes; the table and the seed table say so.
   sealed = variants_run(tmp_path / "grid" / "new" / "0", arm="new", seed=0, overrides=[], metric="strict_solved",
                         folder=out.parent, outcomes_dir=out.parent / "sealed", sealed_test=True)
@@ -89,4 +90,4 @@ def test_reproduce_writes_the_variants_file_of_a_finished_grid(tmp_path):
   assert data["runs"][1]["overrides"] == ["--config.rl.credit=dps"] and data["runs"][1]["test_after"] is None
   assert "test set sealed" in data["what"]
   table = variants_table(read_variants(out), reference="base", arms=["DPS + SML"]).splitlines()[2]
-  assert table.endswith("| +75.0 [+0.0, +100.0] (n=2×2, bootstrap) |")
+  assert re.search(r"\| \+75\.0 \[\+0\.0, \+100\.0\] \(n=2×2, bootstrap; p [\d.]+, Holm [\d.]+\) \|$", table)

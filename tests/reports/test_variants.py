@@ -1,5 +1,6 @@
 """The main job's variant table (daca_jax.reports.variants): per-seed changes, means, CIs and pairing."""
 import json
+import re
 
 import pytest
 
@@ -28,8 +29,10 @@ def test_table_pairs_by_seed_and_keeps_the_last_run_of_each_arm_and_seed(tmp_pat
   assert new[1:4] == ["0/1/2", "+20.0 / +10.0 / +0.0", "+10.0 ± 24.8"]
   assert new[6] == "+0.010 / -0.020 / +0.010"
   # test: (20 - 10, 10 - (-10)) = (10, 20), mean 15, t(1) * sd / sqrt 2 = 12.706 * 7.071 / 1.414 = 63.5
-  assert new[7] == "+15.0 ± 63.5 (n=2)"
-  assert new[8] == "+6.0 ± 50.8 (n=2) |"  # validation: (15 - 5, 2 - 0) = (10, 2)
+  # p: t = 15 / (7.071 / 1.414) = 3 on 1 df; each split's family holds this one comparison: Holm = p
+  assert new[7] == "+15.0 ± 63.5 (n=2; p 0.205, Holm 0.205)"
+  assert new[8] == "+6.0 ± 50.8 (n=2; p 0.374, Holm 0.374) |"  # validation: (15 - 5, 2 - 0) = (10, 2)
+  assert "test (Holm over 1)" in md[0] and "validation (Holm over 1)" in md[0]
 
 
 def test_bad_files_name_what_is_wrong(tmp_path):
@@ -73,7 +76,7 @@ def test_a_second_list_of_runs_and_runs_without_a_validation_split(tmp_path):
   assert new[2:4] == ["+20.0 / +20.0", "+20.0 ± 0.0"]
   assert new[4:6] == ["n/a / +15.0", "+15.0"]  # the mean of the one validated seed, no interval
   # test: (20 - 10, 20 - 5) = (10, 15): mean 12.5, 12.706 * 3.536 / 1.414 = 31.8; seed 0 pairs on the test alone
-  assert new[7] == "+12.5 ± 31.8 (n=2)"
+  assert new[7] == "+12.5 ± 31.8 (n=2; p 0.126, Holm 0.126)"
   assert new[8] == " |"  # one validated pair: no paired interval
   with pytest.raises(DataError, match=r"no list of runs under 'cd'; the lists there: \['countdown_runs', 'runs'\]"):
     read_variants(path, "cd")
@@ -136,8 +139,10 @@ def test_runs_with_per_example_outcomes_get_the_bootstrap_interval(tmp_path):
   rows = read_variants(path)
   assert rows[1]["per_example"] == {"test": {"e0": 0.0, "e1": 0.0}}
   cells = variants_table(rows, reference="ref", arms=["arm"]).splitlines()[2].split(" | ")
-  assert cells[7] == "+50.0 [+0.0, +100.0] (n=2×2, bootstrap)"
-  assert cells[8] == "+5.0 ± 63.5 (n=2) |"  # no validation outcomes: the seed-level t interval
+  # the bootstrap's p: 2 x P(replicate <= 0) = 2 x 1/4 (the example draw that picks e1 twice)
+  interval, p_value = re.fullmatch(r"(.*); p ([\d.]+), Holm [\d.]+\)", cells[7]).groups()
+  assert interval == "+50.0 [+0.0, +100.0] (n=2×2, bootstrap" and float(p_value) == pytest.approx(0.5, abs=0.04)
+  assert cells[8].startswith("+5.0 ± 63.5 (n=2; p ")  # no validation outcomes: the seed-level t interval
   # Outcomes of other examples cannot be paired: one line naming the arms, the seed and the keys.
   runs[3]["outcomes"] = {"test_after": {"e0": 1, "e2": 0}}
   path.write_text(json.dumps({"runs": runs}))
