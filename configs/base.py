@@ -103,6 +103,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.likelihood.espo_elbo.num_mc = 1  # espo_elbo: mask draws averaged (ESPO's recipes: 2).
   c.likelihood.espo_elbo.coupled = True  # espo_elbo: also score each mask's complement (ESPO reduce_var).
   c.likelihood.espo_elbo.stratify = "row"  # espo_elbo: mask counts stratified over a row's draws | batch (ESPO's; grad_accum 1 only).
+  c.likelihood.espo_elbo.padding = "mask"  # rl.objective=espo: the completion mask's positions | score (ESPO's: all L, padding too).
   c.likelihood.elbo_mc = ml_collections.ConfigDict()
   c.likelihood.elbo_mc.samples = 16  # elbo_mc (BGPO): n_t Monte-Carlo samples of the ELBO, one pass each.
   c.likelihood.elbo_mc.stratified_t = True  # elbo_mc: t_j in the j-th of n_t equal bins (else i.i.d.).

@@ -320,6 +320,7 @@ def _espo(c: ml_collections.ConfigDict, task: str) -> None:
   # ESPO stratifies over the 3 rows of a device's micro-batch (forward_process); with rl.grad_accum > 1
   # the rows draw from their own keys, so the presets stratify a row's 2 draws ("batch" is refused there).
   c.likelihood.espo_elbo.stratify = "row"
+  c.likelihood.espo_elbo.padding = "score"  # compute_loss applies no completion mask: the ELBO sums all L positions
   c.likelihood.p_mask_prompt = 0.0  # forward_process masks completion positions only
   c.rl.advantage = "rloo"  # _generate_and_score_completions leave_one_out = True; train.yaml scale_rewards: false
   c.rl.beta = _ESPO_BETA[task]  # run_<task>_llada.sh --beta
@@ -379,7 +380,7 @@ def _bgpo(c: ml_collections.ConfigDict, task: str) -> None:
   _d1(c, task)
   c.rl.objective = "bgpo"  # arXiv 2510.11683: Taylor bound for A >= 0, Jensen bound for A < 0 (daca_jax.rl.bgpo)
   c.rl.likelihood = "elbo_mc"  # arXiv 2510.11683: the ELBO by Monte-Carlo samples (t, masked y_t), one pass each
-  c.likelihood.elbo_mc.samples = 16  # bgpo-code: n_t 16 (issue43: 16-32; the other tasks' cards are not readable offline)
+  c.likelihood.elbo_mc.samples = 16  # bgpo-code: n_t 16 (unsourced for the other tasks: their cards are not readable offline)
   c.rl.pass_accum = True  # arXiv 2510.11683: each sample's gradient accumulated on its own (constant memory in n_t)
   c.likelihood.strata_batch = 1  # library choice: θ_ref's / θ_old's no-gradient log-probs one sample at a time too
   c.rl.num_iterations = 1  # arXiv 2510.11683 abstract: the bound's value and gradient equal the ELBO objective's "in on-policy training"
@@ -395,8 +396,11 @@ def _bgpo(c: ml_collections.ConfigDict, task: str) -> None:
   # library choice: the other bases' 1000-update cadence (wd1's) would not come round in BGPO's 400-700
   # updates, so validation runs with each checkpoint (every 100 updates).
   c.rl.eval_every = c.checkpoint.every
-  # BGPO's KL, clip, group size, batch and schedule (and the learning rate off the code tasks) are not
-  # available offline: d1's (_d1).
+  # UNSOURCED (BGPO's code could not be read; none of these is in its paper's abstract or README): the k3 KL
+  # with beta 0.04 and the clip eps 0.5 (d1's), r - group-mean advantages (d1's), the raw ELBO difference
+  # delta_j (not length-normalised, daca_jax.rl.bgpo), t_j stratified over [1e-3, 1] (daca_jax.likelihood.
+  # elbo_mc, LLaDA's forward-process floor), n_t = 16 off the code tasks (bgpo-code's value), the group size,
+  # batch and schedule, and the learning rate 3e-6 off the code tasks (d1's, _d1).
 
 
 # MAP's recipe per task: map/configs/<file>.yaml (gsm8k and math only; the other tasks take gsm8k's).

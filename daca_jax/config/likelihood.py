@@ -142,6 +142,7 @@ class SPGBlockConfig:
 
 
 ESPO_STRATIFY = ("row", "batch")
+ESPO_PADDING = ("mask", "score")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,16 +159,22 @@ class ESPOELBOConfig:
       device count) or "batch" (ESPO's: the rows of one estimator call share the offset, row r at
       ``offset + r (L+1)/B``; refused with ``rl.grad_accum > 1`` and ``parallel.strategy="pmap"``, whose
       rows draw from their own keys).
+    padding: what ESPO's objective does with the positions after the first EOS: "score" (ESPO's
+      ``compute_loss``: no completion mask, the sequence ELBO and so the ratio and the KL sum all L
+      positions, the padding's terms included) or "mask" (the library's rule for every estimator: only
+      positions inside the completion mask; the ratio still divides by L). Read by ``rl.objective="espo"``.
   """
 
   num_mc: int = 1
   coupled: bool = True
   stratify: str = "row"
+  padding: str = "mask"
 
   def validate(self, prefix: str = "likelihood.espo_elbo") -> "ESPOELBOConfig":
     _check_fields(prefix, self)
     _positive(prefix, self, "num_mc")
     _one_of(prefix, self, "stratify", ESPO_STRATIFY)
+    _one_of(prefix, self, "padding", ESPO_PADDING)
     return self
 
 

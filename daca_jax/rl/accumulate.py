@@ -45,6 +45,7 @@ from daca_jax.contracts import ParamSplit, PolicyBatch, TokenScores, Trajectory,
 from daca_jax.errors import ConfigError
 from daca_jax.parallel.mesh import BATCH_AXES
 from daca_jax.rl.advantages import AdvantageEstimator
+from daca_jax.rl.espo import scored_positions
 from daca_jax.types import TrainConfig
 
 # (params, micro-batch trajectory, key, row_offset) -> TokenScores of those rows
@@ -118,7 +119,8 @@ def make_accumulated_grad(scores_fn: RowScoresFn, objective: Callable[..., Any],
       return jax.lax.stop_gradient(jax.tree.map(_rows, out))
 
     old_scores = sweep(params if old_params is None else old_params)
-    _, mask, w, commit_now, tok = objective_inputs(old_scores, traj.completion_mask, weights, token_adv, elbo_terms)
+    _, mask, w, commit_now, tok = objective_inputs(old_scores, *scored_positions(cfg, traj.completion_mask, weights),
+                                                   token_adv, elbo_terms)
     logp_old = logp_of(old_scores, traj.completion_mask)
     logp_ref = logp_of(sweep(ref_params), traj.completion_mask) if rl.beta > 0 else logp_old
     adv = advantages

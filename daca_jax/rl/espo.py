@@ -11,6 +11,9 @@ per-token terms, read with ``likelihood.elbo_terms="summed"``). With L the compl
 positions, as ESPO's ``logits_to_keep``):
 
 * ``ρ_b = exp((E_b − E_b^old) / L)``, the per-token geometric-mean ratio;
+* ``E_b`` sums the positions the objective reads (:func:`scored_positions`): all L, the padding after the
+  first EOS included, as ESPO does (``likelihood.espo_elbo.padding="score"``, the ESPO presets), or those
+  inside the completion mask (``"mask"``);
 * ``loss = mean_b −min(ρ_b A_b, clip(ρ_b, 1−ε, 1+ε) A_b) + β · mean_b (E_b − E_b^ref)² / (2L)``
   (the k2 estimator on the sequence ELBO, ``Σ k2 / (B·L)`` in ESPO).
 
@@ -76,6 +79,16 @@ def espo_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig
   aux = {"pg_loss": pg, "kl": kl, "clip_frac": jnp.mean((clipped < unclipped).astype(jnp.float32)),
          "ratio_mean": jnp.mean(ratio)}
   return loss, aux
+
+
+def scored_positions(cfg: TrainConfig, completion_mask: jax.Array, weights: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """The completion positions the objective reads and their credit weights: all L with ESPO scoring the
+  padding (``likelihood.espo_elbo.padding="score"``, ESPO's ``compute_loss``), the padding's weight 1 (a
+  credit assigner weighs only the completion's tokens); else ``completion_mask`` (float32 [B, L], 1 up to
+  and including the first EOS) and ``weights`` as they are."""
+  if cfg.rl.objective == "espo" and cfg.likelihood.espo_elbo.padding == "score":
+    return jnp.ones_like(completion_mask), jnp.where(completion_mask > 0, weights, 1.0)
+  return completion_mask, weights
 
 
 def check_espo_config(cfg: TrainConfig, token_level: bool = False) -> None:

@@ -40,6 +40,7 @@ import jax.numpy as jnp
 from daca_jax.contracts import ParamSplit, PolicyBatch, TokenScores, Trajectory, objective_inputs, objective_states
 from daca_jax.errors import ConfigError
 from daca_jax.rl.advantages import ADVANTAGES, AdvantageEstimator, advantage_name
+from daca_jax.rl.espo import scored_positions
 from daca_jax.types import TrainConfig
 
 # (params, traj, key, pass_index int32 []) -> (TokenScores with only that pass's log-probs, bool [B, S·L]
@@ -110,7 +111,7 @@ def make_pass_accumulated_grad(pass_scores: PassScoresFn, num_passes: int, objec
 
     def inputs(scores: TokenScores):
       """(logp, mask, weights, commit_now, token advantages) of the objective, [B, S·L] each."""
-      return objective_inputs(scores, traj.completion_mask, weights, token_adv, elbo_terms)
+      return objective_inputs(scores, *scored_positions(cfg, traj.completion_mask, weights), token_adv, elbo_terms)
 
     structure = jax.eval_shape(lambda: pass_scores(params, traj, key, passes[0])[0])  # no computation
     states = objective_states(structure, elbo_terms)

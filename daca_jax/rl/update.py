@@ -24,6 +24,7 @@ from daca_jax.contracts import (ParamSplit, PolicyBatch, TokenScores, Trajectory
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.likelihood.base import LikelihoodFn
 from daca_jax.rl.accumulate import check_grad_accum, make_accumulated_grad
+from daca_jax.rl.espo import scored_positions
 from daca_jax.rl.advantages import ADVANTAGES, advantage_name, zero_std_group_fraction
 from daca_jax.rl.objectives import OBJECTIVES
 from daca_jax.rl.optim import read_grad_agreement
@@ -184,7 +185,8 @@ def make_objective_grad(logits_fn: Any, cfg: TrainConfig, *, mask_id: int,
       targets (S contexts of L positions, mask and weights tiled; ELBO factors per
       ``likelihood.elbo_terms``)."""
       scores = scores_fn(prm, traj, key)
-      return (*objective_inputs(scores, traj.completion_mask, weights, token_adv, cfg.likelihood.elbo_terms),
+      return (*objective_inputs(scores, *scored_positions(cfg, traj.completion_mask, weights), token_adv,
+                                cfg.likelihood.elbo_terms),
               objective_states(scores, cfg.likelihood.elbo_terms))
 
     logp_old = None if old_params is None else jax.lax.stop_gradient(targets(old_params)[0])

@@ -253,11 +253,16 @@ def test_espo_refuses_combinations_that_are_not_meaningful(lik, rl, match):
     ESPOELBOConfig(stratify="prompt").validate()
 
 
-def test_learner_gradient_equals_the_reference_on_the_estimators_elbos():
+@pytest.mark.parametrize("padding", ["mask", "score"])
+@pytest.mark.parametrize("grad_accum", [1, 2])
+def test_learner_gradient_equals_the_reference_on_the_estimators_elbos(padding, grad_accum):
   """make_objective_grad (espo_elbo -> summed ELBO terms -> espo, RLOO advantages) on the fixed-logit
   model, θ_old ≠ θ and a KL to θ_ref: the loss equals the transcription of compute_loss on the
-  estimator's own ELBOs under the three parameter sets."""
-  cfg = _train_cfg()
+  estimator's own ELBOs under the three parameter sets. padding="score" is ESPO's own: its sequence ELBO
+  sums all L positions, the padding after row 3's EOS included; "mask" sums those inside the completion
+  mask. Both in one pass and in micro-batches."""
+  lik = LikelihoodConfig(elbo_terms="summed", espo_elbo=ESPOELBOConfig(num_mc=2, padding=padding))
+  cfg = _train_cfg(lik=lik, grad_accum=grad_accum)
   assert "espo" in OBJECTIVES.names() and "espo_elbo" in LIKELIHOOD.names()
   b = 8
   params = jax.tree.map(jnp.asarray, make_params(P + L, V, seed=0, scale=1.0))
@@ -276,6 +281,12 @@ def test_learner_gradient_equals_the_reference_on_the_estimators_elbos():
   assert all(bool(jnp.all(jnp.isfinite(x))) for x in jax.tree.leaves(grads))
   from daca_jax.rl.update import make_scores_fn
   scores = jax.jit(make_scores_fn(jax_logits, cfg, mask_id=MASK))
-  elbo = lambda p: (np.asarray(scores(p, traj, key).contributions(), np.float64) * cm).sum(-1, keepdims=True)
+  read = cm if padding == "mask" else np.ones_like(cm)
+  elbo = lambda p: (np.asarray(scores(p, traj, key).contributions(), np.float64) * read).sum(-1, keepdims=True)
   want = np_espo_loss(elbo(params), elbo(old), elbo(ref), np_rloo(np.asarray(rewards), 4), 0.2, 0.01, L)
-  np.testing.assert_allclose(float(aux["loss"]), want, rtol=1e-5, atol=1e-6)
+  if grad_accum == 1:  # micro-batches draw their masks from per-row keys: not the one-pass scores above
+    np.testing.assert_allclose(float(aux["loss"]), want, rtol=1e-5, atol=1e-6)
+  else:
+    assert bool(jnp.isfinite(aux["loss"]))
+  # the padding's terms are not zero here, so the two rules give different losses
+  assert np.abs(np.asarray(scores(params, traj, key).contributions())[3, 4:]).sum() > 0
