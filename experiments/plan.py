@@ -1,29 +1,34 @@
 """Memory / time plan of an RL run (LLaDA-8B, Dream-7B or a preset's checkpoint) from compiled programs.
 
-  # a run's own config, e.g. a paper preset: that preset's rollout and update on 8 simulated devices
+  # a run's own config compiled by the machine's own compiler ([tpu] / [gpu] extras; any host, no hardware)
+  python experiments/plan.py --config=configs/paper.py:d1_gsm8k_daca --target=gpu:h100x8
+  python experiments/plan.py --config=configs/paper.py:d1_gsm8k_daca --target=tpu:v5p-8 [--json=plan.json]
+  # the same for simulated CPU devices (no extra install): --num_devices=8 --device=h100 (= --target=cpu:8)
   python experiments/plan.py --config=configs/paper.py:d1_gsm8k_daca --num_devices=8 --device=h100 \
       [--config.model.init_checkpoint=/ckpt/LLaDA-8B-Instruct | --model=dream_7b] \
-      [--prompt_len=200 | --prompt_len_from_task] [--config.rl.rollout_batch=24 ...] [--json=plan.json]
-  # the paper presets' table (each base method x arm of GSM8K on 8x H100 and v5p-8), one process each
+      [--prompt_len=200 | --prompt_len_from_task] [--config.rl.rollout_batch=24 ...]
+  # the paper presets' table (each base method x arm of GSM8K on 8x H100 and v5p-8: each machine's own
+  # compiler beside its CPU plan), one process each; then the rendered table
   python experiments/plan.py --paper_sweep --json=docs/results/paper_plan.json
   python experiments/plan.py --render=docs/results/paper_plan.json
-  # a flag setting (daca_jax/planning/spec.py: --method's paper preset, fields set by flags); docs/scaling.md's table
-  python experiments/plan.py --model=llada_8b --device=h100 --num_devices=8 --method=daca \
-      --lora_rank=0 --remat=full --strata_batch=0 [--json=plan.json]
-  python experiments/plan.py --sweep --json=docs/results/plan_results.json
-  python experiments/plan.py --render=docs/results/plan_results.json
+  # a flag setting (daca_jax/planning/spec.py: --method's paper preset, fields set by flags)
+  python experiments/plan.py --model=llada_8b --target=tpu:v5p-8 --method=daca --lora_rank=0 --remat=full
+  # docs/scaling.md's tables: each machine's own compiler (--sweep), simulated CPU devices (--cpu_sweep)
+  python experiments/plan.py --sweep --json=docs/results/plan_targets.json
 
-With ``--config`` the architecture is ``model.init_checkpoint``'s config.json (no weights read) or
-``--model``'s (default llada_8b), the device layout FSDP over ``--num_devices`` unless the config sets
-one, the prompt ``--prompt_len`` tokens (default 200, d1's max_prompt_length); every other field is
-compiled as configured (daca_jax/planning/preset.py), and what the plan cannot take as configured is
-printed. Per device it prints the compiled arguments / outputs / temporaries / peak of the rollout and
-the update, the iteration's peak (the rollout runs beside the resident optimizer state and reference
-copy), the FLOPs, bytes and collective bytes XLA counts in them (every loop counted), whether the
-iteration fits each device kind (``--usable_fraction`` of its memory) and the predicted seconds per RL
-iteration at ``--mfu``. Every figure is a prediction from programs compiled for CPU devices: XLA's GPU
-and TPU compilers fuse and schedule differently, so temporaries on the real device differ (usually
-downwards: CPU keeps more f32 copies of bf16 values).
+Targets (daca_jax/planning/targets.py): ``tpu:v5p-8|32|64|128``, ``tpu:v5e-8|256``, ``tpu:v6e-8``,
+``gpu:<h100|h200|a100>xN`` and ``cpu:N``. XLA:TPU and XLA:GPU compile for compile-only devices of the
+topology: per device the plan prints the compiler's arguments / outputs / temporaries / peak of the
+rollout and the update, the iteration's peak (the rollout runs beside the resident optimizer state and
+reference copy), the FLOPs and bytes the library counts in the optimized programs (every loop counted;
+checked against the compiler's own count where it gives one) and their collectives, whether the iteration
+fits (``--usable_fraction`` of the device's memory) and the predicted seconds per RL iteration at
+``--mfu``. With ``--config`` the architecture is ``model.init_checkpoint``'s config.json (no weights read)
+or ``--model``'s (default llada_8b), the device layout FSDP over the target's devices unless the config
+sets one, the prompt ``--prompt_len`` tokens (default 200, d1's max_prompt_length); what the plan cannot
+take as configured is printed. A CPU plan (``--num_devices``, ``cpu:N``) is XLA:CPU's program: it keeps
+float32 copies of bf16 values and leaves attention unfused, so its peaks and memory terms run up to twice
+a GPU's or TPU's. A preflight of a real run is ``experiments/train.py --compile_only --target=...``.
 """
 import pathlib
 import sys

@@ -130,8 +130,14 @@ def traffic_table(record: dict[str, Any]) -> str:
 # The paper table's machines: (title, the target compiled for with its own compiler, and the device kind and
 # count of the CPU plan beside it).
 PAPER_TARGETS = (("8x H100-80GB", "gpu:h100x8", "h100", 8), ("v5p-8 (4 chips)", "tpu:v5p-8", "v5p", 4))
-# Larger slices the paper table's DACA preset is also compiled for (one row of their own).
-PAPER_SCALE = ("d1_gsm8k_daca", ("tpu:v5p-64", "tpu:v5e-256"))
+# Larger slices the paper table's DACA preset is also compiled for (a table of their own), each with the
+# fields that spread the preset over the slice: a batch every device holds rows of, micro-batches of whole
+# groups that split over the devices (rl.grad_accum 1: 96 or 768 rows allow no other) and rollout calls that
+# split over them. A v5p-64 (32 chips) keeps the preset's 96 rows, 3 per chip, in one rollout call; a
+# v5e-256 (256 chips) needs 768 (128 prompts x 6), 3 per chip, sampled one row per chip per call.
+PAPER_SCALE = ("d1_gsm8k_daca", (("tpu:v5p-64", {"rl.rollout_batch": 96, "rl.grad_accum": 1}),
+                                 ("tpu:v5e-256", {"rl.prompts_per_step": 128, "rl.rollout_batch": 256,
+                                                  "rl.grad_accum": 1})))
 
 
 def entry_target(entry: dict[str, Any]) -> str:
@@ -208,14 +214,18 @@ def paper_table(data: dict[str, Any], *, mfu: float, usable: float,
           setting = _setting(match["plan"]["setting"])
     lines.append(f"| {preset} | {setting} | " + " | ".join(cells) + " |")
   preset, larger = PAPER_SCALE
-  found = [(t, _find(entries, preset, t)) for t in larger]
-  if any(e for _, e in found):
-    lines += ["", f"`{preset}` on larger slices (the same command with `--target`):", "",
-              "| target | compiler | devices | " + " | ".join(t for t, _ in found) + " |",
-              "|---" * (3 + len(found)) + "|"]
-    lines.append(f"| {preset} | XLA:TPU | " + " / ".join(str(e["plan"]["setting"]["num_devices"]) if e else "?"
-                                                           for _, e in found) + " | "
-                 + " | ".join(_cell(e, mfu, usable) if e else "not compiled" for _, e in found) + " |")
+  found = [(t, fields, _find(entries, preset, t)) for t, fields in larger]
+  if any(e for _, _, e in found):
+    lines += ["", f"`{preset}` on larger slices, compiled by XLA:TPU, with the fields that spread it over the "
+              "slice at its per-device load:", "", "| target | devices | fields changed | setting | cell |",
+              "|---|---|---|---|---|"]
+    for t, fields, e in found:
+      changed = ", ".join(f"`{k}={v}`" for k, v in fields.items())
+      if e is None:
+        lines.append(f"| {t} | | {changed} | | not compiled |")
+        continue
+      lines.append(f"| {t} | {e['plan']['setting']['num_devices']} | {changed} | {_setting(e['plan']['setting'])} "
+                   f"| {_cell(e, mfu, usable)} |")
   return "\n".join(lines)
 
 

@@ -125,7 +125,8 @@ def paper_sweep(out: str, command: Sequence[str], config_file: str, presets: Seq
                (preset, f"cpu:{n}", dev, [f"--num_devices={n}", f"--device={dev}"])]
   scale_preset, larger = PAPER_SCALE
   if scale_preset in presets:
-    jobs += [(scale_preset, t, TARGETS[t].device, [f"--target={t}"]) for t in larger]
+    jobs += [(scale_preset, t, TARGETS[t].device, [f"--target={t}", *(f"--config.{k}={v}" for k, v in fields.items())])
+             for t, fields in larger]
   for preset, target, dev, flags in jobs:
     if (preset, target) in done:
       continue
