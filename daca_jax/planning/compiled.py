@@ -24,6 +24,7 @@ import numpy as np
 from flax import nnx
 
 from daca_jax import parallel
+from daca_jax.errors import DoesNotFit
 from daca_jax.parallel import aot
 from daca_jax.diffusion.rollout import whole_batch_struct
 from daca_jax.models import lora
@@ -49,9 +50,22 @@ class Program:
   lowered_sha256: str = ""
 
   @classmethod
-  def of(cls, lowered: Any, built: "Built") -> "Program":
+  def of(cls, lowered: Any, built: "Built", name: str = "program") -> "Program":
+    """Compiles ``lowered`` and reads it.
+
+    Raises:
+      DoesNotFit: the compiler refuses the program for the memory it needs (XLA:TPU checks its
+        temporaries against the chip's memory at compile time: RESOURCE_EXHAUSTED), naming ``name``.
+    """
     t0 = time.perf_counter()
-    compiled = lowered.compile()
+    try:
+      compiled = lowered.compile()
+    except jax.errors.JaxRuntimeError as e:
+      if "RESOURCE_EXHAUSTED" not in str(e):
+        raise
+      compiler = {"tpu": "XLA:TPU", "gpu": "XLA:GPU"}.get(built.platform, "XLA")
+      why = str(e).split("RESOURCE_EXHAUSTED:", 1)[-1].strip().splitlines()[0]
+      raise DoesNotFit(f"the {name}: {compiler} refuses to compile it: {why}") from None
     compile_s = time.perf_counter() - t0
     n = built.num_devices
     platform = built.platform
@@ -138,7 +152,7 @@ def compile_rollout(built: Built) -> tuple[Program, int, Any]:
   abstract Trajectory of the rows the update trains on)."""
   lowered = built.learner.rollout.lower(built.params, built.prompts, built.key)
   traj = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), lowered.out_info)
-  return (Program.of(lowered, built), int(traj.tokens.shape[0]),
+  return (Program.of(lowered, built, "rollout"), int(traj.tokens.shape[0]),
           whole_batch_struct(traj, built.update_rows))
 
 
@@ -151,7 +165,7 @@ def compile_update(built: Built, traj: Any) -> Program:
   weights = credit.weights if credit.token_advantages is None else (credit.weights, credit.token_advantages)
   lowered = learner.update.lower(built.params, built.opt_state, built.ref_params, traj, rewards, weights,
                                  built.key)
-  return Program.of(lowered, built)
+  return Program.of(lowered, built, "update")
 
 
 def per_device_bytes(tree: Any, built: Built) -> float:

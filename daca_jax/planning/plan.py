@@ -27,7 +27,7 @@ import jax
 
 from daca_jax import configure, parallel
 from daca_jax.parallel.mesh import check_batch_shards, mesh_shape
-from daca_jax.errors import ConfigError
+from daca_jax.errors import ConfigError, DoesNotFit
 from daca_jax.planning import analytic
 from daca_jax.planning import traffic as traffic_floors
 from daca_jax.planning.compiled import build, compile_rollout, compile_update, per_device_bytes
@@ -120,6 +120,7 @@ def plan_from_config(cfg: TrainConfig, *, prompt_len: int, num_devices: int | No
   Raises:
     ConfigError: a bad field (before any compile), a device count other than the process's or the
       target's, or a target whose compiler is not installed.
+    DoesNotFit: the target's compiler refused a program for the memory it needs (one line naming it).
   """
   configure.validate(cfg)
   if isinstance(prompt_len, bool) or not isinstance(prompt_len, int) or prompt_len <= 0:
@@ -147,8 +148,11 @@ def plan_from_config(cfg: TrainConfig, *, prompt_len: int, num_devices: int | No
   devices = targets.devices(target) if compile_only else None
   cfg, weight_notes = resolve_rollout_weights(cfg, device)
   built = build(cfg, prompt_len, devices, token_ids)
-  rollout, call_rows, traj = compile_rollout(built)
-  update = compile_update(built, traj)
+  try:
+    rollout, call_rows, traj = compile_rollout(built)
+    update = compile_update(built, traj)
+  except DoesNotFit as e:  # the compiler itself refused a program for its memory (XLA:TPU does at compile time)
+    raise DoesNotFit(f"does not fit {target.name} ({n} x {device.name if device else target.device}): {e}") from None
   if executables is not None:
     executables.update(rollout=rollout.executable, update=update.executable)
   params_b = per_device_bytes(built.params, built)
@@ -185,6 +189,7 @@ def plan_from_config(cfg: TrainConfig, *, prompt_len: int, num_devices: int | No
       "hbm_floor": traffic_floors.hbm_floor(cfg, devices=n, prompt_len=prompt_len, rollout_calls=built.rollout_calls,
                                             update_rows=built.update_rows, sampled_rows=built.sampled_rows),
       "flops_per_device": {k: v["flops"] for k, v in costs.items()},
+      "analytic_flops_per_device": analytic_flops(cfg, prompt_len, n),
       "notes": notes,
   }
 
@@ -216,14 +221,24 @@ def run_plan(cfg: TrainConfig, *, prompt_len: int, num_devices: int | None = Non
                                  fsdp=cfg.parallel.strategy == "fsdp", lora_rank=model.lora_rank, passes=kept,
                                  scored_per_pass=scored, remat=model.remat, grad_agreement=rl.grad_agreement,
                                  records=records)
+  return dict(record, spec=dict(spec or {}), analytic=dataclasses.asdict(est))
+
+
+def analytic_flops(cfg: TrainConfig, prompt_len: int, devices: int) -> dict[str, float]:
+  """The dense-transformer FLOPs per device of one iteration's rollout (every call) and update (its μ
+  inner updates), from the architecture (:mod:`daca_jax.planning.analytic`): what a plan's counted FLOPs
+  are checked against (attention's and the sampler's own work make the counted ones a few % higher)."""
+  model, rcfg, rl = cfg.model, cfg.rollout, cfg.rl
+  rows = rl.prompts_per_step * (rl.sample_group_size or rl.group_size)
+  batch = rl.prompts_per_step * rl.group_size
+  passes, _, scored = _passes(cfg)
   seq = prompt_len + rcfg.gen_length
-  rollout_flops = bm.rollout_flops(model, rcfg, batch, prompt_len, rcfg.steps, records=records)
-  upd_flops = rl.num_iterations * analytic.update_flops(
+  rollout = bm.rollout_flops(model, rcfg, rows, prompt_len, rcfg.steps, records=rl.credit == "dps")
+  update = rl.num_iterations * analytic.update_flops(
       model, batch=batch, seq=seq, passes=passes, scored=scored, lora=bool(model.lora_rank), remat=model.remat,
       reference=rl.beta > 0, old_policy_passes=0) + (rl.num_iterations - 1) * passes * bm.forward_flops(
       model, batch, seq)
-  return dict(record, spec=dict(spec or {}), analytic=dataclasses.asdict(est),
-              analytic_flops_per_device={"rollout": rollout_flops / n, "update": upd_flops / n})
+  return {"rollout": rollout / devices, "update": update / devices}
 
 
 def assess(record: dict[str, Any], device: DeviceSpec, *, mfu: float, usable_fraction: float) -> dict[str, Any]:

@@ -105,9 +105,12 @@ def preflight(config: Mapping[str, Any] | Any, target: Target, *, usable_fractio
   cfg, notes = resolve_plan_config(config, num_devices=target.num_devices, as_run=True)
   prompt_len, mask_id, eos_id = _run_facts(cfg)
   compiled: dict[str, Any] = {}
-  record = plan_from_config(cfg, prompt_len=prompt_len, num_devices=target.num_devices, notes=notes,
-                            target=None if target.simulated else target, executables=compiled,
-                            token_ids=(mask_id, eos_id))
+  try:
+    record = plan_from_config(cfg, prompt_len=prompt_len, num_devices=target.num_devices, notes=notes,
+                              target=None if target.simulated else target, executables=compiled,
+                              token_ids=(mask_id, eos_id))
+  except DoesNotFit as e:  # the compiler refused a program outright (XLA:TPU checks its memory at compile time)
+    raise DoesNotFit(f"{e}; try {', '.join(_REMEDIES)}") from None
   log(f"compiled the run's rollout ({record['rollout']['compile_s']:.0f} s) and update "
       f"({record['update']['compile_s']:.0f} s) for {target.name}: P {prompt_len} prompt tokens")
   largest = {name: hlo_text.largest_buffers(hlo_text.parse(c.as_text())) for name, c in compiled.items()}

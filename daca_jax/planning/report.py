@@ -8,6 +8,7 @@ either.
 from __future__ import annotations
 
 import pathlib
+import re
 from typing import Any, Iterable, Sequence
 
 from daca_jax.errors import DataError
@@ -76,10 +77,12 @@ def describe(record: dict[str, Any], *, mfu: float, usable: float,
     row = [name, c["flops"] / 1e12, once / 1e12 if once else "none"]
     if own:
       row.append(cost["own_once"]["flops"] * calls / 1e12)
+    ana = record.get("analytic_flops_per_device", {}).get(name)
+    row.append(ana / 1e12 if ana else "n/a")
     rows.append(row + [c["bytes_accessed"] / GB, c["link_bytes"] / GB])
-  lines.append(f"per device per iteration, {_counted_by(record)}:")
+  lines.append(f"per device per iteration, {_counted_by(record)}; 'analytic': the dense-transformer count:")
   lines.append(format_table(rows, ["program", "TFLOP", "TFLOP (XLA, loops once)"] + (["(ours, loops once)"] if own else [])
-                            + ["bytes accessed GB", "collectives GB"]))
+                            + ["analytic TFLOP", "bytes accessed GB", "collectives GB"]))
   if "traffic_per_device" in record:
     lines.append(traffic_table(record))
   if "analytic" in record:
@@ -245,8 +248,10 @@ TABLE_TARGETS = {"8x H100-80GB": "gpu:h100x8", "8x H200-141GB": "gpu:h200x8", "v
 
 def _best(recs: Sequence[dict[str, Any]], device: DeviceSpec, mfu: float, usable: float
           ) -> tuple[dict[str, Any], dict[str, Any]]:
-  """(record, assessment) of the fastest setting that fits; when none does, the one closest to fitting."""
-  rated = [(r, assess(r, device, mfu=mfu, usable_fraction=usable)) for r in recs]
+  """(record, assessment) of the fastest setting that fits; when none does, the one closest to fitting (a
+  setting the compiler refused for its memory is the farthest)."""
+  rated = [(r, {"fits": False, "iteration_peak_gb": float("inf"), "iteration_s": float("inf")} if "refused" in r
+            else assess(r, device, mfu=mfu, usable_fraction=usable)) for r in recs]
   return max(rated, key=lambda ra: (ra[1]["fits"], -ra[1]["iteration_s"] if ra[1]["fits"]
                                     else -ra[1]["iteration_peak_gb"]))
 
@@ -277,11 +282,23 @@ def sweep_table(data: dict[str, Any], *, mfu: float, usable: float) -> str:
         s = r["spec"]
         setting = f"{s['strategy']} remat {s['remat']}" + (f" sb {s['strata_batch']}" if method == "daca" else "")
         setting += ", rollout per-layer gathers" if s.get("rollout_weights") == "sharded" else ""
+        if "refused" in r:
+          cells.append(f"**does not fit**: {setting}, refused by the compiler ({_refused(r['refused'])})")
+          continue
         verdict = "fits" if a["fits"] else "**does not fit**"
         cells.append(f"{verdict}: {setting}, {a['iteration_peak_gb']:.1f} GB, {a['iteration_s']:.0f} s")
       name = "DACA-GRPO (dps, SML K 4)" if method == "daca" else "d1 (uniform, mean-field)"
       lines.append(f"| {name} | {'full (FSDP)' if rank == 0 else f'LoRA r {rank}'} | " + " | ".join(cells) + " |")
   return "\n".join(lines)
+
+
+def _refused(line: str) -> str:
+  """The compiler's own figures from a refusal line (``... the total memory required for HLO temporaries
+  (16.20G) exceeds available HBM (15.75G)``), else its text after the program's name."""
+  m = re.search(r"\(([\d.]+)G\) exceeds available HBM \(([\d.]+)G\)", line)
+  if m:
+    return f"temporaries {m.group(1)} GB > {m.group(2)} GB of HBM"
+  return line.split("refuses to compile it: ", 1)[-1][:120]
 
 
 _RESULTS_FIX = "give a file written by experiments/plan.py --sweep, --cpu_sweep or --paper_sweep (--json)"

@@ -98,11 +98,32 @@ def sweep(out: str, command: Sequence[str], flags: Mapping[str, Any] | None = No
     args = [*command, where, f"--method={method}", f"--lora_rank={rank}", f"--json={part}"]
     args += [f"--{k}={v}" for k, v in {**(flags or {}), **extra}.items()]
     t0 = time.perf_counter()
-    subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
-    records.append(_planned(part))
-    print(f"compiled {machine} {method} LoRA {rank} {extra or ''}: {time.perf_counter() - t0:.0f} s", flush=True)
-    atomic_write_json(out, {"batch": records[-1]["setting"]["update_rows"], "records": records})
+    done_run = subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    refused = _refusal(done_run)
+    if refused is None:
+      records.append(_planned(part))
+    else:  # the target's compiler refused it for its memory: a cell that does not fit, with the compiler's words
+      n = TARGETS[machine].num_devices if targets else int(machine)
+      records.append({"spec": {"target": machine if targets else None, "num_devices": n, "method": method,
+                               "lora_rank": rank, **{k: extra.get(k, d) for k, d in
+                                                     (("strata_batch", 0), ("rollout_weights", "auto"))},
+                               "remat": "full", "strategy": "fsdp"}, "refused": refused})
+    print(f"compiled {machine} {method} LoRA {rank} {extra or ''}: {time.perf_counter() - t0:.0f} s"
+          + (f" ({refused})" if refused else ""), flush=True)
+    batch = next((r["setting"]["update_rows"] for r in records if "setting" in r), 0)
+    atomic_write_json(out, {"batch": batch, "records": records})
   part.unlink(missing_ok=True)
+
+
+def _refusal(run: subprocess.CompletedProcess) -> str | None:
+  """The one line of a planning process the target's compiler refused for its memory (exit 1, ``error: does
+  not fit ...``); None when it planned. Any other failure raises (with the process's last lines)."""
+  if run.returncode == 0:
+    return None
+  last = (run.stderr or "").strip().splitlines()[-1:] or [""]
+  if run.returncode == 1 and last[0].startswith("error: does not fit"):
+    return last[0].removeprefix("error: ")
+  raise subprocess.CalledProcessError(run.returncode, run.args, stderr=(run.stderr or "")[-3000:])
 
 
 def paper_sweep(out: str, command: Sequence[str], config_file: str, presets: Sequence[str]) -> None:

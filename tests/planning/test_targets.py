@@ -132,6 +132,11 @@ def test_plan_of_the_smoke_preset_compiled_for_the_target(name, tmp_path):
     if cost["xla_once"]:
       assert cost["own_once"]["flops"] == pytest.approx(cost["xla_once"]["flops"], rel=0.02)
       assert cost["own_once"]["transcendentals"] == pytest.approx(cost["xla_once"]["transcendentals"], rel=0.02)
+  # every loop counted: the counted FLOPs sit just above the dense-transformer count (attention, softmax and
+  # norms, a quarter at this tiny width; 1-5% at LLaDA-8B's), never a loop's factor off
+  for prog in ("rollout", "update"):
+    ratio = rec["cost_per_device"][prog]["flops"] / rec["analytic_flops_per_device"][prog]
+    assert 1.0 <= ratio <= 1.5, (prog, ratio)
   # the update's weights are gathered (FSDP), and at least once per model pass a floor counts
   traffic = rec["traffic_per_device"]["update"]
   assert traffic["by_op"]["all-gather"] > 0 and traffic["by_what"]["weights"] > 0
@@ -158,3 +163,35 @@ def test_preflight_verdict_and_exit_status(tmp_path):
   line = r.stderr.strip().splitlines()[-1]
   assert line.startswith("error: does not fit tpu:v5p-8") and "largest buffers" in line and "try " in line
   assert "Traceback" not in r.stderr
+
+
+_REFUSED = """
+import sys, types
+from daca_jax.planning import targets
+t = targets.target("tpu:v5e-8"); targets.prepare_process(t)
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+from daca_jax.errors import DoesNotFit
+from daca_jax.planning.compiled import Program
+mesh = jax.sharding.Mesh(np.array(targets.devices(t)), ("d",))
+x = jax.ShapeDtypeStruct((8 * 80_000,), jnp.float32, sharding=NamedSharding(mesh, P("d")))
+# an outer product of each chip's 80,000 values: 25.6 GB of temporaries on a 16 GB v5e chip
+lowered = jax.jit(lambda v: jnp.tanh(v[:, None] * v[None, :80_000]).sum(0)).lower(x)
+try:
+  Program.of(lowered, types.SimpleNamespace(platform="tpu"), "update")
+except DoesNotFit as e:
+  print("refused:", e)
+"""
+
+
+@needs["tpu"]
+def test_a_program_xla_tpu_refuses_for_its_memory_is_one_line_naming_it():
+  r = subprocess.run([sys.executable, "-c", _REFUSED], capture_output=True, text=True, env=_env(), cwd=ROOT,
+                     timeout=300)
+  assert r.returncode == 0, r.stderr[-3000:]
+  line = r.stdout.strip().splitlines()[-1]
+  assert line.startswith("refused: the update: XLA:TPU refuses to compile it: ") and "HBM" in line
+  from daca_jax.planning.report import _refused
+  assert _refused("does not fit tpu:v5e-8 (8 x v5e): the update: XLA:TPU refuses to compile it: Ran out of memory "
+                  "on HBM, the total memory required for HLO temporaries (16.20G) exceeds available HBM (15.75G).") \
+      == "temporaries 16.20 GB > 15.75 GB of HBM"
