@@ -13,7 +13,9 @@ plan does with each field that it cannot take as it is:
   replaced value is reported.
 * **devices**: the presets leave the layout to the launch (``parallel.strategy="none"``); on several
   devices the plan uses FSDP over all of them (``--config.parallel.strategy=fsdp
-  --config.parallel.fsdp=N``) and says so. A layout the config does set is used as it is.
+  --config.parallel.fsdp=N``) and says so. A layout the config does set is used as it is. Batch fields
+  that do not split over the devices (a slice larger than the preset's rows, a rollout call or micro-batch
+  of a size that does not split) are fitted as a run on that slice would set them, and said so.
 * **prompt length**: set by the task's tokenizer and data at run time; the plan takes it as an
   argument (:data:`DEFAULT_PROMPT_LEN`: d1's ``max_prompt_length``).
 
@@ -93,6 +95,37 @@ def _devices(cfg: TrainConfig, num_devices: int) -> tuple[ParallelConfig, list[s
   return par, []
 
 
+def _spread(cfg: TrainConfig, num_devices: int) -> tuple[TrainConfig, list[str]]:
+  """``cfg``'s batch fields fitted to FSDP over ``num_devices`` devices where they do not split over them, as a
+  run on that slice would have to set them, and the lines that say so: the fewest more prompts whose rows
+  split over the devices; micro-batches of whole groups that split over them (the largest such
+  ``rl.grad_accum`` up to the preset's); one rollout call where the preset's ``rl.rollout_batch`` does not
+  split (fewer calls, fewer weight gathers where a device cannot hold the gathered model)."""
+  rl, notes = cfg.rl, []
+  if cfg.parallel.strategy != "fsdp" or num_devices == 1:
+    return cfg, notes
+  g = rl.group_size
+  prompts = rl.prompts_per_step
+  while (prompts * g) % num_devices:
+    prompts += 1
+  if prompts != rl.prompts_per_step:
+    notes.append(f"rl.prompts_per_step={rl.prompts_per_step} -> {prompts}: {rl.prompts_per_step * g} rows do not split "
+                 f"over the {num_devices} devices ({prompts * g} rows, {prompts * g // num_devices} a device)")
+  rows = prompts * g
+  accum = next(a for a in range(rl.grad_accum, 0, -1) if prompts % a == 0 and (rows // a) % num_devices == 0)
+  if accum != rl.grad_accum:
+    notes.append(f"rl.grad_accum={rl.grad_accum} -> {accum}: micro-batches of whole groups that split over the "
+                 f"{num_devices} devices")
+  sampled = prompts * (rl.sample_group_size or g)
+  rollout_batch = rl.rollout_batch
+  if rollout_batch and (sampled % rollout_batch or rollout_batch % num_devices):
+    rollout_batch = sampled
+    notes.append(f"rl.rollout_batch={rl.rollout_batch} -> {sampled}: one rollout call ({rl.rollout_batch} rows do not "
+                 f"split over the {num_devices} devices)")
+  return dataclasses.replace(cfg, rl=dataclasses.replace(rl, prompts_per_step=prompts, grad_accum=accum,
+                                                         rollout_batch=rollout_batch)), notes
+
+
 def not_planned(cfg: TrainConfig, prompt_len: int, prompt_len_given: bool) -> list[str]:
   """Lines on what the predicted iteration of ``cfg`` bounds or leaves out (see the module docstring)."""
   out = []
@@ -162,7 +195,11 @@ def resolve_plan_config(config: Mapping[str, Any] | Any, *, num_devices: int, mo
                       f"would use them (e.g. --config.parallel.strategy=fsdp --config.parallel.fsdp={num_devices}); "
                       "'none' runs on one device")
   par, dev_notes = (cfg.parallel, []) if as_run else _devices(cfg, num_devices)
-  cfg = configure.validate(dataclasses.replace(cfg, model=model_cfg, parallel=par))
+  cfg = dataclasses.replace(cfg, model=model_cfg, parallel=par)
+  if not as_run:  # a preflight compiles the run as given (a batch that does not split is its error)
+    cfg, spread = _spread(cfg, num_devices)
+    dev_notes += spread
+  cfg = configure.validate(cfg)
   if par.strategy != "none":
     from daca_jax.parallel.mesh import mesh_shape
 

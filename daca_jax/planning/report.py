@@ -135,11 +135,12 @@ def traffic_table(record: dict[str, Any]) -> str:
 PAPER_TARGETS = (("8x H100-80GB", "gpu:h100x8", "h100", 8), ("v5p-8 (4 chips)", "tpu:v5p-8", "v5p", 4))
 # Larger slices the paper table's DACA preset is also compiled for (a table of their own), each with the
 # fields that spread the preset over the slice: a batch every device holds rows of, micro-batches of whole
-# groups that split over the devices (rl.grad_accum 1: 96 or 768 rows allow no other) and rollout calls that
-# split over them. A v5p-64 (32 chips) keeps the preset's 96 rows, 3 per chip, in one rollout call; a
-# v5e-256 (256 chips) needs 768 (128 prompts x 6), 3 per chip, sampled one row per chip per call.
+# groups that split over the devices (rl.grad_accum 1: 96 or 768 rows allow no other) and one rollout call
+# (a v5e chip cannot hold the gathered model, so its rollout gathers each layer at every model call: fewer
+# calls, fewer gathers). A v5p-64 (32 chips) keeps the preset's 96 rows, 3 per chip; a v5e-256 (256 chips)
+# needs 768 (128 prompts x 6), 3 per chip.
 PAPER_SCALE = ("d1_gsm8k_daca", (("tpu:v5p-64", {"rl.rollout_batch": 96, "rl.grad_accum": 1}),
-                                 ("tpu:v5e-256", {"rl.prompts_per_step": 128, "rl.rollout_batch": 256,
+                                 ("tpu:v5e-256", {"rl.prompts_per_step": 128, "rl.rollout_batch": 768,
                                                   "rl.grad_accum": 1})))
 
 
@@ -298,6 +299,9 @@ def _refused(line: str) -> str:
   m = re.search(r"\(([\d.]+)G\) exceeds available HBM \(([\d.]+)G\)", line)
   if m:
     return f"temporaries {m.group(1)} GB > {m.group(2)} GB of HBM"
+  m = re.search(r"Used ([\d.]+)G of ([\d.]+)G hbm", line)
+  if m:
+    return f"{m.group(1)} GB > {m.group(2)} GB of HBM"
   return line.split("refuses to compile it: ", 1)[-1][:120]
 
 

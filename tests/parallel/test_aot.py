@@ -64,27 +64,33 @@ import jax, numpy as np
 from daca_jax.parallel import aot
 from daca_jax.rl import GRPOLearner
 from tests.parallel.test_aot import EOS, MASK, _cfg, _inputs, _iteration, jax_logits
-folder, lr, out = sys.argv[1], float(sys.argv[2]), sys.argv[3]
-lines = []
-learner = GRPOLearner(jax_logits, _cfg(lr=lr), mask_id=MASK, eos_id=EOS)
-offered = aot.attach(folder, learner.aot_slots, lines.append)
-leaves = jax.tree.leaves(_iteration(learner, *_inputs()))
-np.savez(out, *[np.asarray(x) for x in leaves])
-print(json.dumps({"offered": offered, "lines": lines,
-                  "loaded": {k: s.executable is not None for k, s in learner.aot_slots.items()}}))
+folder, out = sys.argv[1], sys.argv[2]
+reports = []
+for lr in map(float, sys.argv[3:]):
+  lines = []
+  learner = GRPOLearner(jax_logits, _cfg(lr=lr), mask_id=MASK, eos_id=EOS)
+  offered = aot.attach(folder, learner.aot_slots, lines.append)
+  leaves = jax.tree.leaves(_iteration(learner, *_inputs()))
+  np.savez(f"{out}_{lr}.npz", *[np.asarray(x) for x in leaves])
+  reports.append({"offered": offered, "lines": lines,
+                  "loaded": {k: s.executable is not None for k, s in learner.aot_slots.items()}})
+print(json.dumps(reports))
 """
 
 
-def _run(folder, lr, tmp_path):
-  """The loaded learner's iteration in a process of its own: (report, its output leaves)."""
+def _run(folder, lrs, tmp_path):
+  """The loaded learners' iterations (one per learning rate) in a process of their own: [(report, output
+  leaves)]."""
   root = pathlib.Path(__file__).resolve().parents[2]
-  out = tmp_path / f"out_{lr}.npz"
-  r = subprocess.run([sys.executable, "-c", _RUN, str(folder), str(lr), str(out)], capture_output=True, text=True,
-                     cwd=root, env=dict(os.environ, PYTHONPATH=str(root)), timeout=300)
+  out = tmp_path / "out"
+  r = subprocess.run([sys.executable, "-c", _RUN, str(folder), str(out), *map(str, lrs)], capture_output=True,
+                     text=True, cwd=root, env=dict(os.environ, PYTHONPATH=str(root)), timeout=300)
   assert r.returncode == 0, r.stderr[-3000:]
-  with np.load(out) as z:
-    leaves = [z[f"arr_{i}"] for i in range(len(z.files))]
-  return json.loads(r.stdout.strip().splitlines()[-1]), leaves
+  results = []
+  for lr, report in zip(lrs, json.loads(r.stdout.strip().splitlines()[-1])):
+    with np.load(f"{out}_{float(lr)}.npz") as z:
+      results.append((report, [z[f"arr_{i}"] for i in range(len(z.files))]))
+  return results
 
 
 def test_a_learner_runs_its_preflights_executables_and_gets_the_same_results(tmp_path):
@@ -92,7 +98,7 @@ def test_a_learner_runs_its_preflights_executables_and_gets_the_same_results(tmp
   manifest = json.loads((folder / aot.MANIFEST).read_text())
   assert manifest["platform"] == "cpu" and manifest["num_devices"] == 1 and set(manifest["programs"]) == {
       "rollout", "update"}
-  report, got = _run(folder, 0.05, tmp_path)
+  (report, got), (other, got_other) = _run(folder, (0.05, 0.01), tmp_path)
   assert report == {"offered": True, "loaded": {"rollout": True, "update": True},
                     "lines": ["rollout: running the executable compiled ahead of time (no compile)",
                               "update: running the executable compiled ahead of time (no compile)"]}
@@ -101,12 +107,11 @@ def test_a_learner_runs_its_preflights_executables_and_gets_the_same_results(tmp
   for a, b in zip(got, want):
     np.testing.assert_array_equal(a, np.asarray(b))
   # another learning rate: the update's lowering differs (the rollout's does not), so it compiles as usual
-  report, got = _run(folder, 0.01, tmp_path)
-  assert report["loaded"] == {"rollout": True, "update": False}
-  assert report["lines"][1] == ("update: the executable compiled ahead of time is of another program (config, "
-                                "shapes or library code differ): compiling as usual")
+  assert other["loaded"] == {"rollout": True, "update": False}
+  assert other["lines"][1] == ("update: the executable compiled ahead of time is of another program (config, "
+                               "shapes or library code differ): compiling as usual")
   want = jax.tree.leaves(_iteration(GRPOLearner(jax_logits, _cfg(lr=0.01), mask_id=MASK, eos_id=EOS), *_inputs()))
-  for a, b in zip(got, want):
+  for a, b in zip(got_other, want):
     np.testing.assert_array_equal(a, np.asarray(b))
 
 

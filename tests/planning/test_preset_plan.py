@@ -132,3 +132,21 @@ def test_preset_plan_compiles_accumulation_rollout_batches_and_mu_as_configured(
   # XLA's plain count (each loop body once) would have missed most of it
   assert accum["update"]["cost"]["xla_flops_once"] < 0.8 * accum["update"]["cost"]["flops"]
   assert not any("XLA's per-loop cost analysis was unavailable" in n for n in base["notes"])
+
+
+def test_a_preset_is_spread_over_a_slice_its_batch_does_not_split_over():
+  """d1's DACA preset (16 prompts x 6 = 96 rows, 2 micro-batches, rollout calls of 48) on larger slices: what
+  does not split over the devices is fitted as a run there would set it, and said so; on 8 nothing changes."""
+  cfg, notes = resolve_plan_config(paper.get_config("d1_gsm8k_daca"), num_devices=8)
+  assert (cfg.rl.prompts_per_step, cfg.rl.grad_accum, cfg.rl.rollout_batch) == (16, 2, 48)
+  assert not any("->" in n for n in notes)
+  cfg, notes = resolve_plan_config(paper.get_config("d1_gsm8k_daca"), num_devices=32)  # a v5p-64
+  assert (cfg.rl.prompts_per_step, cfg.rl.grad_accum, cfg.rl.rollout_batch) == (16, 1, 96)
+  cfg, notes = resolve_plan_config(paper.get_config("d1_gsm8k_daca"), num_devices=256)  # a v5e-256
+  assert (cfg.rl.prompts_per_step, cfg.rl.grad_accum, cfg.rl.rollout_batch) == (128, 1, 768)
+  assert any(n.startswith("rl.prompts_per_step=16 -> 128: 96 rows do not split over the 256 devices") for n in notes)
+  # a preflight (as_run) compiles the run as given: the same layout is the run's own error there
+  c = paper.get_config("d1_gsm8k_daca")
+  c.parallel.strategy, c.parallel.fsdp = "fsdp", 256
+  cfg, _ = resolve_plan_config(c, num_devices=256, as_run=True)
+  assert cfg.rl.prompts_per_step == 16

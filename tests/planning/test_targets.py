@@ -195,3 +195,5 @@ def test_a_program_xla_tpu_refuses_for_its_memory_is_one_line_naming_it():
   assert _refused("does not fit tpu:v5e-8 (8 x v5e): the update: XLA:TPU refuses to compile it: Ran out of memory "
                   "on HBM, the total memory required for HLO temporaries (16.20G) exceeds available HBM (15.75G).") \
       == "temporaries 16.20 GB > 15.75 GB of HBM"
+  assert _refused("...: XLA:TPU refuses to compile it: E1000: CompileTimeHbmOom: XLA:TPU compile permanent error. Ran "
+                  "out of memory in memory space hbm. Used 15.76G of 15.75G hbm.") == "15.76 GB > 15.75 GB of HBM"
