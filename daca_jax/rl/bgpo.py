@@ -28,7 +28,7 @@ import jax.numpy as jnp
 
 from daca_jax.contracts import PolicyBatch
 from daca_jax.errors import ConfigError
-from daca_jax.rl.objectives import Aux, _sequence_advantages_only, _token_mean, k3_kl, register_objective
+from daca_jax.rl.objectives import Aux, _sequence_advantages_only, _token_mean, clipped_surrogate, k3_kl, register_objective
 from daca_jax.types import RLConfig, TrainConfig
 
 
@@ -59,9 +59,8 @@ def bgpo_terms(log_ratios: jax.Array, advantages: jax.Array, clip_eps: float) ->
   """
   a = advantages[:, None]
   ratio = jnp.where(a >= 0, 1.0 + log_ratios, jnp.exp(log_ratios))  # Taylor / Jensen
-  unclipped = ratio * a
-  clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * a
-  return jnp.minimum(unclipped, clipped), ratio, clipped < unclipped
+  surrogate, binding = clipped_surrogate(ratio, a, clip_eps)
+  return surrogate, ratio, binding
 
 
 @register_objective("bgpo")

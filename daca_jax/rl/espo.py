@@ -36,7 +36,7 @@ import jax.numpy as jnp
 
 from daca_jax.contracts import PolicyBatch
 from daca_jax.errors import ConfigError, ShapeError
-from daca_jax.rl.objectives import Aux, _sequence_advantages_only, register_objective
+from daca_jax.rl.objectives import Aux, _sequence_advantages_only, clipped_surrogate, register_objective
 from daca_jax.types import RLConfig, TrainConfig
 
 ESPO_REFUSED_LIKELIHOODS = {
@@ -69,14 +69,12 @@ def espo_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig
   m = batch.mask
   log_ratio = jnp.sum(m * batch.weights * (logp - batch.logp_old), -1) / length  # [B]
   ratio = jnp.exp(log_ratio)
-  adv = batch.advantages
-  unclipped = ratio * adv
-  clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv
-  pg = jnp.mean(-jnp.minimum(unclipped, clipped))
+  surrogate, binding = clipped_surrogate(ratio, batch.advantages, clip_eps)
+  pg = jnp.mean(-surrogate)
   d_ref = jnp.sum(m * (logp - batch.logp_ref), -1)  # E_b − E_b^ref
   kl = jnp.mean(0.5 * jnp.square(d_ref)) / length
   loss = pg + beta * kl
-  aux = {"pg_loss": pg, "kl": kl, "clip_frac": jnp.mean((clipped < unclipped).astype(jnp.float32)),
+  aux = {"pg_loss": pg, "kl": kl, "clip_frac": jnp.mean(binding.astype(jnp.float32)),
          "ratio_mean": jnp.mean(ratio)}
   return loss, aux
 

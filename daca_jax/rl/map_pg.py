@@ -24,7 +24,7 @@ import jax.numpy as jnp
 
 from daca_jax.contracts import PolicyBatch
 from daca_jax.errors import ConfigError
-from daca_jax.rl.objectives import Aux, _sequence_advantages_only, _token_mean, k3_kl, register_objective
+from daca_jax.rl.objectives import Aux, _sequence_advantages_only, _token_mean, clipped_surrogate, k3_kl, register_objective
 from daca_jax.types import RLConfig, TrainConfig
 
 
@@ -33,9 +33,8 @@ def gspo_terms(logp: jax.Array, old: jax.Array, mask: jax.Array, weights: jax.Ar
   """MAP's GSPO surrogate per row: (surrogate float32 [B] to maximise, ratio [B], clipped bool [B])."""
   n = jnp.maximum(jnp.sum(mask, -1), 1.0)
   ratio = jnp.exp(jnp.sum(mask * weights * (logp - old), -1) / n)
-  unclipped = ratio * advantages
-  clipped = jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantages
-  return jnp.minimum(unclipped, clipped), ratio, clipped < unclipped
+  surrogate, binding = clipped_surrogate(ratio, advantages, clip_low, clip_high)
+  return surrogate, ratio, binding
 
 
 @register_objective("map")

@@ -109,6 +109,27 @@ def _sequence_advantages_only(batch: PolicyBatch, name: str) -> None:
                      f"(rl.credit='token_reward') need one of {sorted(TOKEN_ADVANTAGE_OBJECTIVES)}")
 
 
+def clipped_surrogate(ratio: jax.Array, advantages: jax.Array, clip_low: float,
+                      clip_high: float | None = None) -> tuple[jax.Array, jax.Array]:
+  """PPO's clipped surrogate ``min(ρA, clip(ρ, 1 − ε_low, 1 + ε_high) A)`` (to maximise), elementwise, with
+  the references' gradient (PyTorch's ``clamp`` passes the gradient on its closed interval, ``min`` splits a
+  tie): ``A·∇ρ`` wherever the clip does not take over, 0 where it does. Written as ``jnp.clip`` and
+  ``jnp.minimum`` it would halve a tie's gradient at each of the two ties of ρ = 1 with ε = 0 (0.625 A,
+  ESPO's Countdown recipe) and at a boundary of the interval.
+
+  Args:
+    ratio: float32 array ρ (any shape); advantages: A, broadcastable to it.
+    clip_low: ε_low; clip_high: ε_high (None: ε_low, the symmetric clip).
+  Returns:
+    (surrogate like ``ratio * advantages``, bool: the clip took over).
+  """
+  high = clip_low if clip_high is None else clip_high
+  unclipped = ratio * advantages
+  clipped = jnp.clip(ratio, 1.0 - clip_low, 1.0 + high) * advantages
+  binding = clipped < unclipped  # only outside the closed interval, where the clipped term's gradient is 0
+  return jnp.where(binding, jax.lax.stop_gradient(clipped), unclipped), binding
+
+
 def k3_kl(logp: jax.Array, logp_ref: jax.Array) -> jax.Array:
   """Schulman's k3 estimator of KL(π_θ || π_ref) per token: ``exp(r) − r − 1`` with r = logp_ref − logp."""
   r = logp_ref - logp
@@ -140,17 +161,15 @@ def diffu_grpo_loss(logp: jax.Array, batch: PolicyBatch, *,
   m = batch.mask
   denom = jnp.maximum(jnp.sum(m), 1.0)
   ratio = jnp.exp(logp - batch.logp_old)
-  adv = token_advantages(batch)
-  unclipped = ratio * adv
-  clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv
-  pg = -jnp.minimum(unclipped, clipped)
+  surrogate, binding = clipped_surrogate(ratio, token_advantages(batch), clip_eps)
+  pg = -surrogate
   kl = k3_kl(logp, batch.logp_ref)
   per_token = pg + beta * kl
   loss = jnp.sum(per_token * m) / denom
   aux = {
       "pg_loss": jnp.sum(pg * m) / denom,
       "kl": jnp.sum(kl * m) / denom,
-      "clip_frac": jnp.sum((clipped < unclipped).astype(jnp.float32) * m) / denom,
+      "clip_frac": jnp.sum(binding.astype(jnp.float32) * m) / denom,
       "ratio_mean": jnp.sum(ratio * m) / denom,
   }
   return loss, aux
@@ -205,13 +224,11 @@ def gspo_loss(logp: jax.Array, batch: PolicyBatch, *,
   n = jnp.maximum(jnp.sum(m, -1), 1.0)
   log_ratio = jnp.sum(m * batch.weights * (logp - batch.logp_old), -1) / n  # [B]
   ratio = jnp.exp(log_ratio)
-  adv = batch.advantages
-  unclipped = ratio * adv
-  clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv
-  pg = jnp.mean(-jnp.minimum(unclipped, clipped))
+  surrogate, binding = clipped_surrogate(ratio, batch.advantages, clip_eps)
+  pg = jnp.mean(-surrogate)
   kl = _token_mean(k3_kl(logp, batch.logp_ref), m)
   loss = pg + beta * kl
-  aux = {"pg_loss": pg, "kl": kl, "clip_frac": jnp.mean((clipped < unclipped).astype(jnp.float32)),
+  aux = {"pg_loss": pg, "kl": kl, "clip_frac": jnp.mean(binding.astype(jnp.float32)),
          "ratio_mean": jnp.mean(ratio)}
   return loss, aux
 
@@ -243,12 +260,10 @@ def reinforce_pp_loss(logp: jax.Array, batch: PolicyBatch, *,
   _sequence_advantages_only(batch, "reinforce_pp")
   m = batch.mask
   ratio = jnp.exp(logp - batch.logp_old)
-  a = batch.advantages[:, None] * batch.weights
-  unclipped = ratio * a
-  clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * a
-  pg = _token_mean(-jnp.minimum(unclipped, clipped), m)
+  surrogate, binding = clipped_surrogate(ratio, batch.advantages[:, None] * batch.weights, clip_eps)
+  pg = _token_mean(-surrogate, m)
   aux = {"pg_loss": pg, "kl": _token_mean(batch.logp_old - batch.logp_ref, m),
-         "clip_frac": _token_mean((clipped < unclipped).astype(jnp.float32), m),
+         "clip_frac": _token_mean(binding.astype(jnp.float32), m),
          "ratio_mean": _token_mean(ratio, m)}
   return pg, aux
 

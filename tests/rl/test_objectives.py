@@ -176,3 +176,29 @@ def test_wd1_pushes_up_the_best_and_down_the_worst():
 def test_reinforce_pp_advantages_require_the_kl():
   with pytest.raises(ValueError, match="kl_seq"):
     ADVANTAGES.get("reinforce_pp")(jnp.ones(6), G)
+
+
+def test_clipped_surrogate_passes_the_full_gradient_where_the_clip_does_not_take_over():
+  """The references' semantics (PyTorch: clamp passes the gradient on its closed interval, min splits a tie):
+  at ρ = 1 with ε = 0 the gradient is A, not the 0.625 A of jnp.clip + jnp.minimum; at the interval's
+  boundary A; where the clip takes over 0; values those of min(ρA, clip(ρ)A)."""
+  import jax
+  import jax.numpy as jnp
+
+  from daca_jax.rl.objectives import clipped_surrogate
+
+  grad = lambda r, a, eps, high=None: float(jax.grad(lambda x: clipped_surrogate(x, a, eps, high)[0])(r))
+  naive = lambda r, a, eps: float(jax.grad(lambda x: jnp.minimum(x * a, jnp.clip(x, 1 - eps, 1 + eps) * a))(r))
+  assert naive(1.0, 2.0, 0.0) == pytest.approx(0.625 * 2.0)  # what the plain jnp form gave
+  for a in (2.0, -3.0):
+    assert grad(1.0, a, 0.0) == pytest.approx(a)  # ratio 1, no clip room: the full gradient
+    assert grad(1.0, a, 0.2) == pytest.approx(a)
+  assert grad(1.2, 2.0, 0.2) == pytest.approx(2.0)  # on the upper boundary, A > 0: the clip has not taken over
+  assert grad(1.5, 2.0, 0.2) == 0.0 and grad(0.5, -2.0, 0.2) == 0.0  # the clip took over
+  assert grad(1.5, -2.0, 0.2) == pytest.approx(-2.0) and grad(0.5, 2.0, 0.2) == pytest.approx(2.0)
+  assert grad(1.3, 2.0, 0.1, 0.3) == pytest.approx(2.0) and grad(1.31, 2.0, 0.1, 0.3) == 0.0  # asymmetric
+  ratios = jnp.linspace(0.3, 1.7, 29)
+  for a, eps in ((1.5, 0.2), (-0.7, 0.0), (0.4, 0.5)):
+    got, binding = clipped_surrogate(ratios, a, eps)
+    want = jnp.minimum(ratios * a, jnp.clip(ratios, 1 - eps, 1 + eps) * a)
+    assert jnp.allclose(got, want) and bool(jnp.all(binding == (jnp.clip(ratios, 1 - eps, 1 + eps) * a < ratios * a)))
