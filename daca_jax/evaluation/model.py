@@ -76,6 +76,9 @@ def model_from_hf(path: str | os.PathLike, *, dtype: str = "bfloat16", param_dty
   p = pathlib.Path(path).expanduser().resolve()
   if not p.is_dir():
     raise DataError(f"--hf_checkpoint={path}: not a directory")
+  if not (p / "config.json").is_file():  # first: without it the tokenizer's mask token is what looks missing
+    raise DataError(f"--hf_checkpoint={path}: config.json is missing (a LLaDA or Dream checkpoint folder holds "
+                    "the model's config.json beside its weights and tokenizer files)")
   tok = HFTokenizer.from_checkpoint(p)  # the tokenizer files are checked before the weights are read
   cfg, graphdef, params, report = load_hf_checkpoint(p, dtype=dtype, param_dtype=param_dtype)
   tok.vocab_size = max(tok.vocab_size, cfg.vocab_size)  # rows past the tokenizer's ids decode to nothing

@@ -243,6 +243,20 @@ def test_hf_checkpoint_without_tokenizer_files_is_one_error(tmp_path):
     eval_models.load_model(hf_checkpoint=str(ckpt), hf_dtype="float32")
 
 
+def test_hf_checkpoint_without_config_json_says_so():
+  # Its tokenizer files are all there; it used to say "no mask_token in tokenizer_config.json ..." (LLaDA
+  # names its mask token in config.json only).
+  import tempfile
+
+  from tests.hf_fixtures import write_tiny_checkpoint
+
+  with tempfile.TemporaryDirectory() as tmp:
+    ckpt = write_tiny_checkpoint(pathlib.Path(tmp) / "llada", "llada", layers=1)
+    (ckpt / "config.json").unlink()
+    with pytest.raises(DataError, match=r"config\.json is missing"):
+      eval_models.load_model(hf_checkpoint=str(ckpt), hf_dtype="float32")
+
+
 def test_prompt_style_a_task_does_not_have_is_refused_naming_the_task_and_its_styles():
   from daca_jax.tasks.base import TASKS
   from daca_jax.tasks.sudoku import Sudoku4x4Task
