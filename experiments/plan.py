@@ -138,7 +138,10 @@ def _main():
 def _target() -> targets.Target:
   """The target of the command: --target, else --num_devices simulated devices of kind --device."""
   if _TARGET.value is None:
-    return targets.target(f"cpu:{_FLAGS['num_devices'].value}", device=_FLAGS["device"].value)
+    target = targets.target(f"cpu:{_FLAGS['num_devices'].value}", device=_FLAGS["device"].value)
+    targets.check_process(target.name, "--num_devices")
+    return target
+  targets.check_process(_TARGET.value)
   target = targets.target(_TARGET.value, device=_FLAGS["device"].value)
   if not target.simulated and _FLAGS["device"].present and _FLAGS["device"].value.lower() != target.device:
     raise ConfigError("--device", _FLAGS["device"].value, f"unset with --target={target.name} (its device is "

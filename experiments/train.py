@@ -11,7 +11,7 @@ import pathlib as _pathlib
 import sys
 
 _ROOT = _pathlib.Path(__file__).resolve().parents[1]
-if __name__ == "__main__" and any(a.startswith("--target") for a in sys.argv[1:]):
+if __name__ == "__main__" and any(a.lstrip("-").startswith("target") for a in sys.argv[1:]):
   from daca_jax.planning.simulate import simulate_devices
 
   simulate_devices(sys.argv)  # the target's compiler (or cpu:N devices), set up before jax is imported
@@ -67,6 +67,7 @@ def _preflight():
                       "given together: --compile_only --target=<machine> (a preflight)")
   if not 0 < _USABLE.value <= 1:
     raise ConfigError("--usable_fraction", _USABLE.value, "a fraction in (0, 1]")
+  targets.check_process(_TARGET.value)
   target = targets.target(_TARGET.value)
   result, _ = preflight(_CONFIG.value, target, usable_fraction=_USABLE.value,
                         executables_dir=_pathlib.Path(_WORKDIR.value) / "executables")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import pathlib
+import re
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
@@ -33,14 +34,22 @@ def fingerprint(lowered: Any) -> str:
   return hashlib.sha256(lowered.as_text().encode()).hexdigest()
 
 
+def _signature(args: Any, kw: Any, static: Sequence[str]) -> Any:
+  """What a call's program depends on: the argument tree, each leaf's shape and dtype, the static values."""
+  leaves, tree = jax.tree.flatten((args, {k: v for k, v in kw.items() if k not in static}))
+  return (tree, tuple((tuple(getattr(x, "shape", ())), str(getattr(x, "dtype", type(x)))) for x in leaves),
+          tuple(sorted((k, repr(v)) for k, v in kw.items() if k in static)))
+
+
 class Slot:
   """An executable compiled ahead of time for one program, used in place of compiling it.
 
   ``run(jitted, *args, **kw)`` calls ``jitted`` (the program's ``jax.jit`` function) unless an executable
   was :meth:`offer`-ed: then, at the first call, the program is lowered for these arguments and, if the
   lowering's :func:`fingerprint` is the offered one, the executable is loaded with the lowering's argument
-  and result structure and runs from then on; otherwise ``log`` gets one line and ``jitted`` compiles as
-  usual. ``static`` names keyword arguments that are compiled in (not passed to an executable).
+  and result structure and runs for every later call of the same arguments' shapes and static values (a
+  call of others compiles as usual); otherwise ``log`` gets one line and ``jitted`` compiles as usual.
+  ``static`` names keyword arguments that are compiled in (not passed to an executable).
   """
 
   def __init__(self, name: str, static: Sequence[str] = ()):
@@ -48,10 +57,11 @@ class Slot:
     self.static = tuple(static)
     self._offered: tuple[bytes, str, Callable[[str], None]] | None = None
     self.executable: Any = None
+    self._signature: Any = None
 
   def offer(self, payload: bytes, sha: str, log: Callable[[str], None]) -> None:
     """Offers the serialized executable ``payload`` of the program whose lowering hashes to ``sha``."""
-    self._offered, self.executable = (payload, sha, log), None
+    self._offered, self.executable, self._signature = (payload, sha, log), None, None
 
   def run(self, jitted: Any, *args: Any, **kw: Any) -> Any:
     if self._offered is not None:
@@ -61,12 +71,17 @@ class Slot:
       self._offered = None
       lowered = jitted.lower(*args, **kw)
       if fingerprint(lowered) == sha:
-        self.executable = serialize_executable.deserialize_and_load(payload, lowered.in_tree, lowered.out_tree)
-        log(f"{self.name}: running the executable compiled ahead of time (no compile)")
+        try:
+          self.executable = serialize_executable.deserialize_and_load(payload, lowered.in_tree, lowered.out_tree)
+          self._signature = _signature(args, kw, self.static)
+          log(f"{self.name}: running the executable compiled ahead of time (no compile)")
+        except Exception as e:  # bytes XLA cannot load: the program it was compiled from still compiles
+          log(f"{self.name}: the executable compiled ahead of time does not load ({type(e).__name__}): compiling "
+              "as usual")
       else:
         log(f"{self.name}: the executable compiled ahead of time is of another program (config, shapes or "
             "library code differ): compiling as usual")
-    if self.executable is not None:
+    if self.executable is not None and _signature(args, kw, self.static) == self._signature:
       return self.executable(*args, **{k: v for k, v in kw.items() if k not in self.static})
     return jitted(*args, **kw)
 
@@ -119,39 +134,63 @@ def mismatch(manifest: Mapping[str, Any]) -> str | None:
   here = _machine()
   for key in ("platform", "device_kind", "num_devices", "process_count", "jax", "jaxlib"):
     if str(manifest.get(key)) != str(here[key]):
-      return (f"compiled for {manifest.get('target')} ({key} {manifest.get(key)!r}); this machine has "
-              f"{key} {here[key]!r}")
+      return (f"compiled for {str(manifest.get('target'))[:60]} ({key} {str(manifest.get(key))[:60]!r}); this "
+              f"machine has {key} {here[key]!r}")
   return None
+
+
+# The largest executable file read (a serialized program of an 8B model is tens of MB).
+MAX_EXECUTABLE_BYTES = 1 << 32
+_FILE = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 
 
 def attach(folder: str | pathlib.Path, slots: Mapping[str, Slot], log: Callable[[str], None]) -> bool:
   """Offers the executables in ``folder`` to ``slots`` (``{"rollout": Slot, "update": Slot}``, e.g. a
-  learner's ``aot_slots``) when they were compiled for this machine; otherwise one line to ``log``.
-  Returns whether they were offered (each still checks its program at its first call)."""
+  learner's ``aot_slots``) when they were compiled for this machine; otherwise one line to ``log``. A
+  manifest or file that is not what :func:`write` writes is one line and the program compiles as usual;
+  nothing outside ``folder`` is read. Returns whether any executable was offered (each still checks its
+  program at its first call)."""
   folder = pathlib.Path(folder)
   path = folder / MANIFEST
-  if not path.is_file():
-    return False
   try:
+    if not path.is_file():
+      return False
     manifest = json.loads(path.read_text())
-    why = mismatch(manifest)
-  except (OSError, ValueError, AttributeError) as e:
-    log(f"executables in {folder}: unreadable manifest ({e}): compiling as usual")
-    return False
+    why = mismatch(manifest) if isinstance(manifest, dict) else "not a JSON object"
+    programs = manifest.get("programs") if isinstance(manifest, dict) else None
+    if why is None and not isinstance(programs, dict):
+      why = "its 'programs' is not an object"
+  except (OSError, ValueError, RecursionError) as e:
+    why = f"unreadable manifest ({type(e).__name__}: {str(e)[:120]})"
   if why:
     log(f"executables in {folder}: {why}: compiling as usual")
     return False
+  offered = False
   for name, slot in slots.items():
-    entry = manifest.get("programs", {}).get(name)
-    file = folder / str(entry.get("file", "")) if isinstance(entry, dict) else None
-    if file is None or file.parent != folder or not file.is_file():
-      continue
-    payload = file.read_bytes()
-    if hashlib.sha256(payload).hexdigest() != entry.get("bytes_sha256"):
-      log(f"executables in {folder}: {file.name} is not the file the manifest names: compiling {name} as usual")
+    entry = programs.get(name)
+    file = entry.get("file") if isinstance(entry, dict) else None
+    problem = None
+    if not isinstance(file, str) or not _FILE.fullmatch(file) or file in (".", ".."):
+      problem = f"names no file of its own folder ({file!r:.60})"
+    else:
+      try:
+        target = folder / file
+        if not target.is_file() or target.is_symlink():
+          problem = f"{file} is not a file there"
+        elif target.stat().st_size > MAX_EXECUTABLE_BYTES:
+          problem = f"{file} is larger than {MAX_EXECUTABLE_BYTES} bytes"
+        else:
+          payload = target.read_bytes()
+          if hashlib.sha256(payload).hexdigest() != entry.get("bytes_sha256"):
+            problem = f"{file} is not the file the manifest names"
+      except OSError as e:
+        problem = f"{file} cannot be read ({e.strerror or type(e).__name__})"
+    if problem:
+      log(f"executables in {folder}: {name}: {problem}: compiling {name} as usual")
       continue
     slot.offer(payload, str(entry.get("lowered_sha256")), log)
-  return True
+    offered = True
+  return offered
 
 
-__all__ = ["MANIFEST", "PROGRAMS", "Slot", "attach", "fingerprint", "mismatch", "write"]
+__all__ = ["MANIFEST", "MAX_EXECUTABLE_BYTES", "PROGRAMS", "Slot", "attach", "fingerprint", "mismatch", "write"]

@@ -16,8 +16,8 @@ FLOPs, per instruction, inside fusions too:
 * elementwise arithmetic, comparisons, selects and conversions: 1 per result element; ``exponential``,
   ``log``, ``tanh``, ``logistic``, ``sqrt``, ``rsqrt``, ``power``, trigonometric and ``erf``: 1
   transcendental per element instead;
-* ``reduce`` / ``reduce-window`` / ``scatter``: 1 per input (update) element; ``sort``: n log2 n
-  comparisons per sorted row.
+* ``reduce`` / ``scatter``: 1 per input (update) element; ``reduce-window``: 1 per output element and
+  window position; ``sort``: n log2 n comparisons per sorted row.
 * Data movement (copies, slices, broadcasts, transposes, gathers, collectives) computes nothing.
 
 Bytes accessed: what each instruction of a non-fused computation reads and writes in memory, a fusion as
@@ -29,8 +29,9 @@ layer-stacked residual buffer updated one layer per loop iteration costs one lay
 whole stack). Bookkeeping instructions (parameters, constants, tuples, bitcasts, the ``-done`` end of an
 asynchronous pair, loop and call boundaries) move nothing.
 
-A ``while`` counts ``trip x body + (trip + 1) x condition``; a ``conditional`` its costliest branch (XLA's
-rule); a ``call``, an ``async``/``call-start`` its computation once.
+A ``while`` counts ``trip x body + (trip + 1) x condition``; a ``conditional`` each property's largest
+branch (XLA's rule); a ``call``, an ``async``/``call-start`` its computation once; an asynchronous
+``fusion-start`` as the fusion it wraps.
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ _FREE = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "whil
          "after-all", "add-dependency", "opt-barrier", "partition-id", "replica-id", "domain", "iota",
          "async-start", "async-update", "async-done", "call-start", "call-done", "copy-done", "send-done",
          "recv-done", "all-gather-done", "all-reduce-done", "collective-permute-done", "reduce-scatter-done",
-         "all-to-all-done", "get-dimension-size", "set-dimension-size"}
+         "all-to-all-done", "fusion-done", "fusion-update", "get-dimension-size", "set-dimension-size"}
 _GEMM_TARGETS = re.compile(r'custom_call_target="(__cublas\$gemm|__cublas\$lt\$matmul[\w$]*|__cublas\$[\w$]*gemm'
                            r'[\w$]*)"')
 _SLICING = {"dynamic-slice", "slice", "gather"}
@@ -111,7 +112,7 @@ class _Counter:
 
   def flops(self, comp: Computation, inst: Instruction) -> Count:
     op = inst.opcode
-    if op == "fusion":
+    if op in ("fusion", "fusion-start"):  # an asynchronous fusion as XLA re-prints an async-wrapped op
       callee = self._callee(inst, "calls")
       return Count(*self.fused(callee.name)) if callee else Count()
     if op in _TRANSCENDENTAL:
@@ -126,8 +127,12 @@ class _Counter:
       return Count(flops=2.0 * self._conv_macs(comp, inst))
     if op == "custom-call" and _GEMM_TARGETS.search(inst.attrs):
       return Count(flops=self._gemm(comp, inst))
-    if op in ("reduce", "reduce-window"):
+    if op == "reduce":
       return Count(flops=sum(_elements(self.operand_shape(comp, o)) for o in inst.operands[:len(inst.operands) // 2]))
+    if op == "reduce-window":  # XLA's: every output element reduces its window
+      m = re.search(r"window=\{size=([\dx]+)", inst.attrs)
+      window = math.prod(int(d) for d in m.group(1).split("x")) if m else 1
+      return Count(flops=_elements(inst.shape) * window)
     if op == "scatter":
       return Count(flops=_elements(self.operand_shape(comp, inst.operands[-1])) if inst.operands else 0)
     if op == "sort":
@@ -243,7 +248,7 @@ class _Counter:
     op = inst.opcode
     if op in _FREE:
       return 0.0
-    if op == "fusion":
+    if op in ("fusion", "fusion-start"):
       return self.fusion_bytes(comp, inst)
     if op in ("dynamic-slice", "slice", "gather"):
       return 2.0 * nbytes(inst.shape)
@@ -277,8 +282,9 @@ class _Counter:
         m = re.search(r"branch_computations=\{([^}]*)\}", inst.attrs)
         branches += [b.strip().lstrip("%") for b in m.group(1).split(",")] if m else []
         counts = [self.total(b) for b in branches if b in self.module.comps]
-        if counts:
-          total = total + max(counts, key=lambda c: (c.flops, c.bytes_accessed))
+        if counts:  # XLA's rule: each property's largest branch
+          total = total + Count(max(c.flops for c in counts), max(c.transcendentals for c in counts),
+                                max(c.bytes_accessed for c in counts))
         continue
       if op in ("call", "async-start", "call-start"):
         for kind in ("to_apply", "calls"):

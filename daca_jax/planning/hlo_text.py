@@ -8,9 +8,9 @@ printed module does not. A loop without the annotation gets the count XLA's own 
 (``ComputeWhileLoopTripCount``) would find for the loops JAX emits (``lax.scan``, ``fori_loop``): the
 condition's root compares the induction variable (a tuple element of the loop state) with a constant
 (``LT`` / ``LE`` / ``GT`` / ``GE``), the state's initial value of that element is a constant (through
-``copy`` / ``bitcast``), and the body adds a constant step to it (JAX's loops step by 1, which is taken
-when the step cannot be read). Anything else is a loop with an unknown count, which the counters count
-once and report.
+``copy`` / ``bitcast``), and the body adds a constant step to it (XLA:CPU's fusion wrappers of the
+comparison and the add are seen through). Anything else (a step that is not a constant, a multiplied
+counter) is a loop with an unknown count, which the counters count once and report.
 """
 from __future__ import annotations
 
@@ -224,7 +224,9 @@ def _infer_trip(module: Module, caller: Computation, loop: Instruction, body: st
   start = _constant_value(caller, None, _tuple_element(caller, loop.operands[0], k))
   if start is None:
     return 0
-  step = _body_step(module.comps.get(body), k) or 1
+  step = _body_step(module, module.comps.get(body), k)
+  if not step:  # a step that cannot be read (data-dependent, multiplied, ...): unknown, not guessed
+    return 0
   if direction in ("LT", "LE") and step > 0:
     n = -(-(limit - start + (direction == "LE")) // step)
   elif direction in ("GT", "GE") and step < 0:
@@ -261,11 +263,22 @@ def _constant_value(comp: Computation, name: str | None, inst: Instruction | Non
   return int(inst.literal)
 
 
-def _body_step(body: Computation | None, k: int) -> int | None:
-  """The constant the body adds to tuple element ``k`` (None when it cannot be read)."""
+def _body_step(module: Module, body: Computation | None, k: int) -> int | None:
+  """The constant the body adds to tuple element ``k`` (XLA:CPU wraps the add in a fusion of its two
+  operands: seen through it); None when it cannot be read."""
   if body is None or body.root is None or body.root.opcode != "tuple" or k >= len(body.root.operands):
     return None
   inst = _resolve(body, body.root.operands[k])
+  if inst is not None and inst.opcode == "fusion":
+    m = _SINGLE_REF.search(inst.attrs)
+    fused = module.comps.get(m.group(2)) if m else None
+    inner = fused.root if fused is not None else None
+    params = {i.name: int(i.literal) for i in fused.instructions if i.opcode == "parameter"
+              and i.literal.isdigit()} if fused is not None else {}
+    if inner is None or len(inner.operands) != 2 or not all(o in params and params[o] < len(inst.operands)
+                                                            for o in inner.operands):
+      return None
+    inst = dataclasses.replace(inner, operands=tuple(inst.operands[params[o]] for o in inner.operands))
   if inst is None or inst.opcode not in ("add", "subtract") or len(inst.operands) != 2:
     return None
   for var, const in (inst.operands, inst.operands[::-1]):

@@ -103,7 +103,13 @@ def preflight(config: Mapping[str, Any] | Any, target: Target, *, usable_fractio
   from daca_jax.planning.preset import resolve_plan_config
 
   cfg, notes = resolve_plan_config(config, num_devices=target.num_devices, as_run=True)
-  prompt_len, mask_id, eos_id = _run_facts(cfg)
+  prompt_len, mask_id, eos_id, run_cfg = _run_facts(cfg)
+  if executables_dir is not None:  # a workdir holding another run: refused as that run's resume would be
+    from daca_jax.run.workdir import check_workdir_config
+
+    workdir = pathlib.Path(executables_dir).parent
+    if workdir.is_dir():
+      check_workdir_config(workdir, run_cfg, write=False)
   compiled: dict[str, Any] = {}
   try:
     record = plan_from_config(cfg, prompt_len=prompt_len, num_devices=target.num_devices, notes=notes,
@@ -126,9 +132,10 @@ def preflight(config: Mapping[str, Any] | Any, target: Target, *, usable_fractio
   return result, record
 
 
-def _run_facts(cfg: Any) -> tuple[int, int, int]:
-  """The run's prompt length P and its ``[MASK]`` and end-of-sequence ids (baked into its programs), from
-  its task and tokenizer as the main job builds them (the checkpoint's tokenizer files, no weights)."""
+def _run_facts(cfg: Any) -> tuple[int, int, int, Any]:
+  """The run's prompt length P, its ``[MASK]`` and end-of-sequence ids (baked into its programs) and its
+  config as the main job resolves it, from its task and tokenizer as the main job builds them (the
+  checkpoint's tokenizer files, no weights)."""
   from daca_jax.run import from_checkpoint, pipeline
 
   tokenizer = None
@@ -136,7 +143,7 @@ def _run_facts(cfg: Any) -> tuple[int, int, int]:
     cfg, start = from_checkpoint.resolve_config(cfg, log=lambda *_: None)
     tokenizer = start.tokenizer
   task = pipeline.build_task(cfg, tokenizer)
-  return int(task.prompt_len), int(task.tokenizer.mask_id), int(task.tokenizer.eos_id)
+  return int(task.prompt_len), int(task.tokenizer.mask_id), int(task.tokenizer.eos_id), cfg
 
 
 __all__ = ["Verdict", "preflight", "verdict"]

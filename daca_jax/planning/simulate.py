@@ -6,6 +6,7 @@ compiling for compile-only devices, or ``cpu:N`` simulated CPU devices. Without 
 """
 from __future__ import annotations
 
+import re
 import sys
 from typing import Sequence
 
@@ -36,7 +37,7 @@ def simulate_devices(argv: Sequence[str], default: int = 8) -> targets.Target:
   if name is not None and n is not None:
     _refuse(ConfigError("--num_devices", n, f"unset with --target={name} (cpu:N is N simulated devices)"))
   n = str(default) if n is None else n
-  if name is None and (not n.isdigit() or not 1 <= int(n) <= MAX_DEVICES):
+  if name is None and (not re.fullmatch(r"[0-9]+", n) or not 1 <= int(n) <= MAX_DEVICES):
     _refuse(ConfigError("--num_devices", n, f"an integer in [1, {MAX_DEVICES}] (at most one slice: a TPU v5p pod)"))
   try:
     target = targets.target(name if name is not None else f"cpu:{n}")

@@ -106,8 +106,8 @@ def plan_flags(get_config: Callable[[str], Any], *, device: str = "h100", num_de
   Raises:
     ConfigError: a bad flag or field (before any compile), or a device count other than the process's.
   """
-  if target is not None and not target.simulated:
-    device, num_devices = target.device, target.num_devices
+  if target is not None:  # its devices (a cpu:N target: N simulated devices of kind ``device``)
+    device, num_devices = (device if target.simulated else target.device), target.num_devices
   dev = device_spec(device, "device")
   cfg = flag_config(get_config, method=method, model=model, layers=layers, num_devices=num_devices, **fields)
   spec = spec_record(cfg, method=method, model=model, layers=layers, device=dev.name, num_devices=num_devices,

@@ -85,8 +85,8 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("tpu:v5e-256", "tpu", "v5e", 256, 64, "v5e:16x16", (2, 2, 1), source=_CLOUD_TPU),
     Target("tpu:v6e-8", "tpu", "v6e", 8, 1, "v6e:2x4", (2, 4, 1), source=_CLOUD_TPU),
 )}
-_CPU = re.compile(r"cpu:(\d+)$")
-_GPU = re.compile(r"gpu:([a-z0-9]+)x(\d+)$")
+_CPU = re.compile(r"cpu:([0-9]+)")
+_GPU = re.compile(r"gpu:([a-z0-9]+)x([0-9]+)")
 # GPU kinds a target can name, with their device description; a node holds 8 of them.
 GPU_KINDS = {"h100": ("h100_sxm.txtpb", "HGX H100"), "h200": ("h200_sxm.txtpb", "HGX H200"),
              "a100": ("a100_sxm_80.txtpb", "HGX A100 80GB")}
@@ -120,10 +120,10 @@ def target(name: str, field: str = "--target", device: str = "h100") -> Target:
   key = str(name).strip().lower()
   if key in TARGETS:
     return TARGETS[key]
-  m = _CPU.match(key)
+  m = _CPU.fullmatch(key)
   if m and 1 <= int(m.group(1)) <= MAX_CPU_DEVICES:
     return Target(key, "cpu", device, int(m.group(1)), source="XLA:CPU's simulated devices")
-  m = _GPU.match(key)
+  m = _GPU.fullmatch(key)
   found = _gpu(m.group(1), int(m.group(2))) if m else None
   if found is not None:
     return found
@@ -131,14 +131,33 @@ def target(name: str, field: str = "--target", device: str = "h100") -> Target:
 
 
 def target_from_argv(argv: list[str], flag: str = "--target") -> str | None:
-  """The value of ``flag`` in ``argv`` (``--target=X`` or ``--target X``), None when absent: read before
-  absl parses the flags, to set the process up before jax is imported."""
+  """The value of ``flag`` in ``argv`` as absl will read it (``--target=X``, ``--target X``, one dash or
+  two; the last one given wins), None when absent: read before absl parses the flags, to set the process
+  up before jax is imported (the entry points check afterwards that absl read the same value)."""
+  name = flag.lstrip("-")
+  found = None
   for i, a in enumerate(argv):
-    if a.startswith(flag + "="):
-      return a.split("=", 1)[1]
-    if a == flag and i + 1 < len(argv):
-      return argv[i + 1]
-  return None
+    for dashes in ("--", "-"):
+      if a.startswith(f"{dashes}{name}="):
+        found = a.split("=", 1)[1]
+      elif a == f"{dashes}{name}" and i + 1 < len(argv):
+        found = argv[i + 1]
+  return found
+
+
+PROCESS_TARGET = "DACA_JAX_PROCESS_TARGET"  # the target the process was set up for (prepare_process)
+
+
+def check_process(name: str, field: str = "--target") -> None:
+  """Raises ConfigError unless the process was set up for target ``name`` (a ``--target`` that the setup
+  before jax's import did not see, e.g. one in a ``--flagfile``)."""
+  was = os.environ.get(PROCESS_TARGET)
+  if was is None:
+    raise ConfigError(field, name, "a --target given on the command line (this process was not set up for a "
+                      "target before its flags were parsed, e.g. one read from a --flagfile)")
+  if target(name, field).name != was:
+    raise ConfigError(field, name, f"{was}, the target this process was set up for before its flags were parsed "
+                      "(give --target once, on the command line)")
 
 
 def prepare_process(t: Target) -> None:
@@ -146,18 +165,17 @@ def prepare_process(t: Target) -> None:
   is the CPU (``JAX_PLATFORMS=cpu``), ``cpu:N`` simulates N devices, ``gpu:*`` adds
   :data:`GPU_COMPILE_FLAGS` to ``XLA_FLAGS`` and ``tpu:*`` quiets libtpu's start-up."""
   flags = os.environ.get("XLA_FLAGS", "")
+  given = {f.split("=", 1)[0] for f in flags.split()}
   if t.compiler == "cpu":
     flags = f"{flags} --xla_force_host_platform_device_count={t.num_devices}"
   elif t.compiler == "gpu":
-    flags = " ".join([flags, *[f for f in GPU_COMPILE_FLAGS if f.split("=")[0] not in flags]])
+    flags = " ".join([flags, *[f for f in GPU_COMPILE_FLAGS if f.split("=", 1)[0] not in given]])
   else:
     for k, v in _TPU_ENV.items():
       os.environ.setdefault(k, v)
   os.environ["XLA_FLAGS"] = flags.strip()
-  if t.compiler == "cpu":
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
-  else:
-    os.environ["JAX_PLATFORMS"] = "cpu"
+  os.environ["JAX_PLATFORMS"] = "cpu"  # every target compiles from the host's CPU backend
+  os.environ[PROCESS_TARGET] = t.name
 
 
 def missing_compiler(t: Target) -> str | None:
@@ -231,5 +249,6 @@ def describe(t: Target) -> dict[str, Any]:
 # The GPU nodes a table names (any gpu:<kind>xN is a target: :func:`target`).
 TARGETS.update({t.name: t for t in (_gpu("h100", 8), _gpu("h200", 8), _gpu("a100", 8))})
 
-__all__ = ["GPU_COMPILE_FLAGS", "GPU_SPECS", "TARGETS", "Target", "allowed", "describe", "devices",
+__all__ = ["GPU_COMPILE_FLAGS", "GPU_SPECS", "PROCESS_TARGET", "TARGETS", "Target", "allowed", "check_process",
+           "describe", "devices",
            "missing_compiler", "prepare_process", "target", "target_from_argv"]

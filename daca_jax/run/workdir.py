@@ -74,8 +74,9 @@ def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
   return out
 
 
-def check_workdir_config(workdir: pathlib.Path, cfg: TrainConfig) -> None:
-  """Records the config in ``workdir/config.json``; refuses to resume a run with a different one.
+def check_workdir_config(workdir: pathlib.Path, cfg: TrainConfig, write: bool = True) -> None:
+  """Records the config in ``workdir/config.json``; refuses to resume a run with a different one
+  (``write=False``: only refuses, as a preflight of the run does).
 
   A workdir without saved state (e.g. a run that failed before its first checkpoint) takes the new
   config. Fields added to the config since the workdir was written compare equal to their defaults.
@@ -105,7 +106,7 @@ def check_workdir_config(workdir: pathlib.Path, cfg: TrainConfig) -> None:
                         f"--workdir={workdir}: with rl.lr_schedule='cosine' the learning rate decays over "
                         "rl.steps, and the iterations done followed that schedule; use a new --workdir for a "
                         "run of another length (or rl.lr_schedule='constant', whose runs can be extended)")
-  if not parallel.is_primary():
+  if not write or not parallel.is_primary():
     return
   io_utils.atomic_write_json(path, cfg.to_dict())
 

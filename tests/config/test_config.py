@@ -24,7 +24,10 @@ def _cfg(**overrides):
 def test_default_and_smoke_configs_validate():
   for preset in ("default", "smoke"):
     cfg = train_config_from_dict(sudoku_tiny.get_config(preset))
-    assert cfg.rl.credit == "dps" and cfg.rl.likelihood == "stratified" and cfg.likelihood.stratified.num_strata == 4
+    # the main job: SML alone (uniform credit; configs/sudoku_tiny.py says why), the library's default DPS elsewhere
+    assert cfg.rl.credit == "uniform" and cfg.rl.likelihood == "stratified" and cfg.likelihood.stratified.num_strata == 4
+  from configs import base
+  assert train_config_from_dict(base.get_config()).rl.credit == "dps"
 
 
 @pytest.mark.parametrize("field,value,pattern", [

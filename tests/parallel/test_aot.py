@@ -129,9 +129,60 @@ def test_another_machine_or_file_is_one_line(tmp_path):
   (folder / "update.xla").write_bytes(b"not an executable")
   lines, learner = [], GRPOLearner(jax_logits, _cfg(), mask_id=MASK, eos_id=EOS)
   assert aot.attach(folder, learner.aot_slots, lines.append)
-  assert lines == [f"executables in {folder}: update.xla is not the file the manifest names: compiling update as "
-                   "usual"]
+  assert lines == [f"executables in {folder}: update: update.xla is not the file the manifest names: compiling "
+                   "update as usual"]
   (folder / aot.MANIFEST).write_text("{")
   lines = []
   assert not aot.attach(folder, learner.aot_slots, lines.append)
   assert lines[0].startswith(f"executables in {folder}: unreadable manifest")
+  # hostile manifests and files: one line each, nothing outside the folder read, no traceback
+  (tmp_path / "outside.xla").write_bytes(b"x")
+  for programs, says in [(None, "its 'programs' is not an object"), ([1, 2], "its 'programs' is not an object"),
+                         ("rollout", "its 'programs' is not an object"),
+                         ({"update": {"file": "../outside.xla"}}, "names no file of its own folder"),
+                         ({"update": {"file": str(tmp_path / "outside.xla")}}, "names no file of its own folder"),
+                         ({"update": {"file": "a" * 5000}}, "names no file of its own folder"),
+                         ({"update": {"file": 7}}, "names no file of its own folder"),
+                         ({"update": {"file": "missing.xla"}}, "missing.xla is not a file there"),
+                         ({"update": "update.xla"}, "names no file of its own folder")]:
+    (folder / aot.MANIFEST).write_text(json.dumps(dict(manifest, programs=programs)))
+    lines = []
+    assert not aot.attach(folder, learner.aot_slots, lines.append)
+    assert says in lines[-1] and len(lines) == (2 if isinstance(programs, dict) else 1), (programs, lines)
+  for text in ("[" * 100_000 + "]" * 100_000, "[]", "null", "\xff"):
+    (folder / aot.MANIFEST).write_text(text)
+    lines = []
+    assert not aot.attach(folder, learner.aot_slots, lines.append) and len(lines) == 1
+  assert all(s.executable is None for s in learner.aot_slots.values())
+
+
+_SLOT = """
+import json, sys
+import jax, jax.numpy as jnp
+from daca_jax.parallel import aot
+f = jax.jit(lambda x, total_rows=0: x * 2.0 + total_rows, static_argnames=("total_rows",))
+slot, lines = aot.Slot("rollout", static=("total_rows",)), []
+slot.offer(open(sys.argv[1], "rb").read(), sys.argv[2], lines.append)
+out = [float(slot.run(f, jnp.ones(4), total_rows=3)[0]), slot.executable is not None]
+out += [float(slot.run(f, jnp.ones(8), total_rows=3)[0]), float(slot.run(f, jnp.ones(4), total_rows=5)[0])]
+print(json.dumps([out, lines]))
+"""
+
+
+def test_a_loaded_executable_runs_only_for_the_arguments_it_was_compiled_for(tmp_path):
+  """Later calls with other shapes or static values compile as usual (they used to run the stale program
+  or raise)."""
+  import jax.numpy as jnp
+  from jax.experimental import serialize_executable
+
+  f = jax.jit(lambda x, total_rows=0: x * 2.0 + total_rows, static_argnames=("total_rows",))
+  lowered = f.lower(jnp.ones(4), total_rows=3)
+  payload, _, _ = serialize_executable.serialize(lowered.compile())
+  (tmp_path / "p.xla").write_bytes(payload)
+  root = pathlib.Path(__file__).resolve().parents[2]
+  r = subprocess.run([sys.executable, "-c", _SLOT, str(tmp_path / "p.xla"), aot.fingerprint(lowered)],
+                     capture_output=True, text=True, cwd=root, env=dict(os.environ, PYTHONPATH=str(root)), timeout=120)
+  assert r.returncode == 0, r.stderr[-3000:]
+  out, lines = json.loads(r.stdout.strip().splitlines()[-1])
+  assert out == [5.0, True, 5.0, 7.0]
+  assert lines == ["rollout: running the executable compiled ahead of time (no compile)"]

@@ -18,20 +18,28 @@ def _looped(x, w):
   inner = lambda c, wi: (jnp.tanh(c @ wi), None)
   y = jax.lax.scan(lambda c, _: (jax.lax.scan(inner, c, w)[0], None), x, None, length=5)[0]
   y = jax.lax.fori_loop(3, 10, lambda i, c: c * 1.5, y)  # 7 trips from a start of 3
+  y = jax.lax.while_loop(lambda s: s[0] < 12, lambda s: (s[0] + 2, s[1] * 0.5), (0, y))[1]  # 6 trips, step 2
   return jax.lax.fori_loop(0, 9, lambda i, c: jnp.sin(c), y, unroll=False)
+
+
+def _doubling(x):  # a counter that doubles: 10 trips, which no constant step describes
+  return jax.lax.while_loop(lambda s: s[0] < 1024, lambda s: (s[0] * 2, s[1] @ s[1]), (1, x))[1]
 
 
 def test_inferred_trip_counts_equal_the_ones_xla_prints():
   args = (jax.ShapeDtypeStruct((16, 32), jnp.float32), jax.ShapeDtypeStruct((3, 32, 32), jnp.float32))
   text = jax.jit(_looped).lower(*args).compile().as_text()
   printed = sorted((lp.trip, lp.annotated) for lp in hlo_text.parse(text).loops())
-  assert [t for t, _ in printed] == [3, 5, 7, 9] and all(a for _, a in printed)
+  assert [t for t, _ in printed] == [3, 5, 6, 7, 9] and all(a for _, a in printed)
   stripped = _TRIP.sub("", text)  # as XLA:TPU prints its modules: no annotation
   assert "known_trip_count" not in stripped
   inferred = sorted((lp.trip, lp.annotated) for lp in hlo_text.parse(stripped).loops())
-  assert inferred == [(3, False), (5, False), (7, False), (9, False)]
+  assert inferred == [(3, False), (5, False), (6, False), (7, False), (9, False)]
   # and the counts made from them are the annotated module's
   assert hlo_count.count(stripped) == hlo_count.count(text)
+  # a counter without a constant step is unknown (counted once and reported), never a guess
+  doubling = jax.jit(_doubling).lower(jax.ShapeDtypeStruct((8, 8), jnp.float32)).compile().as_text()
+  assert [lp.trip for lp in hlo_text.parse(_TRIP.sub("", doubling)).loops()] == [0]
 
 
 @pytest.mark.parametrize("remat", ["none", "full"])

@@ -197,3 +197,29 @@ def test_a_program_xla_tpu_refuses_for_its_memory_is_one_line_naming_it():
       == "temporaries 16.20 GB > 15.75 GB of HBM"
   assert _refused("...: XLA:TPU refuses to compile it: E1000: CompileTimeHbmOom: XLA:TPU compile permanent error. Ran "
                   "out of memory in memory space hbm. Used 15.76G of 15.75G hbm.") == "15.76 GB > 15.75 GB of HBM"
+
+
+def test_the_target_is_read_as_absl_reads_it_and_checked_after_parsing(monkeypatch):
+  assert targets.target_from_argv(["--target=cpu:8", "-target=gpu:h100x1"]) == "gpu:h100x1"  # the last, one dash
+  assert targets.target_from_argv(["--target", "tpu:v5p-8"]) == "tpu:v5p-8"
+  assert targets.target_from_argv(["--targets=x"]) is None
+  monkeypatch.setenv(targets.PROCESS_TARGET, "cpu:8")
+  targets.check_process("CPU:8")
+  with pytest.raises(ConfigError, match="cpu:8, the target this process was set up for"):
+    targets.check_process("gpu:h100x8")
+  monkeypatch.delenv(targets.PROCESS_TARGET)
+  with pytest.raises(ConfigError, match="a --target given on the command line"):
+    targets.check_process("gpu:h100x8")
+  with pytest.raises(ConfigError):  # a non-ASCII digit is not a device count
+    targets.target("cpu:\u0662")
+
+
+def test_a_flag_plan_on_a_cpu_target_uses_its_devices(tmp_path):
+  # --target=cpu:2 without --config planned for the --num_devices default (8) and failed
+  out = tmp_path / "p.json"
+  r = subprocess.run([sys.executable, "experiments/plan.py", "--model=tiny", "--layers=1", "--target=cpu:2",
+                      "--prompt_len=4", "--gen_length=8", "--block_length=8", "--steps=2", "--prompts_per_step=2",
+                      "--group_size=2", f"--json={out}"], capture_output=True, text=True, env=_env(), cwd=ROOT,
+                     timeout=300)
+  assert r.returncode == 0, r.stderr[-3000:]
+  assert json.loads(out.read_text())["setting"]["num_devices"] == 2

@@ -40,6 +40,11 @@ def test_the_run_loads_its_preflights_executables_and_ends_as_a_run_without_them
   assert "update: running the executable compiled ahead of time (no compile)" in r.stdout
   r = _run([f"--workdir={tmp_path / 'plain'}"])
   assert r.returncode == 0, r.stderr[-3000:]
+  # a preflight of another run into this workdir is refused as that run would be, and changes nothing
+  before = sorted(p.name for p in (tmp_path / "plain").iterdir())
+  r = _run([f"--workdir={tmp_path / 'plain'}", "--compile_only", "--target=cpu:1", "--config.rl.learning_rate=0.5"])
+  assert r.returncode == 2 and "as in the run already in --workdir" in r.stderr.strip().splitlines()[-1]
+  assert sorted(p.name for p in (tmp_path / "plain").iterdir()) == before
   got, want = (json.loads((tmp_path / w / "results.json").read_text()) for w in ("pre", "plain"))
   assert got["eval_after"] == want["eval_after"] and got["eval_before"] == want["eval_before"]
   metrics = [(tmp_path / w / "metrics.jsonl").read_text().splitlines() for w in ("pre", "plain")]
