@@ -29,6 +29,7 @@ REFERENCE_TABLES = {
     "| value | ESPO | source |",
     "| method | what it estimates | passes per update (forward, per inner update) | memory | source |",
     "| registry | names | source |",
+    "| target | compiler | devices | hosts | topology |",  # docs/scaling.md: what each --target names
     "| task (`task.name`) | data (`../shared/data`, or `$DACA_DATA_DIR`) | grading | checked on the real files |",
     # the credit pre-registration's protocol (docs/results/credit_preregistration.md): no measured numbers
     "| piece | where | what it does |",

@@ -30,6 +30,9 @@ def _dists(requirements) -> set[str]:
   return {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower().replace("_", "-") for r in requirements}
 
 
+FIRST_PARTY = {"daca_jax", "configs"}  # setup.py ships configs/ as the package `configs`
+
+
 def _third_party(module: str) -> set[str]:
   path = ROOT / (module.replace(".", "/") + ".py")
   if not path.exists():
@@ -40,7 +43,7 @@ def _third_party(module: str) -> set[str]:
       tops.update(a.name.split(".")[0] for a in node.names)
     elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
       tops.add(node.module.split(".")[0])
-  return {t for t in tops if t not in sys.stdlib_module_names and t != "daca_jax"}
+  return {t for t in tops if t not in sys.stdlib_module_names and t not in FIRST_PARTY}
 
 
 @functools.lru_cache(maxsize=None)

@@ -87,3 +87,29 @@ def test_write_grid_keeps_the_finished_cells(tmp_path):
   written = json.loads((tmp_path / "results.json").read_text())
   assert written["preset"] == "quick" and list(written["cells"]) == [cells[0].key]
   assert set(written["cells"][cells[0].key]) == {"eval_before", "eval_after", "timings"}
+
+
+def test_collapse_study_arms_change_one_field_of_their_grid_cell():
+  from configs import collapse_study, paper, sota_grid
+
+  arms, refs, grid = collapse_study.get_arms(), collapse_study.get_references(), sota_grid.get_arms()
+  assert set(refs) | {f"{b} (grid)" for b in collapse_study.COLLAPSED} == set(arms)
+  for name, overrides in arms.items():
+    base = name.split(",")[0].removesuffix(" (grid)")
+    assert overrides[:len(grid[base])] == grid[base], name  # the grid's own recipe first
+    extra = overrides[len(grid[base]):]
+    if name in refs:
+      assert refs[name] == f"{base} (grid)" and len(extra) == 1, name
+      field, value = extra[0]
+      if field in collapse_study.REFERENCE_FIELDS[base]:  # the published value, from the paper preset
+        section, key = field.split(".")
+        assert value == paper.get_config(f"{sota_grid.get_bases()[base]}_sudoku")[section][key], name
+      else:
+        assert field in ("rl.replicate", "rl.learning_rate"), name
+    else:
+      assert extra == [], name
+  assert arms["map, rollout.temperature=0.9"][-1] == ("rollout.temperature", 0.9)
+  assert arms["spg + SML, rl.num_iterations=4"][-1] == ("rl.num_iterations", 4)
+  configs = rr.task_configs([str(ROOT / "configs/sudoku_tiny.py")], "standard")  # as its docstring runs it
+  cells = rr.requested_cells(configs, [2], bases=[], arms=[], study=str(ROOT / "configs/collapse_study.py"))
+  assert len(cells) == len(arms)  # every override is a field of the config
