@@ -215,6 +215,8 @@ def run(main: Callable[[list[str]], Any], argv: Sequence[str] | None = None) -> 
   """``absl.app.run(main)`` with the flags parsed first by :func:`parse_flags` (a bad flag: one line,
   exit 2, instead of absl's "FATAL Flags parsing error" and exit 1)."""
   from absl import app
+  from daca_jax.run import host
+  host.use_cpu_without_accelerator()  # no cuInit / libtpu start-up errors on a host without the hardware
   rest = parse_flags(sys.argv if argv is None else argv)
   app.run(main, argv=[sys.argv[0] if argv is None else argv[0]], flags_parser=lambda _: rest)
 
