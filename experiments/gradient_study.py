@@ -20,7 +20,7 @@ from daca_jax.run.cli_errors import reported_errors
 from daca_jax.studies import gradient_study as gs
 from daca_jax.io_utils import atomic_write_json, atomic_write_text, check_dir_path, read_json
 from daca_jax.tasks.tokenizer import ByteTokenizer
-from daca_jax.types import ModelConfig
+from daca_jax.config.model import ModelConfig
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory.")
 _BATCHES = flags.DEFINE_integer("num_batches", 32, "Independent rollout batches per arm.")

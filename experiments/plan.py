@@ -49,7 +49,7 @@ from daca_jax.planning.devices import device_spec
 from daca_jax.planning.report import render_file
 from daca_jax.run import cli_errors
 from daca_jax.run.cli_errors import reported_errors
-from daca_jax.types import TrainConfig
+from daca_jax.config.train import TrainConfig
 
 _TARGET = flags.DEFINE_string("target", None, f"Compile for this machine with its own compiler: "
                               f"{targets.allowed()} (daca_jax/planning/targets.py). XLA:TPU and XLA:GPU need "

@@ -25,7 +25,7 @@ from daca_jax.run import cli_errors
 from daca_jax.run.cli_errors import reported_errors
 from daca_jax.run.pipeline import run_main_job
 from daca_jax.run.presets import presets_help
-from daca_jax.configure import train_config_from_dict
+from daca_jax.config.configure import train_config_from_dict
 from daca_jax.io_utils import check_dir_path
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:preset]).")

@@ -1,7 +1,7 @@
 """The smoke preset of the main job (``configs/sudoku_tiny.py:smoke``) with field overrides, for tests."""
 from configs import sudoku_tiny
-from daca_jax.configure import train_config_from_dict
-from daca_jax.types import TrainConfig
+from daca_jax.config.configure import train_config_from_dict
+from daca_jax.config.train import TrainConfig
 
 
 def set_field(config, path, value) -> None:

@@ -113,9 +113,22 @@ def _describe(graph: dict[str, set[str]], comps: list[list[str]]) -> str:
   return "\n".join(f"{a} -> {sorted(graph[a] & set(c))}" for c in comps for a in c)
 
 
+# Modules that are a unit of their own rather than part of their package's: ``config.configure`` checks
+# every registry name and method combination, so it sits above the methods whose sections the rest of
+# ``config`` defines (config has one home; its loader is the one module above the core).
+OWN_UNITS = frozenset({"daca_jax.config.configure"})
+
+
+def unit(m: str) -> str:
+  """The top-level package / module ``m`` belongs to (``daca_jax.credit``), or ``m`` itself if in
+  :data:`OWN_UNITS`."""
+  return m if m in OWN_UNITS else ".".join(m.split(".")[:2])
+
+
 def package_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-  """The module graph collapsed onto top-level packages / modules (``daca_jax.credit``, ...)."""
-  top = lambda m: ".".join(m.split(".")[:2])
+  """The module graph collapsed onto top-level packages / modules (``daca_jax.credit``, ...) and
+  :data:`OWN_UNITS`."""
+  top = unit
   out: dict[str, set[str]] = {top(m): set() for m in graph}
   for a, targets in graph.items():
     out[top(a)].update(top(b) for b in targets if top(b) != top(a))
@@ -173,9 +186,9 @@ def test_core_does_not_import_the_application_layer(core):
 
 # The layers of the package, lowest first (top-level packages and modules, without the ``daca_jax.`` prefix).
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("core", frozenset({"contracts", "config", "types", "errors", "registry", "io_utils", "diffusion", "credit",
+    ("core", frozenset({"contracts", "config", "errors", "registry", "io_utils", "diffusion", "credit",
                         "likelihood", "rl", "models", "parallel"})),
-    ("tasks and data", frozenset({"tasks", "data", "configure", "viz", "hardware", "progress"})),
+    ("tasks and data", frozenset({"tasks", "data", "config.configure", "viz", "hardware", "progress"})),
     ("evaluation", frozenset({"evaluation"})),
     ("the main job", frozenset({"run"})),
     ("above the job", frozenset({"reports", "measure", "planning", "studies"})),
@@ -186,7 +199,7 @@ _LEVEL = {name: i for i, (_, names) in enumerate(LAYERS) for name in names}
 def upward_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
   """The edges ``(importer, imported)`` from a layer of :data:`LAYERS` to a higher one (``daca_jax`` itself
   is in no layer)."""
-  top = lambda m: m.split(".")[1]
+  top = lambda m: unit(m).removeprefix("daca_jax.")
   return sorted((a, b) for a, targets in graph.items() if a != "daca_jax"
                 for b in targets if _LEVEL[top(b)] > _LEVEL[top(a)])
 
@@ -197,10 +210,10 @@ def test_no_module_imports_a_higher_layer():
   Lowest first:
 
   1. **core**: the algorithms (``contracts``, ``diffusion``, ``credit``, ``likelihood``, ``rl``, ``models``,
-     ``parallel``) with ``config`` and ``types`` (the config sections), ``errors``, ``registry`` and ``io_utils`` (which ``models`` reads
+     ``parallel``) with ``config`` (the config sections), ``errors``, ``registry`` and ``io_utils`` (which ``models`` reads
      files with);
-  2. **tasks and data**: ``tasks`` and ``data`` (the benchmark-file loaders, below the tasks); ``configure`` (checks every registry name,
-     tasks' included); ``viz`` (trajectory pictures, which the job draws); ``hardware`` (device table,
+  2. **tasks and data**: ``tasks`` and ``data`` (the benchmark-file loaders, below the tasks); ``config.configure`` (the config loader,
+     which checks every registry name, tasks' included); ``viz`` (trajectory pictures, which the job draws); ``hardware`` (device table,
      allocator peak) and ``progress`` (progress bars), used by the layers above;
   3. **evaluation**: the evaluation protocol, decode loop, files, reports and outcomes;
   4. **the main job** (``run``): it evaluates through ``evaluation`` (``run.job_eval``), and reads its own
@@ -212,13 +225,12 @@ def test_no_module_imports_a_higher_layer():
 
   Imports inside a layer are allowed (the cycle tests above forbid cycles). Every top-level package and
   module belongs to one layer, so a new one is placed on purpose. ``daca_jax`` itself is no layer: its
-  ``__init__`` is empty but for the finder of old module paths (``daca_jax.MOVED``), whose targets load
-  only when an old path is imported.
+  ``__init__`` imports nothing.
   """
   graph = import_graph()
-  tops = {m.split(".")[1] for m in graph if m != "daca_jax"}
+  tops = {unit(m).removeprefix("daca_jax.") for m in graph if m != "daca_jax"}
   assert tops == set(_LEVEL), f"not in a layer: {sorted(tops - set(_LEVEL))}; gone: {sorted(set(_LEVEL) - tops)}"
-  layer = lambda m: LAYERS[_LEVEL[m.split(".")[1]]][0]
+  layer = lambda m: LAYERS[_LEVEL[unit(m).removeprefix("daca_jax.")]][0]
   up = [f"{a} -> {b} ({layer(a)} -> {layer(b)})" for a, b in upward_imports(graph)]
   assert not up, "imports of a higher layer:\n" + "\n".join(up)
 
@@ -262,7 +274,7 @@ def test_core_import_loads_no_application_dependency():
   heavy = sorted(m for m in loaded if m.split(".")[0] in _HEAVY)
   assert not heavy, f"the core loads {heavy}"
   allowed = ("daca_jax.contracts", "daca_jax.diffusion", "daca_jax.credit", "daca_jax.likelihood", "daca_jax.rl",
-             "daca_jax.models", "daca_jax.parallel", "daca_jax.config", "daca_jax.types", "daca_jax.errors",
+             "daca_jax.models", "daca_jax.parallel", "daca_jax.config", "daca_jax.errors",
              "daca_jax.registry")
   ours = sorted(m for m in loaded if m.startswith("daca_jax.") and not m.startswith(allowed))
   assert not ours, f"the core loads {ours}"

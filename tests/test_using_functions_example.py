@@ -37,7 +37,9 @@ def test_readme_single_functions_example_runs_and_matches_the_learner():
   # (A = 0, and at θ = θ_ref the KL gradient is 0 too), so the comparison also runs the example's own
   # grad_fn with rewards that do not tie.
   from daca_jax.rl import GRPOLearner, group_advantages
-  from daca_jax.types import LikelihoodConfig, RLConfig, TrainConfig
+  from daca_jax.config.likelihood import LikelihoodConfig
+  from daca_jax.config.rl import RLConfig
+  from daca_jax.config.train import TrainConfig
 
   cfg = TrainConfig(rollout=ns["roll_cfg"], likelihood=LikelihoodConfig(stratified=ns["sml"]),
                     rl=RLConfig(credit="dps", likelihood="stratified", group_size=ns["G"], prompts_per_step=2,

@@ -79,11 +79,11 @@ class TaskConfig:
       (``task.options.prompt_style``): "" = the same. d1, wd1 and GDPO train on d1's training prompts
       ("d1_train", :mod:`daca_jax.tasks.d1_train_prompts`) and evaluate on d1's evaluation prompts
       ("chat"); their rewards (``task.reward=d1``) are written for the training prompts. The main job
-      then builds two views of the task (:func:`daca_jax.run.pipeline.build_task_views`): the training
+      then builds two views of the task (:func:`daca_jax.run.task_views.build_task_views`): the training
       view (this style) formats the training pool, RL's rollouts and rewards; the evaluation view
       (``task.options.prompt_style``) the test set and the validation split. Both views draw the same
       items. The task must declare ``prompt_style`` and offer this style (checked by
-      :func:`daca_jax.configure.check_names`).
+      :func:`daca_jax.config.configure.check_names`).
   """
 
   name: str = "sudoku4x4"

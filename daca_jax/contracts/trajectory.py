@@ -66,7 +66,7 @@ def check_trajectory(traj: Trajectory, rollout_cfg: Any, name: str = "trajectory
 
   Args:
     traj: the rollout.
-    rollout_cfg: a :class:`daca_jax.types.RolloutConfig` (``gen_length``, ``steps``).
+    rollout_cfg: a :class:`daca_jax.config.rollout.RolloutConfig` (``gen_length``, ``steps``).
   Returns:
     (B, L).
   Raises:

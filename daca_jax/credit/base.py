@@ -22,7 +22,8 @@ import jax.numpy as jnp
 from daca_jax.contracts import Trajectory, check_optional_shape, check_trajectory
 from daca_jax.errors import ShapeError
 from daca_jax.registry import Registry, check_options, config_fields, section_kwargs
-from daca_jax.types import CreditConfig, RolloutConfig
+from daca_jax.config.credit import CreditConfig
+from daca_jax.config.rollout import RolloutConfig
 
 # Names of the optional Trajectory records an assigner can ask the rollout for.
 RECORDS = ("step_conf", "step_entropy", "commit_hidden")
@@ -104,7 +105,7 @@ def _no_records() -> frozenset[str]:
 class CreditAssigner:
   """A registered credit assigner.
 
-  The assigner's functions declare the :class:`~daca_jax.types.CreditConfig` sections they read as
+  The assigner's functions declare the :class:`~daca_jax.config.credit.CreditConfig` sections they read as
   keyword-only parameters named after them (DPS: ``dps``; DTCA, built on DPS's scores: ``dtca`` and
   ``dps``; uniform: none), and get only those (:func:`daca_jax.registry.config_fields`); the
   methods below take the whole ``credit`` section and hand each function its part.

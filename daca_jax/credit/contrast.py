@@ -33,7 +33,8 @@ from daca_jax.contracts import Trajectory
 from daca_jax.credit.base import CreditInputs, CreditOutput, register_credit
 from daca_jax.credit.dps import dps_raw_scores, signal_records
 from daca_jax.credit.position_value import position_value_advantages
-from daca_jax.types import ContrastConfig, DPSConfig, RolloutConfig
+from daca_jax.config.credit import ContrastConfig, DPSConfig
+from daca_jax.config.rollout import RolloutConfig
 
 
 def contrast_scores(signal: jax.Array, completion_mask: jax.Array, group_size: int,

@@ -31,7 +31,8 @@ import jax.numpy as jnp
 
 from daca_jax.credit.base import CreditInputs, CreditOutput, register_credit
 from daca_jax.contracts import Trajectory, check_shape
-from daca_jax.types import DeltaConfig, RolloutConfig
+from daca_jax.config.credit import DeltaConfig
+from daca_jax.config.rollout import RolloutConfig
 
 _EPS = 1e-8
 

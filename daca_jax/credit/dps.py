@@ -19,7 +19,8 @@ import jax.numpy as jnp
 
 from daca_jax.credit.base import CreditInputs, register_credit
 from daca_jax.contracts import Trajectory, check_shape, check_trajectory
-from daca_jax.types import DPSConfig, RolloutConfig
+from daca_jax.config.credit import DPSConfig
+from daca_jax.config.rollout import RolloutConfig
 
 
 def step_progress(step_conf: jax.Array, commit_step: jax.Array, rollout_cfg: RolloutConfig,

@@ -33,7 +33,8 @@ import jax.numpy as jnp
 from daca_jax.credit.base import CreditInputs, CreditOutput, register_credit
 from daca_jax.credit.dps import certainty_signal, dps_raw_scores, signal_records, step_progress, zscore_weights
 from daca_jax.contracts import Trajectory
-from daca_jax.types import DPSConfig, DTCAConfig, RolloutConfig
+from daca_jax.config.credit import DPSConfig, DTCAConfig
+from daca_jax.config.rollout import RolloutConfig
 
 
 def dtca_records(*, dtca: DTCAConfig = DTCAConfig(), dps: DPSConfig = DPSConfig()) -> frozenset[str]:

@@ -36,7 +36,8 @@ from daca_jax.credit.agreement import group_agreement_mask
 from daca_jax.credit.base import CreditInputs, CreditOutput, register_credit
 from daca_jax.credit.dps import dps_credit, signal_records
 from daca_jax.contracts import Trajectory, check_shape
-from daca_jax.types import DPSConfig, PositionValueConfig, RolloutConfig
+from daca_jax.config.credit import DPSConfig, PositionValueConfig
+from daca_jax.config.rollout import RolloutConfig
 
 
 def position_value_advantages(completion: jax.Array, completion_mask: jax.Array, advantages: jax.Array,

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 
 from daca_jax.credit.base import CreditInputs, CreditOutput, register_credit
 from daca_jax.contracts import Trajectory, check_shape
-from daca_jax.types import RolloutConfig
+from daca_jax.config.rollout import RolloutConfig
 
 
 def token_group_advantages(token_rewards: jax.Array, mask: jax.Array, group_size: int) -> jax.Array:

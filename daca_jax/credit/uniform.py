@@ -5,7 +5,7 @@ import jax
 
 from daca_jax.credit.base import CreditInputs, register_credit
 from daca_jax.contracts import Trajectory
-from daca_jax.types import RolloutConfig
+from daca_jax.config.rollout import RolloutConfig
 
 
 @register_credit("uniform")

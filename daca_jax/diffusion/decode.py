@@ -21,7 +21,7 @@ from daca_jax.diffusion import proposals
 from daca_jax.diffusion.noise import gumbel_window
 from daca_jax.diffusion.remasking import REMASKING
 from daca_jax.errors import ConfigError
-from daca_jax.types import RolloutConfig
+from daca_jax.config.rollout import RolloutConfig
 
 # Budget of one chunk's float32 logits [B, chunk, V]: at LLaDA-8B width and B = 64 a position costs
 # 32 MiB, so chunks of 8 positions; a tiny model projects a whole block at once.

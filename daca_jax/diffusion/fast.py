@@ -24,7 +24,7 @@ from daca_jax.contracts import check_integer, check_shape
 from daca_jax.diffusion.decode import (ModelView, Trajectory, decode_step, finish_trajectory, init_state,
                                       maybe_skip, record_keys, row_window, sampling_setup, tokens_per_step)
 from daca_jax.models.kv_cache import kv_fns_for
-from daca_jax.types import RolloutConfig
+from daca_jax.config.rollout import RolloutConfig
 
 
 def cached_rollout(logits_fn: Any, params: Any, prompts: jax.Array, key: jax.Array, cfg: RolloutConfig,

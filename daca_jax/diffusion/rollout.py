@@ -57,7 +57,7 @@ from daca_jax.diffusion.decode import (SAMPLE_CHUNK_BYTES, DecodeState, ModelVie
                                        tokens_per_step)
 from daca_jax.diffusion.fast import cached_rollout
 from daca_jax.errors import ConfigError
-from daca_jax.types import RolloutConfig
+from daca_jax.config.rollout import RolloutConfig
 
 
 def rollout(logits_fn: Any, params: Any, prompts: jax.Array, key: jax.Array, cfg: RolloutConfig, *,

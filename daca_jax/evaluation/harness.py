@@ -22,7 +22,7 @@ from daca_jax.evaluation.decode import decode_batches
 from daca_jax.evaluation.outcomes import write_outcomes
 from daca_jax.progress import progress
 from daca_jax.tasks.base import Example, Task
-from daca_jax.types import RolloutConfig
+from daca_jax.config.rollout import RolloutConfig
 
 
 def _row_metrics(task: Task, completion: str, example: Example) -> dict[str, float]:

@@ -16,7 +16,9 @@ from daca_jax.diffusion.rollout import make_rollout_fn
 from daca_jax.errors import DataError
 from daca_jax.io_utils import read_json
 from daca_jax.models import make_logits_fn
-from daca_jax.types import ModelConfig, RolloutConfig, TrainConfig
+from daca_jax.config.model import ModelConfig
+from daca_jax.config.rollout import RolloutConfig
+from daca_jax.config.train import TrainConfig
 
 
 @dataclasses.dataclass

@@ -12,7 +12,8 @@ from daca_jax.errors import ConfigError
 from daca_jax.evaluation.files import jsonable
 from daca_jax.evaluation.model import EvalModel
 from daca_jax.tasks.base import TASKS, Example, Task, make_task
-from daca_jax.types import RolloutConfig, check_field_types
+from daca_jax.config.rollout import RolloutConfig
+from daca_jax.config.checks import check_field_types
 
 
 D1_GEN_LENGTHS = (128, 256, 512)
@@ -61,7 +62,7 @@ class EvalProtocol:
     cfg = RolloutConfig(gen_length=int(gen_length), block_length=self.block_length, steps=steps,
                         temperature=float(self.temperature), remasking=self.remasking)
     try:
-      REMASKING.get(cfg.remasking)  # names are checked above daca_jax.types (daca_jax.configure)
+      REMASKING.get(cfg.remasking)  # names are checked by daca_jax.config.configure
       return cfg.validate()
     except ConfigError as e:
       flag = {"rollout.steps": "--steps", "rollout.temperature": "--temperature",

@@ -9,8 +9,8 @@ from daca_jax.likelihood.mean_field import mean_field_logprobs
 from daca_jax.likelihood.rldf import rldf_logprobs, sample_states, step_surprisal
 from daca_jax.likelihood.stratified import assign_strata, stratified_logprobs, stratum_positions
 from daca_jax.likelihood.trajectory import trajectory_logprobs
-from daca_jax.likelihood.spg_block import spg_block_logprobs, spg_block_masks  # SPG (issue 43)
-from daca_jax.likelihood.espo_elbo import espo_elbo_logprobs, stratified_counts  # ESPO (issue 43)
+from daca_jax.likelihood.spg_block import spg_block_logprobs, spg_block_masks  # SPG
+from daca_jax.likelihood.espo_elbo import espo_elbo_logprobs, stratified_counts  # ESPO
 from daca_jax.likelihood.passes import PASSES, register_passes
 from daca_jax.likelihood.elbo_mc import elbo_mc_logprobs  # registers "elbo_mc" (BGPO)
 from daca_jax.likelihood.stepmerge import stepmerge_logprobs  # registers "stepmerge" (MAP)

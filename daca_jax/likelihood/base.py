@@ -26,7 +26,7 @@ import jax
 from daca_jax.contracts import (TokenScores, as_model_fns, check_completion_rows, check_shape, check_token_scores, check_tokens,
                                 token_scores)
 from daca_jax.registry import Registry, check_options, config_fields, section_kwargs
-from daca_jax.types import LikelihoodConfig
+from daca_jax.config.likelihood import LikelihoodConfig
 
 LikelihoodFn = Callable[..., TokenScores]
 LIKELIHOOD: Registry[LikelihoodFn] = Registry("likelihood estimator", "rl.likelihood")
@@ -76,7 +76,7 @@ _RETURNS_NOTE = ("  Registered as ``LIKELIHOOD[{name!r}]``: the call returns :cl
 def register_estimator(name: str) -> Callable[[Callable[..., Any]], LikelihoodFn]:
   """Decorator registering an estimator as ``LIKELIHOOD[name]`` with the common signature.
 
-  An estimator declares the :class:`~daca_jax.types.LikelihoodConfig` fields it reads as keyword-only
+  An estimator declares the :class:`~daca_jax.config.likelihood.LikelihoodConfig` fields it reads as keyword-only
   parameters named after them (SML: ``stratified``, ``p_mask_prompt``, ``strata_batch``), and gets
   only those (:func:`daca_jax.registry.config_fields`). The registry entry,
   ``entry(logits_fn, params, tokens, prompt_len, key, cfg: LikelihoodConfig, *, mask_id, commit_step=None,

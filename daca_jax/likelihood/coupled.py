@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from daca_jax.contracts import TokenScores
 from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
-from daca_jax.types import CoupledConfig, LikelihoodConfig
+from daca_jax.config.likelihood import CoupledConfig, LikelihoodConfig
 
 
 def coupled_masks(key: jax.Array, batch: int, length: int, t_min: float,

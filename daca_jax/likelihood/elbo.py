@@ -19,7 +19,7 @@ from daca_jax.contracts import TokenScores
 from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
 from daca_jax.likelihood.passes import register_passes
-from daca_jax.types import ELBOConfig, LikelihoodConfig
+from daca_jax.config.likelihood import ELBOConfig, LikelihoodConfig
 
 
 def gauss_legendre_01(n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -28,7 +28,7 @@ from daca_jax.contracts import TokenScores
 from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
 from daca_jax.likelihood.passes import register_passes
-from daca_jax.types import ELBOMCConfig, LikelihoodConfig
+from daca_jax.config.likelihood import ELBOMCConfig, LikelihoodConfig
 
 T_MIN = 1e-3  # LLaDA's forward process: p_mask = (1 - eps) t + eps, eps = 1e-3
 
@@ -83,7 +83,7 @@ def elbo_mc_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len:
   Args:
     tokens: int32 [B, P+L]; key: fixes t_j and the masks (shared by θ, θ_old, θ_ref).
     elbo_mc: ``samples`` n_t, ``stratified_t``; p_mask_prompt, strata_batch: as in
-      :class:`~daca_jax.types.LikelihoodConfig`.
+      :class:`~daca_jax.config.likelihood.LikelihoodConfig`.
   """
   prompt, comp, t, masked = _setup(tokens, prompt_len, key, mask_id, elbo_mc, p_mask_prompt)
 

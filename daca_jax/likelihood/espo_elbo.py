@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from daca_jax.contracts import TokenScores
 from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
-from daca_jax.types import ESPOELBOConfig, LikelihoodConfig
+from daca_jax.config.likelihood import ESPOELBOConfig, LikelihoodConfig
 
 
 def stratified_counts(key: jax.Array, num: int, length: int) -> jax.Array:

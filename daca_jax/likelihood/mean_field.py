@@ -13,7 +13,7 @@ import jax.numpy as jnp
 
 from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
-from daca_jax.types import LikelihoodConfig
+from daca_jax.config.likelihood import LikelihoodConfig
 
 
 @register_estimator("mean_field")

@@ -20,7 +20,7 @@ import jax
 from daca_jax.contracts import TokenScores, as_model_fns, check_token_scores
 from daca_jax.likelihood.base import check_estimator_inputs
 from daca_jax.registry import config_fields, section_kwargs
-from daca_jax.types import LikelihoodConfig
+from daca_jax.config.likelihood import LikelihoodConfig
 
 
 class PassForm(NamedTuple):

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from daca_jax.contracts import TokenScores
 from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import check_steps, mask_prompt, score_targets
-from daca_jax.types import LikelihoodConfig, RLDFConfig
+from daca_jax.config.likelihood import LikelihoodConfig, RLDFConfig
 
 
 def step_surprisal(commit_step: jax.Array, commit_conf: jax.Array, valid: jax.Array,
@@ -81,7 +81,7 @@ def rldf_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: in
       θ_old and θ_ref).
     rldf: ``states`` k, ``sampling``, ``temperature`` (``likelihood.rldf``).
     trajectory_steps: S (> 0; the learner sets it to ``rollout.steps``).
-    p_mask_prompt, strata_batch: as in :class:`~daca_jax.types.LikelihoodConfig`.
+    p_mask_prompt, strata_batch: as in :class:`~daca_jax.config.likelihood.LikelihoodConfig`.
     commit_step, commit_conf: int32 / float32 [B, L] from the Trajectory.
     completion_mask: float32 [B, L] (all ones if None).
   Returns:

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from daca_jax.contracts import TokenScores
 from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import score_targets
-from daca_jax.types import LikelihoodConfig, SPGBlockConfig
+from daca_jax.config.likelihood import LikelihoodConfig, SPGBlockConfig
 
 
 def spg_block_masks(key: jax.Array, lengths: jax.Array, gen_length: int, num_t: int, block_length: int,
@@ -48,7 +48,7 @@ def spg_block_masks(key: jax.Array, lengths: jax.Array, gen_length: int, num_t: 
     lengths: int32 [B] valid completion positions per row (>= 1; the completion mask's row sums).
     gen_length: L (static), a multiple of ``block_length``.
     num_t: contexts per row (static), at most ``L / block_length``.
-    block_length, min_t, max_t: as in :class:`~daca_jax.types.SPGBlockConfig`.
+    block_length, min_t, max_t: as in :class:`~daca_jax.config.likelihood.SPGBlockConfig`.
   Returns:
     (masked, earlier): bool [num_t, B, L] each: True where the completion position is masked in that
     context, and where it lies in a block before the chosen one (the positions step 4 may mask).

@@ -46,7 +46,7 @@ import numpy as np
 from daca_jax.contracts import TokenScores, as_model_fns, call_hidden, call_logits
 from daca_jax.likelihood.base import register_estimator
 from daca_jax.likelihood.common import check_steps, policy_ids
-from daca_jax.types import LikelihoodConfig, StepMergeConfig
+from daca_jax.config.likelihood import LikelihoodConfig, StepMergeConfig
 
 _NEG = -1e30
 

@@ -20,7 +20,8 @@ from daca_jax.contracts import TokenScores, token_scores
 from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_positions
 from daca_jax.likelihood.passes import register_passes
-from daca_jax.types import STRATA_PARTITIONS, LikelihoodConfig, StratifiedConfig
+from daca_jax.config.checks import STRATA_PARTITIONS
+from daca_jax.config.likelihood import LikelihoodConfig, StratifiedConfig
 
 
 def _rank(keys: jax.Array) -> jax.Array:
@@ -136,7 +137,7 @@ def stratified_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
     mask_id: ``[MASK]`` id.
     commit_step: int32 [B, L], needed for ``partition="commit_order"``.
     stratified: ``num_strata`` K and ``partition`` (``likelihood.stratified``).
-    p_mask_prompt, strata_batch: as in :class:`~daca_jax.types.LikelihoodConfig`.
+    p_mask_prompt, strata_batch: as in :class:`~daca_jax.config.likelihood.LikelihoodConfig`.
   Returns:
     float32 [B, L]; costs K forward passes of batch B (the output head: one pass in total).
   """

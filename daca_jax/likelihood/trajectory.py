@@ -23,7 +23,7 @@ from daca_jax.contracts import TokenScores, token_scores
 from daca_jax.likelihood.base import register_estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
 from daca_jax.likelihood.passes import register_passes
-from daca_jax.types import LikelihoodConfig, TrajectoryConfig
+from daca_jax.config.likelihood import LikelihoodConfig, TrajectoryConfig
 
 
 @register_estimator("trajectory")
@@ -40,7 +40,7 @@ def trajectory_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_l
     key: PRNG key (prompt masking only).
     trajectory: ``groups`` runs of consecutive steps (0: S) (``likelihood.trajectory``).
     trajectory_steps: S (static, > 0: the learner fills it from ``rollout.steps``).
-    p_mask_prompt, strata_batch: as in :class:`~daca_jax.types.LikelihoodConfig`.
+    p_mask_prompt, strata_batch: as in :class:`~daca_jax.config.likelihood.LikelihoodConfig`.
     commit_step: int32 [B, L] commit step of every completion position (from the Trajectory).
   Raises:
     ValueError: no ``commit_step`` or ``trajectory_steps`` unset.

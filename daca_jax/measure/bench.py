@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from daca_jax.configure import train_config_from_dict
+from daca_jax.config.configure import train_config_from_dict
 from daca_jax.diffusion import make_rollout_fn
 from daca_jax.measure import benchmarking as bm
 from daca_jax.models import init_model, llada_8b_config, make_logits_fn
@@ -74,7 +74,7 @@ class Bench:
       self.prompts = jnp.asarray(rng.integers(0, 126000, (self.b, opts.prompt_len)), jnp.int32)
     else:
       model = cfg.model
-      from daca_jax.run.pipeline import build_task
+      from daca_jax.run.task_views import build_task
 
       self.task = build_task(dataclasses.replace(cfg, rollout=rollout))
       self.mask_id, self.eos_id = self.task.tokenizer.mask_id, self.task.tokenizer.eos_id

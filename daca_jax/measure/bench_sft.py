@@ -18,7 +18,7 @@ from daca_jax.measure import benchmarking as bm
 from daca_jax.measure.bench import Bench, BenchOptions, put_ratio
 from daca_jax.measure.bench_sampler import fast_variants
 from daca_jax.run.metrics import format_table
-from daca_jax.types import RolloutConfig
+from daca_jax.config.rollout import RolloutConfig
 
 
 def _sft_params(bench, res):

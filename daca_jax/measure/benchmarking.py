@@ -18,7 +18,8 @@ import numpy as np
 
 from daca_jax.errors import ConfigError
 from daca_jax.hardware import device_for_kind, device_peak_bytes  # noqa: F401  (device_peak_bytes: re-exported)
-from daca_jax.types import ModelConfig, RolloutConfig
+from daca_jax.config.model import ModelConfig
+from daca_jax.config.rollout import RolloutConfig
 
 def time_fn(fn: Callable[..., Any], *args: Any, repeats: int = 5, warmup: int = 1) -> dict[str, float]:
   """Compile time and best/median run time (seconds) of ``fn(*args)``, blocking on the result.

@@ -26,12 +26,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from daca_jax import configure
+from daca_jax.config import configure
 from daca_jax.measure.benchmarking import compiled_flops
 from daca_jax.models import init_model, make_logits_fn
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.tasks.tokenizer import ByteTokenizer
-from daca_jax.types import TrainConfig
+from daca_jax.config.train import TrainConfig
 
 
 @dataclasses.dataclass(frozen=True)

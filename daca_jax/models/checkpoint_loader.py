@@ -9,7 +9,7 @@ A checkpoint folder comes from the internet and is treated as hostile input:
   no ``../``, no absolute paths) and every shard's header (:func:`daca_jax.models.safetensors_file.read_header`)
   before anything else;
 * :func:`check_tensors` compares every tensor the model needs, for every layer, with the shape and
-  dtype implied by the :class:`~daca_jax.types.ModelConfig` (float tensors only: F16 / BF16 / F32 / F64)
+  dtype implied by the :class:`~daca_jax.config.model.ModelConfig` (float tensors only: F16 / BF16 / F32 / F64)
   and names the ``config.json`` keys behind a mismatch, so an absurd size (``n_layers`` 10**9, a
   vocabulary of 2**40) fails on arithmetic, before any array exists;
 * values are checked finite as they are read (one pass over each slice on the host; the cost is a
@@ -45,7 +45,8 @@ from daca_jax.models import checkpoint_folder
 from daca_jax.models.llada import Params, Transformer
 from daca_jax.models.safetensors_file import (FLOAT_CODES, MAX_HEADER_BYTES, MAX_TENSORS, TensorEntry, read_header,
                                               read_rows, strict_json)
-from daca_jax.types import DTYPES, ModelConfig
+from daca_jax.config.checks import DTYPES
+from daca_jax.config.model import ModelConfig
 
 CONFIG_MAX_BYTES = 10_000_000  # a real config.json is ~2 kB; an index ~30 kB
 INDEX_FILE, SINGLE_FILE = "model.safetensors.index.json", "model.safetensors"

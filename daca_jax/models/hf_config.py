@@ -1,4 +1,4 @@
-"""``config.json`` of a Hugging Face LLaDA or Dream checkpoint -> :class:`~daca_jax.types.ModelConfig`.
+"""``config.json`` of a Hugging Face LLaDA or Dream checkpoint -> :class:`~daca_jax.config.model.ModelConfig`.
 
 The folder is hostile input: every field of the family's reference config (:mod:`daca_jax.models.hf_fields`)
 that ``config.json`` sets is type- and range-checked, a value this model does not implement is refused,
@@ -14,7 +14,8 @@ from typing import Any, Mapping
 
 from daca_jax.errors import ConfigError
 from daca_jax.models.hf_fields import FAMILY_FIELDS, METADATA_FIELDS
-from daca_jax.types import INT_MAX, ModelConfig
+from daca_jax.config.checks import INT_MAX
+from daca_jax.config.model import ModelConfig
 
 log = logging.getLogger("daca_jax.models.hf_import")  # the name the import's warnings always had
 

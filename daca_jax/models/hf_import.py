@@ -51,7 +51,7 @@ from daca_jax.models.hf_config import (TOKEN_ID_RANGE, check_field_types, check_
                                        short, table_rows, unknown_fields)
 from daca_jax.models.hf_fields import DREAM_FIELDS, FAMILY_FIELDS, LLADA_FIELDS
 from daca_jax.models.llada import Params
-from daca_jax.types import ModelConfig
+from daca_jax.config.model import ModelConfig
 
 __all__ = ["ARCHITECTURE_FIELDS", "DREAM_FIELDS", "FAMILY_FIELDS", "LLADA_FIELDS", "NAME_MAPS", "RUN_FIELDS",
            "SOURCE_KEYS", "TOKEN_ID_RANGE", "ImportReport", "check_field_types", "check_metadata",

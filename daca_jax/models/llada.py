@@ -24,8 +24,8 @@ from flax import nnx
 
 from daca_jax.contracts import LogitsFn, ModelFns  # noqa: F401  (LogitsFn re-exported)
 from daca_jax.contracts.sharding import batch_sharded
-from daca_jax.types import DTYPES as _DTYPES
-from daca_jax.types import ModelConfig, llada_8b_config, tiny_config  # noqa: F401  (re-exported)
+from daca_jax.config.checks import DTYPES as _DTYPES
+from daca_jax.config.model import ModelConfig, llada_8b_config, tiny_config
 
 Params = Any  # an nnx.State (pytree) of parameters
 # LoRA adapters: {target: {"a": [N, in, r], "b": [N, r, out]}}; one layer's slice inside a Block

@@ -26,7 +26,8 @@ from flax import nnx
 from daca_jax.contracts import ModelFns, ParamSplit
 from daca_jax.errors import ConfigError
 from daca_jax.models.llada import LORA_MODULES, Adapters, Params, model_config
-from daca_jax.types import DTYPES, ModelConfig
+from daca_jax.config.checks import DTYPES
+from daca_jax.config.model import ModelConfig
 
 
 def adapter_shapes(cfg: ModelConfig) -> dict[str, tuple[int, int]]:

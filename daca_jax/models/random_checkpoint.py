@@ -21,7 +21,7 @@ from daca_jax.models.hf_import import config_from_hf, hf_family
 
 _STORAGE = {"bfloat16": "bfloat16", "float32": "float32", "float16": "float16"}
 
-# GSAI-ML/LLaDA-8B-Instruct's config.json: its sizes are daca_jax.types.llada_8b_config's (the one statement
+# GSAI-ML/LLaDA-8B-Instruct's config.json: its sizes are daca_jax.config.model.llada_8b_config's (the one statement
 # of the released shapes); the other keys as the released file sets them (tests/models/test_hf_import.py:
 # LLADA_CFG, which also holds this file's import equal to llada_8b_config()).
 _LLADA = llada_8b_config()

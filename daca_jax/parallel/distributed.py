@@ -16,7 +16,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from daca_jax.errors import ConfigError
 from daca_jax.parallel.mesh import BATCH_AXES
-from daca_jax.types import ParallelConfig
+from daca_jax.config.train import ParallelConfig
 
 
 def _env_int(name: str) -> int | None:

@@ -20,7 +20,9 @@ import numpy as np
 
 from daca_jax.measure import benchmarking as bm
 from daca_jax.models.lora import adapter_shapes
-from daca_jax.types import DTYPES, ModelConfig, RolloutConfig
+from daca_jax.config.checks import DTYPES
+from daca_jax.config.model import ModelConfig
+from daca_jax.config.rollout import RolloutConfig
 
 
 def _nbytes(dtype_name: str) -> int:

@@ -1,4 +1,4 @@
-"""The real rollout and update programs of a :class:`~daca_jax.types.TrainConfig`, compiled from shapes.
+"""The real rollout and update programs of a :class:`~daca_jax.config.train.TrainConfig`, compiled from shapes.
 
 The learner is the library's own :class:`daca_jax.rl.learner.GRPOLearner`, built as the main job builds
 it (:func:`daca_jax.run.pipeline.run_main_job`: LoRA through :mod:`daca_jax.models.lora`, the hidden-state
@@ -33,7 +33,7 @@ from daca_jax.planning.hlo_cost import ProgramCost, collectives, program_cost
 from daca_jax.planning.traffic import breakdown
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.measure import benchmarking as bm
-from daca_jax.types import TrainConfig
+from daca_jax.config.train import TrainConfig
 
 EOS_ID = 126081  # only its value's range matters for shapes
 

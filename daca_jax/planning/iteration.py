@@ -20,7 +20,7 @@ from daca_jax.planning import plan, spec as plan_spec
 from daca_jax.planning.compiled import build
 from daca_jax.planning.devices import DeviceSpec
 from daca_jax.run.metrics import format_table
-from daca_jax.types import TrainConfig
+from daca_jax.config.train import TrainConfig
 
 
 def plan_iteration(get_config: Callable[[str], Any], device: DeviceSpec, *, mfu: float, usable: float,

@@ -25,7 +25,8 @@ from typing import Any, Sequence
 
 import jax
 
-from daca_jax import configure, parallel
+from daca_jax import parallel
+from daca_jax.config import configure
 from daca_jax.parallel.mesh import check_batch_shards, mesh_shape
 from daca_jax.errors import ConfigError, DoesNotFit
 from daca_jax.planning import analytic
@@ -35,7 +36,7 @@ from daca_jax.planning import targets
 from daca_jax.planning.devices import DEVICES, DeviceSpec, device_spec
 from daca_jax.planning.targets import Target
 from daca_jax.measure import benchmarking as bm
-from daca_jax.types import TrainConfig
+from daca_jax.config.train import TrainConfig
 
 GB = 1e9
 

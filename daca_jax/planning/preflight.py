@@ -136,13 +136,13 @@ def _run_facts(cfg: Any) -> tuple[int, int, int, Any]:
   """The run's prompt length P, its ``[MASK]`` and end-of-sequence ids (baked into its programs) and its
   config as the main job resolves it, from its task and tokenizer as the main job builds them (the
   checkpoint's tokenizer files, no weights)."""
-  from daca_jax.run import from_checkpoint, pipeline
+  from daca_jax.run import from_checkpoint, task_views
 
   tokenizer = None
   if cfg.model.init_checkpoint:
     cfg, start = from_checkpoint.resolve_config(cfg, log=lambda *_: None)
     tokenizer = start.tokenizer
-  task = pipeline.build_task(cfg, tokenizer)
+  task = task_views.build_task(cfg, tokenizer)
   return int(task.prompt_len), int(task.tokenizer.mask_id), int(task.tokenizer.eos_id), cfg
 
 

@@ -1,7 +1,7 @@
 """A run's own configuration (e.g. ``configs/paper.py:d1_gsm8k_daca``) made ready for a plan.
 
 :func:`resolve_plan_config` turns the config a user would pass to ``experiments/train.py`` into the
-:class:`~daca_jax.types.TrainConfig` whose programs the plan compiles, and says in plain lines what the
+:class:`~daca_jax.config.train.TrainConfig` whose programs the plan compiles, and says in plain lines what the
 plan does with each field that it cannot take as it is:
 
 * **architecture** (:data:`daca_jax.models.hf_import.ARCHITECTURE_FIELDS`): from
@@ -29,12 +29,13 @@ import dataclasses
 import pathlib
 from typing import Any, Mapping
 
-from daca_jax import configure
+from daca_jax.config import configure
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.models import checkpoint_loader
 from daca_jax.models.hf_import import ARCHITECTURE_FIELDS, run_model_config
 from daca_jax.planning.spec import MODELS
-from daca_jax.types import ModelConfig, ParallelConfig, TrainConfig
+from daca_jax.config.model import ModelConfig
+from daca_jax.config.train import ParallelConfig, TrainConfig
 
 # d1's max_prompt_length (dllm-reasoning/d1 @ 837888f diffu-grpo/slurm_scripts/train.yaml): prompts are
 # left-truncated to it there, so it bounds the paper runs' prompt length.
@@ -152,19 +153,19 @@ def not_planned(cfg: TrainConfig, prompt_len: int, prompt_len_given: bool) -> li
 def task_prompt_len(cfg: TrainConfig) -> int:
   """P of the run ``cfg`` describes: its task's prompt length with the tokenizer the run uses (the
   checkpoint's, with ``model.init_checkpoint``; else the task's own), as the main job computes it
-  (:func:`daca_jax.run.pipeline.build_task`). Reads the checkpoint's file headers and tokenizer (its
+  (:func:`daca_jax.run.task_views.build_task`). Reads the checkpoint's file headers and tokenizer (its
   weights must be there, as for the run) and the task's data.
 
   Raises:
     ConfigError, DataError: as the run would, before any work.
   """
-  from daca_jax.run import from_checkpoint, pipeline
+  from daca_jax.run import from_checkpoint, task_views
 
   tokenizer = None
   if cfg.model.init_checkpoint:
     cfg, start = from_checkpoint.resolve_config(cfg, log=lambda *_: None)
     tokenizer = start.tokenizer
-  return int(pipeline.build_task(cfg, tokenizer).prompt_len)
+  return int(task_views.build_task(cfg, tokenizer).prompt_len)
 
 
 def resolve_plan_config(config: Mapping[str, Any] | Any, *, num_devices: int, model: str = "",

@@ -1,23 +1,24 @@
 """The setting ``experiments/plan.py`` plans without ``--config``: a paper preset plus the flags' fields.
 
-Every field of the plan is a :class:`~daca_jax.types.TrainConfig` field. ``--method`` picks the preset
+Every field of the plan is a :class:`~daca_jax.config.train.TrainConfig` field. ``--method`` picks the preset
 (:data:`METHODS`, a ``configs/paper.py`` name: d1's GSM8K recipe or its DACA arm), :data:`TABLE_SETTING`
 sets the geometry of ``docs/scaling.md``'s table on top, and each flag of :data:`FLAG_FIELDS` given
 replaces its field; ``--model`` gives the architecture (:data:`MODELS`) and ``--layers`` its depth. The
-values are checked once, by the config's own validation (:func:`daca_jax.configure.with_overrides`).
+values are checked once, by the config's own validation (:func:`daca_jax.config.configure.with_overrides`).
 """
 from __future__ import annotations
 
 import functools
 from typing import Any, Callable, Mapping
 
-from daca_jax import configure
+from daca_jax.config import configure
 from daca_jax.errors import ConfigError
 from daca_jax.models.hf_import import ARCHITECTURE_FIELDS
 from daca_jax.planning.devices import device_spec
 from daca_jax.planning.plan import run_plan
 from daca_jax.planning.targets import Target
-from daca_jax.types import TrainConfig, dream_7b_config, llada_8b_config, tiny_config
+from daca_jax.config.train import TrainConfig
+from daca_jax.config.model import dream_7b_config, llada_8b_config, tiny_config
 
 # Model presets: bf16 parameters (what a single-accelerator run of an 8B model can hold).
 MODELS = {

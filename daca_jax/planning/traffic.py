@@ -33,7 +33,8 @@ import numpy as np
 
 from daca_jax.planning.analytic import lora_count, param_count
 from daca_jax.planning.hlo_cost import Collective
-from daca_jax.types import DTYPES, TrainConfig
+from daca_jax.config.checks import DTYPES
+from daca_jax.config.train import TrainConfig
 
 WHAT = ("weights", "gradients", "activations", "logits", "other")
 # Passes an estimator vectorises over (one gather serves them all unless likelihood.strata_batch runs

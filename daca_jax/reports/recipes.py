@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Mapping, Sequence
 
-from daca_jax.types import TrainConfig
+from daca_jax.config.train import TrainConfig
 
 # The fields of a recipe a reader compares (what changes an update's size, its data or its estimator).
 RECIPE_FIELDS = ("rl.num_iterations", "rl.learning_rate", "rl.lr_schedule", "rl.prompts_per_step", "rl.group_size",

@@ -16,8 +16,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from daca_jax import configure
-from daca_jax.configure import train_config_from_dict, with_overrides  # noqa: F401  (re-exported)
+from daca_jax.config import configure
+from daca_jax.config.configure import train_config_from_dict, with_overrides  # noqa: F401  (re-exported)
 from daca_jax.errors import DataError
 from daca_jax.io_utils import read_json, read_json_cache
 from daca_jax.run.metrics import read_metrics, reward_trend
@@ -25,7 +25,7 @@ from daca_jax.reports.paired import ALPHA, holm, interval_p_value, mean_ci95
 from daca_jax.run import preemption
 from daca_jax.run.pipeline import run_main_job
 from daca_jax.run.results import shape_error
-from daca_jax.types import TrainConfig
+from daca_jax.config.train import TrainConfig
 
 # The base method's own likelihood estimator: d1 and wd1 use the mean-field estimate, GDPO the ELBO,
 # RLDF its rebuilt rollout states.

@@ -10,13 +10,13 @@ import pathlib
 import types
 from typing import Any, Mapping, Sequence
 
-from daca_jax.configure import train_config_from_dict
+from daca_jax.config.configure import train_config_from_dict
 from daca_jax.errors import ConfigError
 from daca_jax.io_utils import atomic_write_json, atomic_write_text, check_dir_path
 from daca_jax.reports import reproduce as rp
 from daca_jax.reports import variant_runs
 from daca_jax.run.cli_errors import running_python_file
-from daca_jax.types import TrainConfig
+from daca_jax.config.train import TrainConfig
 
 # What results.json keeps of each finished cell.
 CELL_FIELDS = ("eval_before", "eval_after", "val_before", "val_after", "reward_trend", "grad_agreement", "timings")

@@ -46,7 +46,7 @@ from daca_jax.errors import ConfigError
 from daca_jax.parallel.mesh import BATCH_AXES
 from daca_jax.rl.advantages import AdvantageEstimator
 from daca_jax.rl.espo import scored_positions
-from daca_jax.types import TrainConfig
+from daca_jax.config.train import TrainConfig
 
 # (params, micro-batch trajectory, key, row_offset) -> TokenScores of those rows
 RowScoresFn = Callable[[Any, Trajectory, jax.Array, jax.Array], TokenScores]

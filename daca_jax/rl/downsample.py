@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from daca_jax.contracts import Trajectory
-from daca_jax.types import DOWNSAMPLE_RULES
+from daca_jax.config.checks import DOWNSAMPLE_RULES
 
 
 def _candidate_slots(n: int, m: int) -> np.ndarray:

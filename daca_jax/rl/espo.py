@@ -37,7 +37,8 @@ import jax.numpy as jnp
 from daca_jax.contracts import PolicyBatch
 from daca_jax.errors import ConfigError, ShapeError
 from daca_jax.rl.objectives import Aux, _sequence_advantages_only, clipped_surrogate, register_objective
-from daca_jax.types import RLConfig, TrainConfig
+from daca_jax.config.rl import RLConfig
+from daca_jax.config.train import TrainConfig
 
 ESPO_REFUSED_LIKELIHOODS = {
     "rldf": "its targets are (rollout state, position) pairs, not one likelihood term per token",

@@ -28,7 +28,7 @@ from daca_jax.rl.advantages import ADVANTAGES, advantage_name
 from daca_jax.rl.objectives import check_token_credit
 from daca_jax.rl.optim import make_optimizer
 from daca_jax.rl.update import check_rollout_batch, make_objective_grad, make_update, with_trajectory_steps
-from daca_jax.types import TrainConfig
+from daca_jax.config.train import TrainConfig
 
 
 class GRPOLearner:

@@ -25,7 +25,8 @@ import jax.numpy as jnp
 from daca_jax.contracts import PolicyBatch
 from daca_jax.errors import ConfigError
 from daca_jax.rl.objectives import Aux, _sequence_advantages_only, _token_mean, clipped_surrogate, k3_kl, register_objective
-from daca_jax.types import RLConfig, TrainConfig
+from daca_jax.config.rl import RLConfig
+from daca_jax.config.train import TrainConfig
 
 
 def gspo_terms(logp: jax.Array, old: jax.Array, mask: jax.Array, weights: jax.Array, advantages: jax.Array,

@@ -4,7 +4,7 @@ Every objective is ``fn(logp [B, L], batch: PolicyBatch, *, <the RLConfig fields
 (loss, aux)``: ``logp`` are the current policy's per-token log-probs (differentiable), ``batch``
 carries the stop-gradient quantities of the rollout, and the keyword-only arguments are the only
 options it sees (diffu-GRPO: ``clip_eps`` and ``beta``), with the defaults of
-:class:`~daca_jax.types.RLConfig`. Registry ``OBJECTIVES`` (config field ``rl.objective``) holds
+:class:`~daca_jax.config.rl.RLConfig`. Registry ``OBJECTIVES`` (config field ``rl.objective``) holds
 ``entry(logp, batch, rl_cfg)``, which hands each objective its own fields of ``rl_cfg``
 (:func:`daca_jax.registry.config_fields`). Every objective checks its inputs at trace time
 (:func:`daca_jax.contracts.check_policy_batch`): a field of the wrong shape is a
@@ -27,7 +27,8 @@ import jax.numpy as jnp
 from daca_jax.contracts import PolicyBatch, check_policy_batch
 from daca_jax.errors import ConfigError
 from daca_jax.registry import Registry, check_options, config_fields, section_kwargs
-from daca_jax.types import RLConfig, TrainConfig
+from daca_jax.config.rl import RLConfig
+from daca_jax.config.train import TrainConfig
 
 Aux = dict[str, jax.Array]
 ObjectiveFn = Callable[..., tuple[jax.Array, Aux]]
@@ -63,7 +64,7 @@ def register_objective(name: str, per_group: bool = False,
   The returned function (what a direct call such as ``diffu_grpo_loss(logp, batch, clip_eps=0.2,
   beta=0.04)`` runs) checks ``(logp, batch)`` with :func:`~daca_jax.contracts.check_policy_batch`
   first (with ``per_group``: B a multiple of ``group_size``); the registry entry takes an
-  :class:`~daca_jax.types.RLConfig` and passes on only the fields ``fn`` declares.
+  :class:`~daca_jax.config.rl.RLConfig` and passes on only the fields ``fn`` declares.
   """
 
   def deco(fn: ObjectiveFn) -> ObjectiveFn:

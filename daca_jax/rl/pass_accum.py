@@ -41,7 +41,7 @@ from daca_jax.contracts import ParamSplit, PolicyBatch, TokenScores, Trajectory,
 from daca_jax.errors import ConfigError
 from daca_jax.rl.advantages import ADVANTAGES, AdvantageEstimator, advantage_name
 from daca_jax.rl.espo import scored_positions
-from daca_jax.types import TrainConfig
+from daca_jax.config.train import TrainConfig
 
 # (params, traj, key, pass_index int32 []) -> (TokenScores with only that pass's log-probs, bool [B, S·L]
 # its targets)

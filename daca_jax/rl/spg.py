@@ -52,7 +52,8 @@ import jax.numpy as jnp
 from daca_jax.contracts import PolicyBatch
 from daca_jax.errors import ConfigError
 from daca_jax.rl.objectives import Aux, _sequence_advantages_only, register_objective
-from daca_jax.types import SPGConfig, TrainConfig
+from daca_jax.config.rl import SPGConfig
+from daca_jax.config.train import TrainConfig
 
 # Estimators SPG refuses, and why (check_spg_config).
 SPG_REFUSED_LIKELIHOODS = {

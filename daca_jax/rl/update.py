@@ -29,7 +29,7 @@ from daca_jax.rl.advantages import ADVANTAGES, advantage_name, zero_std_group_fr
 from daca_jax.rl.objectives import OBJECTIVES
 from daca_jax.rl.optim import read_grad_agreement
 from daca_jax.rl.pass_accum import make_pass_accumulated_grad
-from daca_jax.types import TrainConfig
+from daca_jax.config.train import TrainConfig
 
 # Folded into a likelihood key for the model's own training noise (ModelFns.train: LoRA dropout).
 _TRAIN_NOISE_STREAM = 0x4C6F5241

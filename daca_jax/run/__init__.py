@@ -23,7 +23,6 @@ uses), :mod:`daca_jax.reports` (reproduction grids, comparisons, tables) and :mo
 ``likelihood``, ``rl``, ``models``, ``parallel``) never import this package; the layers are checked by
 ``tests/test_import_graph.py``.
 
-Nothing is imported here, so ``import daca_jax.run.metrics`` loads only what that module needs. The old
-paths of the modules that moved out (``daca_jax.run.compare``, ``daca_jax.run.harness``, ...) still import,
-with a DeprecationWarning, as the new modules themselves (:data:`daca_jax.MOVED`).
+Nothing is imported here, so ``import daca_jax.run.metrics`` loads only what that module needs. The
+modules that moved out of this package are listed in ``docs/changelog.md``.
 """

@@ -25,7 +25,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from daca_jax.errors import ConfigError
-from daca_jax.types import LogConfig
+from daca_jax.config.train import LogConfig
 
 PHASES = ("sft", "rl", "eval")
 

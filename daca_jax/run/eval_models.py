@@ -18,13 +18,14 @@ from typing import Any, Mapping
 from flax import nnx
 import jax
 
-from daca_jax.configure import train_config_from_dict, upgrade_config_dict
+from daca_jax.config.configure import train_config_from_dict, upgrade_config_dict
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.evaluation.model import EvalModel, context_length, model_from_hf
 from daca_jax.io_utils import read_json
 from daca_jax.models import make_logits_fn
 from daca_jax.models.llada import Transformer
-from daca_jax.types import ModelConfig, TrainConfig
+from daca_jax.config.model import ModelConfig
+from daca_jax.config.train import TrainConfig
 
 def _abstract_params(cfg: ModelConfig) -> tuple[nnx.GraphDef, Any]:
   abstract = nnx.eval_shape(lambda: Transformer(cfg, nnx.Rngs(0)))

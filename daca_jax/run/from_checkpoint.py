@@ -38,7 +38,8 @@ from daca_jax import parallel
 from daca_jax.errors import DataError
 from daca_jax.models import checkpoint_loader, hf_fingerprint
 from daca_jax.models.hf_import import hf_family, run_model_config
-from daca_jax.types import ModelConfig, TrainConfig
+from daca_jax.config.model import ModelConfig
+from daca_jax.config.train import TrainConfig
 
 SFT_SKIPPED = ("SFT warm start skipped: RL starts from the pretrained checkpoint {path} "
                "(model.init_checkpoint), whose weights are the initial policy. The SFT phase exists to teach "

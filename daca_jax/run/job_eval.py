@@ -37,7 +37,8 @@ from daca_jax.evaluation import outcomes
 from daca_jax.evaluation.decode import evaluate
 from daca_jax.evaluation.protocol import EvalProtocol
 from daca_jax.tasks.base import Example, Task
-from daca_jax.types import RolloutConfig, TrainConfig
+from daca_jax.config.rollout import RolloutConfig
+from daca_jax.config.train import TrainConfig
 
 
 def eval_protocol(cfg: TrainConfig) -> EvalProtocol | None:

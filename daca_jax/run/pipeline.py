@@ -38,18 +38,15 @@ from daca_jax.run.dashboards import Dashboard, check_log_config
 from daca_jax.run.job_eval import JobEvaluator
 from daca_jax.run.preflight import check_batches_fit
 from daca_jax.run.results import Evaluations, assemble_results, publish_results
-from daca_jax.run.rl_loop import rl_base_key, rl_prompt_rows, run_rl, trajectory_images
+from daca_jax.run.rl_loop import run_rl, trajectory_images
 from daca_jax.run.sft_loop import run_sft
 from daca_jax.run.streams import EVAL_STREAM, LORA_STREAM
-from daca_jax.run.task_views import (TaskViews, build_task, build_task_views, check_gen_length, draw_splits,
-                                     task_kwargs)
+from daca_jax.run.task_views import TaskViews, build_task_views, check_gen_length, draw_splits
 from daca_jax.run.workdir import check_workdir_config, has_saved_state, val_name
 from daca_jax.tasks.base import TASKS, Example, Task
-from daca_jax.types import TrainConfig
+from daca_jax.config.train import TrainConfig
 
-# The job, and the names this module has always offered (now defined in the modules above).
-__all__ = ["PLUMBING_NOTE", "build_task", "build_task_views", "check_workdir_config", "rl_base_key", "rl_prompt_rows",
-           "run_main_job", "run_rl", "run_sft", "task_kwargs"]
+__all__ = ["PLUMBING_NOTE", "run_main_job"]
 
 PLUMBING_NOTE = ("This is a plumbing check (log.plumbing_check, the smoke presets): a tiny model trained for a "
                  "few steps to show that every stage runs end to end. Its metrics are expected to be near "

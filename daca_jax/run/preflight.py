@@ -14,7 +14,7 @@ from daca_jax.errors import ConfigError
 from daca_jax.diffusion.rollout import micro_batch_rows
 from daca_jax.parallel import check_batch_size, is_multiprocess, num_batch_shards, process_slice
 from daca_jax.rl.accumulate import check_grad_accum
-from daca_jax.types import TrainConfig
+from daca_jax.config.train import TrainConfig
 
 
 def check_batches_fit(cfg: TrainConfig, mesh: Mesh | None) -> None:

@@ -12,7 +12,7 @@ from daca_jax.run.dashboards import Dashboard
 from daca_jax.run.job_eval import JobEvaluator
 from daca_jax.run.metrics import format_table, plot_curves, read_metrics, reward_trend
 from daca_jax.run.workdir import phase_sink, val_name
-from daca_jax.types import TrainConfig
+from daca_jax.config.train import TrainConfig
 
 
 class Evaluations(NamedTuple):

@@ -33,7 +33,8 @@ from daca_jax.run.streams import RL_STREAM
 from daca_jax.run.workdir import PhaseResult, metrics_writer, open_phase, phase_sink, save_and_stop
 from daca_jax.tasks.base import Example, Task
 from daca_jax.tasks.training_rewards import training_rewards
-from daca_jax.types import CheckpointConfig, RLConfig, TrainConfig
+from daca_jax.config.train import CheckpointConfig, TrainConfig
+from daca_jax.config.rl import RLConfig
 
 
 class TrajectoryImages(NamedTuple):

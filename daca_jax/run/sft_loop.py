@@ -23,7 +23,7 @@ from daca_jax.run.dashboards import Dashboard
 from daca_jax.run.streams import SFT_STREAM
 from daca_jax.run.workdir import PhaseResult, metrics_writer, open_phase, phase_sink, save_and_stop
 from daca_jax.tasks.base import Example, Task
-from daca_jax.types import CheckpointConfig, SFTConfig
+from daca_jax.config.train import CheckpointConfig, SFTConfig
 
 SFTState = dict[str, Any]  # {"params": the model's parameters, "opt_state": the optimizer's state}
 SFTStep = Callable[[SFTState, jax.Array, jax.Array, jax.Array, np.int32],

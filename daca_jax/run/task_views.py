@@ -33,7 +33,7 @@ from typing import Any, Callable, Sequence
 from daca_jax.errors import ConfigError
 from daca_jax.tasks.base import CONFIG_FIELD_OPTIONS, Example, Task, declared_options, make_task
 from daca_jax.tasks.tokenizer import Tokenizer
-from daca_jax.types import TrainConfig
+from daca_jax.config.train import TrainConfig
 
 
 def task_kwargs(cfg: TrainConfig) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import jax
 
 from daca_jax.errors import ConfigError
 from daca_jax.io_utils import check_dir_path, make_dir
-from daca_jax.configure import train_config_from_dict
+from daca_jax.config.configure import train_config_from_dict
 from daca_jax.viz.trajectory import check_credits, credit_learners, rollout_views
 from daca_jax.viz.trajectory_html import render_html
 from daca_jax.viz.trajectory_png import render_png
@@ -45,7 +45,7 @@ def visualize_checkpoint(*, workdir: str = "", phase: str = "latest", random_ini
       :func:`daca_jax.run.eval_models.load_model`).
   """
   from daca_jax.run.eval_models import load_model
-  from daca_jax.run.pipeline import build_task
+  from daca_jax.run.task_views import build_task
 
   if isinstance(num_prompts, bool) or not isinstance(num_prompts, int) or num_prompts < 1:
     raise ConfigError("--num_prompts", num_prompts, "a positive integer")

@@ -27,13 +27,14 @@ import pathlib
 import time
 from typing import Any, Callable, NamedTuple
 
-from daca_jax import configure, io_utils, parallel
+from daca_jax import io_utils, parallel
+from daca_jax.config import configure
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.run import guards, preemption
 from daca_jax.run.checkpoint import Checkpointer
 from daca_jax.run.dashboards import Dashboard, PhaseSink
 from daca_jax.run.metrics import MetricsWriter
-from daca_jax.types import TrainConfig
+from daca_jax.config.train import TrainConfig
 
 # Config fields that may change between a run and its resumption (they do not change what is trained;
 # rl.steps only while the learning-rate schedule does not depend on it, see check_workdir_config).

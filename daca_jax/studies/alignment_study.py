@@ -31,14 +31,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from daca_jax import configure  # registry names (rl.likelihood, ...) are checked there
+from daca_jax.config import configure  # registry names (rl.likelihood, ...) are checked there
 from daca_jax.errors import ConfigError
 from daca_jax.models import init_model, make_logits_fn
-from daca_jax.run.pipeline import build_task
+from daca_jax.run.task_views import build_task
 from daca_jax.run.sft_loop import run_sft
 from daca_jax.rl import GRPOLearner
 from daca_jax.tasks.base import Example, Task
-from daca_jax.types import TrainConfig
+from daca_jax.config.train import TrainConfig
 
 # Arms: name -> overrides of (section, field) -> value on the run's config; the reference is the
 # trajectory likelihood with one pass per denoising step (likelihood.trajectory.groups = 0).
@@ -56,7 +56,7 @@ DEFAULT_ARMS: dict[str, dict[str, Any]] = {
 
 def arm_config(cfg: TrainConfig, overrides: Mapping[str, Any]) -> TrainConfig:
   """``cfg`` with dotted ``section[.subsection].field`` overrides, validated
-  (:func:`daca_jax.configure.with_overrides`).
+  (:func:`daca_jax.config.configure.with_overrides`).
 
   Raises:
     ConfigError: an override names no field of the config, or a value that is not allowed.

@@ -29,7 +29,7 @@ from daca_jax.models import make_logits_fn
 from daca_jax.rl import GRPOLearner
 from daca_jax.studies.alignment_study import arm_config
 from daca_jax.tasks.base import Example, Task
-from daca_jax.types import TrainConfig
+from daca_jax.config.train import TrainConfig
 
 ORACLE = {"rl.credit": "token_reward"}
 

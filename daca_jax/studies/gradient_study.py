@@ -50,8 +50,12 @@ from daca_jax.studies.gradient_report import by_estimator_table, markdown_table,
 from daca_jax.models import init_model, make_logits_fn
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.tasks.tokenizer import ByteTokenizer
-from daca_jax.types import (CreditConfig, ELBOConfig, LikelihoodConfig, ModelConfig, RLConfig, RLDFConfig,
-                            RolloutConfig, StratifiedConfig, TrainConfig)
+from daca_jax.config.credit import CreditConfig
+from daca_jax.config.likelihood import ELBOConfig, LikelihoodConfig, RLDFConfig, StratifiedConfig
+from daca_jax.config.model import ModelConfig
+from daca_jax.config.rl import RLConfig
+from daca_jax.config.rollout import RolloutConfig
+from daca_jax.config.train import TrainConfig
 
 __all__ = ["Arm", "SortTask", "agreement_curve", "all_completions", "ascend_true_gradient", "batch_directions",
            "by_estimator_table", "completion_distribution", "cosine", "default_arms", "encode_prompts",

@@ -21,7 +21,7 @@ from daca_jax.errors import ConfigError
 from daca_jax.parallel import to_host
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.tasks.base import Example, Task
-from daca_jax.types import TrainConfig
+from daca_jax.config.train import TrainConfig
 
 # How special ids and invisible characters are shown in a cell.
 _SPECIAL_NAMES = (("eos_id", "EOS"), ("pad_id", "PAD"), ("mask_id", "MASK"), ("bos_id", "BOS"))

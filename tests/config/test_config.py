@@ -7,8 +7,8 @@ import pytest
 
 from configs import sudoku_tiny
 from daca_jax.errors import ConfigError
-from daca_jax.run.pipeline import build_task
-from daca_jax.configure import train_config_from_dict
+from daca_jax.run.task_views import build_task
+from daca_jax.config.configure import train_config_from_dict
 from tests.smoke_config import set_field
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -105,7 +105,7 @@ def test_rollout_validates_geometry_when_called_directly():
   import jax
   import jax.numpy as jnp
   from daca_jax.diffusion import rollout
-  from daca_jax.types import RolloutConfig
+  from daca_jax.config.rollout import RolloutConfig
   with pytest.raises(ConfigError, match=r"rollout\.block_length=8"):
     rollout(lambda p, x: jnp.zeros(x.shape + (5,)), None, jnp.zeros((1, 2), jnp.int32), jax.random.PRNGKey(0),
             RolloutConfig(gen_length=20, block_length=8, steps=4), mask_id=4, eos_id=3)
@@ -121,7 +121,7 @@ def test_trajectory_steps_must_match_rollout():
 def test_a_saved_config_of_the_flat_layout_reads_as_the_same_config():
   # A run's config.json written before the fields moved into their method's section: resuming or
   # evaluating that run reads it as the config it was (configure.upgrade_config_dict).
-  from daca_jax.configure import MOVED_FIELDS, upgrade_config_dict
+  from daca_jax.config.configure import MOVED_FIELDS, upgrade_config_dict
 
   new = train_config_from_dict(_cfg(credit__dps__alpha=0.7, likelihood__stratified__partition="commit_order",
                                     likelihood__trajectory__groups=2, credit__dtca__top_frac=0.5))

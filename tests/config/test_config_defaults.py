@@ -1,4 +1,4 @@
-"""configs/base.py and the config dataclasses of daca_jax.types agree field by field.
+"""configs/base.py and the config dataclasses of daca_jax.config agree field by field.
 
 A default written in two places drifts: a user of the library (dataclasses) and a user of the main job
 (configs/base.py) would then run different methods under the same name. These tests make every field's
@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import pytest
 
 from configs import base
-from daca_jax.types import LikelihoodConfig, TrainConfig
+from daca_jax.config.likelihood import LikelihoodConfig
+from daca_jax.config.train import TrainConfig
 
 def _dataclass_defaults(obj, prefix=""):
   out = {}

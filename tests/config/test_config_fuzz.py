@@ -1,4 +1,4 @@
-"""Non-finite and out-of-range config values are refused up front, naming the field (issue 13, item 4).
+"""Non-finite and out-of-range config values are refused up front, naming the field.
 
 The fuzzing walks every field of every config section by its declared type, so a field added later is
 covered without touching this file.
@@ -18,8 +18,10 @@ from daca_jax.run import pipeline
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.evaluation import EvalProtocol
 from daca_jax.run.pipeline import run_main_job
-from daca_jax.configure import train_config_from_dict
-from daca_jax.types import INT_MAX, RolloutConfig, TrainConfig
+from daca_jax.config.configure import train_config_from_dict
+from daca_jax.config.checks import INT_MAX
+from daca_jax.config.rollout import RolloutConfig
+from daca_jax.config.train import TrainConfig
 from tests.smoke_config import set_field, smoke
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

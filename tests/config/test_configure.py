@@ -1,11 +1,11 @@
-"""daca_jax.configure: every name a registry resolves is checked, with the field in the error."""
+"""daca_jax.config.configure: every name a registry resolves is checked, with the field in the error."""
 import dataclasses
 
 import pytest
 
-from daca_jax import configure
+from daca_jax.config import configure
 from daca_jax.errors import ConfigError
-from daca_jax.types import TrainConfig
+from daca_jax.config.train import TrainConfig
 
 
 @pytest.mark.parametrize("section,name,registry", configure.NAMED_FIELDS, ids=lambda x: getattr(x, "kind", x))

@@ -8,10 +8,10 @@ import re
 import pytest
 
 from configs import paper
-from daca_jax.configure import train_config_from_dict
+from daca_jax.config.configure import train_config_from_dict
 from daca_jax.errors import ConfigError
 from daca_jax.models.hf_import import ARCHITECTURE_FIELDS
-from daca_jax.types import ModelConfig
+from daca_jax.config.model import ModelConfig
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 ALL = paper.preset_names()

@@ -20,7 +20,10 @@ from daca_jax.errors import ConfigError, ShapeError
 from daca_jax.likelihood import LIKELIHOOD, any_order_logprob, token_logprobs
 from daca_jax.likelihood.common import chunked_token_logprobs, score_positions, score_targets
 from daca_jax.rl.objectives import OBJECTIVES
-from daca_jax.types import CreditConfig, LikelihoodConfig, RLConfig, RLDFConfig, RolloutConfig, StratifiedConfig
+from daca_jax.config.credit import CreditConfig
+from daca_jax.config.likelihood import LikelihoodConfig, RLDFConfig, StratifiedConfig
+from daca_jax.config.rl import RLConfig
+from daca_jax.config.rollout import RolloutConfig
 from tests import fixed_logit_model
 
 V, MASK, EOS = 12, 11, 10
@@ -255,7 +258,7 @@ def test_credit_inputs_are_checked_against_the_trajectory(traj):
 
 def test_learner_checks_the_rollout_batch(traj):
   from daca_jax.rl import GRPOLearner
-  from daca_jax.types import TrainConfig
+  from daca_jax.config.train import TrainConfig
 
   cfg = TrainConfig(rollout=ROLLOUT, rl=RLConfig(credit="uniform", likelihood="mean_field", group_size=2,
                                                  prompts_per_step=2, grad_agreement=False)).validate()
@@ -349,7 +352,7 @@ def test_chunked_gathering_is_taken_for_llada_and_lora_and_through_the_learner(l
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
   from daca_jax.rl import GRPOLearner
-  from daca_jax.types import TrainConfig
+  from daca_jax.config.train import TrainConfig
 
   tcfg = TrainConfig(model=mcfg, rollout=ROLLOUT, likelihood=cfg,
                      rl=RLConfig(credit="uniform", likelihood="mean_field", group_size=2, prompts_per_step=1,
@@ -369,7 +372,7 @@ def test_trajectory_and_policy_batch_keep_their_old_import_paths_and_pytree_beha
   from daca_jax.diffusion.rollout import Trajectory as T2
   from daca_jax.rl import PolicyBatch as B1
   from daca_jax.rl.objectives import PolicyBatch as B2
-  from daca_jax.types import PolicyBatch as B3, Trajectory as T3
+  from daca_jax.contracts import PolicyBatch as B3, Trajectory as T3
 
   assert T1 is T2 is T3 is Trajectory and B1 is B2 is B3 is PolicyBatch
   leaves, tree = jax.tree.flatten(traj)

@@ -18,8 +18,10 @@ from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.likelihood.stratified import stratified_logprobs
 from daca_jax.rl.objectives import OBJECTIVES, diffu_grpo_loss
 from daca_jax.contracts import PolicyBatch
-from daca_jax.types import (CoupledConfig, CreditConfig, DeltaConfig, DPSConfig, DTCAConfig, LikelihoodConfig,
-                            RLConfig, RolloutConfig, StratifiedConfig)
+from daca_jax.config.likelihood import CoupledConfig, LikelihoodConfig, StratifiedConfig
+from daca_jax.config.credit import CreditConfig, DeltaConfig, DPSConfig, DTCAConfig
+from daca_jax.config.rl import RLConfig
+from daca_jax.config.rollout import RolloutConfig
 from daca_jax.diffusion import make_rollout_fn
 from tests.fixed_logit_model import jax_logits, make_params
 

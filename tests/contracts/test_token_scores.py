@@ -20,8 +20,11 @@ from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.likelihood.base import register_estimator
 from daca_jax.rl import GRPOLearner
 from daca_jax.rl.objectives import OBJECTIVES, k3_kl
-from daca_jax.types import (CoupledConfig, CreditConfig, LikelihoodConfig, RLConfig, RLDFConfig, RolloutConfig,
-                            StratifiedConfig, TrainConfig)
+from daca_jax.config.likelihood import CoupledConfig, LikelihoodConfig, RLDFConfig, StratifiedConfig
+from daca_jax.config.credit import CreditConfig
+from daca_jax.config.rl import RLConfig
+from daca_jax.config.rollout import RolloutConfig
+from daca_jax.config.train import TrainConfig
 from tests import fixed_logit_model
 
 V, MASK, EOS = 12, 11, 10

@@ -11,7 +11,8 @@ import pytest
 from daca_jax.credit import CREDIT, CreditInputs, contrast_credit, dps_raw_scores
 from daca_jax.diffusion import Trajectory
 from daca_jax.errors import ConfigError
-from daca_jax.types import ContrastConfig, CreditConfig, DPSConfig, RolloutConfig
+from daca_jax.config.credit import ContrastConfig, CreditConfig, DPSConfig
+from daca_jax.config.rollout import RolloutConfig
 
 G = 2
 # Two groups of G = 2 rollouts, L = 4; row 1's last token is after its EOS (mask 0).

@@ -5,7 +5,8 @@ import pytest
 
 from daca_jax.credit import CREDIT, dps_raw_scores, step_progress, zscore_weights
 from daca_jax.diffusion import Trajectory
-from daca_jax.types import CreditConfig, DPSConfig, RolloutConfig
+from daca_jax.config.credit import CreditConfig, DPSConfig
+from daca_jax.config.rollout import RolloutConfig
 
 
 def _traj(step_conf, commit_step, mask):

@@ -9,7 +9,10 @@ import pytest
 from daca_jax.credit import CREDIT, group_agreement_mask
 from daca_jax.errors import ConfigError
 from daca_jax.rl import GRPOLearner
-from daca_jax.types import CreditConfig, RLConfig, RolloutConfig, TrainConfig
+from daca_jax.config.credit import CreditConfig
+from daca_jax.config.rl import RLConfig
+from daca_jax.config.rollout import RolloutConfig
+from daca_jax.config.train import TrainConfig
 from tests.fixed_logit_model import jax_logits, make_params
 
 V, MASK, EOS, P = 12, 10, 11, 3
@@ -91,7 +94,7 @@ def test_position_value_credit_needs_a_token_level_objective():
 def test_token_level_credit_under_a_sequence_objective_is_refused_by_config_validation(credit):
   """Refused when the config is validated (before any model is built or any SFT runs), not only when the
   learner is constructed; MAP's GSPO-style ratios are per sequence too."""
-  from daca_jax.configure import validate
+  from daca_jax.config.configure import validate
 
   for objective, likelihood in (("wd1", "mean_field"), ("map", "stepmerge")):
     rl = RLConfig(credit=credit, objective=objective, likelihood=likelihood, group_size=4)
@@ -126,7 +129,7 @@ def test_position_value_credit_in_the_learner_update():
 def test_position_value_with_dps_weights_on_top():
   from daca_jax.credit import dps_credit, position_value_advantages
   from daca_jax.rl import group_advantages
-  from daca_jax.types import PositionValueConfig
+  from daca_jax.config.credit import PositionValueConfig
 
   rollout = RolloutConfig(gen_length=8, block_length=4, steps=4, temperature=1.0)
   rl = RLConfig(credit="position_value", likelihood="mean_field", group_size=4)

@@ -15,8 +15,10 @@ from daca_jax.diffusion.rollout import Trajectory
 from daca_jax.likelihood import LIKELIHOOD, sample_states, step_surprisal
 from daca_jax.rl.objectives import OBJECTIVES, PolicyBatch, k3_kl
 from daca_jax.tasks.tokenizer import ByteTokenizer
-from daca_jax.types import (CreditConfig, DeltaConfig, DPSConfig, DTCAConfig, LikelihoodConfig, RLConfig, RLDFConfig,
-                            RolloutConfig)
+from daca_jax.config.credit import CreditConfig, DeltaConfig, DPSConfig, DTCAConfig
+from daca_jax.config.likelihood import LikelihoodConfig, RLDFConfig
+from daca_jax.config.rl import RLConfig
+from daca_jax.config.rollout import RolloutConfig
 from tests.fixed_logit_model import jax_logits, make_params, np_logits
 
 CAT = {name: i for i, name in enumerate(RULE_CATEGORIES)}

@@ -12,7 +12,10 @@ from daca_jax.models import init_model, make_logits_fn, tiny_config
 from daca_jax.rl import GRPOLearner
 from daca_jax.rl.objectives import PolicyBatch, diffu_grpo_loss
 from daca_jax.tasks.sudoku import Sudoku4x4Task, cell_reward
-from daca_jax.types import CreditConfig, RLConfig, RolloutConfig, TrainConfig
+from daca_jax.config.credit import CreditConfig
+from daca_jax.config.rl import RLConfig
+from daca_jax.config.rollout import RolloutConfig
+from daca_jax.config.train import TrainConfig
 
 
 def test_token_group_advantages_against_numpy():

@@ -15,7 +15,7 @@ from daca_jax.diffusion import rollout
 from daca_jax.errors import ConfigError
 from daca_jax.models import init_model, make_logits_fn, tiny_config
 from daca_jax.models.kv_cache import make_kv_fns
-from daca_jax.types import RolloutConfig
+from daca_jax.config.rollout import RolloutConfig
 from tests.fixed_logit_model import jax_logits, make_params
 from tests.diffusion.test_rollout import reference_candidates
 

@@ -14,7 +14,7 @@ from daca_jax.diffusion.proposals import assert_finished, check_schedule, propos
 from daca_jax.diffusion.rollout import tokens_per_step
 from daca_jax.errors import ConfigError
 from daca_jax.models import init_model, make_logits_fn, tiny_config
-from daca_jax.types import RolloutConfig
+from daca_jax.config.rollout import RolloutConfig
 
 V, MASK, EOS, P = 12, 10, 11, 3
 

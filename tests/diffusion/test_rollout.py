@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from daca_jax.diffusion import completion_mask_from_eos, rollout, tokens_per_step
-from daca_jax.types import RolloutConfig
+from daca_jax.config.rollout import RolloutConfig
 from tests.fixed_logit_model import jax_logits, make_params, np_logits
 
 V, MASK, EOS = 12, 10, 11

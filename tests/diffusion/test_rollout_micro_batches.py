@@ -13,7 +13,9 @@ from daca_jax.diffusion.noise import gumbel_window
 from daca_jax.errors import ConfigError
 from daca_jax.models import init_model, make_logits_fn, tiny_config
 from daca_jax.rl import GRPOLearner
-from daca_jax.types import RLConfig, RolloutConfig, TrainConfig
+from daca_jax.config.rl import RLConfig
+from daca_jax.config.rollout import RolloutConfig
+from daca_jax.config.train import TrainConfig
 from tests.fixed_logit_model import jax_logits, make_params
 
 R = importlib.import_module("daca_jax.diffusion.rollout")  # the package re-exports a function named rollout

@@ -12,7 +12,7 @@ from daca_jax.diffusion import rollout
 from daca_jax.diffusion.noise import counters, exact_window_supported, gumbel_window
 from daca_jax.diffusion.rollout import SAMPLE_CHUNK_BYTES, chunk_size
 from daca_jax.models import init_model, make_logits_fn, tiny_config
-from daca_jax.types import RolloutConfig
+from daca_jax.config.rollout import RolloutConfig
 
 
 @pytest.mark.parametrize("typed", [False, True])

@@ -18,8 +18,9 @@ from daca_jax.errors import ConfigError, DataError
 from daca_jax.evaluation.decode import generate
 from daca_jax.tasks.base import make_task
 from daca_jax.tasks.tokenizer import ByteTokenizer
-from daca_jax.configure import train_config_from_dict
-from daca_jax.types import ModelConfig, TaskConfig, TrainConfig
+from daca_jax.config.configure import train_config_from_dict
+from daca_jax.config.model import ModelConfig
+from daca_jax.config.train import TaskConfig, TrainConfig
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TINY = ModelConfig(d_model=32, n_layers=2, n_heads=2, mlp_dim=64)
@@ -299,7 +300,7 @@ def test_decode_batches_decodes_a_batch_the_same_alone_in_any_order_and_after_a_
   resumed harness run samples what an uninterrupted one does, even at temperature 1."""
   from daca_jax.diffusion import make_rollout_fn
   from daca_jax.evaluation.decode import decode_batches
-  from daca_jax.types import RolloutConfig
+  from daca_jax.config.rollout import RolloutConfig
   from tests import fixed_logit_model
 
   vocab, mask, eos, plen = 9, 8, 7, 3

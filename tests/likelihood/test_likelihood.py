@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from daca_jax.likelihood import LIKELIHOOD, assign_strata, mask_prompt, stratum_positions
-from daca_jax.types import CoupledConfig, ELBOConfig, LikelihoodConfig, StratifiedConfig, TrajectoryConfig
+from daca_jax.config.likelihood import CoupledConfig, ELBOConfig, LikelihoodConfig, StratifiedConfig, TrajectoryConfig
 from tests.fixed_logit_model import jax_logits, make_params, np_logits
 
 V, MASK, P, L, B = 12, 10, 3, 8, 5
@@ -309,7 +309,7 @@ def test_trajectory_equals_the_samplers_own_commit_probabilities(block_length, s
   """Scored in the rebuilt state it was generated from, each token's probability is exactly the one
   the sampler recorded when it committed it (commit_conf) — an oracle from a separate code path."""
   from daca_jax.diffusion import rollout
-  from daca_jax.types import RolloutConfig
+  from daca_jax.config.rollout import RolloutConfig
   params = jax.tree.map(jnp.asarray, make_params(P + L, V, seed=4, scale=1.5))
   rcfg = RolloutConfig(gen_length=L, block_length=block_length, steps=steps, temperature=1.0)
   prompts = jnp.asarray(np.random.default_rng(2).integers(0, 9, (B, P)), jnp.int32)
@@ -327,7 +327,7 @@ def test_grouped_trajectory_scores_each_token_at_the_start_of_its_run():
   floor(c G_s / S) (run g starts at ceil(g S / G_s)); checked against a numpy rebuild of that state.
   One group is the mean-field estimate; S groups are the plain trajectory estimator."""
   from daca_jax.diffusion import rollout
-  from daca_jax.types import RolloutConfig
+  from daca_jax.config.rollout import RolloutConfig
   steps = 8
   params = jax.tree.map(jnp.asarray, make_params(P + L, V, seed=4, scale=1.5))
   rcfg = RolloutConfig(gen_length=L, block_length=L, steps=steps, temperature=1.0)

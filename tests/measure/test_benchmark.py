@@ -13,7 +13,7 @@ import pytest
 from daca_jax.measure import benchmarking as bm
 from daca_jax.diffusion import rollout
 from daca_jax.models import count_params, init_model, make_logits_fn, tiny_config
-from daca_jax.types import RolloutConfig
+from daca_jax.config.rollout import RolloutConfig
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CFG = tiny_config(d_model=32, n_layers=2, n_heads=4, n_kv_heads=2, mlp_dim=48)

@@ -13,7 +13,7 @@ from daca_jax.errors import ConfigError, DataError
 from daca_jax.models import make_logits_fn
 from daca_jax.models.hf_import import DREAM_FIELDS, LLADA_FIELDS, config_from_hf, load_hf_checkpoint
 from daca_jax.models.kv_cache import make_kv_fns
-from daca_jax.types import RolloutConfig
+from daca_jax.config.rollout import RolloutConfig
 from tests.hf_fixtures import random_llama_weights, to_llada_names, write_safetensors_checkpoint
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
@@ -436,11 +436,11 @@ def test_sampled_rollout_on_a_checkpoint_equals_the_reference_loop_over_full_pas
 
 def test_the_released_shapes_have_one_source():
   """The release-layout config.json the library writes for LLaDA-8B imports as ``llada_8b_config()``:
-  the architecture is stated once (daca_jax.types), the random checkpoint's file agrees with it."""
+  the architecture is stated once (daca_jax.config.model), the random checkpoint's file agrees with it."""
   import dataclasses
 
   from daca_jax.models.random_checkpoint import LLADA_8B_CONFIG
-  from daca_jax.types import llada_8b_config
+  from daca_jax.config.model import llada_8b_config
 
   released = config_from_hf(LLADA_8B_CONFIG)
   ours = llada_8b_config()

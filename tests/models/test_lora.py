@@ -99,7 +99,10 @@ def test_one_optimizer_step_changes_only_adapters():
 
 def test_grpo_learner_update_with_lora():
   from daca_jax.rl import GRPOLearner
-  from daca_jax.types import LikelihoodConfig, RLConfig, RolloutConfig, StratifiedConfig, TrainConfig
+  from daca_jax.config.likelihood import LikelihoodConfig, StratifiedConfig
+  from daca_jax.config.rl import RLConfig
+  from daca_jax.config.rollout import RolloutConfig
+  from daca_jax.config.train import TrainConfig
 
   cfg, gd, base, ad = _setup()
   tc = TrainConfig(model=cfg, rollout=RolloutConfig(gen_length=4, block_length=4, steps=2),
@@ -125,7 +128,10 @@ def test_lora_update_returns_adapters_only_and_keeps_the_callers_base(strategy):
   # LORA_SPLIT: the compiled step outputs the adapters, not a copy of the base (one model copy per
   # device less at every update), and the results are those of the step that returns everything.
   from daca_jax.rl import GRPOLearner
-  from daca_jax.types import LikelihoodConfig, ParallelConfig, RLConfig, RolloutConfig, StratifiedConfig, TrainConfig
+  from daca_jax.config.likelihood import LikelihoodConfig, StratifiedConfig
+  from daca_jax.config.train import ParallelConfig, TrainConfig
+  from daca_jax.config.rl import RLConfig
+  from daca_jax.config.rollout import RolloutConfig
 
   cfg, gd, base, ad = _setup(b_scale=0.05)
   tc = TrainConfig(model=cfg, rollout=RolloutConfig(gen_length=4, block_length=4, steps=2),
@@ -235,7 +241,10 @@ def test_lora_dropout_only_in_training_passes_and_not_for_the_reference():
 
 def test_update_applies_lora_dropout_and_rollouts_do_not():
   from daca_jax.rl import GRPOLearner
-  from daca_jax.types import LikelihoodConfig, RLConfig, RolloutConfig, StratifiedConfig, TrainConfig
+  from daca_jax.config.likelihood import LikelihoodConfig, StratifiedConfig
+  from daca_jax.config.rl import RLConfig
+  from daca_jax.config.rollout import RolloutConfig
+  from daca_jax.config.train import TrainConfig
 
   _, gd, base, ad = _setup(b_scale=0.05)
   grads, trajs = {}, {}
@@ -274,7 +283,10 @@ def test_lora_dropout_per_row_under_gradient_accumulation():
   from daca_jax.parallel import per_sequence_keys
   from daca_jax.rl import GRPOLearner, make_objective_grad
   from daca_jax.rl.update import training_passes
-  from daca_jax.types import LikelihoodConfig, RLConfig, RolloutConfig, StratifiedConfig, TrainConfig
+  from daca_jax.config.likelihood import LikelihoodConfig, StratifiedConfig
+  from daca_jax.config.rl import RLConfig
+  from daca_jax.config.rollout import RolloutConfig
+  from daca_jax.config.train import TrainConfig
 
   _, _, base, ad = _setup(b_scale=0.1)
   cfg = dataclasses.replace(CFG, lora_dropout=0.3)

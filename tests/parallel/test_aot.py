@@ -17,7 +17,10 @@ import pytest
 
 from daca_jax.parallel import aot
 from daca_jax.rl import GRPOLearner
-from daca_jax.types import LikelihoodConfig, RLConfig, RolloutConfig, StratifiedConfig, TrainConfig
+from daca_jax.config.likelihood import LikelihoodConfig, StratifiedConfig
+from daca_jax.config.rl import RLConfig
+from daca_jax.config.rollout import RolloutConfig
+from daca_jax.config.train import TrainConfig
 from tests.fixed_logit_model import jax_logits, make_params
 
 V, MASK, EOS, P = 12, 10, 11, 3

@@ -20,7 +20,8 @@ import pytest
 from daca_jax.errors import ConfigError
 from daca_jax.parallel import (fsdp_spec, global_batch, make_mesh, maybe_initialize, mesh_shape,
                                per_sequence_keys, process_slice)
-from daca_jax.types import LikelihoodConfig, ParallelConfig, RLDFConfig, StratifiedConfig
+from daca_jax.config.likelihood import LikelihoodConfig, RLDFConfig, StratifiedConfig
+from daca_jax.config.train import ParallelConfig
 
 MESHES = ((8, 1, 1), (2, 4, 1))  # fsdp unsharded, and sharded beside a data axis: the two code paths
 SLOW_MESHES = MESHES + ((1, 8, 1),)  # all FSDP (the slow test; the same path as 2 x 4 x 1)
@@ -51,7 +52,10 @@ def _run_child(args, env, timeout, attempts=3):
 def _setup():
   """Tiny model and the real method: diffu_grpo, DPS weights, stratified likelihood (K = 4)."""
   from daca_jax.models.llada import init_model, make_logits_fn
-  from daca_jax.types import RLConfig, RolloutConfig, TrainConfig, tiny_config
+  from daca_jax.config.rl import RLConfig
+  from daca_jax.config.rollout import RolloutConfig
+  from daca_jax.config.train import TrainConfig
+  from daca_jax.config.model import tiny_config
 
   cfg = TrainConfig(model=tiny_config(), rollout=RolloutConfig(gen_length=16, block_length=8, steps=8),
                     likelihood=LikelihoodConfig(stratified=StratifiedConfig(num_strata=4)),
@@ -384,7 +388,7 @@ def _pass_accum_child() -> dict:
 
   from daca_jax.likelihood import LIKELIHOOD
   from daca_jax.rl import GRPOLearner, make_update
-  from daca_jax.types import ELBOMCConfig
+  from daca_jax.config.likelihood import ELBOMCConfig
 
   cfg, logits_fn, params, prompts = _setup()
   cfg = dataclasses.replace(

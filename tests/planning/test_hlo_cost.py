@@ -12,7 +12,7 @@ import pytest
 
 from daca_jax.models import init_model, make_logits_fn
 from daca_jax.planning import hlo_cost
-from daca_jax.types import tiny_config
+from daca_jax.config.model import tiny_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ import pytest
 
 from daca_jax.models import init_model, make_logits_fn
 from daca_jax.planning import hlo_cost, hlo_count, hlo_text
-from daca_jax.types import tiny_config
+from daca_jax.config.model import tiny_config
 
 _TRIP = re.compile(r'"known_trip_count":\{"n":"\d+"\},?')
 

@@ -11,14 +11,14 @@ import jax.numpy as jnp
 import pytest
 
 from daca_jax.measure import benchmarking as bm
-from daca_jax import configure
+from daca_jax.config import configure
 from daca_jax.errors import ConfigError
 from daca_jax.models import count_params, init_model, lora
 from configs import paper
 from daca_jax.planning import analytic, plan, spec as plan_spec
 from daca_jax.planning.compiled import EOS_ID
 from daca_jax.rl.learner import GRPOLearner
-from daca_jax.types import tiny_config as tiny_model
+from daca_jax.config.model import tiny_config as tiny_model
 from daca_jax.models.llada import make_logits_fn
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

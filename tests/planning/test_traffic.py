@@ -17,8 +17,11 @@ import pytest
 
 from daca_jax.planning import traffic
 from daca_jax.planning.hlo_cost import Collective, collectives
-from daca_jax.types import (LikelihoodConfig, ParallelConfig, RLConfig, RolloutConfig, StratifiedConfig,
-                            TrainConfig, tiny_config)
+from daca_jax.config.likelihood import LikelihoodConfig, StratifiedConfig
+from daca_jax.config.train import ParallelConfig, TrainConfig
+from daca_jax.config.rl import RLConfig
+from daca_jax.config.rollout import RolloutConfig
+from daca_jax.config.model import tiny_config
 
 XLA_FLAGS = ("--xla_force_host_platform_device_count=8 --xla_backend_optimization_level=0 "
              "--xla_llvm_disable_expensive_passes=true")

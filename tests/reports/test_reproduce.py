@@ -7,7 +7,7 @@ import pytest
 from configs import sudoku_tiny
 from daca_jax.reports import paired
 from daca_jax.reports import reproduce as rp
-from daca_jax.configure import train_config_from_dict
+from daca_jax.config.configure import train_config_from_dict
 
 
 def test_arms_map_to_credit_and_likelihood():
@@ -189,7 +189,7 @@ def test_sota_studies_fit_each_task_and_change_only_what_they_name():
   take their Countdown presets' fields with MAP's segments fitted to its 8 steps; every arm is a valid
   config of its task (refused overrides would raise)."""
   from configs import countdown_tiny, sota_countdown, sota_grid
-  from daca_jax.configure import validate
+  from daca_jax.config.configure import validate
 
   arms = sota_grid.get_arms()
   for name, change in (("map + DPS", {"rl.credit": "dps"}), ("map + drop_agreed", {"credit.drop_agreed": True})):

@@ -5,11 +5,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from daca_jax import configure
+from daca_jax.config import configure
 from daca_jax.errors import ConfigError
 from daca_jax.registry import Registry
 from daca_jax.rl import ADVANTAGES, OBJECTIVES, GRPOLearner, advantage_name
-from daca_jax.types import CreditConfig, LikelihoodConfig, RLConfig, RolloutConfig, StratifiedConfig, TrainConfig
+from daca_jax.config.credit import CreditConfig
+from daca_jax.config.likelihood import LikelihoodConfig, StratifiedConfig
+from daca_jax.config.rl import RLConfig
+from daca_jax.config.rollout import RolloutConfig
+from daca_jax.config.train import TrainConfig
 from tests.fixed_logit_model import jax_logits, make_params
 
 G = 4

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from daca_jax import configure
+from daca_jax.config import configure
 from daca_jax.contracts import PolicyBatch, Trajectory
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD
@@ -18,8 +18,10 @@ from daca_jax.likelihood.elbo_mc import mc_samples
 from daca_jax.rl import GRPOLearner, make_objective_grad
 from daca_jax.rl.bgpo import bgpo_loss, bgpo_terms, sample_log_ratios
 from daca_jax.likelihood import PASSES
-from daca_jax.types import (ELBOConfig, ELBOMCConfig, LikelihoodConfig, RLConfig, RolloutConfig, StratifiedConfig,
-                            TrainConfig)
+from daca_jax.config.likelihood import ELBOConfig, ELBOMCConfig, LikelihoodConfig, StratifiedConfig
+from daca_jax.config.rl import RLConfig
+from daca_jax.config.rollout import RolloutConfig
+from daca_jax.config.train import TrainConfig
 from tests.fixed_logit_model import jax_logits, make_params, np_logits
 
 V, MASK, EOS, P, G, PROMPTS = 12, 10, 11, 3, 4, 2
@@ -270,7 +272,7 @@ def test_bgpo_presets():
   """configs/paper.py:bgpo_<task>: BGPO's pieces on d1's recipe; the SML arm drops pass accumulation
   (refused there), the smoke form keeps the method."""
   from configs import paper
-  from daca_jax.configure import train_config_from_dict
+  from daca_jax.config.configure import train_config_from_dict
   cfg = train_config_from_dict(paper.get_config("bgpo_gsm8k"))
   assert (cfg.rl.objective, cfg.rl.likelihood, cfg.likelihood.elbo_mc.samples) == ("bgpo", "elbo_mc", 16)
   assert (cfg.rl.pass_accum, cfg.rl.num_iterations, cfg.rl.grad_accum) == (True, 1, 2)
@@ -285,7 +287,7 @@ def test_bgpo_presets_carry_its_steps_and_code_recipe():
   Sudoku; its code model card: 512 tokens in 512 steps, blocks of 32, learning rate 5e-7. With μ = 1
   the cadences in optimizer updates (d1's warmup ratio and save_steps 100) count rollouts."""
   from configs import paper
-  from daca_jax.configure import train_config_from_dict
+  from daca_jax.config.configure import train_config_from_dict
   get = lambda name: train_config_from_dict(paper.get_config(name))
   steps = {"gsm8k": 700, "math500": 700, "humaneval": 560, "mbpp": 560, "countdown": 560, "sudoku": 400}
   for task, n in steps.items():

@@ -19,8 +19,8 @@ import jax.numpy as jnp
 import pytest
 
 from configs import sudoku_tiny
-from daca_jax import configure
-from daca_jax.configure import train_config_from_dict
+from daca_jax.config import configure
+from daca_jax.config.configure import train_config_from_dict
 from daca_jax.credit import CREDIT
 from daca_jax.credit.base import RECORDS
 from daca_jax.errors import ConfigError

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 
 from configs import sudoku_tiny
-from daca_jax.configure import train_config_from_dict
+from daca_jax.config.configure import train_config_from_dict
 from daca_jax.contracts import Trajectory
 from daca_jax.errors import ConfigError
 from daca_jax.rl.downsample import (DOWNSAMPLE_RULES, max_variance_subset, random_subset, select_rows,
                                     take_rows)
 from daca_jax.run.metrics import read_metrics
 from daca_jax.run.pipeline import run_main_job
-from daca_jax.types import RLConfig
+from daca_jax.config.rl import RLConfig
 
 
 def _best_variance(row: np.ndarray, m: int) -> float:

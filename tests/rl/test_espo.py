@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from daca_jax.configure import validate
+from daca_jax.config.configure import validate
 from daca_jax.contracts import PolicyBatch, Trajectory
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD
@@ -20,7 +20,10 @@ from daca_jax.likelihood.espo_elbo import espo_counts, espo_elbo_logprobs, exact
 from daca_jax.rl import ADVANTAGES, OBJECTIVES, make_objective_grad
 from daca_jax.rl.advantages import advantage_name, rloo_advantages
 from daca_jax.rl.espo import espo_loss
-from daca_jax.types import ESPOELBOConfig, LikelihoodConfig, RLConfig, RolloutConfig, SPGBlockConfig, TrainConfig
+from daca_jax.config.likelihood import ESPOELBOConfig, LikelihoodConfig, SPGBlockConfig
+from daca_jax.config.rl import RLConfig
+from daca_jax.config.rollout import RolloutConfig
+from daca_jax.config.train import TrainConfig
 from tests.fixed_logit_model import jax_logits, make_params, np_logits
 
 B, L = 6, 8

@@ -17,12 +17,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from daca_jax import configure
-from daca_jax.configure import train_config_from_dict
+from daca_jax.config import configure
+from daca_jax.config.configure import train_config_from_dict
 from daca_jax.credit import CREDIT
 from daca_jax.models import init_model, make_logits_fn
 from daca_jax.rl import GRPOLearner
-from daca_jax.run.pipeline import build_task
+from daca_jax.run.task_views import build_task
 from configs import sudoku_tiny
 
 MODES = [("none", 0.0), ("prefix", 0.0), ("dual", 0.0), ("none", 0.9), ("prefix", 0.9), ("dual", 0.9)]

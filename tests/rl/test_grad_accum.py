@@ -16,8 +16,10 @@ from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.parallel import per_sequence_keys
 from daca_jax.rl import OBJECTIVES, GRPOLearner, make_objective_grad, make_update
 from daca_jax.rl.accumulate import check_grad_accum
-from daca_jax.types import (LikelihoodConfig, RLConfig, RLDFConfig, RolloutConfig, SPGBlockConfig, StepMergeConfig,
-                            StratifiedConfig, TrainConfig)
+from daca_jax.config.likelihood import LikelihoodConfig, RLDFConfig, SPGBlockConfig, StepMergeConfig, StratifiedConfig
+from daca_jax.config.rl import RLConfig
+from daca_jax.config.rollout import RolloutConfig
+from daca_jax.config.train import TrainConfig
 from tests.fixed_logit_model import jax_logits, make_params
 
 V, MASK, EOS, P, G, PROMPTS = 12, 10, 11, 3, 4, 4

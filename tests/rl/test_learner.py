@@ -9,7 +9,11 @@ import optax
 from daca_jax.credit import CREDIT
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.rl import GRPOLearner, OBJECTIVES, PolicyBatch, group_advantages
-from daca_jax.types import (CreditConfig, LikelihoodConfig, RLConfig, RolloutConfig, StratifiedConfig, TrainConfig)
+from daca_jax.config.credit import CreditConfig
+from daca_jax.config.likelihood import LikelihoodConfig, StratifiedConfig
+from daca_jax.config.rl import RLConfig
+from daca_jax.config.rollout import RolloutConfig
+from daca_jax.config.train import TrainConfig
 from tests.fixed_logit_model import jax_logits, make_params
 
 V, MASK, EOS, P = 12, 10, 11, 3

@@ -11,12 +11,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from daca_jax import configure
+from daca_jax.config import configure
 from daca_jax.contracts import PolicyBatch
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.rl.map_pg import map_loss
-from daca_jax.types import LikelihoodConfig, RLConfig, StepMergeConfig, TrainConfig
+from daca_jax.config.likelihood import LikelihoodConfig, StepMergeConfig
+from daca_jax.config.rl import RLConfig
+from daca_jax.config.train import TrainConfig
 from tests.fixed_logit_model import make_params, np_logits, jax_logits
 
 V, MASK, P, L, S, N = 9, 8, 2, 8, 8, 4  # S steps in N segments of 2
@@ -176,7 +178,7 @@ def test_refused_combinations():
 def test_map_presets_carry_the_recipe():
   """configs/paper.py:map_<task>: map/configs/gsm8k.yaml (math.yaml's K = 8 for MATH500); no SML arm."""
   from configs import paper
-  from daca_jax.configure import train_config_from_dict
+  from daca_jax.config.configure import train_config_from_dict
   cfg = train_config_from_dict(paper.get_config("map_gsm8k"))
   sm, rl = cfg.likelihood.stepmerge, cfg.rl
   assert (rl.objective, rl.likelihood, sm.segments, sm.sample, sm.position) == ("map", "stepmerge", 32, 12, True)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from daca_jax.rl import ADVANTAGES, OBJECTIVES, PolicyBatch, group_advantages, zero_std_group_fraction
-from daca_jax.types import RLConfig
+from daca_jax.config.rl import RLConfig
 
 B, L = 6, 5
 

@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from daca_jax import configure
-from daca_jax.configure import train_config_from_dict
+from daca_jax.config import configure
+from daca_jax.config.configure import train_config_from_dict
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.models import init_model, make_logits_fn

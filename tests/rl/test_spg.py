@@ -13,14 +13,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from daca_jax.configure import validate
+from daca_jax.config.configure import validate
 from daca_jax.contracts import PolicyBatch
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD, spg_block_masks
 from daca_jax.likelihood.spg_block import spg_block_logprobs
 from daca_jax.rl import OBJECTIVES, make_objective_grad
 from daca_jax.rl.spg import spg_loss
-from daca_jax.types import LikelihoodConfig, RLConfig, RolloutConfig, SPGBlockConfig, SPGConfig, TrainConfig
+from daca_jax.config.likelihood import LikelihoodConfig, SPGBlockConfig
+from daca_jax.config.rl import RLConfig, SPGConfig
+from daca_jax.config.rollout import RolloutConfig
+from daca_jax.config.train import TrainConfig
 from tests.fixed_logit_model import jax_logits, make_params, np_logits
 
 B, T, L = 6, 3, 8

@@ -49,7 +49,7 @@ def test_an_output_folder_that_is_empty_a_file_or_under_a_file_is_refused(tmp_pa
 def test_run_main_job_refuses_an_empty_workdir_before_any_work(tmp_path, monkeypatch):
   """``--workdir=""`` wrote the whole run (checkpoints, results.json, ...) into the current directory."""
   from daca_jax.run.pipeline import run_main_job
-  from daca_jax.types import TrainConfig
+  from daca_jax.config.train import TrainConfig
 
   monkeypatch.chdir(tmp_path)
   (tmp_path / "x").write_text("")

@@ -69,7 +69,7 @@ def test_a_config_file_that_is_missing_or_does_not_run_is_one_line(tmp_path, bod
 
 
 def test_a_get_config_that_returns_no_mapping_is_a_config_error():
-  from daca_jax.configure import train_config_from_dict
+  from daca_jax.config.configure import train_config_from_dict
   with pytest.raises(ConfigError, match=r"config=3 is not allowed: expected a mapping of config sections"):
     train_config_from_dict(3)
 

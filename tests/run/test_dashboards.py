@@ -15,7 +15,7 @@ from daca_jax.run.dashboards import Dashboard
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.run.metrics import read_metrics
 from daca_jax.run.pipeline import run_main_job
-from daca_jax.types import LogConfig
+from daca_jax.config.train import LogConfig
 from tests.smoke_config import smoke
 
 event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")

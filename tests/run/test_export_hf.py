@@ -27,7 +27,7 @@ from daca_jax.models.hf_import import load_hf_checkpoint
 from daca_jax.run.checkpoint import Checkpointer
 from daca_jax.run.export import PROVENANCE_FILE, export_workdir, parse_shard_size
 from daca_jax.run.eval_models import model_from_workdir
-from daca_jax.types import TrainConfig
+from daca_jax.config.train import TrainConfig
 from tests.models.test_hf_import import (DREAM_CFG, LAYERS, LLADA_CFG, V, _llada_names, _random_weights,
                                          _write_ckpt)
 

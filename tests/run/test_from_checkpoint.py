@@ -16,7 +16,7 @@ import pytest
 from flax import nnx
 
 from configs import sudoku_tiny
-from daca_jax.configure import train_config_from_dict
+from daca_jax.config.configure import train_config_from_dict
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.models import lora, make_logits_fn
 from daca_jax.models.hf_import import ARCHITECTURE_FIELDS, RUN_FIELDS, load_hf_checkpoint
@@ -25,7 +25,7 @@ from daca_jax.run.checkpoint import load_pytree
 from daca_jax.run.eval_models import model_from_workdir
 from daca_jax.run.metrics import read_metrics
 from daca_jax.run.pipeline import run_main_job
-from daca_jax.types import ModelConfig
+from daca_jax.config.model import ModelConfig
 from tests.run.hf_checkpoint_fixture import tiny_checkpoint
 from tests.run.interrupt import run_preempted_after
 
@@ -224,7 +224,7 @@ from daca_jax import parallel
 from daca_jax.models.checkpoint_loader import NAME_MAPS, open_checkpoint
 from daca_jax.models.hf_import import checkpoint_config
 from daca_jax.run import from_checkpoint
-from daca_jax.types import ParallelConfig, TrainConfig
+from daca_jax.config.train import ParallelConfig, TrainConfig
 ckpt = pathlib.Path(sys.argv[1])
 files = open_checkpoint(ckpt)
 model, family, _ = checkpoint_config(files, param_dtype="bfloat16")

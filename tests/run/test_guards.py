@@ -1,4 +1,4 @@
-"""NaN/inf guard in training (issue 13, item 5): stop at the first non-finite value, never save one,
+"""NaN/inf guard in training: stop at the first non-finite value, never save one,
 resume from the last finite checkpoint."""
 import math
 import pathlib
@@ -15,7 +15,9 @@ from daca_jax.run.checkpoint import Checkpointer
 from daca_jax.errors import NonFiniteError
 from daca_jax.run.metrics import read_metrics
 from daca_jax.models import init_model, make_logits_fn
-from daca_jax.run.pipeline import build_task, run_main_job, run_sft
+from daca_jax.run.task_views import build_task
+from daca_jax.run.pipeline import run_main_job
+from daca_jax.run.sft_loop import run_sft
 from daca_jax.rl import GRPOLearner
 from tests.smoke_config import smoke
 

@@ -6,7 +6,7 @@ import json
 import jax
 
 from configs import sudoku_tiny
-from daca_jax.configure import train_config_from_dict
+from daca_jax.config.configure import train_config_from_dict
 from daca_jax.models import init_model, make_logits_fn
 from daca_jax.run.job_eval import JobEvaluator
 from daca_jax.run.task_views import build_task_views

@@ -1,4 +1,4 @@
-"""One clear line instead of floods (issue 13, item 7)."""
+"""One clear line instead of floods."""
 import asyncio
 import errno
 import logging

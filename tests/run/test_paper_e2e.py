@@ -1,4 +1,4 @@
-"""Issue 29's acceptance run, for both families: ``configs/paper.py:d1_gsm8k_daca,smoke`` through
+"""The paper preset end to end, for both families: ``configs/paper.py:d1_gsm8k_daca,smoke`` through
 ``experiments/train.py`` from a tiny random checkpoint in the release's layout (the family's tokenizer
 files, special tokens at their released ids, its chat template, remote-code placeholders), stopped by a
 SIGTERM (exit 75) and by a SIGKILL in the middle of RL and resumed, equal to the uninterrupted run;

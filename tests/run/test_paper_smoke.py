@@ -15,7 +15,7 @@ import math
 import pytest
 
 from configs import paper
-from daca_jax.configure import train_config_from_dict
+from daca_jax.config.configure import train_config_from_dict
 from daca_jax.run.metrics import read_metrics
 from daca_jax.run.pipeline import run_main_job
 from tests.run.hf_checkpoint_fixture import tiny_checkpoint

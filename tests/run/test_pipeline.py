@@ -15,7 +15,7 @@ from configs import sudoku_tiny
 from daca_jax.run.checkpoint import Checkpointer
 from daca_jax.run.metrics import read_metrics
 from daca_jax.run.pipeline import run_main_job
-from daca_jax.configure import train_config_from_dict
+from daca_jax.config.configure import train_config_from_dict
 from daca_jax.errors import ConfigError
 from tests.run.interrupt import run_preempted_after
 
@@ -199,7 +199,7 @@ def test_damaged_latest_checkpoint_falls_back_and_shorter_rerun_is_refused(strai
 
 def test_periodic_evaluation_uses_a_held_out_validation_split(tmp_path):
   from daca_jax.errors import ConfigError
-  from daca_jax.run.pipeline import build_task
+  from daca_jax.run.task_views import build_task
   c = sudoku_tiny.get_config("smoke")
   c.rl.eval_every = 2
   with __import__("pytest").raises(ConfigError, match=r"rl\.eval_every=2.*num_val_examples"):

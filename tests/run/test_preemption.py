@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from configs import sudoku_tiny
-from daca_jax.configure import train_config_from_dict
+from daca_jax.config.configure import train_config_from_dict
 from daca_jax.run import pipeline, preemption
 from daca_jax.run.checkpoint import Checkpointer
 from daca_jax.run.cli_errors import exit_code

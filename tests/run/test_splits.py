@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from configs import countdown_tiny, sudoku_tiny
-from daca_jax.configure import train_config_from_dict
+from daca_jax.config.configure import train_config_from_dict
 from daca_jax.errors import ConfigError
 from daca_jax.reports import reproduce as rp
 from daca_jax.run.task_views import build_task_views, draw_splits

@@ -2,7 +2,7 @@
 import numpy as np
 
 from configs import sudoku_tiny
-from daca_jax.configure import train_config_from_dict
+from daca_jax.config.configure import train_config_from_dict
 from daca_jax.run import pipeline, rl_loop
 from daca_jax.run.metrics import read_metrics
 from daca_jax.tasks import d1_rewards

@@ -1,5 +1,4 @@
-"""Workdir files written atomically and read defensively; damaged checkpoints detected (issue 13,
-item 6)."""
+"""Workdir files written atomically and read defensively; damaged checkpoints detected."""
 import glob
 import json
 import os

@@ -5,7 +5,7 @@ import pytest
 from daca_jax.studies import alignment_study as al
 from daca_jax.errors import ConfigError
 from daca_jax.models import init_model, make_logits_fn
-from daca_jax.run.pipeline import build_task
+from daca_jax.run.task_views import build_task
 from tests.smoke_config import smoke
 
 

@@ -4,7 +4,7 @@ import pytest
 
 from daca_jax.errors import ConfigError, ShapeError
 from daca_jax.models import init_model
-from daca_jax.run.pipeline import build_task
+from daca_jax.run.task_views import build_task
 from daca_jax.studies import credit_alignment as ca
 from tests.smoke_config import smoke
 

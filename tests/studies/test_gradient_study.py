@@ -14,7 +14,8 @@ from daca_jax.diffusion import make_rollout_fn
 from daca_jax.likelihood import any_order_logprob
 from daca_jax.models import init_model, make_logits_fn
 from daca_jax.tasks.tokenizer import ByteTokenizer
-from daca_jax.types import ModelConfig, RolloutConfig
+from daca_jax.config.model import ModelConfig
+from daca_jax.config.rollout import RolloutConfig
 
 TOK = ByteTokenizer()
 ALPHABET = TOK.encode("abc")

@@ -220,7 +220,7 @@ def test_bad_prompt_style_is_a_config_error():
     make_task("countdown", data_dir=None, prompt_style="fancy")
 
 
-# Issue 12 item 1: what LLaDA-8B-Instruct writes under d1's Countdown prompt, and d1's parser's reading.
+# What LLaDA-8B-Instruct writes under d1's Countdown prompt, and d1's parser's reading.
 @pytest.mark.parametrize("completion,expected", [
     ("<answer>\n\\boxed{93 - 100 + 30}\n</answer>", 1.0),
     ("\nreason\n</reasoning>\n<answer>\n\\boxed{30 + 93 - 100}\n</answer>", 1.0),

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from daca_jax.configure import train_config_from_dict
+from daca_jax.config.configure import train_config_from_dict
 from daca_jax.errors import ConfigError
 from daca_jax.tasks import d1_rewards as d1
 from daca_jax.tasks import make_task, text_scan

@@ -1,6 +1,6 @@
 """Grader bombs: hostile completions that made graders run for minutes; each is graded in <= 1 s.
 
-Sizes are those of issue 13 (an unclosed ``<answer>`` repeated 125k times = 1 MB; the strict-format
+Sizes (an unclosed ``<answer>`` repeated 125k times = 1 MB; the strict-format
 pattern on 1 MB; an unbalanced ``\\boxed{`` x 20k; ``pattern: ^(a+)+$`` on 30 characters; a
 backreference pattern; ``uniqueItems`` on 4000 objects; nested ``anyOf`` over a recursive ``$ref``),
 plus the same shapes just under the completion-length cap, where the scanning code itself (not the

@@ -111,7 +111,7 @@ def test_instance_generator_reports_unsupported(schema):
     {"enum": {"a": 1}, "type": "object", "properties": {"x": {"const": 1}}, "required": ["x", 4]},
 ])
 def test_generator_failures_on_odd_schemas_are_unsupported(schema):
-  """Schemas the meta-schema would reject still never crash the generator (issue 13 item 8)."""
+  """Schemas the meta-schema would reject still never crash the generator."""
   try:
     gen.generate_instance(schema, lambda ref: {}, None)
   except gen.Unsupported:
@@ -345,7 +345,7 @@ def test_graders_never_raise(fuzz_setup, value, text, seed):  # 200 draws x 50 =
 def test_smoke_main_job(tmp_path):
   from configs.json_schema_tiny import get_config  # noqa: PLC0415
   from daca_jax.run.pipeline import run_main_job
-  from daca_jax.configure import train_config_from_dict
+  from daca_jax.config.configure import train_config_from_dict
 
   cfg = get_config("smoke")
   cfg.rl.steps = 2

@@ -95,7 +95,7 @@ def test_gsm8k_extraction_hand_cases(completion, style, fallback, expected):
 
 
 @pytest.mark.parametrize("completion,expected", [
-    # Issue 12 item 4: the edge cases LLaDA-8B-Instruct produces.
+    # The edge cases LLaDA-8B-Instruct produces.
     ("<answer></answer> then the result is \\boxed{5}", Fraction(5)),
     ("<reasoning>\nr\n</reasoning>\n<answer>\n</answer>\n\\boxed{5}", Fraction(5)),
     ("<answer>\\boxed{}101</answer>", Fraction(101)),

@@ -8,7 +8,7 @@ import pytest
 
 from daca_jax.errors import ConfigError
 from daca_jax.evaluation.protocol import check_prompt_style
-from daca_jax.run.pipeline import task_kwargs
+from daca_jax.run.task_views import task_kwargs
 from daca_jax.tasks.base import TASKS
 from tests.smoke_config import smoke
 

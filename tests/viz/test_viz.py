@@ -10,7 +10,7 @@ import pytest
 from daca_jax.credit import CREDIT
 from daca_jax.diffusion.rollout import make_rollout_fn
 from daca_jax.errors import ConfigError
-from daca_jax.run.pipeline import build_task
+from daca_jax.run.task_views import build_task
 from daca_jax.tasks.tokenizer import ByteTokenizer
 from daca_jax.viz import credit_learners, group_view, progress_of, render_html, render_png, rollout_views, token_text
 from daca_jax.viz.trajectory_png import figure

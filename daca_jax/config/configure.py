@@ -1,9 +1,9 @@
-"""The whole job's configuration: a :class:`~daca_jax.types.TrainConfig` built from a ConfigDict and
+"""The whole job's configuration: a :class:`~daca_jax.config.train.TrainConfig` built from a ConfigDict and
 checked in full, including every name a registry resolves.
 
-:mod:`daca_jax.types` sits below the packages that own the registries (diffusion, credit,
-likelihood, rl, tasks all import it), so its ``validate`` methods check values and shapes only; the
-names (``rl.objective``, ``rl.credit``, ``rl.likelihood``, ``rl.advantage``, ``rollout.remasking``,
+The sections (the other modules of :mod:`daca_jax.config`) sit below the packages that own the
+registries (diffusion, credit, likelihood, rl, tasks all import them), so their ``validate`` methods
+check values and shapes only; the names (``rl.objective``, ``rl.credit``, ``rl.likelihood``, ``rl.advantage``, ``rollout.remasking``,
 ``credit.dtca.tagger``, ``task.name``) are checked here, above those packages, before any work starts.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from daca_jax.rl.objectives import OBJECTIVES, check_token_credit
 from daca_jax.rl.pass_accum import check_pass_accum
 from daca_jax.tasks import TASKS
 from daca_jax.tasks.training_rewards import check_reward
-from daca_jax.types import TrainConfig
+from daca_jax.config.train import TrainConfig
 
 # (section, field, registry): each named field of a TrainConfig and the registry that resolves it.
 NAMED_FIELDS: tuple[tuple[str, str, Registry[Any]], ...] = (
