@@ -377,7 +377,7 @@ def _bgpo(c: ml_collections.ConfigDict, task: str) -> None:
   back-propagated one sample at a time; its training steps, and on the code tasks its model card's
   lengths and learning rate; everything else its sources do not state (offline) is d1's."""
   _d1(c, task)
-  c.rl.objective = "bgpo"  # arXiv 2510.11683: Taylor bound for A >= 0, Jensen bound for A < 0 (daca_jax.rl.bgpo)
+  c.rl.objective = "bgpo"  # arXiv 2510.11683: Taylor bound for A >= 0, Jensen bound for A < 0 (daca_jax.rl.methods.bgpo)
   c.rl.likelihood = "elbo_mc"  # arXiv 2510.11683: the ELBO by Monte-Carlo samples (t, masked y_t), one pass each
   c.likelihood.elbo_mc.samples = 16  # bgpo-code: n_t 16 (unsourced for the other tasks: their cards are not readable offline)
   c.rl.pass_accum = True  # arXiv 2510.11683: each sample's gradient accumulated on its own (constant memory in n_t)
@@ -397,7 +397,7 @@ def _bgpo(c: ml_collections.ConfigDict, task: str) -> None:
   c.rl.eval_every = c.checkpoint.every
   # UNSOURCED (BGPO's code could not be read; none of these is in its paper's abstract or README): the k3 KL
   # with beta 0.04 and the clip eps 0.5 (d1's), r - group-mean advantages (d1's), the raw ELBO difference
-  # delta_j (not length-normalised, daca_jax.rl.bgpo), t_j stratified over [1e-3, 1] (daca_jax.likelihood.
+  # delta_j (not length-normalised, daca_jax.rl.methods.bgpo), t_j stratified over [1e-3, 1] (daca_jax.likelihood.
   # elbo_mc, LLaDA's forward-process floor), n_t = 16 off the code tasks (bgpo-code's value), the group size,
   # batch and schedule, and the learning rate 3e-6 off the code tasks (d1's, _d1).
 

@@ -29,7 +29,10 @@ REFERENCE_TABLES = {
     "| value | ESPO | source |",
     "| method | what it estimates | passes per update (forward, per inner update) | memory | source |",
     "| registry | names | source |",
-    "| target | compiler | devices | hosts | topology |",  # docs/scaling.md: what each --target names
+    "| target | compiler | devices | hosts | topology |",
+    "| field | meaning | default |",
+    "| old | new |",  # docs/changelog.md: moved names
+    "| old module | new module |",  # docs/adding_a_method.md: the fields of a Method  # docs/scaling.md: what each --target names
     "| task (`task.name`) | data (`../shared/data`, or `$DACA_DATA_DIR`) | grading | checked on the real files |",
     # the credit pre-registration's protocol (docs/results/credit_preregistration.md): no measured numbers
     "| piece | where | what it does |",

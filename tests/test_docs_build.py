@@ -22,7 +22,7 @@ DOCUMENTED = [
     ("diffusion", "daca_jax.diffusion.rollout.make_rollout_fn"),
     ("credit", "daca_jax.credit.dps.dps_credit"),
     ("likelihood", "daca_jax.likelihood.stratified.stratified_logprobs"),
-    ("rl", "daca_jax.rl.objectives.diffu_grpo_loss"),
+    ("rl", "daca_jax.rl.methods.diffu_grpo.diffu_grpo_loss"),
     ("rl", "daca_jax.rl.learner.GRPOLearner"),
     ("models", "daca_jax.models.hf_import.load_hf_checkpoint"),
 ]

@@ -18,9 +18,7 @@ from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.registry import Registry
 from daca_jax.rl.advantages import ADVANTAGES
-from daca_jax.rl.bgpo import check_bgpo
-from daca_jax.rl.map_pg import check_map
-from daca_jax.rl.objectives import OBJECTIVES, check_token_credit
+from daca_jax.rl.methods import METHODS, OBJECTIVES, check_token_credit
 from daca_jax.rl.pass_accum import check_pass_accum
 from daca_jax.tasks import TASKS
 from daca_jax.tasks.training_rewards import check_reward
@@ -83,27 +81,20 @@ def validate(cfg: TrainConfig) -> TrainConfig:
 
 
 def check_combinations(cfg: TrainConfig) -> TrainConfig:
-  """Refuses combinations of registered pieces that are not meaningful, each with its reason (the
-  methods' own checks: SPG's :func:`~daca_jax.rl.spg.check_spg_config`, ESPO's
-  :func:`~daca_jax.rl.espo.check_espo_config`, per-token credit's
-  :func:`~daca_jax.rl.objectives.check_token_credit`, and :data:`COMBINATION_CHECKS`). Names must already
-  resolve (:func:`check_names`).
+  """Refuses combinations of registered pieces that are not meaningful, each with its reason: per-token
+  advantages under a method whose loss is per sequence (:func:`~daca_jax.rl.methods.check_token_credit`),
+  per-pass accumulation's (:func:`~daca_jax.rl.pass_accum.check_pass_accum`) and every method's own
+  check (``Method.check`` of :data:`daca_jax.rl.methods.METHODS`), in that order. Names must already resolve (:func:`check_names`).
 
   Raises:
     ConfigError: the first combination refused.
   """
-  from daca_jax.rl.espo import check_espo_config
-  from daca_jax.rl.spg import check_spg_config
-  token_level = CREDIT.get(cfg.rl.credit).token_level
-  for check in (check_spg_config, check_espo_config, check_token_credit):
-    check(cfg, token_level)
-  for refuse in COMBINATION_CHECKS:
-    refuse(cfg)
+  check_token_credit(cfg, CREDIT.get(cfg.rl.credit).token_level)
+  check_pass_accum(cfg)
+  for m in METHODS:
+    if m.check is not None:
+      m.check(cfg)
   return cfg
-
-
-# Combinations of registered pieces that are not meaningful, each refused with its reason (one line).
-COMBINATION_CHECKS = (check_bgpo, check_pass_accum, check_map)
 
 
 # Fields that moved into their method's own section: the error of an old name says where it is now.

@@ -11,7 +11,7 @@ from daca_jax.errors import ConfigError
 
 @dataclasses.dataclass(frozen=True)
 class SPGConfig:
-  """SPG's sandwiched bound (``rl.objective="spg"``, :mod:`daca_jax.rl.spg`; facebookresearch/SPG
+  """SPG's sandwiched bound (``rl.objective="spg"``, :mod:`daca_jax.rl.methods.spg`; facebookresearch/SPG
   ``spg/spg_trainer.py`` ``SPGTrainer._get_per_seq_logps``).
 
   Attributes:

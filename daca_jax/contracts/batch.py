@@ -25,8 +25,8 @@ class PolicyBatch:
     commit_now: float32 [B, L'] for estimators that score rebuilt rollout states (``rldf``): 1 where
       the target position was committed at that state; None otherwise.
     token_advantages: float32 [B, L] per-token advantages that replace ``advantages[:, None] *
-      weights`` (credit built on task-defined token rewards), or None. Only the objectives in
-      :data:`TOKEN_ADVANTAGE_OBJECTIVES` accept them.
+      weights`` (credit built on task-defined token rewards), or None. Only the methods whose loss sums
+      per-token terms accept them (``Method.token_advantages``, :mod:`daca_jax.rl.methods`).
     completion_mask: float32 [B, L_c] the rollout's completion mask over its L_c completion positions,
       or None. ``logp``'s L is S·L_c for an estimator that scores S contexts; objectives that need
       that structure (SPG's per-context mask rates and per-sequence lengths) read S and the lengths

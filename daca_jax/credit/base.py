@@ -120,7 +120,7 @@ class CreditAssigner:
     needs_token_rewards: the assigner reads ``inputs.token_rewards`` (the task must define them) and
       returns ``token_advantages``.
     token_level: the assigner returns ``token_advantages`` (per-token advantages replacing ``A_b · w``),
-      which only the objectives in ``rl.objectives.TOKEN_ADVANTAGE_OBJECTIVES`` accept.
+      which only the methods with ``Method.token_advantages`` accept (:mod:`daca_jax.rl.methods`).
   """
 
   fn: CreditFn

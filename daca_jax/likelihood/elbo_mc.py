@@ -4,7 +4,7 @@ Memory-efficient RL of Diffusion Large Language Models", arXiv 2510.11683; code 
 The masked-diffusion evidence lower bound of the completion,
 ``ELBO(o) = E_t E_{y_t}[(1/t) Σ_i 1[o_i masked in y_t] log p_θ(o_i | y_t)]``, estimated with n_t
 Monte-Carlo samples (t_j, y_j): one forward pass each, ``ELBO ≈ (1/n_t) Σ_j E_j`` with the sample's
-own estimate ``E_j = (1/t_j) Σ_i m_ji log p_θ(o_i | y_j)``. BGPO's bound (:mod:`daca_jax.rl.bgpo`) is
+own estimate ``E_j = (1/t_j) Σ_i m_ji log p_θ(o_i | y_j)``. BGPO's bound (:mod:`daca_jax.rl.methods.bgpo`) is
 a sum of terms that each read one sample's ``E_j``, which is why the samples are returned as S = n_t
 contexts (:class:`~daca_jax.contracts.TokenScores` of kind ``"elbo"``, factor ``1/(n_t t_j)``).
 

@@ -23,7 +23,7 @@ is masked. The random draws are JAX's, not torch's: the same distribution, not t
 The targets of a context are its masked completion positions (SPG's ``perturb_mask``; the learner
 intersects them with the completion mask). This module only builds the contexts and scores them: the
 lower and upper bounds and their 1/t factors (``t`` = the context's share of masked valid positions) are
-computed by the objective (:mod:`daca_jax.rl.spg`), which needs the per-context structure. With any
+computed by the objective (:mod:`daca_jax.rl.methods.spg`), which needs the per-context structure. With any
 other objective the targets are plain per-context log-probs (kind ``"logprob"``).
 """
 from __future__ import annotations

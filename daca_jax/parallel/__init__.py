@@ -6,7 +6,7 @@ one-device update into a ``pmap`` (replicated parameters, per-device gradients a
 multi-host helpers.
 """
 from daca_jax.parallel.data_parallel import make_pmap_update, per_sequence_keys, shard_rows
-from daca_jax.parallel.distributed import (global_batch, is_multiprocess, is_primary, maybe_initialize,
+from daca_jax.parallel.distributed import (ProcessShare, global_batch, is_multiprocess, is_primary, maybe_initialize,
                                           process_slice, rows_to_devices, sync_processes, to_global,
                                           to_host)
 from daca_jax.parallel.fsdp import fsdp_shardings, fsdp_spec, make_fsdp_update
@@ -15,7 +15,7 @@ from daca_jax.parallel.mesh import (AXES, BATCH_AXES, batch_shardings, check_bat
 from daca_jax.parallel.strategy import (ROLLOUT_GATHER_FRACTION, compile_update, gathers_rollout_weights,
                                        shard_rollout, wrap_likelihood)
 
-__all__ = ["AXES", "BATCH_AXES", "ROLLOUT_GATHER_FRACTION", "gathers_rollout_weights", "batch_shardings", "check_batch_size", "compile_update",
+__all__ = ["AXES", "BATCH_AXES", "ProcessShare", "ROLLOUT_GATHER_FRACTION", "gathers_rollout_weights", "batch_shardings", "check_batch_size", "compile_update",
            "fsdp_shardings", "fsdp_spec", "global_batch", "is_multiprocess", "is_primary",
            "make_fsdp_update", "make_mesh", "make_pmap_update", "maybe_initialize", "mesh_shape",
            "num_batch_shards", "per_sequence_keys", "process_slice", "rows_to_devices", "shard_rollout",

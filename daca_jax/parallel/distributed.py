@@ -7,8 +7,9 @@ multi-node GPU) set ``JAX_COORDINATOR_ADDRESS=host:port`` (read by JAX), ``JAX_N
 """
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import Any
+from typing import Any, Sequence
 
 import jax
 import numpy as np
@@ -145,6 +146,59 @@ def to_global(tree: Any, mesh: Mesh | None, shardings: Any = None) -> Any:
   if isinstance(shardings, jax.sharding.Sharding):
     return jax.tree.map(lambda x: one(x, shardings), tree)
   return jax.tree.map(one, tree, shardings)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessShare:
+  """One process's part of a batch of prompts drawn identically on every process, and the moves between
+  that part and the whole batch, written once for both cases: in a multi-process run (a ``mesh`` over
+  several hosts) each process rolls out and grades its own :func:`process_slice` of the prompts and the
+  rows meet in global arrays; in a single process every method below is the identity, so the
+  single-host run keeps its exact arrays and programs.
+
+  Attributes:
+    mesh: the run's mesh, or None.
+    prompts: the prompts of one batch (``rl.prompts_per_step``).
+    rows_per_prompt: rows sampled per prompt (n).
+  Raises:
+    ConfigError: (at construction, in a multi-process run) ``prompts`` is not a multiple of the processes.
+  """
+
+  mesh: Mesh | None
+  prompts: int
+  rows_per_prompt: int = 1
+
+  def __post_init__(self) -> None:
+    share = process_slice(self.prompts) if self.multi else slice(0, self.prompts)
+    object.__setattr__(self, "_share", share)
+
+  @property
+  def multi(self) -> bool:
+    """Whether the batch spans several processes."""
+    return self.mesh is not None and is_multiprocess()
+
+  def own_prompts(self, rows: Sequence[int] | np.ndarray) -> Any:
+    """This process's part of the batch's prompt ``rows`` (all of them in one process)."""
+    return rows[self._share] if self.multi else rows[:]
+
+  def own_rows(self, host_rows: np.ndarray) -> np.ndarray:
+    """This process's rows of a whole batch's host array (``rows_per_prompt`` rows per own prompt)."""
+    if not self.multi:
+      return host_rows
+    n = self.rows_per_prompt
+    return host_rows[self._share.start * n:self._share.stop * n]
+
+  def to_batch(self, local: Any) -> Any:
+    """The whole batch as global arrays from this process's rows (a tree): ``local`` itself in one process."""
+    return global_batch(local, self.mesh) if self.multi else local
+
+  def all_rows(self, local: Any) -> Any:
+    """Every row of the batch on the host from this process's rows (a tree): ``local`` itself in one process."""
+    return to_host(global_batch(local, self.mesh)) if self.multi else local
+
+  def replicate(self, tree: Any) -> Any:
+    """Values equal on every process as global arrays (:func:`to_global`; unchanged in one process)."""
+    return to_global(tree, self.mesh)
 
 
 def sync_processes(name: str) -> None:

@@ -45,7 +45,7 @@ from daca_jax.contracts import ParamSplit, PolicyBatch, TokenScores, Trajectory,
 from daca_jax.errors import ConfigError
 from daca_jax.parallel.mesh import BATCH_AXES
 from daca_jax.rl.advantages import AdvantageEstimator
-from daca_jax.rl.espo import scored_positions
+from daca_jax.rl.methods import scored_positions
 from daca_jax.config.train import TrainConfig
 
 # (params, micro-batch trajectory, key, row_offset) -> TokenScores of those rows

@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 
 from daca_jax.registry import Registry
+from daca_jax.rl.methods import OBJECTIVES, method
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,16 +164,12 @@ def _rloo(rewards, group_size, kl_seq, beta):
   return rloo_advantages(rewards, group_size)
 
 
-# Objectives whose own advantage estimator is not d1's group mean.
-OBJECTIVE_ADVANTAGE = {"reinforce_pp": "reinforce_pp", "espo": "rloo"}
-
-
 def advantage_name(objective: str, advantage: str = "", normalize_adv_std: bool = False) -> str:
   """The advantage estimator a configuration uses.
 
   Args:
     objective: ``rl.objective``.
-    advantage: ``rl.advantage``; "" means the objective's own (:data:`OBJECTIVE_ADVANTAGE`, else
+    advantage: ``rl.advantage``; "" means the objective's own (``Method.advantage``, else
       ``group_std`` when ``normalize_adv_std`` and ``group_mean`` otherwise).
     normalize_adv_std: ``rl.normalize_adv_std``.
   Returns:
@@ -180,6 +177,7 @@ def advantage_name(objective: str, advantage: str = "", normalize_adv_std: bool 
   """
   if advantage:
     return advantage
-  if objective in OBJECTIVE_ADVANTAGE:
-    return OBJECTIVE_ADVANTAGE[objective]
+  own = method(objective).advantage if objective in OBJECTIVES.names() else ""
+  if own:
+    return own
   return "group_std" if normalize_adv_std else "group_mean"

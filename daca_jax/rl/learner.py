@@ -25,7 +25,7 @@ from daca_jax.diffusion.rollout import make_rollout_fn, micro_batched
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.rl.advantages import ADVANTAGES, advantage_name
-from daca_jax.rl.objectives import check_token_credit
+from daca_jax.rl.methods import check_token_credit
 from daca_jax.rl.optim import make_optimizer
 from daca_jax.rl.update import check_rollout_batch, make_objective_grad, make_update, with_trajectory_steps
 from daca_jax.config.train import TrainConfig

@@ -40,18 +40,13 @@ import jax.numpy as jnp
 from daca_jax.contracts import ParamSplit, PolicyBatch, TokenScores, Trajectory, objective_inputs, objective_states
 from daca_jax.errors import ConfigError
 from daca_jax.rl.advantages import ADVANTAGES, AdvantageEstimator, advantage_name
-from daca_jax.rl.espo import scored_positions
+from daca_jax.rl.methods import method, names_where, scored_positions
 from daca_jax.config.train import TrainConfig
 
 # (params, traj, key, pass_index int32 []) -> (TokenScores with only that pass's log-probs, bool [B, S·L]
 # its targets)
 PassScoresFn = Callable[[Any, Trajectory, jax.Array, jax.Array], tuple[TokenScores, jax.Array]]
 
-# Objectives whose loss gradient w.r.t. pass j's targets reads only pass j (module docstring).
-PASS_LOCAL_OBJECTIVES = frozenset({"bgpo", "diffu_grpo", "wd1", "reinforce_pp", "rldf"})
-# Estimators whose every pass is one Monte-Carlo sample of the sequence likelihood (BGPO's terms are
-# per sample; SML's strata are parts of one sample).
-SAMPLE_PER_PASS = ("elbo_mc",)
 
 
 def check_pass_accum(cfg: TrainConfig) -> None:
@@ -65,16 +60,12 @@ def check_pass_accum(cfg: TrainConfig) -> None:
   rl = cfg.rl
   if not rl.pass_accum:
     return
-  if rl.objective not in PASS_LOCAL_OBJECTIVES:
+  if not method(rl.objective).pass_local:
     raise ConfigError("rl.pass_accum", True, f"False with rl.objective={rl.objective!r}: its loss couples the "
-                      f"passes (not a sum of per-pass terms); pass-local objectives: {sorted(PASS_LOCAL_OBJECTIVES)}")
+                      f"passes (not a sum of per-pass terms); pass-local objectives: {names_where('pass_local')}")
   if rl.likelihood not in PASSES:
     raise ConfigError("rl.pass_accum", True, f"False with rl.likelihood={rl.likelihood!r}: it has no per-pass "
                       f"form; estimators with one: {sorted(PASSES)}")
-  if rl.objective == "bgpo" and rl.likelihood not in SAMPLE_PER_PASS:
-    raise ConfigError("rl.pass_accum", True, f"False with rl.objective='bgpo' and rl.likelihood={rl.likelihood!r}: "
-                      "BGPO's Jensen term exponentiates a whole Monte-Carlo sample, which spans every pass "
-                      f"there; estimators with one sample per pass: {list(SAMPLE_PER_PASS)}")
   if cfg.likelihood.elbo_terms != "per_target":
     raise ConfigError("rl.pass_accum", True, "False with likelihood.elbo_terms='summed' (it sums every pass "
                       "into each token's term)")
@@ -162,4 +153,4 @@ def make_pass_accumulated_grad(pass_scores: PassScoresFn, num_passes: int, objec
   return grad
 
 
-__all__ = ["PASS_LOCAL_OBJECTIVES", "check_pass_accum", "make_pass_accumulated_grad"]
+__all__ = ["check_pass_accum", "make_pass_accumulated_grad"]

@@ -24,9 +24,9 @@ from daca_jax.contracts import (ParamSplit, PolicyBatch, TokenScores, Trajectory
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.likelihood.base import LikelihoodFn
 from daca_jax.rl.accumulate import check_grad_accum, make_accumulated_grad
-from daca_jax.rl.espo import scored_positions
+from daca_jax.rl.methods import scored_positions
 from daca_jax.rl.advantages import ADVANTAGES, advantage_name, zero_std_group_fraction
-from daca_jax.rl.objectives import OBJECTIVES
+from daca_jax.rl.methods import OBJECTIVES
 from daca_jax.rl.optim import read_grad_agreement
 from daca_jax.rl.pass_accum import make_pass_accumulated_grad
 from daca_jax.config.train import TrainConfig

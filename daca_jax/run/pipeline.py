@@ -38,7 +38,7 @@ from daca_jax.run.dashboards import Dashboard, check_log_config
 from daca_jax.run.job_eval import JobEvaluator
 from daca_jax.run.preflight import check_batches_fit
 from daca_jax.run.results import Evaluations, assemble_results, publish_results
-from daca_jax.run.rl_loop import run_rl, trajectory_images
+from daca_jax.run.rl_loop import RLBatches, RLHooks, RLStart, RLStore, run_rl, trajectory_images
 from daca_jax.run.sft_loop import run_sft
 from daca_jax.run.streams import EVAL_STREAM, LORA_STREAM
 from daca_jax.run.task_views import TaskViews, build_task_views, check_gen_length, draw_splits
@@ -242,12 +242,11 @@ def _run_phases(cfg: TrainConfig, views: TaskViews, workdir: pathlib.Path, sft_d
   # A preflight's executables (train.py --compile_only --target=...): used where they are this run's programs.
   aot.attach(workdir / "executables", learner.aot_slots, log)
   t0 = time.perf_counter()
-  params, did_work = run_rl(cfg.rl, cfg.checkpoint, views.train, train_examples, learner, policy.params,
-                            policy.ref_params, workdir, seed=cfg.seed, reward=cfg.task.reward,
-                            gen_length=cfg.rollout.gen_length,
-                            layout=from_checkpoint.rl_checkpoint_layout(cfg, policy.params),
-                            images=trajectory_images(cfg, views.train), eval_fn=run_val,
-                            show_progress=show_progress, log=log, mesh=mesh, dashboard=dashboard)
+  params, did_work = run_rl(
+      cfg.rl, learner, RLStart(policy.params, policy.ref_params),
+      RLBatches(views.train, train_examples, cfg.seed, cfg.task.reward, mesh),
+      RLStore(workdir, cfg.checkpoint, from_checkpoint.rl_checkpoint_layout(cfg, policy.params)),
+      RLHooks(run_val, trajectory_images(cfg, views.train), dashboard, show_progress, log))
   if did_work:
     timings["rl_s"] = time.perf_counter() - t0
 

@@ -10,6 +10,7 @@ reproduces the uninterrupted one.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import pathlib
 import time
@@ -87,36 +88,87 @@ def rl_prompt_rows(seed: int, rl: RLConfig, step: int, num_examples: int) -> np.
   return rng.choice(num_examples, rl.prompts_per_step, replace=False)
 
 
-def run_rl(rl: RLConfig, checkpoint: CheckpointConfig, task: Task, examples: list[Example], learner: GRPOLearner,
-           params: Any, ref_params: Any, workdir: pathlib.Path, *, seed: int, reward: str, gen_length: int,
-           layout: RLCheckpointLayout = RLCheckpointLayout(), images: TrajectoryImages | None = None,
-           eval_fn: Callable[[Any, int], dict[str, float]] | None = None, show_progress: bool = True,
-           log: Callable[[str], None] = print, mesh: Mesh | None = None,
-           dashboard: Dashboard | None = None) -> PhaseResult:
-  """GRPO iterations with checkpoints in ``workdir/rl`` and one ``metrics.jsonl`` line per iteration
-  (mirrored to ``dashboard``'s run ``rl``, with a trajectory image as ``images`` asks).
+class RLStart(NamedTuple):
+  """The policy RL starts from and its reference.
+
+  Attributes:
+    params: the policy's initial parameters (those of the latest checkpoint in ``workdir/rl`` replace them).
+    ref_params: the reference policy's parameters (the KL term).
+  """
+
+  params: Any
+  ref_params: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class RLBatches:
+  """RL's training batches: the prompts each iteration draws (:func:`rl_prompt_rows`, the same on every
+  process) and how their completions are graded.
+
+  Attributes:
+    task: the training view of the task (prompts, completions' decoding, rewards).
+    examples: the training examples the prompts are drawn from.
+    seed: the run's seed (prompts and keys come from its RL stream).
+    reward: the training reward's name (``task.reward``; empty: the task's own).
+    mesh: in a multi-process run, the mesh: every process rolls out and grades its own share of the
+      prompts (whole groups, :class:`daca_jax.parallel.ProcessShare`) and the rewards form one global
+      batch. None otherwise.
+  """
+
+  task: Task
+  examples: list[Example]
+  seed: int
+  reward: str = ""
+  mesh: Mesh | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RLStore:
+  """Where and how often the loop keeps its state.
+
+  Attributes:
+    workdir: the run's folder (``rl/`` checkpoints, ``metrics.jsonl``).
+    checkpoint: ``checkpoint.every`` and ``checkpoint.max_to_keep``.
+    layout: what a checkpoint stores of the state (a LoRA run from a checkpoint leaves its frozen base
+      out, :class:`~daca_jax.run.from_checkpoint.RLCheckpointLayout`).
+  """
+
+  workdir: pathlib.Path
+  checkpoint: CheckpointConfig
+  layout: RLCheckpointLayout = RLCheckpointLayout()
+
+
+@dataclasses.dataclass(frozen=True)
+class RLHooks:
+  """What the loop reports to, besides its metrics file.
+
+  Attributes:
+    eval_fn: ``(params, step) -> metrics`` of the validation split, run every ``rl.eval_every``
+      iterations and at the last; logged as ``val/<name>``. None: none.
+    images: the trajectory images to draw, or None.
+    dashboard: receives the metrics (TensorBoard / W&B run ``rl``), or None.
+    show_progress, log: the progress bar and where messages go.
+  """
+
+  eval_fn: Callable[[Any, int], dict[str, float]] | None = None
+  images: TrajectoryImages | None = None
+  dashboard: Dashboard | None = None
+  show_progress: bool = True
+  log: Callable[[str], None] = print
+
+
+def run_rl(rl: RLConfig, learner: GRPOLearner, start: RLStart, batches: RLBatches, store: RLStore,
+           hooks: RLHooks = RLHooks()) -> PhaseResult:
+  """GRPO iterations with checkpoints in ``store.workdir/rl`` and one ``metrics.jsonl`` line per
+  iteration (mirrored to the dashboard's run ``rl``, with a trajectory image as ``hooks.images`` asks).
 
   Args:
     rl: the loop's settings (steps, prompts and group sizes, downsampling, validation cadence, replicate).
-    checkpoint: ``checkpoint.every`` and ``checkpoint.max_to_keep``.
-    task: the training view of the task (prompts, completions' decoding, rewards).
-    examples: the training examples the prompts are drawn from.
     learner: the rollout, credit assignment and update (its optimizer's schedule gives the ``lr`` metric).
-    params: the policy's initial parameters (those of the latest checkpoint in ``workdir/rl`` replace them).
-    ref_params: the reference policy's parameters (the KL term).
-    workdir: the run's folder (``rl/``, ``metrics.jsonl``).
-    seed: the run's seed (prompts and keys come from its RL stream, :func:`rl_prompt_rows`).
-    reward: the training reward's name (``task.reward``; empty: the task's own).
-    gen_length: tokens per completion (``rollout.gen_length``, for the throughput metric).
-    layout: what a checkpoint stores of the state (a LoRA run from a checkpoint leaves its frozen base
-      out, :class:`~daca_jax.run.from_checkpoint.RLCheckpointLayout`).
-    images: the trajectory images to draw, or None.
-    eval_fn: ``(params, step) -> metrics`` of the validation split, run every ``rl.eval_every``
-      iterations and at the last; logged as ``val/<name>``.
-    show_progress, log: the progress bar and where messages go.
-    mesh: in a multi-process run, the mesh: every process draws the same prompts for a step, rolls out
-      and grades its own share of them (whole groups), and the rewards form one global batch. None otherwise.
-    dashboard: receives the metrics (TensorBoard / W&B run ``rl``).
+    start: the initial policy and the reference.
+    batches: the prompts and their grading.
+    store: the workdir, checkpoint cadence and layout.
+    hooks: validation, images, dashboard, progress and messages.
 
   Returns:
     The trained policy's parameters, ``trained=False`` when ``rl.steps`` is 0 or ``workdir/rl`` already
@@ -127,97 +179,92 @@ def run_rl(rl: RLConfig, checkpoint: CheckpointConfig, task: Task, examples: lis
     Preempted: SIGTERM; the iteration reached is saved first.
   """
   if rl.steps == 0:
-    return PhaseResult(params, False)
-  template = {"params": params, "opt_state": learner.init_opt_state(params)}
+    return PhaseResult(start.params, False)
+  log, workdir, layout = hooks.log, store.workdir, store.layout
+  g = rl.group_size
+  n = rl.sample_group_size or g  # sampled per prompt; g of them trained on (daca_jax.rl.downsample)
+  share = parallel.ProcessShare(batches.mesh, rl.prompts_per_step, n)
+  template = {"params": start.params, "opt_state": learner.init_opt_state(start.params)}
   credit_state = learner.init_credit_state()
   if credit_state is not None:  # e.g. DTCA's entropy baseline: part of the run's resumable state
     template["credit"] = credit_state
-  template = parallel.to_global(template, mesh)
-  ckpt, saved, start = open_phase(workdir / "rl", layout.saved(template), checkpoint.max_to_keep, log)
+  template = share.replicate(template)
+  ckpt, saved, first = open_phase(workdir / "rl", layout.saved(template), store.checkpoint.max_to_keep, log)
   state = layout.full(saved)
-  if start > rl.steps:
+  if first > rl.steps:
     ckpt.close()
-    raise ConfigError("rl.steps", rl.steps, f">= {start}, the iteration this run already reached in "
+    raise ConfigError("rl.steps", rl.steps, f">= {first}, the iteration this run already reached in "
                       f"{workdir / 'rl'} (use a new --workdir for a shorter run)")
-  if start >= rl.steps:
-    log(f"RL: already complete in {workdir / 'rl'} (iteration {start}); reusing it.")
+  if first >= rl.steps:
+    log(f"RL: already complete in {workdir / 'rl'} (iteration {first}); reusing it.")
     ckpt.close()
     return PhaseResult(state["params"], False)
-  if start:
-    log(f"RL: resuming from iteration {start}.")
+  if first:
+    log(f"RL: resuming from iteration {first}.")
+  task, examples = batches.task, batches.examples
   prompts_all = task.encode_prompts(examples)
-  base_key = rl_base_key(seed, rl)
-  g = rl.group_size
-  n = rl.sample_group_size or g  # sampled per prompt; g of them trained on (daca_jax.rl.downsample)
-  multi = mesh is not None and parallel.is_multiprocess()
-  share = parallel.process_slice(rl.prompts_per_step) if multi else slice(None)
-  sink = phase_sink(dashboard, "rl", start)
+  base_key = rl_base_key(batches.seed, rl)
+  sink = phase_sink(hooks.dashboard, "rl", first)
   with metrics_writer(workdir / "metrics.jsonl", log, sink) as writer:
-    writer.truncate_after(start)
-    bar = PhaseProgress(range(start, rl.steps), desc=f"RL {rl.objective}", log=log, disable=not show_progress,
-                        first=f"compiling the rollout and the update ({rl.steps - start} iterations to run)")
+    writer.truncate_after(first)
+    bar = PhaseProgress(range(first, rl.steps), desc=f"RL {rl.objective}", log=log, disable=not hooks.show_progress,
+                        first=f"compiling the rollout and the update ({rl.steps - first} iterations to run)")
     for step in bar:
-      idx = rl_prompt_rows(seed, rl, step, len(examples))
-      mine = idx[share]  # this process's prompts (all of them in a single-process run)
+      # Rollout: this process's prompts (all of them in one process), n completions each.
+      mine = share.own_prompts(rl_prompt_rows(batches.seed, rl, step, len(examples)))
       prompts = np.repeat(prompts_all[mine], n, axis=0)
       batch_examples = [examples[i] for i in mine for _ in range(n)]
-      keys = jax.random.split(jax.random.fold_in(base_key, step))
-      k_roll, k_upd = (parallel.to_global(k, mesh) for k in keys)
+      k_roll, k_upd = (share.replicate(k) for k in jax.random.split(jax.random.fold_in(base_key, step)))
       t0 = time.perf_counter()
-      traj = learner.rollout(state["params"], parallel.global_batch(prompts, mesh) if multi else prompts,
-                             k_roll)
-      completion_ids = parallel.to_host(traj.completion)
+      traj = learner.rollout(state["params"], share.to_batch(prompts), k_roll)
+      completion_ids = share.own_rows(parallel.to_host(traj.completion))  # rows of the batch: process order
       t_roll = time.perf_counter() - t0
-      if multi:  # rows of the global batch are in process order
-        completion_ids = completion_ids[share.start * n:share.stop * n]
-      completions = task.decode_completions(completion_ids)
-      rewards, correct = training_rewards(reward, task, completions, batch_examples)
-      sampled = rewards  # every rollout: the policy's reward, whatever the update trains on
-      if n != g:  # one process (preflight): keep g of each group's n
+      # Rewards: graded where the completions were drawn; keep g of each group's n (one process only).
+      rewards, correct = training_rewards(batches.reward, task, task.decode_completions(completion_ids),
+                                          batch_examples)
+      sampled = share.all_rows(rewards)  # every rollout: the policy's reward, whatever the update trains on
+      if n != g:
         rows = np.asarray(select_rows(rewards, n, g, rl.downsample, jax.random.fold_in(k_roll, 1)))
         traj = take_rows(traj, jnp.asarray(rows))
         completion_ids, rewards = completion_ids[rows], rewards[rows]
         batch_examples = [batch_examples[i] for i in rows]
+      # Credit and update, on the whole batch.
       t1 = time.perf_counter()
-      rewards_in = parallel.global_batch(rewards, mesh) if multi else jnp.asarray(rewards)
-      rewards = parallel.to_host(rewards_in) if multi else rewards  # every row, for the metrics
-      if multi:
-        sampled = rewards  # n == g there (preflight): every process's rows
+      rewards_in = share.to_batch(jnp.asarray(rewards))
+      rewards = share.all_rows(rewards)  # every row, for the metrics
       token_rewards = None
       if learner.credit.needs_token_rewards:  # the oracle credit: the task grades every token
-        token_rewards = task.token_rewards(completion_ids, batch_examples)
-        if multi:
-          token_rewards = tuple(parallel.global_batch(x, mesh) for x in token_rewards)
+        token_rewards = share.to_batch(task.token_rewards(completion_ids, batch_examples))
       credit = learner.assign_credit(traj, rewards_in, state.get("credit"), token_rewards)
       weights = credit.weights if credit.token_advantages is None else (credit.weights,
                                                                          credit.token_advantages)
-      params_new, opt_state, m = learner.update(state["params"], state["opt_state"], ref_params, traj,
+      params_new, opt_state, m = learner.update(state["params"], state["opt_state"], start.ref_params, traj,
                                                 rewards_in, weights, k_upd)
       guards.check("RL", guards.step_flag(step + 1, {"loss": m.get("loss"), "grad_norm": m.get("grad_norm"),
                    "params": params_new, "opt_state": opt_state, "credit": credit.state}), ckpt)
       state = dict(state, params=params_new, opt_state=opt_state)
       if credit.state is not None:
         state["credit"] = credit.state
-      m = {k: float(v) for k, v in {**m, **credit.metrics}.items()}
       t_upd = time.perf_counter() - t1
       done = step + 1
-      lengths = parallel.to_host(traj.completion_mask).sum(-1)
+      # Metrics, validation, images, checkpoint.
+      m = {k: float(v) for k, v in {**m, **credit.metrics}.items()}
       if n != g:
         m.update(kept_reward_mean=float(rewards.mean()), kept_reward_std=float(rewards.std()))
-      m.update(reward_mean=float(sampled.mean()), reward_std=float(sampled.std()),
-               reward_max=float(sampled.max()),
-               accuracy=float(np.mean(parallel.to_host(parallel.global_batch(correct, mesh)) if multi else correct)),
-               completion_length=float(lengths.mean()),
+      m.update(reward_mean=float(sampled.mean()), reward_std=float(sampled.std()), reward_max=float(sampled.max()),
+               accuracy=float(np.mean(share.all_rows(correct))),
+               completion_length=float(parallel.to_host(traj.completion_mask).sum(-1).mean()),
                lr=float(learner.schedule(done * rl.num_iterations)),
                rollout_s=t_roll, update_s=t_upd,
-               rollout_tokens_per_s=float(sampled.shape[0] * gen_length / max(t_roll, 1e-9)),
-               includes_compile=float(step == start))  # first iteration of a process: times include jit
+               rollout_tokens_per_s=float(sampled.shape[0] * traj.completion.shape[1] / max(t_roll, 1e-9)),
+               includes_compile=float(step == first))  # first iteration of a process: times include jit
       peak = device_peak_bytes()  # the allocator's peak so far (GPU/TPU; none on CPU): plans are checked on it
       if peak is not None:
         m["device_peak_bytes"] = float(peak)
-      if eval_fn is not None and rl.eval_every and (done % rl.eval_every == 0 or done == rl.steps):
-        m.update({f"val/{k}": v for k, v in eval_fn(state["params"], done).items()})
+      if hooks.eval_fn is not None and rl.eval_every and (done % rl.eval_every == 0 or done == rl.steps):
+        m.update({f"val/{k}": v for k, v in hooks.eval_fn(state["params"], done).items()})
       writer.write(done, m)
+      images = hooks.images
       if images is not None and (done % images.every == 0 or done == rl.steps):
         # on every process: gathering a multi-host batch is a collective; process 0 alone draws it
         host = parallel.to_host({"traj": traj.replace(commit_hidden=None), "weights": credit.weights})
@@ -225,7 +272,7 @@ def run_rl(rl: RLConfig, checkpoint: CheckpointConfig, task: Task, examples: lis
           sink.image("trajectory", done, images.draw(host["traj"], rewards, host["weights"],
                                                      batch_examples[0].prompt, done))
       bar.set_postfix(reward=f"{m['reward_mean']:.3f}", kl=f"{m['kl']:.4f}")
-      if done % checkpoint.every == 0 or done == rl.steps:
+      if done % store.checkpoint.every == 0 or done == rl.steps:
         ckpt.save(done, layout.saved(state), metadata={"phase": "rl", "step": done})
       if preemption.stop_requested():
         save_and_stop(ckpt, "RL", done, layout.saved(state), workdir / "rl", log)

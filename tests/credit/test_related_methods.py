@@ -13,7 +13,9 @@ from daca_jax.credit.dtca import dtca_init_state
 from daca_jax.credit.taggers import POS_CATEGORIES, RULE_CATEGORIES, PosTagger, RuleTagger, classify_text
 from daca_jax.diffusion.rollout import Trajectory
 from daca_jax.likelihood import LIKELIHOOD, sample_states, step_surprisal
-from daca_jax.rl.objectives import OBJECTIVES, PolicyBatch, k3_kl
+from daca_jax.contracts import PolicyBatch
+from daca_jax.rl.methods import OBJECTIVES
+from daca_jax.rl.methods.base import k3_kl
 from daca_jax.tasks.tokenizer import ByteTokenizer
 from daca_jax.config.credit import CreditConfig, DeltaConfig, DPSConfig, DTCAConfig
 from daca_jax.config.likelihood import LikelihoodConfig, RLDFConfig

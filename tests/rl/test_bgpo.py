@@ -16,7 +16,7 @@ from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.likelihood.elbo_mc import mc_samples
 from daca_jax.rl import GRPOLearner, make_objective_grad
-from daca_jax.rl.bgpo import bgpo_loss, bgpo_terms, sample_log_ratios
+from daca_jax.rl.methods.bgpo import bgpo_loss, bgpo_terms, sample_log_ratios
 from daca_jax.likelihood import PASSES
 from daca_jax.config.likelihood import ELBOConfig, ELBOMCConfig, LikelihoodConfig, StratifiedConfig
 from daca_jax.config.rl import RLConfig

@@ -19,7 +19,7 @@ from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.likelihood.espo_elbo import espo_counts, espo_elbo_logprobs, exact_count_masks
 from daca_jax.rl import ADVANTAGES, OBJECTIVES, make_objective_grad
 from daca_jax.rl.advantages import advantage_name, rloo_advantages
-from daca_jax.rl.espo import espo_loss
+from daca_jax.rl.methods.espo import espo_loss
 from daca_jax.config.likelihood import ESPOELBOConfig, LikelihoodConfig, SPGBlockConfig
 from daca_jax.config.rl import RLConfig
 from daca_jax.config.rollout import RolloutConfig

@@ -15,7 +15,7 @@ from daca_jax.config import configure
 from daca_jax.contracts import PolicyBatch
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD
-from daca_jax.rl.map_pg import map_loss
+from daca_jax.rl.methods.map_pg import map_loss
 from daca_jax.config.likelihood import LikelihoodConfig, StepMergeConfig
 from daca_jax.config.rl import RLConfig
 from daca_jax.config.train import TrainConfig

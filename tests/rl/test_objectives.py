@@ -185,7 +185,7 @@ def test_clipped_surrogate_passes_the_full_gradient_where_the_clip_does_not_take
   import jax
   import jax.numpy as jnp
 
-  from daca_jax.rl.objectives import clipped_surrogate
+  from daca_jax.rl.methods.base import clipped_surrogate
 
   grad = lambda r, a, eps, high=None: float(jax.grad(lambda x: clipped_surrogate(x, a, eps, high)[0])(r))
   naive = lambda r, a, eps: float(jax.grad(lambda x: jnp.minimum(x * a, jnp.clip(x, 1 - eps, 1 + eps) * a))(r))

@@ -19,7 +19,7 @@ from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD, spg_block_masks
 from daca_jax.likelihood.spg_block import spg_block_logprobs
 from daca_jax.rl import OBJECTIVES, make_objective_grad
-from daca_jax.rl.spg import spg_loss
+from daca_jax.rl.methods.spg import spg_loss
 from daca_jax.config.likelihood import LikelihoodConfig, SPGBlockConfig
 from daca_jax.config.rl import RLConfig, SPGConfig
 from daca_jax.config.rollout import RolloutConfig
@@ -103,7 +103,7 @@ def test_one_full_context_makes_both_bounds_the_mean_log_prob_and_the_sign_picks
   """S = 1 with every valid token a target (SML, mean-field: t = 1): ELBO = EUBO = the mean token
   log-prob, for any β; and ω moves only the rows with A <= 0."""
   logp, pm, cm, adv = _case(1)
-  from daca_jax.rl.spg import spg_bounds
+  from daca_jax.rl.methods.spg import spg_bounds
   one = np.ones((B, 1, L), bool)
   batch = _policy_batch(one, cm, adv)
   for beta in (0.5, 1.5):

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 
 from daca_jax.contracts import PolicyBatch
 from daca_jax.errors import ConfigError
-from daca_jax.rl.objectives import Aux, _sequence_advantages_only, _token_mean, clipped_surrogate, k3_kl, register_objective
+from daca_jax.rl.methods.base import Aux, Method, clipped_surrogate, k3_kl, objective, sequence_advantages_only, token_mean
 from daca_jax.config.rl import RLConfig
 from daca_jax.config.train import TrainConfig
 
@@ -38,7 +38,7 @@ def gspo_terms(logp: jax.Array, old: jax.Array, mask: jax.Array, weights: jax.Ar
   return surrogate, ratio, binding
 
 
-@register_objective("map")
+@objective("map")
 def map_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig.clip_eps,
              clip_eps_high: float = RLConfig.clip_eps_high, beta: float = RLConfig.beta,
              map_position_weight: float = RLConfig.map_position_weight) -> tuple[jax.Array, Aux]:
@@ -54,7 +54,7 @@ def map_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig.
   Raises:
     ValueError: ``batch.num_states`` not 1 or 2, or per-token advantages.
   """
-  _sequence_advantages_only(batch, "map")
+  sequence_advantages_only(batch, "map")
   if batch.num_states not in (1, 2):
     raise ValueError("objective 'map' reads the token | position log-probs of rl.likelihood='stepmerge' "
                      f"(S = 2 contexts, or 1 without the position term), got S = {batch.num_states}")
@@ -66,7 +66,7 @@ def map_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig.
                       batch.advantages, clip_eps, high) for k in range(kinds)]
   pg = -jnp.mean(parts[0][0])
   pos = -jnp.mean(parts[-1][0]) if kinds == 2 else jnp.zeros(())
-  kl = _token_mean(k3_kl(half(logp, 0), half(batch.logp_ref, 0)), half(batch.mask, 0))
+  kl = token_mean(k3_kl(half(logp, 0), half(batch.logp_ref, 0)), half(batch.mask, 0))
   aux = {"pg_loss": pg, "position_loss": pos, "kl": kl,
          "clip_frac": jnp.mean(parts[0][2].astype(jnp.float32)), "ratio_mean": jnp.mean(parts[0][1]),
          "position_ratio_mean": jnp.mean(parts[-1][1]) if kinds == 2 else jnp.ones(())}
@@ -93,3 +93,6 @@ def check_map(cfg: TrainConfig) -> None:
   if rl.likelihood == "stepmerge" and sm.segments > cfg.rollout.steps:
     raise ConfigError("likelihood.stepmerge.segments", sm.segments,
                       f"<= rollout.steps={cfg.rollout.steps} (segments of at least one step)")
+
+
+METHOD = Method(map_loss, check=check_map)

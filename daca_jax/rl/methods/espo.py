@@ -11,7 +11,7 @@ per-token terms, read with ``likelihood.elbo_terms="summed"``). With L the compl
 positions, as ESPO's ``logits_to_keep``):
 
 * ``ρ_b = exp((E_b − E_b^old) / L)``, the per-token geometric-mean ratio;
-* ``E_b`` sums the positions the objective reads (:func:`scored_positions`): all L, the padding after the
+* ``E_b`` sums the positions the objective reads (:func:`espo_positions`): all L, the padding after the
   first EOS included, as ESPO does (``likelihood.espo_elbo.padding="score"``, the ESPO presets), or those
   inside the completion mask (``"mask"``);
 * ``loss = mean_b −min(ρ_b A_b, clip(ρ_b, 1−ε, 1+ε) A_b) + β · mean_b (E_b − E_b^ref)² / (2L)``
@@ -36,7 +36,7 @@ import jax.numpy as jnp
 
 from daca_jax.contracts import PolicyBatch
 from daca_jax.errors import ConfigError, ShapeError
-from daca_jax.rl.objectives import Aux, _sequence_advantages_only, clipped_surrogate, register_objective
+from daca_jax.rl.methods.base import Aux, Method, clipped_surrogate, objective, sequence_advantages_only
 from daca_jax.config.rl import RLConfig
 from daca_jax.config.train import TrainConfig
 
@@ -46,7 +46,7 @@ ESPO_REFUSED_LIKELIHOODS = {
 }
 
 
-@register_objective("espo")
+@objective("espo")
 def espo_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig.clip_eps,
               beta: float = RLConfig.beta) -> tuple[jax.Array, Aux]:
   """ESPO's clipped sequence-level ELBO-ratio loss with the k2 KL (module docstring).
@@ -62,7 +62,7 @@ def espo_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig
     ValueError: ``batch.token_advantages`` set.
     ShapeError: ``logp`` is not one term per completion position (``batch.completion_mask``'s L).
   """
-  _sequence_advantages_only(batch, "espo")
+  sequence_advantages_only(batch, "espo")
   length = logp.shape[-1]
   if batch.completion_mask is not None and batch.completion_mask.shape[-1] != length:
     raise ShapeError("espo: logp", logp.shape, f"[B, L={batch.completion_mask.shape[-1]}]: one ELBO term per "
@@ -80,25 +80,24 @@ def espo_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig
   return loss, aux
 
 
-def scored_positions(cfg: TrainConfig, completion_mask: jax.Array, weights: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """The completion positions the objective reads and their credit weights: all L with ESPO scoring the
-  padding (``likelihood.espo_elbo.padding="score"``, ESPO's ``compute_loss``), the padding's weight 1 (a
-  credit assigner weighs only the completion's tokens); else ``completion_mask`` (float32 [B, L], 1 up to
-  and including the first EOS) and ``weights`` as they are."""
-  if cfg.rl.objective == "espo" and cfg.likelihood.espo_elbo.padding == "score":
+def espo_positions(cfg: TrainConfig, completion_mask: jax.Array, weights: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """The completion positions ESPO's loss reads and their credit weights (``Method.positions``): all L
+  when it scores the padding (``likelihood.espo_elbo.padding="score"``, ESPO's ``compute_loss``), the
+  padding's weight 1 (a credit assigner weighs only the completion's tokens); else ``completion_mask``
+  (float32 [B, L], 1 up to and including the first EOS) and ``weights`` as they are."""
+  if cfg.likelihood.espo_elbo.padding == "score":
     return jnp.ones_like(completion_mask), jnp.where(completion_mask > 0, weights, 1.0)
   return completion_mask, weights
 
 
-def check_espo_config(cfg: TrainConfig, token_level: bool = False) -> None:
+def check_espo_config(cfg: TrainConfig) -> None:
   """Refuses the ESPO combinations that are not meaningful (one-line ConfigError with the reason).
 
   Args:
     cfg: the configuration (values already validated).
-    token_level: ``rl.credit`` returns per-token advantages.
   Raises:
     ConfigError: ``likelihood.espo_elbo.stratify="batch"`` with ``rl.grad_accum > 1`` or ``pmap``; ``rl.objective="espo"``
-      with per-token advantages, ``likelihood.elbo_terms="per_target"``, an estimator of
+      with ``likelihood.elbo_terms="per_target"``, an estimator of
       :data:`ESPO_REFUSED_LIKELIHOODS`.
   """
   rl = cfg.rl
@@ -109,9 +108,6 @@ def check_espo_config(cfg: TrainConfig, token_level: bool = False) -> None:
                       "stratify over)")
   if rl.objective != "espo":
     return
-  if token_level:
-    raise ConfigError("rl.credit", rl.credit, "a credit of weights with rl.objective='espo' (one advantage "
-                      "per sequence-level action; per-token advantages have no sequence ratio to scale)")
   if rl.likelihood in ESPO_REFUSED_LIKELIHOODS:
     raise ConfigError("rl.likelihood", rl.likelihood,
                       f"a sequence-likelihood estimator with rl.objective='espo' ({ESPO_REFUSED_LIKELIHOODS[rl.likelihood]})")
@@ -119,3 +115,7 @@ def check_espo_config(cfg: TrainConfig, token_level: bool = False) -> None:
     raise ConfigError("likelihood.elbo_terms", cfg.likelihood.elbo_terms,
                       "'summed' with rl.objective='espo' (its ratio and k2 KL are on the sequence ELBO, the sum "
                       "of each token's ELBO term; 'per_target' moves the ELBO factors into the credit weights)")
+
+
+METHOD = Method(espo_loss, advantage="rloo", sequence_reason="one advantage per sequence-level action; a "
+                "per-token advantage has no sequence ratio to scale", check=check_espo_config, positions=espo_positions)

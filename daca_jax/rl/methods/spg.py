@@ -51,7 +51,7 @@ import jax.numpy as jnp
 
 from daca_jax.contracts import PolicyBatch
 from daca_jax.errors import ConfigError
-from daca_jax.rl.objectives import Aux, _sequence_advantages_only, register_objective
+from daca_jax.rl.methods.base import Aux, Method, objective, sequence_advantages_only
 from daca_jax.config.rl import SPGConfig
 from daca_jax.config.train import TrainConfig
 
@@ -92,7 +92,7 @@ def spg_bounds(logp: jax.Array, mask: jax.Array, weights: jax.Array, completion_
   return elbo, eubo
 
 
-@register_objective("spg", reads_old=False)
+@objective("spg")
 def spg_loss(logp: jax.Array, batch: PolicyBatch, *, spg: SPGConfig = SPGConfig()) -> tuple[jax.Array, Aux]:
   """SPG's sandwiched policy-gradient loss (module docstring).
 
@@ -108,7 +108,7 @@ def spg_loss(logp: jax.Array, batch: PolicyBatch, *, spg: SPGConfig = SPGConfig(
   Raises:
     ValueError: ``batch.token_advantages`` set.
   """
-  _sequence_advantages_only(batch, "spg")
+  sequence_advantages_only(batch, "spg")
   # Without the completion mask (a direct call on [B, L] log-probs): one context whose targets are the
   # completion, t = 1.
   cm = batch.mask if batch.completion_mask is None else batch.completion_mask
@@ -124,15 +124,14 @@ def spg_loss(logp: jax.Array, batch: PolicyBatch, *, spg: SPGConfig = SPGConfig(
   return loss, aux
 
 
-def check_spg_config(cfg: TrainConfig, token_level: bool = False) -> None:
+def check_spg_config(cfg: TrainConfig) -> None:
   """Refuses the SPG combinations that are not meaningful (one-line ConfigError with the reason).
 
   Args:
     cfg: the configuration (values already validated).
-    token_level: ``rl.credit`` returns per-token advantages (``CREDIT[rl.credit].token_level``).
 
   Raises:
-    ConfigError: ``rl.objective="spg"`` with ``rl.beta > 0``, per-token advantages, an estimator of
+    ConfigError: ``rl.objective="spg"`` with ``rl.beta > 0``, an estimator of
       :data:`SPG_REFUSED_LIKELIHOODS`; ``rl.likelihood="spg_block"`` whose ``block_length`` does not
       divide ``rollout.gen_length`` or whose ``num_t`` exceeds the block count.
   """
@@ -152,9 +151,11 @@ def check_spg_config(cfg: TrainConfig, token_level: bool = False) -> None:
   if rl.beta > 0:
     raise ConfigError("rl.beta", rl.beta, "0 with rl.objective='spg' (SPG has no KL term: its trainer "
                       "raises NotImplementedError for beta != 0)")
-  if token_level:
-    raise ConfigError("rl.credit", rl.credit, "a credit of weights with rl.objective='spg' (SPG picks its "
-                      "bound by the sign of the sequence advantage; per-token advantages have no sign per sequence)")
   if rl.likelihood in SPG_REFUSED_LIKELIHOODS:
     raise ConfigError("rl.likelihood", rl.likelihood,
                       f"an estimator of plain log-probs with rl.objective='spg' ({SPG_REFUSED_LIKELIHOODS[rl.likelihood]})")
+
+
+METHOD = Method(spg_loss, reads_old=False, check=check_spg_config,
+                sequence_reason="SPG picks its bound by the sign of the sequence advantage; per-token advantages "
+                "have no sign per sequence")

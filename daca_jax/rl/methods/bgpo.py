@@ -28,7 +28,7 @@ import jax.numpy as jnp
 
 from daca_jax.contracts import PolicyBatch
 from daca_jax.errors import ConfigError
-from daca_jax.rl.objectives import Aux, _sequence_advantages_only, _token_mean, clipped_surrogate, k3_kl, register_objective
+from daca_jax.rl.methods.base import Aux, Method, clipped_surrogate, k3_kl, objective, sequence_advantages_only, token_mean
 from daca_jax.config.rl import RLConfig
 from daca_jax.config.train import TrainConfig
 
@@ -64,7 +64,7 @@ def bgpo_terms(log_ratios: jax.Array, advantages: jax.Array, clip_eps: float) ->
   return surrogate, ratio, binding
 
 
-@register_objective("bgpo")
+@objective("bgpo")
 def bgpo_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig.clip_eps,
               beta: float = RLConfig.beta) -> tuple[jax.Array, Aux]:
   """BGPO's linear lower bound of the ELBO-ratio objective (module docstring), to minimise.
@@ -83,11 +83,11 @@ def bgpo_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig
   Raises:
     ValueError: per-token advantages (``rl.credit="token_reward"``).
   """
-  _sequence_advantages_only(batch, "bgpo")
+  sequence_advantages_only(batch, "bgpo")
   delta = sample_log_ratios(logp, batch)  # [B, n]
   surrogate, ratio, clipped = bgpo_terms(delta, batch.advantages, clip_eps)
   pg = -jnp.mean(jnp.mean(surrogate, axis=-1))
-  kl = _token_mean(k3_kl(logp, batch.logp_ref), batch.mask)
+  kl = token_mean(k3_kl(logp, batch.logp_ref), batch.mask)
   exact = jnp.exp(jnp.mean(delta, axis=-1)) * batch.advantages  # A ρ, the objective the bound is under
   bound = jnp.mean(ratio, axis=-1) * batch.advantages
   aux = {"pg_loss": pg, "kl": kl, "clip_frac": jnp.mean(clipped.astype(jnp.float32)),
@@ -99,6 +99,9 @@ def bgpo_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig
 # Estimators whose contexts are equally weighted Monte-Carlo samples of one sequence likelihood (or a
 # single context): BGPO's per-sample terms are meaningful over them.
 BGPO_LIKELIHOODS = ("elbo_mc", "stratified", "mean_field", "trajectory")
+# Estimators whose every pass is one Monte-Carlo sample of the sequence likelihood: BGPO's terms are per
+# sample, so rl.pass_accum is exact there only (SML's strata are parts of one sample).
+SAMPLE_PER_PASS = ("elbo_mc",)
 
 
 def check_bgpo(cfg: TrainConfig) -> None:
@@ -108,9 +111,20 @@ def check_bgpo(cfg: TrainConfig) -> None:
   Raises:
     ConfigError: ``rl.likelihood`` not in :data:`BGPO_LIKELIHOODS` — GDPO's ``elbo`` weighs its
       quadrature nodes unequally (Jensen's mean needs equal weights), ``coupled`` pairs complementary
-      masks, ``rldf`` scores overlapping targets per state, ``stepmerge`` carries MAP's position term.
+      masks, ``rldf`` scores overlapping targets per state, ``stepmerge`` carries MAP's position term;
+      ``rl.pass_accum`` with an estimator of several passes per sample (not :data:`SAMPLE_PER_PASS`).
   """
-  if cfg.rl.objective == "bgpo" and cfg.rl.likelihood not in BGPO_LIKELIHOODS:
-    raise ConfigError("rl.likelihood", cfg.rl.likelihood,
+  rl = cfg.rl
+  if rl.objective != "bgpo":
+    return
+  if rl.likelihood not in BGPO_LIKELIHOODS:
+    raise ConfigError("rl.likelihood", rl.likelihood,
                       f"one of {list(BGPO_LIKELIHOODS)} with rl.objective='bgpo' (its Jensen bound averages "
                       "equally weighted Monte-Carlo samples of the sequence likelihood; use 'elbo_mc' for an ELBO)")
+  if rl.pass_accum and rl.likelihood not in SAMPLE_PER_PASS:
+    raise ConfigError("rl.pass_accum", True, f"False with rl.objective='bgpo' and rl.likelihood={rl.likelihood!r}: "
+                      "BGPO's Jensen term exponentiates a whole Monte-Carlo sample, which spans every pass "
+                      f"there; estimators with one sample per pass: {list(SAMPLE_PER_PASS)}")
+
+
+METHOD = Method(bgpo_loss, pass_local=True, check=check_bgpo)
