@@ -33,7 +33,7 @@ from daca_jax.io_utils import check_dir_path, make_dir
 from daca_jax.models import count_params, init_model, lora, make_logits_fn
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.parallel import aot
-from daca_jax.run import from_checkpoint
+from daca_jax.run import from_checkpoint, lease
 from daca_jax.run.dashboards import Dashboard, check_log_config
 from daca_jax.run.job_eval import JobEvaluator
 from daca_jax.run.preflight import check_batches_fit
@@ -80,8 +80,8 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     workdir's per-example outcomes file of each of those evaluations (:mod:`daca_jax.evaluation.outcomes`).
   Raises:
     ConfigError: a config value that does not fit the task, a preset for a pretrained checkpoint run
-      without one (``model.init_checkpoint``), a workdir holding another run, or a ``workdir`` that is
-      empty, a file or under a file.
+      without one (``model.init_checkpoint``), a workdir holding another run's config or leased by a
+      live run (:mod:`daca_jax.run.lease`), or a ``workdir`` that is empty, a file or under a file.
     FileNotFoundError: an explicitly configured data path that does not exist.
     DataError: a checkpoint folder (``model.init_checkpoint``) with missing or malformed files.
   """
@@ -135,17 +135,18 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   log(f"Prepared {len(train_examples) + len(val_examples)} examples and a {count_params(params):,}-parameter model in "
       f"{time.perf_counter() - t_prep:.1f} s.")
   make_dir(workdir)  # only now: a config refused above leaves no workdir
-  check_workdir_config(workdir, cfg)  # after everything that can reject the config up front
-  if start is not None:
-    from_checkpoint.record_source(workdir, start, has_saved_state(workdir))
-  dashboard = Dashboard(workdir, cfg.log, cfg.to_dict()) if parallel.is_primary() else None
-  try:
-    return _run_phases(cfg, views, workdir, pathlib.Path(sft_dir) if sft_dir is not None else workdir / "sft",
-                       train_examples, val_examples, eval_examples, source, graphdef, params, logits_fn,
-                       mesh=mesh, show_progress=show_progress, log=log, dashboard=dashboard, val_source=val_source)
-  finally:
-    if dashboard is not None:
-      dashboard.close()
+  with lease.holding(workdir, log):  # one run at a time: a second one is refused here, before any work
+    check_workdir_config(workdir, cfg)  # after everything that can reject the config up front
+    if start is not None:
+      from_checkpoint.record_source(workdir, start, has_saved_state(workdir))
+    dashboard = Dashboard(workdir, cfg.log, cfg.to_dict()) if parallel.is_primary() else None
+    try:
+      return _run_phases(cfg, views, workdir, pathlib.Path(sft_dir) if sft_dir is not None else workdir / "sft",
+                         train_examples, val_examples, eval_examples, source, graphdef, params, logits_fn,
+                         mesh=mesh, show_progress=show_progress, log=log, dashboard=dashboard, val_source=val_source)
+    finally:
+      if dashboard is not None:
+        dashboard.close()
 
 
 def _check_credit_and_logs(cfg: TrainConfig, views: TaskViews) -> None:
