@@ -47,7 +47,7 @@ def _iteration(learner, params, prompts, rewards):
   return traj, out
 
 
-def _preflight(tmp_path, cfg):
+def _compile_ahead(folder, cfg):
   """What train.py --compile_only writes: the learner's two programs compiled from shapes, serialized."""
   learner = GRPOLearner(jax_logits, cfg, mask_id=MASK, eos_id=EOS)
   params, prompts, rewards = _inputs()
@@ -58,7 +58,21 @@ def _preflight(tmp_path, cfg):
   upd = learner.update.lower(shapes(params), jax.eval_shape(learner.init_opt_state, params), shapes(params), traj,
                              shapes(rewards), weights, shapes(jax.random.PRNGKey(1)))
   programs = {"rollout": (lowered.compile(), aot.fingerprint(lowered)), "update": (upd.compile(), aot.fingerprint(upd))}
-  return aot.write(tmp_path / "executables", programs, target="cpu:1")
+  return aot.write(folder, programs, target="cpu:1")
+
+
+def _preflight(tmp_path, cfg_kwargs=None):
+  """:func:`_compile_ahead` in a process of its own, as train.py --compile_only is. Serialized by a test worker
+  that had compiled many other programs first, the XLA:CPU update failed to run in another process once
+  ("NOT_FOUND: Function iota_convert_fusion not found"); compiled in a fresh process it has not."""
+  root = pathlib.Path(__file__).resolve().parents[2]
+  folder = tmp_path / "executables"
+  code = ("import sys\nfrom tests.parallel.test_aot import _cfg, _compile_ahead\n"
+          f"_compile_ahead(sys.argv[1], _cfg(**{cfg_kwargs or {}!r}))\n")
+  r = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, cwd=root,
+                     env=dict(os.environ, PYTHONPATH=str(root)), timeout=300)
+  assert r.returncode == 0, r.stderr[-3000:]
+  return folder
 
 
 _RUN = """
@@ -97,7 +111,7 @@ def _run(folder, lrs, tmp_path):
 
 
 def test_a_learner_runs_its_preflights_executables_and_gets_the_same_results(tmp_path):
-  folder = _preflight(tmp_path, _cfg())
+  folder = _preflight(tmp_path)
   manifest = json.loads((folder / aot.MANIFEST).read_text())
   assert manifest["platform"] == "cpu" and manifest["num_devices"] == 1 and set(manifest["programs"]) == {
       "rollout", "update"}
@@ -119,7 +133,7 @@ def test_a_learner_runs_its_preflights_executables_and_gets_the_same_results(tmp
 
 
 def test_another_machine_or_file_is_one_line(tmp_path):
-  folder = _preflight(tmp_path, _cfg())
+  folder = _preflight(tmp_path)
   # another machine: nothing is offered
   manifest = json.loads((folder / aot.MANIFEST).read_text())
   (folder / aot.MANIFEST).write_text(json.dumps(dict(manifest, device_kind="TPU v5", target="tpu:v5p-8")))
