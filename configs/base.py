@@ -144,7 +144,6 @@ def get_config() -> ml_collections.ConfigDict:
   c.rl.adam_b2 = 0.999  # Adam beta2 (second-moment decay; d1: 0.99).
   c.rl.grad_accum = 1  # Micro-batches per update, gradients summed before one optimizer step (d1: 2).
   c.rl.rollout_batch = 0  # Rows per rollout call (0: the whole batch at once).
-  c.rl.rldf_tau = 0.6  # rldf: drop (state, token) targets below this probability unless committed there.
   c.rl.eval_every = 0  # Evaluate on the validation split every N iterations (0: never; needs task.num_val_examples).
   c.rl.replicate = 0  # RL's draw of rollout keys and prompt order: 0 = the seed's own | k > 0: another, same warm start.
   c.rl.grad_agreement = True  # Log grad_cos: cosine of successive batches' gradients (one params-sized buffer).
@@ -152,8 +151,11 @@ def get_config() -> ml_collections.ConfigDict:
   c.rl.spg.eubo_beta = 1.5  # spg: β of the upper bound's power mean (SPG: 1.5; Sudoku 1.0).
   c.rl.spg.mix_weight = 0.5  # spg: ω, the upper bound's share for A <= 0 (1: EUBO only, 0: ELBO only).
   c.rl.pass_accum = False  # Accumulate the gradient one likelihood pass at a time (BGPO; pass-local objectives).
-  c.rl.clip_eps_high = 0.0  # map: upper clip 1 + eps_high of the sequence ratios (0: clip_eps).
-  c.rl.map_position_weight = 1.0  # map: lambda of the position loss.
+  c.rl.map = ml_collections.ConfigDict()
+  c.rl.map.clip_eps_high = 0.0  # map: upper clip 1 + eps_high of the sequence ratios (0: clip_eps).
+  c.rl.map.position_weight = 1.0  # map: lambda of the position loss.
+  c.rl.rldf = ml_collections.ConfigDict()
+  c.rl.rldf.tau = 0.6  # rldf: drop (state, token) targets below this probability unless committed there.
 
   c.sft = ml_collections.ConfigDict()
   c.sft.steps = 300  # Warm-start steps (masked-diffusion SFT on the task's generated targets).

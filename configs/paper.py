@@ -421,9 +421,9 @@ def _map(c: ml_collections.ConfigDict, task: str) -> None:
   c.likelihood.stepmerge.position_source = "gt"  # gsm8k.yaml position_confidence_source
   c.likelihood.stepmerge.position_temperature = 1.0  # gsm8k.yaml position_likelihood_temperature
   c.likelihood.strata_batch = 1  # gsm8k.yaml stepmerge_blocks_per_microbatch 1
-  c.rl.map_position_weight = 1.0  # gsm8k.yaml position_likelihood_lambda
+  c.rl.map.position_weight = 1.0  # gsm8k.yaml position_likelihood_lambda
   c.rl.clip_eps = 3e-4  # gsm8k.yaml clip_eps_low and position_clip_eps_low 0.0003
-  c.rl.clip_eps_high = 4e-4  # gsm8k.yaml clip_eps_high and position_clip_eps_high 0.0004
+  c.rl.map.clip_eps_high = 4e-4  # gsm8k.yaml clip_eps_high and position_clip_eps_high 0.0004
   c.rl.beta = 0.0  # gsm8k.yaml beta
   c.rl.num_iterations = 12  # gsm8k.yaml num_iterations
   c.rl.advantage = "rloo"  # gsm8k.yaml advantage_estimator rloo: r - mean of the other G-1 rows

@@ -29,8 +29,8 @@ NEW_BASES = ("spg", "espo", "bgpo", "map")
 # The fields a base's paper preset sets that define its method (the rest of the preset is the paper's
 # budget and data, which the grid keeps at the main job's so the bases differ only by method).
 METHOD_FIELDS = (
-    "rl.objective", "rl.likelihood", "rl.advantage", "rl.beta", "rl.clip_eps", "rl.clip_eps_high",
-    "rl.pass_accum", "rl.map_position_weight", "rl.spg.eubo_beta", "rl.spg.mix_weight",
+    "rl.objective", "rl.likelihood", "rl.advantage", "rl.beta", "rl.clip_eps", "rl.map.clip_eps_high",
+    "rl.pass_accum", "rl.map.position_weight", "rl.spg.eubo_beta", "rl.spg.mix_weight",
     "likelihood.elbo_terms", "likelihood.spg_block", "likelihood.espo_elbo", "likelihood.elbo_mc",
     "likelihood.stepmerge",
 )

@@ -108,6 +108,9 @@ MOVED_FIELDS = {
     "likelihood.elbo_nodes": "likelihood.elbo.nodes",
     "likelihood.trajectory_groups": "likelihood.trajectory.groups",
     **{f"likelihood.rldf_{k}": f"likelihood.rldf.{k}" for k in ("states", "sampling", "temperature")},
+    "rl.clip_eps_high": "rl.map.clip_eps_high",
+    "rl.map_position_weight": "rl.map.position_weight",
+    "rl.rldf_tau": "rl.rldf.tau",
 }
 
 

@@ -35,6 +35,44 @@ class SPGConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class MAPConfig:
+  """MAP's options (``rl.objective="map"``, :mod:`daca_jax.rl.methods.map_pg`; Haran71/mask-aware-policy-gradients
+  ``map/configs/gsm8k.yaml``).
+
+  Attributes:
+    clip_eps_high: upper clip 1 + ε_high of MAP's sequence-level ratios (0: ``rl.clip_eps``; the lower clip
+      is always 1 − ``rl.clip_eps``; MAP: ``clip_eps_high`` 4e-4).
+    position_weight: λ of MAP's position loss (``position_likelihood_lambda``, 1.0).
+  """
+
+  clip_eps_high: float = 0.0
+  position_weight: float = 1.0
+
+  def validate(self, prefix: str = "rl.map") -> "MAPConfig":
+    _check_fields(prefix, self)
+    _non_negative(prefix, self, "clip_eps_high", "position_weight")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
+class RLDFLossConfig:
+  """RLDF's clean-state clip (``rl.objective="rldf"``, :mod:`daca_jax.rl.methods.rldf`).
+
+  Attributes:
+    tau: a (state, position) target whose probability under the rollout policy is below ``tau`` is
+      dropped unless the position was committed at that state (0.6).
+  """
+
+  tau: float = 0.6
+
+  def validate(self, prefix: str = "rl.rldf") -> "RLDFLossConfig":
+    _check_fields(prefix, self)
+    if not 0.0 <= self.tau <= 1.0:
+      raise ConfigError(f"{prefix}.tau", self.tau, "a probability in [0, 1]")
+    return self
+
+
+@dataclasses.dataclass(frozen=True)
 class RLConfig:
   """GRPO learner.
 
@@ -88,19 +126,16 @@ class RLConfig:
     grad_agreement: log ``grad_cos``, the cosine between successive rollout batches' gradients (its
       mean over a run gives the gradient SNR, cos / (1 − cos)); costs one params-sized buffer in the
       optimizer state.
-    rldf_tau: rldf's clean-state clip: a (state, position) target whose probability under the
-      rollout policy is below tau is dropped unless the position was committed at that state.
     replicate: which draw of RL's randomness (rollout keys, prompt order) the run takes from its
       seed: 0 = the seed's own; k > 0 = another independent draw from the same SFT warm start (a
       second run of one arm per warm start measures the RL seed's share of the spread).
     spg: :class:`SPGConfig` (``rl.objective="spg"``: its bound's β and mixture weight).
+    map: :class:`MAPConfig` (``rl.objective="map"``: its upper clip and position-loss weight).
+    rldf: :class:`RLDFLossConfig` (``rl.objective="rldf"``: its clean-state clip).
     pass_accum: per-pass gradient accumulation (:mod:`daca_jax.rl.pass_accum`): the gradient of an
       objective that is a sum of per-pass terms (BGPO's bound, the token-level objectives) is
       accumulated one likelihood pass at a time inside a ``lax.scan``, each pass's graph dropped, so
       memory stays that of one pass whatever the number of passes (BGPO's n_t, SML's K).
-    clip_eps_high: upper clip 1 + ε_high of ``map``'s sequence-level ratios (0: ``clip_eps``; the lower
-      clip is always 1 − ``clip_eps``).
-    map_position_weight: λ of MAP's position loss (``rl.objective="map"``).
   """
 
   objective: str = "diffu_grpo"
@@ -128,23 +163,23 @@ class RLConfig:
   rollout_batch: int = 0
   eval_every: int = 0
   grad_agreement: bool = True
-  rldf_tau: float = 0.6
   replicate: int = 0
   spg: SPGConfig = SPGConfig()
+  map: MAPConfig = MAPConfig()
+  rldf: RLDFLossConfig = RLDFLossConfig()
   pass_accum: bool = False
-  clip_eps_high: float = 0.0
-  map_position_weight: float = 1.0
 
   def validate(self, prefix: str = "rl") -> "RLConfig":
     _check_fields(prefix, self)
     self.spg.validate(f"{prefix}.spg")
+    self.map.validate(f"{prefix}.map")
+    self.rldf.validate(f"{prefix}.rldf")
     if self.advantage:
       if self.normalize_adv_std and self.advantage != "group_std":
         raise ConfigError(f"{prefix}.normalize_adv_std", self.normalize_adv_std,
                           f"False with {prefix}.advantage={self.advantage!r} (normalize_adv_std=True "
                           f"means {prefix}.advantage='group_std')")
     _positive(prefix, self, "prompts_per_step", "group_size", "num_iterations", "grad_accum")
-    _non_negative(prefix, self, "clip_eps_high", "map_position_weight")
     _non_negative(prefix, self, "rollout_batch", "steps", "clip_eps", "beta", "learning_rate", "warmup_steps",
                   "weight_decay", "max_grad_norm", "adam_eps", "eval_every", "replicate")
     if self.group_size < 2:
@@ -164,8 +199,6 @@ class RLConfig:
                         f"({prefix}.prompts_per_step x {prefix}.sample_group_size or group_size)")
     _one_of(prefix, self, "downsample", DOWNSAMPLE_RULES)
     _one_of(prefix, self, "lr_schedule", LR_SCHEDULES)
-    if not 0.0 <= self.rldf_tau <= 1.0:
-      raise ConfigError(f"{prefix}.rldf_tau", self.rldf_tau, "a probability in [0, 1]")
     if not isinstance(self.grad_agreement, bool):
       raise ConfigError(f"{prefix}.grad_agreement", self.grad_agreement, "True or False")
     for name in ("adam_b1", "adam_b2"):  # Adam divides by 1 - beta**t: beta = 1 divides by zero

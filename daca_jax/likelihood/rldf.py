@@ -11,7 +11,7 @@ own intermediate states and scores, in each, every still-masked position against
   valid token are picked last.
 * targets: every position masked in ``x_s``, i.e. ``commit_step >= s`` — the tokens committed at s
   and all later ones. The objective ``rldf`` applies the clean-state clip (drop targets whose
-  probability under the rollout policy is below ``rl.rldf_tau`` unless committed at s).
+  probability under the rollout policy is below ``rl.rldf.tau`` unless committed at s).
 
 Cost: k forward passes (vectorised with ``jax.vmap``, or ``lax.map`` in groups of
 ``strata_batch``). The output flattens (state, position) pairs so that every token-level objective

@@ -21,7 +21,7 @@ from daca_jax.rl.methods.diffu_grpo import diffu_grpo_loss
 from daca_jax.contracts import PolicyBatch
 from daca_jax.config.likelihood import CoupledConfig, LikelihoodConfig, StratifiedConfig
 from daca_jax.config.credit import CreditConfig, DeltaConfig, DPSConfig, DTCAConfig
-from daca_jax.config.rl import RLConfig
+from daca_jax.config.rl import RLConfig, RLDFLossConfig
 from daca_jax.config.rollout import RolloutConfig
 from daca_jax.diffusion import make_rollout_fn
 from tests.fixed_logit_model import jax_logits, make_params
@@ -43,9 +43,9 @@ CREDIT_READS = {"uniform": set(), "dps": {"dps"}, "dtca": {"dtca", "dps"}, "delt
                 "position_value": {"position_value", "dps"}, "token_reward": set(), "contrast": {"contrast", "dps"}}
 OBJECTIVE_READS = {"diffu_grpo": {"clip_eps", "beta"}, "wd1": {"group_size", "beta"},
                    "gspo": {"clip_eps", "beta"}, "gdpo": {"clip_eps", "beta"},
-                   "reinforce_pp": {"clip_eps"}, "rldf": {"clip_eps", "beta", "rldf_tau"},
+                   "reinforce_pp": {"clip_eps"}, "rldf": {"clip_eps", "beta", "rldf"},
                    "spg": {"spg"}, "espo": {"clip_eps", "beta"}, "bgpo": {"clip_eps", "beta"},
-                   "map": {"clip_eps", "clip_eps_high", "beta", "map_position_weight"}}
+                   "map": {"clip_eps", "beta", "map"}}
 
 
 def test_every_registered_algorithm_reads_only_its_own_fields():
@@ -109,7 +109,7 @@ def test_objective_entry_passes_only_its_fields():
   logp = jnp.log(jnp.full((4, 3), 0.5))
   batch = PolicyBatch(logp_old=logp - 0.3, logp_ref=logp + 0.1, advantages=jnp.asarray([1.0, -1.0, 0.5, -0.5]),
                       weights=jnp.ones((4, 3)), mask=jnp.ones((4, 3)))
-  cfg = RLConfig(clip_eps=0.1, beta=0.2, rldf_tau=0.9, group_size=2, learning_rate=3.0)
+  cfg = RLConfig(clip_eps=0.1, beta=0.2, rldf=RLDFLossConfig(tau=0.9), group_size=2, learning_rate=3.0)
   loss_entry, _ = OBJECTIVES.get("diffu_grpo")(logp, batch, cfg)
   loss_direct, _ = diffu_grpo_loss(logp, batch, clip_eps=0.1, beta=0.2)
   assert float(loss_entry) == float(loss_direct)
@@ -147,8 +147,8 @@ def test_direct_calls_validate_their_options_as_the_config_would():
     diffu_grpo_loss(logp, batch, clip_eps=-1.0)
   with pytest.raises(ConfigError, match=r"diffu_grpo_loss\.beta=nan"):
     diffu_grpo_loss(logp, batch, beta=float("nan"))
-  with pytest.raises(TypeError, match=r"diffu_grpo_loss takes the options \['clip_eps', 'beta'\], not \['rldf_tau'\]"):
-    diffu_grpo_loss(logp, batch, rldf_tau=0.5)  # an RLConfig field diffu-GRPO does not read
+  with pytest.raises(TypeError, match=r"diffu_grpo_loss takes the options \['clip_eps', 'beta'\], not \['rldf'\]"):
+    diffu_grpo_loss(logp, batch, rldf=RLDFLossConfig(tau=0.5))  # an RLConfig field diffu-GRPO does not read
   with pytest.raises(ConfigError, match=r"wd1_loss\.group_size=1 is not allowed: expected >= 2"):
     wd1_loss(logp, batch, group_size=1)
   loss, _ = jax.jit(lambda b: diffu_grpo_loss(logp, batch, beta=b))(jnp.float32(0.1))  # a traced option

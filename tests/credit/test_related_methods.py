@@ -335,7 +335,7 @@ def test_rldf_objective_clean_state_clip():
   here = np.asarray([[0, 0, 1, 1, 0, 0], [1, 0, 0, 0, 0, 0]], np.float32)
   mask = np.asarray([[1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 0, 1]], np.float32)
   adv = np.asarray([1.0, -0.5])
-  cfg = RLConfig(clip_eps=0.2, beta=0.01, rldf_tau=0.6)
+  cfg = RLConfig(clip_eps=0.2, beta=0.01)
   batch = PolicyBatch(logp_old=jnp.asarray(old), logp_ref=jnp.asarray(ref), advantages=jnp.asarray(adv),
                       weights=jnp.ones((b_n, n)), mask=jnp.asarray(mask), commit_now=jnp.asarray(here))
   loss, aux = OBJECTIVES.get("rldf")(jnp.asarray(logp), batch, cfg)

@@ -17,7 +17,7 @@ from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.rl.methods.map_pg import map_loss
 from daca_jax.config.likelihood import LikelihoodConfig, StepMergeConfig
-from daca_jax.config.rl import RLConfig
+from daca_jax.config.rl import MAPConfig, RLConfig
 from daca_jax.config.train import TrainConfig
 from tests.fixed_logit_model import make_params, np_logits, jax_logits
 
@@ -146,8 +146,8 @@ def test_map_loss_matches_the_reference_losses():
                       advantages=jnp.asarray(adv, jnp.float32), weights=jnp.asarray(np.tile(completion, 2), jnp.float32),
                       mask=jnp.asarray(np.tile(mask, 2), jnp.float32), num_states=2)
   logp = jnp.asarray(np.concatenate([new_t, new_p], 1), jnp.float32)
-  loss, aux = jax.jit(lambda lp: map_loss(lp, batch, clip_eps=lo, clip_eps_high=hi, beta=beta,  # compiled: faster
-                                          map_position_weight=lam))(logp)
+  loss, aux = jax.jit(lambda lp: map_loss(lp, batch, clip_eps=lo, beta=beta,  # compiled: faster
+                                          map=MAPConfig(clip_eps_high=hi, position_weight=lam)))(logp)
   x = ref_t - new_t
   kl = ((np.exp(x) - x - 1) * mask).sum() / mask.sum()  # trainer.py compute_loss: kl over completion x sample mask
   want = _ref_gspo(new_t, old_t, adv, mask, completion, lo, hi) + lam * _ref_gspo(new_p, old_p, adv, mask, completion,
@@ -156,8 +156,8 @@ def test_map_loss_matches_the_reference_losses():
   np.testing.assert_allclose(float(aux["position_loss"]), _ref_gspo(new_p, old_p, adv, mask, completion, lo, hi), rtol=1e-5)
   # on-policy gradient: −A_b w m / (B n_b) for every target of both kinds (λ on the position half)
   on = batch.replace(logp_old=logp)
-  g = np.asarray(jax.jit(jax.grad(lambda lp: map_loss(lp, on, clip_eps=lo, clip_eps_high=hi, beta=0.0,
-                                                      map_position_weight=lam)[0]))(logp))
+  g = np.asarray(jax.jit(jax.grad(lambda lp: map_loss(lp, on, clip_eps=lo, beta=0.0,
+                                                      map=MAPConfig(clip_eps_high=hi, position_weight=lam))[0]))(logp))
   n = np.maximum(mask.sum(1, keepdims=True), 1.0)
   want_g = -adv[:, None] * completion * mask / (b * n)
   np.testing.assert_allclose(g, np.concatenate([want_g, lam * want_g], 1), rtol=1e-5, atol=1e-7)
@@ -184,7 +184,7 @@ def test_map_presets_carry_the_recipe():
   assert (rl.objective, rl.likelihood, sm.segments, sm.sample, sm.position) == ("map", "stepmerge", 32, 12, True)
   assert (sm.position_method, sm.position_scope, sm.position_confidence, sm.position_source) == (
       "softmax", "segment", "max_logit", "gt")
-  assert (rl.clip_eps, rl.clip_eps_high, rl.beta, rl.num_iterations, rl.map_position_weight) == (3e-4, 4e-4, 0.0, 12, 1.0)
+  assert (rl.clip_eps, rl.map.clip_eps_high, rl.beta, rl.num_iterations, rl.map.position_weight) == (3e-4, 4e-4, 0.0, 12, 1.0)
   assert (rl.group_size, rl.prompts_per_step, rl.grad_accum, rl.learning_rate) == (4, 8, 4, 3e-6)
   assert train_config_from_dict(paper.get_config("map_math500")).likelihood.stepmerge.sample == 8
   assert "map_gsm8k_dps" in paper.PRESETS and "map_gsm8k_sml" not in paper.PRESETS

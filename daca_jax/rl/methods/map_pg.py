@@ -11,7 +11,7 @@ sequence b and each kind k ∈ {token, position}, as ``map/policy_losses.py`` ``
 
 and ``loss = −J_token − λ J_position + β · k3-KL`` over the token targets (``map/trainer.py``
 ``compute_loss``: ``loss = policy_loss + position_likelihood_lambda * pos_policy_loss + beta * kl``).
-ε_low = ``rl.clip_eps``, ε_high = ``rl.clip_eps_high`` (0: ε_low), λ = ``rl.map_position_weight``;
+ε_low = ``rl.clip_eps``, ε_high = ``rl.map.clip_eps_high`` (0: ε_low), λ = ``rl.map.position_weight``;
 MAP's recipe gives both losses the same ε (3e-4 / 4e-4), which this objective assumes. Credit weights
 ``w`` (mean 1 over valid tokens) weigh each token's log-ratio in both means, as ``gspo`` does.
 MAP divides by the rows with a valid completion token; every row has one (the completion mask
@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from daca_jax.contracts import PolicyBatch
 from daca_jax.errors import ConfigError
 from daca_jax.rl.methods.base import Aux, Method, clipped_surrogate, k3_kl, objective, sequence_advantages_only, token_mean
-from daca_jax.config.rl import RLConfig
+from daca_jax.config.rl import MAPConfig, RLConfig
 from daca_jax.config.train import TrainConfig
 
 
@@ -40,8 +40,7 @@ def gspo_terms(logp: jax.Array, old: jax.Array, mask: jax.Array, weights: jax.Ar
 
 @objective("map")
 def map_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig.clip_eps,
-             clip_eps_high: float = RLConfig.clip_eps_high, beta: float = RLConfig.beta,
-             map_position_weight: float = RLConfig.map_position_weight) -> tuple[jax.Array, Aux]:
+             beta: float = RLConfig.beta, map: MAPConfig = MAPConfig()) -> tuple[jax.Array, Aux]:  # noqa: A002
   """MAP's loss (module docstring) on the token | position log-probs of ``stepmerge``.
 
   Args:
@@ -60,7 +59,7 @@ def map_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig.
                      f"(S = 2 contexts, or 1 without the position term), got S = {batch.num_states}")
   kinds = batch.num_states
   length = logp.shape[1] // kinds
-  high = clip_eps_high or clip_eps
+  high = map.clip_eps_high or clip_eps
   half = lambda x, k: x[:, k * length:(k + 1) * length]
   parts = [gspo_terms(half(logp, k), half(batch.logp_old, k), half(batch.mask, k), half(batch.weights, k),
                       batch.advantages, clip_eps, high) for k in range(kinds)]
@@ -70,7 +69,7 @@ def map_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig.
   aux = {"pg_loss": pg, "position_loss": pos, "kl": kl,
          "clip_frac": jnp.mean(parts[0][2].astype(jnp.float32)), "ratio_mean": jnp.mean(parts[0][1]),
          "position_ratio_mean": jnp.mean(parts[-1][1]) if kinds == 2 else jnp.ones(())}
-  return pg + map_position_weight * pos + beta * kl, aux
+  return pg + map.position_weight * pos + beta * kl, aux
 
 
 def check_map(cfg: TrainConfig) -> None:

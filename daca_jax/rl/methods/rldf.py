@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from daca_jax.config.rl import RLConfig
+from daca_jax.config.rl import RLConfig, RLDFLossConfig
 from daca_jax.contracts import PolicyBatch
 from daca_jax.rl.methods.base import Aux, Method, objective
 from daca_jax.rl.methods.diffu_grpo import diffu_grpo_loss
@@ -13,11 +13,11 @@ from daca_jax.rl.methods.diffu_grpo import diffu_grpo_loss
 
 @objective("rldf")
 def rldf_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig.clip_eps,
-              beta: float = RLConfig.beta, rldf_tau: float = RLConfig.rldf_tau) -> tuple[jax.Array, Aux]:
+              beta: float = RLConfig.beta, rldf: RLDFLossConfig = RLDFLossConfig()) -> tuple[jax.Array, Aux]:
   """RLDF (Reinforcement Learning from Denoising Feedback) on rebuilt rollout states.
 
   With ``rl.likelihood="rldf"`` every (state, position) pair is a target; the clean-state clip drops
-  a target whose probability under the rollout policy, ``exp(logp_old)``, is below ``rl.rldf_tau``
+  a target whose probability under the rollout policy, ``exp(logp_old)``, is below ``rl.rldf.tau``
   (0.6) unless the position was committed at that state (``batch.commit_now``). The kept targets get
   diffu-GRPO's clipped token loss with β·k3-KL (RLDF uses β = 0.01; μ = 1 makes it REINFORCE), as a
   mean over kept targets. With another estimator (no ``commit_now``) no target is dropped and this
@@ -28,7 +28,7 @@ def rldf_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig
   """
   keep = batch.mask
   if batch.commit_now is not None:
-    clean = (jnp.exp(batch.logp_old) >= rldf_tau) | (batch.commit_now > 0)
+    clean = (jnp.exp(batch.logp_old) >= rldf.tau) | (batch.commit_now > 0)
     keep = keep * clean.astype(keep.dtype)
   loss, aux = diffu_grpo_loss(logp, batch.replace(mask=keep), clip_eps=clip_eps, beta=beta)
   aux["rldf_kept_frac"] = jnp.sum(keep) / jnp.maximum(jnp.sum(batch.mask), 1.0)
