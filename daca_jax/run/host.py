@@ -19,7 +19,10 @@ PCI_DEVICES = pathlib.Path("/sys/bus/pci/devices")
 # PCI vendor ids of accelerators JAX has plugins for: Google (TPU), NVIDIA (CUDA), AMD graphics (ROCm).
 ACCELERATOR_VENDORS = frozenset({"0x1ae0", "0x10de", "0x1002"})
 # Device nodes that mean an accelerator even where sysfs hides the bus (some containers).
-ACCELERATOR_NODES = ("/dev/accel0", "/dev/nvidia0", "/dev/nvidiactl", "/dev/kfd", "/dev/vfio/0")
+# (WSL2 exposes its GPU as /dev/dxg behind a Microsoft bus; AWS Trainium as /dev/neuron0; Intel GPUs as DRI
+# render nodes, which laptops' integrated graphics have too: such a host is left to JAX.)
+ACCELERATOR_NODES = ("/dev/accel0", "/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg", "/dev/kfd", "/dev/vfio/0",
+                     "/dev/neuron0", "/dev/dri/renderD128")
 
 
 def pci_vendors(devices: pathlib.Path = PCI_DEVICES) -> frozenset[str] | None:

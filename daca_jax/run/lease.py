@@ -2,15 +2,20 @@
 
 Two ``train.py`` commands on one workdir (a preempted job relaunched while its old VM still runs, a
 command pasted twice) would each train, overwrite each other's checkpoints and metrics, and read each
-other's cached evaluations as their own. So the first thing a run does in its workdir is take
-``<workdir>/lease.json``, created only if absent (written aside and hard-linked to its name), naming the holder: host, pid
-(with the process's start time, so a reused pid is not taken for the holder), a run id, the start time,
+other's cached evaluations as their own. So a run takes ``<workdir>/lease.json`` before it writes
+anything there, naming the holder: host, boot id and pid namespace (what makes a pid meaningful), pid
+and that process's start time (so a reused pid is not taken for the holder), a run id, the start time,
 and the last renewal, which a background thread refreshes every :data:`RENEW_S` seconds. A second run
-finds the file and is refused with one line naming the holder, before any work.
+finds the file and is refused with one line naming the holder, before any work
+(:func:`check_free` looks before the job touches a device; :func:`holding` takes it).
 
-A lease is taken over, and the run says so, when its holder is dead (same host, and that pid is gone or
-is another process now) or its renewal has lapsed (:data:`LAPSE_S`: a holder on another host that
-stopped, a killed VM). A run releases its lease when it ends, however it ends short of ``kill -9``
+A lease is taken over, and the run says so, when its holder is dead (the same machine and pid
+namespace, and that pid is gone or is another process now) or its renewal has lapsed (:data:`LAPSE_S`:
+a holder elsewhere that stopped, a killed VM or container). Every read-decide-write of the file (taking,
+taking over, renewing, releasing) happens under a short-lived mutex file (``lease.lock``, created only
+if absent), so two runs cannot both take over one stale lease. A run whose lease was taken over (it
+stopped renewing: a hung or suspended process) stops at its next step without saving
+(:func:`check_held`). A run releases its lease when it ends, however it ends short of ``kill -9``
 (finished, an error, SIGTERM's checkpoint-and-exit). In a multi-process run process 0 holds the lease
 for the whole run and tells the other processes whether they may go on.
 """
@@ -18,9 +23,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import pathlib
 import socket
+import stat
 import threading
 import time
 import uuid
@@ -30,28 +37,51 @@ from daca_jax.errors import ConfigError
 from daca_jax.io_utils import atomic_write_json
 
 LEASE_FILE = "lease.json"
+MUTEX_FILE = "lease.lock"
 RENEW_S = 30.0  # how often the holder refreshes "renewed"
 LAPSE_S = 600.0  # a lease not renewed for this long is stale (its holder stopped without releasing it)
+MUTEX_STALE_S = 60.0  # a mutex file older than this was left by a process killed while holding it
+CLOCK_SKEW_S = 60.0  # a renewal further in the future than this is not believed (the file's time is used)
+MAX_BYTES = 1 << 16
+FORMAT = 1
+
+
+def _read_small(path: str) -> str | None:
+  try:
+    return pathlib.Path(path).read_text(encoding="ascii").strip()
+  except (OSError, UnicodeDecodeError):
+    return None
+
+
+def _machine() -> dict[str, Any]:
+  """What identifies this process's pid space: host name, boot id, pid namespace (the last two None off Linux)."""
+  try:
+    pid_ns = os.readlink("/proc/self/ns/pid")
+  except OSError:
+    pid_ns = None
+  return {"host": socket.gethostname(), "boot_id": _read_small("/proc/sys/kernel/random/boot_id"), "pid_ns": pid_ns}
 
 
 def _process_start(pid: int) -> str | None:
   """The start time of process ``pid`` (clock ticks since boot, ``/proc/<pid>/stat`` field 22), None where
   unreadable (no such process, not Linux)."""
-  try:
-    stat = pathlib.Path(f"/proc/{pid}/stat").read_text()
-  except OSError:
+  text = _read_small(f"/proc/{pid}/stat")
+  if text is None or ")" not in text:
     return None
-  return stat.rsplit(")", 1)[1].split()[19]  # fields after the command name; field 22 overall
+  fields = text.rsplit(")", 1)[1].split()
+  return fields[19] if len(fields) > 19 else None
 
 
 def _alive(holder: dict[str, Any]) -> bool | None:
-  """Whether the holder process runs (True / False), None when it cannot be told from this host."""
-  if holder.get("host") != socket.gethostname():
+  """Whether the holder process runs (True / False); None when this process cannot tell (another machine,
+  boot or pid namespace: a container with the same host name), which leaves the lapse rule to decide."""
+  here = _machine()
+  if any(holder.get(k) != here[k] for k in ("host", "boot_id", "pid_ns")):
     return None
   pid = holder.get("pid")
   if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
     return False
-  if pathlib.Path("/proc/self/stat").exists():  # Linux: the pid's entry and its start time
+  if here["boot_id"] is not None:  # Linux: the pid's entry and its start time
     started = _process_start(pid)
     return started is not None and started == holder.get("pid_start")  # a reused pid is another process
   try:
@@ -63,11 +93,101 @@ def _alive(holder: dict[str, Any]) -> bool | None:
   return True
 
 
-def _describe(holder: dict[str, Any], now: float) -> str:
+def _read(path: pathlib.Path) -> dict[str, Any] | None:
+  """The lease at ``path``: None when there is none, ``{}`` when it is unreadable (cut short, another format,
+  too long).
+
+  Raises:
+    ConfigError: ``path`` is not a regular file (a folder, a symlink, a pipe): nothing a run wrote.
+  """
+  try:
+    info = os.lstat(path)
+  except FileNotFoundError:
+    return None
+  if not stat.S_ISREG(info.st_mode):
+    raise ConfigError("--workdir", str(path.parent), f"a workdir whose {path.name} is a file a run wrote; "
+                      f"{path} is not a regular file (a folder, a symlink or a pipe): remove it")
+  try:
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+  except FileNotFoundError:
+    return None
+  except OSError:
+    return {}
+  with os.fdopen(fd, "rb") as f:
+    data = f.read(MAX_BYTES + 1)
+  try:
+    holder = json.loads(data.decode("utf-8")) if len(data) <= MAX_BYTES else None
+  except (ValueError, UnicodeDecodeError):
+    holder = None
+  return holder if isinstance(holder, dict) else {}
+
+
+def _renewed(holder: dict[str, Any], path: pathlib.Path, now: float) -> float:
+  """When the lease was last renewed: its own record, unless missing or in the future (a clock ahead), then
+  the file's modification time."""
   renewed = holder.get("renewed")
-  ago = f", renewed {now - renewed:.0f} s ago" if isinstance(renewed, (int, float)) else ""
+  if isinstance(renewed, (int, float)) and not isinstance(renewed, bool) and math.isfinite(renewed) and (
+      renewed <= now + CLOCK_SKEW_S):
+    return float(renewed)
+  try:
+    mtime = os.lstat(path).st_mtime
+  except OSError:
+    return 0.0
+  return mtime if mtime <= now + CLOCK_SKEW_S else 0.0
+
+
+def _describe(holder: dict[str, Any], path: pathlib.Path, now: float) -> str:
+  if not holder:
+    return f"a lease file this version cannot read, last written {now - _renewed(holder, path, now):.0f} s ago"
   return (f"run {holder.get('run_id', '?')} (host {holder.get('host', '?')}, pid {holder.get('pid', '?')}, "
-          f"started {holder.get('started_at', '?')}{ago})")
+          f"started {holder.get('started_at', '?')}, renewed {now - _renewed(holder, path, now):.0f} s ago)")
+
+
+def _refusal(workdir: pathlib.Path, holder: dict[str, Any], lapse_s: float) -> ConfigError | None:
+  """The error for a lease held by a live run, None when it may be taken over."""
+  path = workdir / LEASE_FILE
+  now = time.time()
+  alive = _alive(holder) if holder else None
+  lapsed = now - _renewed(holder, path, now) > lapse_s
+  if alive is True or (alive is None and not lapsed):
+    wait = max(0.0, lapse_s - (now - _renewed(holder, path, now)))
+    return ConfigError("--workdir", str(workdir), f"a workdir no other run is using: {_describe(holder, path, now)} "
+                       f"holds it ({path}); wait for that run, stop it, or use another --workdir (a lease not "
+                       f"renewed is taken over after {lapse_s:.0f} s: {wait:.0f} s from now)")
+  return None
+
+
+@contextlib.contextmanager
+def _mutex(workdir: pathlib.Path, run_id: str) -> Iterator[None]:
+  """Holds ``workdir/lease.lock`` (created only if absent) around one read-decide-write of the lease.
+
+  Raises:
+    ConfigError: another run holds it (it is taking or releasing the lease).
+  """
+  path = workdir / MUTEX_FILE
+  for attempt in range(20):
+    try:
+      fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+      try:
+        if time.time() - os.lstat(path).st_mtime > MUTEX_STALE_S:  # left by a process killed inside
+          with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+          continue
+      except FileNotFoundError:
+        continue
+      time.sleep(0.05 * (attempt + 1))
+      continue
+    os.write(fd, run_id.encode("ascii"))
+    os.close(fd)
+    try:
+      yield
+    finally:
+      with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return
+  raise ConfigError("--workdir", str(workdir), f"a workdir no other run is using: another run is taking or "
+                    f"releasing its lease ({path}); try again in a minute")
 
 
 class WorkdirLease:
@@ -82,100 +202,73 @@ class WorkdirLease:
 
   def __init__(self, workdir: str | os.PathLike, log: Callable[[str], None] = print, *,
                lapse_s: float = LAPSE_S, renew_s: float = RENEW_S):
-    self.path = pathlib.Path(workdir) / LEASE_FILE
+    self.workdir = pathlib.Path(workdir)
+    self.path = self.workdir / LEASE_FILE
     self.log, self.lapse_s, self.renew_s = log, lapse_s, renew_s
     self.run_id = uuid.uuid4().hex[:12]
+    self.lost: str | None = None  # who took the lease over, once it happened
     self._stop = threading.Event()
     self._thread: threading.Thread | None = None
 
   def _record(self) -> dict[str, Any]:
     now = time.time()
-    return {"run_id": self.run_id, "host": socket.gethostname(), "pid": os.getpid(),
+    return {"format": FORMAT, "run_id": self.run_id, **_machine(), "pid": os.getpid(),
             "pid_start": _process_start(os.getpid()),
             "started_at": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)), "renewed": now}
 
-  def _read(self) -> dict[str, Any] | None:
-    """The lease on disk; None when there is none; ``{}`` when it is unreadable (a write cut short)."""
-    try:
-      holder = json.loads(self.path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-      return None
-    except (OSError, ValueError):
-      return {}
-    return holder if isinstance(holder, dict) else {}
-
   def acquire(self) -> None:
-    """Takes the lease, or takes over a stale one (said in one line).
+    """Takes the lease, or takes over a stale one (said in one line), and starts renewing it.
 
     Raises:
-      ConfigError: ``--workdir`` is held by a live run (the message names it).
+      ConfigError: ``--workdir`` is held by a live run (the message names it), or its lease file is not a
+        regular file.
     """
-    if not self._create():
-      self._take_over()
+    with _mutex(self.workdir, self.run_id):
+      holder = _read(self.path)
+      if holder is not None:
+        refusal = _refusal(self.workdir, holder, self.lapse_s)
+        if refusal is not None:
+          raise refusal
+        now = time.time()
+        why = "its process is gone" if _alive(holder) is False else f"not renewed for {self.lapse_s:.0f} s"
+        self.log(f"Workdir lease: taking over {self.path} from {_describe(holder, self.path, now)}: {why}.")
+      atomic_write_json(self.path, self._record())
     self._thread = threading.Thread(target=self._renew, name="workdir-lease", daemon=True)
     self._thread.start()
 
-  def _take_over(self) -> None:
-    holder = self._read()
-    now = time.time()
-    if holder is None:  # released between our create and our read: once more
-      if self._create():
-        return
-      raise ConfigError("--workdir", str(self.path.parent), "a workdir no other run is using: another run "
-                        f"is taking it ({self.path})")
-    alive = _alive(holder)
-    renewed = holder.get("renewed")
-    if not isinstance(renewed, (int, float)):  # unreadable: as old as the file
-      try:
-        renewed = self.path.stat().st_mtime
-      except FileNotFoundError:
-        renewed = 0.0
-    lapsed = now - renewed > self.lapse_s
-    if alive is True or (alive is None and not lapsed):
-      raise ConfigError("--workdir", str(self.path.parent),
-                        f"a workdir no other run is using: {_describe(holder, now)} holds it ({self.path}); "
-                        "wait for that run, stop it, or use another --workdir")
-    why = "its process is gone" if alive is False else f"not renewed for {self.lapse_s:.0f} s"
-    atomic_write_json(self.path, self._record())
-    time.sleep(0.2)  # two runs taking over at once: the last write wins, the other sees it and stops
-    if (self._read() or {}).get("run_id") != self.run_id:
-      raise ConfigError("--workdir", str(self.path.parent), "a workdir no other run is using: another run took "
-                        f"over its stale lease at the same time ({self.path})")
-    self.log(f"Workdir lease: taking over {self.path} from {_describe(holder, now)}: {why}.")
-
-  def _create(self) -> bool:
-    """Creates the lease file, whole, if absent: written beside it and hard-linked to its name (which fails
-    if the name exists), so no reader ever sees it half-written; whether it did."""
-    tmp = self.path.with_name(f".{LEASE_FILE}.{self.run_id}")
-    tmp.write_text(json.dumps(self._record()), encoding="utf-8")
-    try:
-      os.link(tmp, self.path)
-    except FileExistsError:
-      return False
-    finally:
-      tmp.unlink()
-    return True
-
   def _renew(self) -> None:
     while not self._stop.wait(self.renew_s):
-      holder = self._read()
-      if holder is None or holder.get("run_id") != self.run_id:
-        self.log(f"Workdir lease: {self.path} is no longer this run's; another run took it over.")
-        return
       try:
-        atomic_write_json(self.path, {**holder, "renewed": time.time()})
-      except OSError:
-        pass  # a full or read-only disk: the run's own writes report it
+        with _mutex(self.workdir, self.run_id):
+          holder = _read(self.path)
+          if not holder or holder.get("run_id") != self.run_id:
+            self.lost = _describe(holder, self.path, time.time()) if holder else "a run that removed it"
+            self.log(f"Workdir lease: {self.path} was taken over by {self.lost}; this run stops at its next step.")
+            return
+          atomic_write_json(self.path, {**holder, "renewed": time.time()})
+      except (ConfigError, OSError):
+        pass  # a busy mutex, a full disk: the next round tries again (the lapse is 20 renewals)
+
+  def check(self) -> None:
+    """Raises if another run took this run's lease over (it must stop without saving).
+
+    Raises:
+      ConfigError: naming the run that holds the workdir now.
+    """
+    if self.lost is not None:
+      raise ConfigError("--workdir", str(self.workdir), f"a workdir this run still holds: {self.lost} took it "
+                        "over while this run was not renewing its lease; stopped without saving")
 
   def release(self) -> None:
     """Stops renewing and removes the lease if it is still this run's."""
     self._stop.set()
     if self._thread is not None:
       self._thread.join()
-    holder = self._read()
-    if holder is not None and holder.get("run_id") == self.run_id:
-      with contextlib.suppress(FileNotFoundError):
-        self.path.unlink()
+    with contextlib.suppress(ConfigError), _mutex(self.workdir, self.run_id):
+      holder = _read(self.path)
+      if holder is not None and holder.get("run_id") == self.run_id:
+        with contextlib.suppress(FileNotFoundError):
+          self.path.unlink()
 
   def __enter__(self) -> "WorkdirLease":
     self.acquire()
@@ -185,42 +278,66 @@ class WorkdirLease:
     self.release()
 
 
+_HELD: list[WorkdirLease] = []  # the lease this process's run holds (process 0 of a multi-process run)
+
+
+def check_free(workdir: str | os.PathLike, lapse_s: float = LAPSE_S) -> None:
+  """Looks (without taking it) whether ``workdir`` is held by a live run: a cheap refusal before the job
+  touches a device or reads weights. :func:`holding` takes the lease and settles races.
+
+  Raises:
+    ConfigError: as :meth:`WorkdirLease.acquire` would.
+  """
+  workdir = pathlib.Path(workdir)
+  holder = _read(workdir / LEASE_FILE)
+  refusal = None if holder is None else _refusal(workdir, holder, lapse_s)
+  if refusal is not None:
+    raise refusal
+
+
+def check_held() -> None:
+  """At a step boundary: raises if this process's run lost its workdir's lease (:meth:`WorkdirLease.check`);
+  nothing when it holds none (not the job, or not process 0)."""
+  for lease in _HELD:
+    lease.check()
+
+
 @contextlib.contextmanager
 def holding(workdir: str | os.PathLike, log: Callable[[str], None] = print) -> Iterator[WorkdirLease | None]:
   """Holds ``workdir``'s lease for the ``with`` block: in one process, this process's; in a multi-process run,
-  process 0's, whose verdict every process follows (a refusal is a ConfigError on every process, so none
-  is left waiting in a collective).
+  process 0's, whose verdict every process follows (a refusal or any failure to take it is an error on every
+  process, so none is left waiting in a collective).
 
   Raises:
     ConfigError: the workdir is held by another live run.
   """
   import jax
 
-  if jax.process_count() == 1:
-    with WorkdirLease(workdir, log) as lease:
-      yield lease
-    return
-  from jax.experimental import multihost_utils
-  import numpy as np
-
-  lease, refusal = None, None
+  lease, failure = None, None
   if jax.process_index() == 0:
     lease = WorkdirLease(workdir, log)
     try:
       lease.acquire()
-    except ConfigError as e:
-      lease, refusal = None, e
-  ok = int(multihost_utils.broadcast_one_to_all(np.int32(refusal is None)))
-  if refusal is not None:
-    raise refusal
-  if not ok:
-    raise ConfigError("--workdir", str(workdir), "a workdir no other run is using: process 0 found it held "
-                      "by another run (its log names the holder)")
+    except BaseException as e:  # noqa: BLE001  (told to the other processes first, then raised)
+      lease, failure = None, e
+  if jax.process_count() > 1:
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    ok = int(multihost_utils.broadcast_one_to_all(np.int32(failure is None)))
+    if failure is None and not ok:
+      raise ConfigError("--workdir", str(workdir), "a workdir process 0 could take: it could not (its log "
+                        "says why: held by another run, or unwritable)")
+  if failure is not None:
+    raise failure
+  if lease is not None:
+    _HELD.append(lease)
   try:
     yield lease
   finally:
     if lease is not None:
+      _HELD.remove(lease)
       lease.release()
 
 
-__all__ = ["LAPSE_S", "LEASE_FILE", "RENEW_S", "WorkdirLease", "holding"]
+__all__ = ["LAPSE_S", "LEASE_FILE", "MUTEX_FILE", "RENEW_S", "WorkdirLease", "check_free", "check_held", "holding"]

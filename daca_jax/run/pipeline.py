@@ -87,6 +87,8 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
   """
   check_dir_path(workdir, "workdir")  # '' (the current directory), a file: refused before any work
   workdir = pathlib.Path(workdir)
+  if parallel.is_primary():
+    lease.check_free(workdir)  # a workdir in use: refused before any device or weight is touched
   if cfg.model.require_checkpoint and not cfg.model.init_checkpoint:
     raise ConfigError("model.init_checkpoint", "", "the folder of a pretrained LLaDA / Dream checkpoint in the "
                       "Hugging Face layout (--config.model.init_checkpoint=DIR): this config "

@@ -27,7 +27,7 @@ from daca_jax.hardware import device_peak_bytes
 from daca_jax.progress import PhaseProgress
 from daca_jax.rl.downsample import select_rows, take_rows
 from daca_jax.rl.learner import GRPOLearner
-from daca_jax.run import guards, preemption
+from daca_jax.run import guards, lease, preemption
 from daca_jax.run.dashboards import Dashboard
 from daca_jax.run.from_checkpoint import RLCheckpointLayout
 from daca_jax.run.streams import RL_STREAM
@@ -272,6 +272,7 @@ def run_rl(rl: RLConfig, learner: GRPOLearner, start: RLStart, batches: RLBatche
           sink.image("trajectory", done, images.draw(host["traj"], rewards, host["weights"],
                                                      batch_examples[0].prompt, done))
       bar.set_postfix(reward=f"{m['reward_mean']:.3f}", kl=f"{m['kl']:.4f}")
+      lease.check_held()  # a run whose workdir was taken over stops here, saving nothing
       if done % store.checkpoint.every == 0 or done == rl.steps:
         ckpt.save(done, layout.saved(state), metadata={"phase": "rl", "step": done})
       if preemption.stop_requested():

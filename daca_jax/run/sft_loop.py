@@ -18,7 +18,7 @@ from daca_jax import parallel
 from daca_jax.diffusion.sft import sft_loss
 from daca_jax.progress import PhaseProgress
 from daca_jax.rl.optim import make_optimizer
-from daca_jax.run import guards, preemption
+from daca_jax.run import guards, lease, preemption
 from daca_jax.run.dashboards import Dashboard
 from daca_jax.run.streams import SFT_STREAM
 from daca_jax.run.workdir import PhaseResult, metrics_writer, open_phase, phase_sink, save_and_stop
@@ -117,6 +117,7 @@ def run_sft(sft: SFTConfig, checkpoint: CheckpointConfig, task: Task, examples: 
         m["lr"] = float(schedule(done))
         writer.write(done, m)
         bar.set_postfix(loss=f"{m['loss']:.3f}", acc=f"{m['token_acc']:.3f}")
+      lease.check_held()  # a run whose workdir was taken over stops here, saving nothing
       if done % checkpoint.sft_every == 0 or done == sft.steps:
         ckpt.save(done, state, metadata={"phase": "sft", "step": done})
       if preemption.stop_requested():

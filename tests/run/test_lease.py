@@ -21,7 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _write(workdir: pathlib.Path, **fields) -> None:
-  record = {"run_id": "other", "host": socket.gethostname(), "pid": os.getpid(),
+  record = {"run_id": "other", **lease_mod._machine(), "pid": os.getpid(),
             "pid_start": lease_mod._process_start(os.getpid()), "started_at": "then", "renewed": time.time()}
   (workdir / LEASE_FILE).write_text(json.dumps({**record, **fields}))
 
@@ -59,10 +59,22 @@ def test_a_stale_lease_is_taken_over_and_said(tmp_path, fields, why):
 
 def test_a_live_lease_elsewhere_or_unreadable_and_recent_is_refused(tmp_path):
   _write(tmp_path, host="elsewhere", renewed=time.time() - 5)
-  with pytest.raises(ConfigError, match="run other .*host elsewhere.*renewed 5 s ago"):
+  with pytest.raises(ConfigError, match="run other .*host elsewhere.*renewed 5 s ago.*after 600 s: 595 s from now"):
     WorkdirLease(tmp_path).acquire()
-  (tmp_path / LEASE_FILE).write_text('{"run_id": "half')  # a write cut short, just now: someone is taking it
+  with pytest.raises(ConfigError, match="run other"):
+    lease_mod.check_free(tmp_path)  # the early look says the same, taking nothing
+  # the same host name in another pid namespace (a container): its pids mean nothing here, the lapse decides
+  _write(tmp_path, pid=_dead_pid(), pid_ns="pid:[1]")
   with pytest.raises(ConfigError, match="holds it"):
+    WorkdirLease(tmp_path).acquire()
+  # a renewal in the future (the holder's clock ahead) is not believed: the file's time decides
+  _write(tmp_path, host="elsewhere", renewed=time.time() + 1e9)
+  old = time.time() - 3600
+  os.utime(tmp_path / LEASE_FILE, (old, old))
+  with WorkdirLease(tmp_path, lambda _: None):
+    pass
+  (tmp_path / LEASE_FILE).write_text('{"run_id": "half')  # a write cut short, just now: someone is taking it
+  with pytest.raises(ConfigError, match="a lease file this version cannot read.*holds it"):
     WorkdirLease(tmp_path).acquire()
   old = time.time() - 3600
   os.utime(tmp_path / LEASE_FILE, (old, old))
@@ -70,15 +82,56 @@ def test_a_live_lease_elsewhere_or_unreadable_and_recent_is_refused(tmp_path):
     pass
 
 
-def test_the_holder_renews_and_never_removes_another_runs_lease(tmp_path):
-  lease = WorkdirLease(tmp_path, renew_s=0.05)
+def test_the_holder_renews_stops_when_taken_over_and_never_removes_another_runs_lease(tmp_path):
+  lease = WorkdirLease(tmp_path, lambda _: None, renew_s=0.05)
   lease.acquire()
   first = json.loads((tmp_path / LEASE_FILE).read_text())["renewed"]
   time.sleep(0.3)
   assert json.loads((tmp_path / LEASE_FILE).read_text())["renewed"] > first
+  lease.check()
   _write(tmp_path, run_id="usurper")  # taken over meanwhile (this run stopped renewing)
+  time.sleep(0.3)
+  with pytest.raises(ConfigError, match="run usurper .* took it over .*stopped without saving"):
+    lease.check()
   lease.release()
   assert json.loads((tmp_path / LEASE_FILE).read_text())["run_id"] == "usurper"
+  assert not (tmp_path / lease_mod.MUTEX_FILE).exists()
+
+
+def test_two_runs_taking_over_one_stale_lease_at_once_one_wins(tmp_path):
+  import threading
+
+  _write(tmp_path, host="elsewhere", renewed=time.time() - 3600)
+  leases = [WorkdirLease(tmp_path, lambda _: None) for _ in range(4)]
+  outcomes = []
+
+  def take(lease):
+    try:
+      lease.acquire()
+      outcomes.append(lease.run_id)
+    except ConfigError as e:
+      outcomes.append(str(e))
+
+  threads = [threading.Thread(target=take, args=(x,)) for x in leases]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  winners = [o for o in outcomes if o in {x.run_id for x in leases}]
+  assert len(winners) == 1 and json.loads((tmp_path / LEASE_FILE).read_text())["run_id"] == winners[0]
+  assert all("holds it" in o or "taking or releasing" in o for o in outcomes if o not in winners)
+  for x in leases:
+    x.release()
+
+
+def test_a_lease_path_that_is_not_a_regular_file_is_named(tmp_path):
+  (tmp_path / LEASE_FILE).mkdir()
+  with pytest.raises(ConfigError, match="is not a regular file .*remove it"):
+    WorkdirLease(tmp_path).acquire()
+  (tmp_path / LEASE_FILE).rmdir()
+  (tmp_path / LEASE_FILE).symlink_to(tmp_path / "nowhere")
+  with pytest.raises(ConfigError, match="is not a regular file"):
+    lease_mod.check_free(tmp_path)
 
 
 HOLDER = r"""

@@ -35,4 +35,5 @@ def reinforce_pp_loss(logp: jax.Array, batch: PolicyBatch, *,
   return pg, aux
 
 
-METHOD = Method(reinforce_pp_loss, pass_local=True, advantage="reinforce_pp")
+METHOD = Method(reinforce_pp_loss, pass_local=True, advantage="reinforce_pp",
+                sequence_reason="its advantages are REINFORCE++'s own KL-shaped, batch-whitened sequence advantages")
