@@ -241,7 +241,7 @@ class StepMergeConfig:
 class LikelihoodConfig:
   """Options of the likelihood estimators: what they share, then one section per estimator. The
   estimator is chosen by ``rl.likelihood`` and receives only the fields it declares (SML:
-  ``stratified``, ``p_mask_prompt``, ``strata_batch``; :func:`daca_jax.likelihood.base.register_estimator`).
+  ``stratified``, ``p_mask_prompt``, ``strata_batch``; :func:`daca_jax.likelihood.base.estimator`).
 
   Attributes:
     p_mask_prompt: probability of masking each prompt token in the likelihood passes. 0 by default

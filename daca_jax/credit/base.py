@@ -187,26 +187,23 @@ class CreditAssigner:
     return self.assign(traj, cfg, rollout_cfg, inputs).weights
 
 
-CREDIT: Registry[CreditAssigner] = Registry("credit assigner", "rl.credit")
-
-
-def register_credit(name: str, records: Callable[..., frozenset[str]] | None = None, *,
+def credit_assigner(name: str, records: Callable[..., frozenset[str]] | None = None, *,
                     needs_categories: bool = False, needs_advantages: bool = False,
                     init_state: Callable[..., Any] | None = None,
                     needs_token_rewards: bool = False, token_level: bool = False):
-  """Decorator registering ``fn(traj, rollout_cfg, inputs=None, *, <sections>)`` as credit assigner
-  ``name`` (``records`` and ``init_state`` declare their sections the same way; fields as in
-  :class:`CreditAssigner`).
+  """Decorator making ``fn(traj, rollout_cfg, inputs=None, *, <sections>)`` credit assigner ``name``
+  (``records`` and ``init_state`` declare their sections the same way; fields as in :class:`CreditAssigner`).
+  It registers nothing: the registry ``CREDIT`` is built from the list :data:`daca_jax.credit.ASSIGNERS`
+  (:func:`registry_of`).
 
   Returns ``fn`` with its inputs checked (:func:`check_credit_inputs`), so that a direct call
   (``dps_credit(traj, rollout_cfg, dps=DPSConfig(alpha=1.0))``) is checked as
-  :meth:`CreditAssigner.assign` is.
+  :meth:`CreditAssigner.assign` is, carrying ``credit_name`` and ``assigner`` (the :class:`CreditAssigner`).
   """
 
   def deco(fn: CreditFn) -> CreditFn:
-    CREDIT.register(name)(CreditAssigner(fn, config_fields(fn, CreditConfig), records or _no_records,
-                                         needs_categories, needs_advantages, init_state,
-                                         needs_token_rewards, token_level or needs_token_rewards))
+    assigner = CreditAssigner(fn, config_fields(fn, CreditConfig), records or _no_records, needs_categories,
+                              needs_advantages, init_state, needs_token_rewards, token_level or needs_token_rewards)
 
     @functools.wraps(fn)
     def checked(traj: Trajectory, rollout_cfg: RolloutConfig, inputs: CreditInputs | None = None,
@@ -215,9 +212,22 @@ def register_credit(name: str, records: Callable[..., frozenset[str]] | None = N
       check_options(CreditConfig, sections, fn.__name__, config_fields(fn, CreditConfig))
       return fn(traj, rollout_cfg, inputs, **sections)
 
+    checked.credit_name, checked.assigner = name, assigner
     return checked
 
   return deco
+
+
+def registry_of(assigners: tuple[CreditFn, ...]) -> Registry[CreditAssigner]:
+  """The ``rl.credit`` registry of ``assigners`` (functions made by :func:`credit_assigner`), in their order.
+
+  Raises:
+    ValueError: two assigners of one name.
+  """
+  registry = Registry("credit assigner", "rl.credit")
+  for fn in assigners:
+    registry.register(fn.credit_name)(fn.assigner)
+  return registry
 
 
 def masked_mean(x: jax.Array, m: jax.Array, axis: Any = None, keepdims: bool = False) -> jax.Array:

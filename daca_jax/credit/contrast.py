@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 
 from daca_jax.contracts import Trajectory
-from daca_jax.credit.base import CreditInputs, CreditOutput, register_credit
+from daca_jax.credit.base import CreditInputs, CreditOutput, credit_assigner
 from daca_jax.credit.dps import dps_raw_scores, signal_records
 from daca_jax.credit.position_value import position_value_advantages
 from daca_jax.config.credit import ContrastConfig, DPSConfig
@@ -78,7 +78,7 @@ def _records(*, contrast: ContrastConfig = ContrastConfig(), dps: DPSConfig = DP
   return signal_records(dps=dps) if contrast.signal == "dps" else frozenset()
 
 
-@register_credit("contrast", records=_records, needs_advantages=True, token_level=True)
+@credit_assigner("contrast", records=_records, needs_advantages=True, token_level=True)
 def contrast_credit(traj: Trajectory, rollout_cfg: RolloutConfig, inputs: CreditInputs | None = None, *,
                     contrast: ContrastConfig = ContrastConfig(), dps: DPSConfig = DPSConfig()) -> CreditOutput:
   """Signed per-token advantages ``base + α |A| z`` (module docstring).

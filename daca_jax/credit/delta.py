@@ -29,7 +29,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from daca_jax.credit.base import CreditInputs, CreditOutput, register_credit
+from daca_jax.credit.base import CreditInputs, CreditOutput, credit_assigner
 from daca_jax.contracts import Trajectory, check_shape
 from daca_jax.config.credit import DeltaConfig
 from daca_jax.config.rollout import RolloutConfig
@@ -107,7 +107,7 @@ def delta_records() -> frozenset[str]:
   return frozenset({"commit_hidden"})
 
 
-@register_credit("delta", records=delta_records, needs_advantages=True)
+@credit_assigner("delta", records=delta_records, needs_advantages=True)
 def delta_credit(traj: Trajectory, rollout_cfg: RolloutConfig, inputs: CreditInputs, *,
                  delta: DeltaConfig = DeltaConfig()) -> CreditOutput:
   """DelTA weights from the rollout's ``commit_hidden`` / ``commit_conf`` and ``inputs.advantages``.

@@ -17,7 +17,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from daca_jax.credit.base import CreditInputs, register_credit
+from daca_jax.credit.base import CreditInputs, credit_assigner
 from daca_jax.contracts import Trajectory, check_shape, check_trajectory
 from daca_jax.config.credit import DPSConfig
 from daca_jax.config.rollout import RolloutConfig
@@ -117,7 +117,7 @@ def signal_records(*, dps: DPSConfig = DPSConfig()) -> frozenset[str]:
   return frozenset({"step_conf" if dps.signal == "confidence" else "step_entropy"})
 
 
-@register_credit("dps", records=signal_records)
+@credit_assigner("dps", records=signal_records)
 def dps_credit(traj: Trajectory, rollout_cfg: RolloutConfig, inputs: CreditInputs | None = None, *,
                dps: DPSConfig = DPSConfig()) -> jax.Array:
   """DPS token weights: float32 [B, L], mean 1 over valid tokens of each sequence, 0 elsewhere.

@@ -30,7 +30,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from daca_jax.credit.base import CreditInputs, CreditOutput, register_credit
+from daca_jax.credit.base import CreditInputs, CreditOutput, credit_assigner
 from daca_jax.credit.dps import certainty_signal, dps_raw_scores, signal_records, step_progress, zscore_weights
 from daca_jax.contracts import Trajectory
 from daca_jax.config.credit import DPSConfig, DTCAConfig
@@ -97,7 +97,7 @@ def calibration_factors(state: dict[str, jax.Array], h_now: jax.Array, present: 
   return jnp.where(ready, jnp.clip(ratio, dtca.calib_min, dtca.calib_max), 1.0)
 
 
-@register_credit("dtca", records=dtca_records, needs_categories=True, init_state=dtca_init_state)
+@credit_assigner("dtca", records=dtca_records, needs_categories=True, init_state=dtca_init_state)
 def dtca_credit(traj: Trajectory, rollout_cfg: RolloutConfig, inputs: CreditInputs, *,
                 dtca: DTCAConfig = DTCAConfig(), dps: DPSConfig = DPSConfig()) -> CreditOutput:
   """DTCA token weights.

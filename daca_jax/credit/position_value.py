@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 
 from daca_jax.credit.agreement import group_agreement_mask
-from daca_jax.credit.base import CreditInputs, CreditOutput, register_credit
+from daca_jax.credit.base import CreditInputs, CreditOutput, credit_assigner
 from daca_jax.credit.dps import dps_credit, signal_records
 from daca_jax.contracts import Trajectory, check_shape
 from daca_jax.config.credit import DPSConfig, PositionValueConfig
@@ -76,7 +76,7 @@ def _records(*, position_value: PositionValueConfig = PositionValueConfig(),
   return signal_records(dps=dps) if position_value.weights == "dps" else frozenset()
 
 
-@register_credit("position_value", records=_records, needs_advantages=True, token_level=True)
+@credit_assigner("position_value", records=_records, needs_advantages=True, token_level=True)
 def position_value_credit(traj: Trajectory, rollout_cfg: RolloutConfig, inputs: CreditInputs | None = None,
                           *, position_value: PositionValueConfig = PositionValueConfig(),
                           dps: DPSConfig = DPSConfig()) -> CreditOutput:

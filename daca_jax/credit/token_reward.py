@@ -18,7 +18,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from daca_jax.credit.base import CreditInputs, CreditOutput, register_credit
+from daca_jax.credit.base import CreditInputs, CreditOutput, credit_assigner
 from daca_jax.contracts import Trajectory, check_shape
 from daca_jax.config.rollout import RolloutConfig
 
@@ -47,7 +47,7 @@ def token_group_advantages(token_rewards: jax.Array, mask: jax.Array, group_size
   return ((r - mean) * m).reshape(b, length)
 
 
-@register_credit("token_reward", needs_token_rewards=True)
+@credit_assigner("token_reward", needs_token_rewards=True)
 def token_reward_credit(traj: Trajectory, rollout_cfg: RolloutConfig,
                         inputs: CreditInputs | None = None) -> CreditOutput:
   """Weights = the token-reward mask (within the completion); ``token_advantages`` as above."""

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import jax
 
-from daca_jax.credit.base import CreditInputs, register_credit
+from daca_jax.credit.base import CreditInputs, credit_assigner
 from daca_jax.contracts import Trajectory
 from daca_jax.config.rollout import RolloutConfig
 
 
-@register_credit("uniform")
+@credit_assigner("uniform")
 def uniform_credit(traj: Trajectory, rollout_cfg: RolloutConfig,
                    inputs: CreditInputs | None = None) -> jax.Array:
   """Returns ``completion_mask`` (float32 [B, L])."""

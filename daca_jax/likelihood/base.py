@@ -10,7 +10,7 @@ inner iteration and a new key per iteration.
 
 An estimator is written with the keyword rows it reads (any of ``commit_step``, ``commit_conf``,
 ``completion_mask``) and the config fields it reads (keyword-only parameters named after fields of
-``LikelihoodConfig``: it sees no other method's options), and may return a ``[B, L]`` log-prob array; :func:`register_estimator` gives it
+``LikelihoodConfig``: it sees no other method's options), and may return a ``[B, L]`` log-prob array; :func:`estimator` gives it
 the common signature (rows it does not read are accepted and ignored), checks the inputs at trace
 time (:func:`check_estimator_inputs`), hands it a :class:`~daca_jax.contracts.ModelFns` and wraps
 and checks its output (:func:`~daca_jax.contracts.check_token_scores`).
@@ -29,7 +29,6 @@ from daca_jax.registry import Registry, check_options, config_fields, section_kw
 from daca_jax.config.likelihood import LikelihoodConfig
 
 LikelihoodFn = Callable[..., TokenScores]
-LIKELIHOOD: Registry[LikelihoodFn] = Registry("likelihood estimator", "rl.likelihood")
 
 
 def split_key(key: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -73,8 +72,9 @@ _RETURNS_NOTE = ("  Registered as ``LIKELIHOOD[{name!r}]``: the call returns :cl
                  "  against the rollout's shape.\n")
 
 
-def register_estimator(name: str) -> Callable[[Callable[..., Any]], LikelihoodFn]:
-  """Decorator registering an estimator as ``LIKELIHOOD[name]`` with the common signature.
+def estimator(name: str) -> Callable[[Callable[..., Any]], LikelihoodFn]:
+  """Decorator making ``fn`` estimator ``name`` with the common signature; it registers nothing (the
+  registry ``LIKELIHOOD`` is built from the list :data:`daca_jax.likelihood.ESTIMATORS`, :func:`registry_of`).
 
   An estimator declares the :class:`~daca_jax.config.likelihood.LikelihoodConfig` fields it reads as keyword-only
   parameters named after them (SML: ``stratified``, ``p_mask_prompt``, ``strata_batch``), and gets
@@ -128,7 +128,19 @@ def register_estimator(name: str) -> Callable[[Callable[..., Any]], LikelihoodFn
     for f in (checked, entry):
       f.__annotations__ = {**f.__annotations__, "return": TokenScores}
       f.__doc__ = (fn.__doc__ or "").rstrip() + "\n\n" + note
-    LIKELIHOOD.register(name)(entry)
+    checked.estimator_name, checked.entry = name, entry
     return checked
 
   return deco
+
+
+def registry_of(estimators: tuple[LikelihoodFn, ...]) -> Registry[LikelihoodFn]:
+  """The ``rl.likelihood`` registry of ``estimators`` (functions made by :func:`estimator`), in their order.
+
+  Raises:
+    ValueError: two estimators of one name.
+  """
+  registry = Registry("likelihood estimator", "rl.likelihood")
+  for fn in estimators:
+    registry.register(fn.estimator_name)(fn.entry)
+  return registry

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 
 from daca_jax.contracts import TokenScores
-from daca_jax.likelihood.base import register_estimator, split_key
+from daca_jax.likelihood.base import estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
 from daca_jax.config.likelihood import CoupledConfig, LikelihoodConfig
 
@@ -30,7 +30,7 @@ def coupled_masks(key: jax.Array, batch: int, length: int, t_min: float,
   return t, jax.random.uniform(k_m, (batch, length)) < t[:, None]
 
 
-@register_estimator("coupled")
+@estimator("coupled")
 def coupled_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                      *, mask_id: int, coupled: CoupledConfig = CoupledConfig(),
                      p_mask_prompt: float = LikelihoodConfig.p_mask_prompt) -> TokenScores:

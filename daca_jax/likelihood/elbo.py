@@ -16,9 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from daca_jax.contracts import TokenScores
-from daca_jax.likelihood.base import register_estimator, split_key
+from daca_jax.likelihood.base import estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
-from daca_jax.likelihood.passes import register_passes
+from daca_jax.likelihood.passes import per_pass
 from daca_jax.config.likelihood import ELBOConfig, LikelihoodConfig
 
 
@@ -28,7 +28,7 @@ def gauss_legendre_01(n: int) -> tuple[np.ndarray, np.ndarray]:
   return ((x + 1.0) / 2.0).astype(np.float32), (w / 2.0).astype(np.float32)
 
 
-@register_estimator("elbo")
+@estimator("elbo")
 def elbo_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                   *, mask_id: int, elbo: ELBOConfig = ELBOConfig(),
                   p_mask_prompt: float = LikelihoodConfig.p_mask_prompt) -> TokenScores:
@@ -63,7 +63,7 @@ def _node_scores(per_node: jax.Array, nodes: np.ndarray, weights: np.ndarray, ma
                      num_states=n, kind="elbo")
 
 
-@register_passes("elbo", lambda cfg: cfg.elbo.nodes)
+@per_pass("elbo", lambda cfg: cfg.elbo.nodes)
 def elbo_one_node(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                   *, mask_id: int, pass_index: jax.Array, elbo: ELBOConfig = ELBOConfig(),
                   p_mask_prompt: float = LikelihoodConfig.p_mask_prompt) -> tuple[TokenScores, jax.Array]:

@@ -25,9 +25,9 @@ import jax
 import jax.numpy as jnp
 
 from daca_jax.contracts import TokenScores
-from daca_jax.likelihood.base import register_estimator, split_key
+from daca_jax.likelihood.base import estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
-from daca_jax.likelihood.passes import register_passes
+from daca_jax.likelihood.passes import per_pass
 from daca_jax.config.likelihood import ELBOMCConfig, LikelihoodConfig
 
 T_MIN = 1e-3  # LLaDA's forward process: p_mask = (1 - eps) t + eps, eps = 1e-3
@@ -72,7 +72,7 @@ def _scores(per_sample: jax.Array, t: jax.Array, masked: jax.Array) -> TokenScor
                      num_states=n, kind="elbo")
 
 
-@register_estimator("elbo_mc")
+@estimator("elbo_mc")
 def elbo_mc_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                      *, mask_id: int, elbo_mc: ELBOMCConfig = ELBOMCConfig(),
                      p_mask_prompt: float = LikelihoodConfig.p_mask_prompt,
@@ -98,7 +98,7 @@ def elbo_mc_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len:
   return _scores(per_sample, t, masked)
 
 
-@register_passes("elbo_mc", lambda cfg: cfg.elbo_mc.samples)
+@per_pass("elbo_mc", lambda cfg: cfg.elbo_mc.samples)
 def elbo_mc_one_pass(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                      *, mask_id: int, pass_index: jax.Array, elbo_mc: ELBOMCConfig = ELBOMCConfig(),
                      p_mask_prompt: float = LikelihoodConfig.p_mask_prompt) -> tuple[TokenScores, jax.Array]:

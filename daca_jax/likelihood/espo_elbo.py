@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from daca_jax.contracts import TokenScores
-from daca_jax.likelihood.base import register_estimator, split_key
+from daca_jax.likelihood.base import estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
 from daca_jax.config.likelihood import ESPOELBOConfig, LikelihoodConfig
 
@@ -58,7 +58,7 @@ def exact_count_masks(key: jax.Array, counts: jax.Array, length: int) -> jax.Arr
   return rank < counts[..., None]
 
 
-@register_estimator("espo_elbo")
+@estimator("espo_elbo")
 def espo_elbo_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                        *, mask_id: int, espo_elbo: ESPOELBOConfig = ESPOELBOConfig(),
                        p_mask_prompt: float = LikelihoodConfig.p_mask_prompt,

@@ -11,12 +11,12 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from daca_jax.likelihood.base import register_estimator, split_key
+from daca_jax.likelihood.base import estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
 from daca_jax.config.likelihood import LikelihoodConfig
 
 
-@register_estimator("mean_field")
+@estimator("mean_field")
 def mean_field_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int,
                         key: jax.Array, *, mask_id: int,
                         p_mask_prompt: float = LikelihoodConfig.p_mask_prompt) -> jax.Array:

@@ -31,14 +31,12 @@ class PassForm(NamedTuple):
   num_passes: Callable[[LikelihoodConfig], int]
 
 
-PASSES: dict[str, PassForm] = {}
-
-
-def register_passes(name: str, num_passes: Callable[[LikelihoodConfig], int]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-  """Decorator registering ``fn(logits_fn, params, tokens, prompt_len, key, *, mask_id, pass_index,
-  <rows it reads>, <LikelihoodConfig fields it reads>) -> (TokenScores, here)`` as ``PASSES[name]`` (the entry
-  hands it its config fields, as :func:`daca_jax.likelihood.base.register_estimator` does, and checks
-  inputs and output). Returns ``fn`` unchanged."""
+def per_pass(name: str, num_passes: Callable[[LikelihoodConfig], int]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+  """Decorator making ``fn(logits_fn, params, tokens, prompt_len, key, *, mask_id, pass_index,
+  <rows it reads>, <LikelihoodConfig fields it reads>) -> (TokenScores, here)`` the per-pass form of estimator
+  ``name`` (the entry hands it its config fields, as :func:`daca_jax.likelihood.base.estimator` does, and
+  checks inputs and output). Returns ``fn`` with ``pass_form`` (a :class:`PassForm`) and ``estimator_name``;
+  ``PASSES`` is built from the list :data:`daca_jax.likelihood.PER_PASS` (:func:`passes_of`)."""
 
   def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
     declared = frozenset(inspect.signature(fn).parameters)
@@ -56,10 +54,24 @@ def register_passes(name: str, num_passes: Callable[[LikelihoodConfig], int]) ->
       return out, here
 
     run.reads = reads
-    PASSES[name] = PassForm(run, num_passes)
+    fn.pass_form, fn.estimator_name = PassForm(run, num_passes), name
     return fn
 
   return deco
 
 
-__all__ = ["PASSES", "PassForm", "register_passes"]
+def passes_of(forms: tuple[Callable[..., Any], ...]) -> dict[str, PassForm]:
+  """``{estimator name: PassForm}`` of the per-pass forms ``forms`` (functions made by :func:`per_pass`).
+
+  Raises:
+    ValueError: two forms of one estimator.
+  """
+  out: dict[str, PassForm] = {}
+  for fn in forms:
+    if fn.estimator_name in out:
+      raise ValueError(f"two per-pass forms of estimator {fn.estimator_name!r}")
+    out[fn.estimator_name] = fn.pass_form
+  return out
+
+
+__all__ = ["PassForm", "passes_of", "per_pass"]

@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 
 from daca_jax.contracts import TokenScores
-from daca_jax.likelihood.base import register_estimator, split_key
+from daca_jax.likelihood.base import estimator, split_key
 from daca_jax.likelihood.common import check_steps, mask_prompt, score_targets
 from daca_jax.config.likelihood import LikelihoodConfig, RLDFConfig
 
@@ -65,7 +65,7 @@ def sample_states(key: jax.Array, surprisal: jax.Array, count: jax.Array, k: int
   return order[:, :k].astype(jnp.int32)
 
 
-@register_estimator("rldf")
+@estimator("rldf")
 def rldf_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                   *, mask_id: int, commit_step: jax.Array | None = None,
                   commit_conf: jax.Array | None = None,

@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 
 from daca_jax.contracts import TokenScores
-from daca_jax.likelihood.base import register_estimator, split_key
+from daca_jax.likelihood.base import estimator, split_key
 from daca_jax.likelihood.common import score_targets
 from daca_jax.config.likelihood import LikelihoodConfig, SPGBlockConfig
 
@@ -90,7 +90,7 @@ def spg_block_masks(key: jax.Array, lengths: jax.Array, gen_length: int, num_t: 
   return masked, pos_block[None, None, :] < block[..., None]
 
 
-@register_estimator("spg_block")
+@estimator("spg_block")
 def spg_block_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                        *, mask_id: int, completion_mask: jax.Array | None = None,
                        spg_block: SPGBlockConfig = SPGBlockConfig(),

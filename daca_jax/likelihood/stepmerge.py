@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from daca_jax.contracts import TokenScores, as_model_fns, call_hidden, call_logits
-from daca_jax.likelihood.base import register_estimator
+from daca_jax.likelihood.base import estimator
 from daca_jax.likelihood.common import check_steps, policy_ids
 from daca_jax.config.likelihood import LikelihoodConfig, StepMergeConfig
 
@@ -121,7 +121,7 @@ def position_logprobs(own_conf: jax.Array, all_conf: jax.Array, competitor: jax.
   return jnp.sum(jnp.where(competitor, jax.nn.log_sigmoid(c[:, :, None] - a[:, None, :]), 0.0), axis=-1)
 
 
-@register_estimator("stepmerge")
+@estimator("stepmerge")
 def stepmerge_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array, *,
                        mask_id: int, commit_step: jax.Array | None = None,
                        completion_mask: jax.Array | None = None, stepmerge: StepMergeConfig = StepMergeConfig(),

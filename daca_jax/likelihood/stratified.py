@@ -17,9 +17,9 @@ import jax
 import jax.numpy as jnp
 
 from daca_jax.contracts import TokenScores, token_scores
-from daca_jax.likelihood.base import register_estimator, split_key
+from daca_jax.likelihood.base import estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_positions
-from daca_jax.likelihood.passes import register_passes
+from daca_jax.likelihood.passes import per_pass
 from daca_jax.config.checks import STRATA_PARTITIONS
 from daca_jax.config.likelihood import LikelihoodConfig, StratifiedConfig
 
@@ -121,7 +121,7 @@ def stratum_positions(strata: jax.Array, num_strata: int) -> tuple[jax.Array, ja
   return positions.transpose(1, 0, 2), valid.transpose(1, 0, 2)
 
 
-@register_estimator("stratified")
+@estimator("stratified")
 def stratified_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int,
                         key: jax.Array, *, mask_id: int, commit_step: jax.Array | None = None,
                         stratified: StratifiedConfig = StratifiedConfig(),
@@ -182,7 +182,7 @@ def _stratum_pass(logits_fn: Any, params: Any, prompt: jax.Array, comp: jax.Arra
   return score_positions(logits_fn, params, x, targets, pos + prompt.shape[1], mask_id)
 
 
-@register_passes("stratified", lambda cfg: cfg.stratified.num_strata)
+@per_pass("stratified", lambda cfg: cfg.stratified.num_strata)
 def stratified_one_pass(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array, *,
                         mask_id: int, pass_index: jax.Array, commit_step: jax.Array | None = None,
                         stratified: StratifiedConfig = StratifiedConfig(),

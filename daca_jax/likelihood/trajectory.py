@@ -20,13 +20,13 @@ import jax
 import jax.numpy as jnp
 
 from daca_jax.contracts import TokenScores, token_scores
-from daca_jax.likelihood.base import register_estimator, split_key
+from daca_jax.likelihood.base import estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
-from daca_jax.likelihood.passes import register_passes
+from daca_jax.likelihood.passes import per_pass
 from daca_jax.config.likelihood import LikelihoodConfig, TrajectoryConfig
 
 
-@register_estimator("trajectory")
+@estimator("trajectory")
 def trajectory_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                         *, mask_id: int, commit_step: jax.Array | None = None,
                         trajectory: TrajectoryConfig = TrajectoryConfig(),
@@ -77,7 +77,7 @@ def _plan(tokens: jax.Array, prompt_len: int, key: jax.Array, mask_id: int, comm
   return prompt, tokens[:, prompt_len:], starts, run
 
 
-@register_passes("trajectory", lambda cfg: cfg.trajectory.groups or cfg.trajectory_steps)
+@per_pass("trajectory", lambda cfg: cfg.trajectory.groups or cfg.trajectory_steps)
 def trajectory_one_run(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array, *,
                        mask_id: int, pass_index: jax.Array, commit_step: jax.Array | None = None,
                        trajectory: TrajectoryConfig = TrajectoryConfig(),

@@ -55,7 +55,7 @@ def check_pass_accum(cfg: TrainConfig) -> None:
   Raises:
     ConfigError: see the module docstring.
   """
-  from daca_jax.likelihood.passes import PASSES  # the registries are filled by their packages
+  from daca_jax.likelihood import PASSES
 
   rl = cfg.rl
   if not rl.pass_accum:

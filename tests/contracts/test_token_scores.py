@@ -17,7 +17,7 @@ from daca_jax.contracts import TokenScores, check_token_scores, objective_inputs
 from daca_jax.diffusion import make_rollout_fn
 from daca_jax.errors import ConfigError, ShapeError
 from daca_jax.likelihood import LIKELIHOOD
-from daca_jax.likelihood.base import register_estimator
+from daca_jax.likelihood.base import estimator
 from daca_jax.rl import GRPOLearner
 from daca_jax.rl.methods import OBJECTIVES
 from daca_jax.rl.methods.base import k3_kl
@@ -152,19 +152,17 @@ def test_bad_estimator_outputs_are_named():
   with pytest.raises(ShapeError, match=r"output logp has shape \(4, 8\); expected \(4, 16\)"):
     check_token_scores(TokenScores(logp=logp, mask=logp, num_states=2), B, L)
 
-  @register_estimator("_test_half_width")
+  @estimator("_test_half_width")
   def half_width(logits_fn, params, tokens, prompt_len, key, *, mask_id):
     return jnp.zeros((tokens.shape[0], 3))
 
-  try:
+  with LIKELIHOOD.registered("_test_half_width", half_width.entry):
     with pytest.raises(ShapeError, match=r"likelihood '_test_half_width' output has shape \(4, 3\); "
                        r"expected \(4, 8\)"):
       LIKELIHOOD.get("_test_half_width")(logits_fn, PARAMS, jnp.zeros((B, P + L), jnp.int32), P,
                                          jax.random.key(0), LikelihoodConfig(), mask_id=MASK, commit_step=None)
     with pytest.raises(ShapeError, match=r"likelihood '_test_half_width' output has shape \(4, 3\)"):
       half_width(logits_fn, PARAMS, jnp.zeros((B, P + L), jnp.int32), P, jax.random.key(0), mask_id=MASK)
-  finally:
-    LIKELIHOOD._entries.pop("_test_half_width", None)
 
 
 def test_an_objective_given_token_scores_names_the_field(traj):
