@@ -6,7 +6,7 @@ name; an unknown name raises :class:`daca_jax.errors.ConfigError` that lists the
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Generic, Iterator, TypeVar
+from typing import Callable, Generic, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
 
@@ -88,6 +88,22 @@ class Registry(Generic[T]):
 
   def __iter__(self) -> Iterator[str]:
     return iter(sorted(self._entries))
+
+
+def registry_from(kind: str, field: str, entries: Iterable[tuple[str, T]],
+                  aliases: Iterable[tuple[str, str]] = ()) -> Registry[T]:
+  """A :class:`Registry` of ``(name, entry)`` pairs, in their order, and ``(alias, name)`` pairs: how each
+  kind's registry is built from its one explicit list (the methods, credit assigners, estimators).
+
+  Raises:
+    ValueError: a name given twice, or an alias of a name not given.
+  """
+  registry: Registry[T] = Registry(kind, field)
+  for name, entry in entries:
+    registry.register(name)(entry)
+  for alias, name in aliases:
+    registry.alias(alias, name)
+  return registry
 
 
 def config_fields(fn: Callable[..., object], section: type) -> tuple[str, ...]:

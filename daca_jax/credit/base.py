@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from daca_jax.contracts import Trajectory, check_optional_shape, check_trajectory
 from daca_jax.errors import ShapeError
-from daca_jax.registry import Registry, check_options, config_fields, section_kwargs
+from daca_jax.registry import Registry, check_options, config_fields, registry_from, section_kwargs
 from daca_jax.config.credit import CreditConfig
 from daca_jax.config.rollout import RolloutConfig
 
@@ -224,10 +224,7 @@ def registry_of(assigners: tuple[CreditFn, ...]) -> Registry[CreditAssigner]:
   Raises:
     ValueError: two assigners of one name.
   """
-  registry = Registry("credit assigner", "rl.credit")
-  for fn in assigners:
-    registry.register(fn.credit_name)(fn.assigner)
-  return registry
+  return registry_from("credit assigner", "rl.credit", ((fn.credit_name, fn.assigner) for fn in assigners))
 
 
 def masked_mean(x: jax.Array, m: jax.Array, axis: Any = None, keepdims: bool = False) -> jax.Array:

@@ -25,7 +25,7 @@ import jax
 
 from daca_jax.contracts import (TokenScores, as_model_fns, check_completion_rows, check_shape, check_token_scores, check_tokens,
                                 token_scores)
-from daca_jax.registry import Registry, check_options, config_fields, section_kwargs
+from daca_jax.registry import Registry, check_options, config_fields, registry_from, section_kwargs
 from daca_jax.config.likelihood import LikelihoodConfig
 
 LikelihoodFn = Callable[..., TokenScores]
@@ -140,7 +140,4 @@ def registry_of(estimators: tuple[LikelihoodFn, ...]) -> Registry[LikelihoodFn]:
   Raises:
     ValueError: two estimators of one name.
   """
-  registry = Registry("likelihood estimator", "rl.likelihood")
-  for fn in estimators:
-    registry.register(fn.estimator_name)(fn.entry)
-  return registry
+  return registry_from("likelihood estimator", "rl.likelihood", ((fn.estimator_name, fn.entry) for fn in estimators))

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from daca_jax.config.rl import RLConfig
 from daca_jax.config.train import TrainConfig
 from daca_jax.contracts import PolicyBatch, check_policy_batch
-from daca_jax.registry import Registry, check_options, config_fields, section_kwargs
+from daca_jax.registry import Registry, check_options, config_fields, registry_from, section_kwargs
 
 Aux = dict[str, jax.Array]
 ObjectiveFn = Callable[..., tuple[jax.Array, Aux]]
@@ -132,12 +132,8 @@ def registry_of(methods: tuple[Method, ...]) -> Registry[Callable[..., tuple[jax
   Raises:
     ValueError: two methods (or aliases) of one name.
   """
-  registry = Registry("objective", "rl.objective")
-  for method in methods:
-    registry.register(method.name)(method.entry())
-    for alias in method.aliases:
-      registry.alias(alias, method.name)
-  return registry
+  return registry_from("objective", "rl.objective", ((m.name, m.entry()) for m in methods),
+                       ((alias, m.name) for m in methods for alias in m.aliases))
 
 
 def token_advantages(batch: PolicyBatch) -> jax.Array:
