@@ -17,16 +17,35 @@ every ``parallel.strategy`` and the sharded rollout.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import pathlib
 import re
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import jax
 
 MANIFEST = "manifest.json"
 PROGRAMS = ("rollout", "update")
+
+
+@contextlib.contextmanager
+def fresh_compiles() -> Iterator[None]:
+  """Compiles inside the block bypass JAX's persistent compilation cache (``JAX_COMPILATION_CACHE_DIR``), which
+  is on again after it. An executable that the cache loaded serializes without the code of some of its kernels
+  (seen with XLA:CPU, jax 0.10: the loaded copy fails to run elsewhere with "NOT_FOUND: Function
+  iota_convert_fusion not found"), so the executables :func:`write` saves are compiled fresh."""
+  from jax.experimental.compilation_cache import compilation_cache
+
+  enabled = jax.config.jax_enable_compilation_cache
+  jax.config.update("jax_enable_compilation_cache", False)
+  compilation_cache.reset_cache()  # JAX decides once per process whether the cache is used
+  try:
+    yield
+  finally:
+    jax.config.update("jax_enable_compilation_cache", enabled)
+    compilation_cache.reset_cache()
 
 
 def fingerprint(lowered: Any) -> str:

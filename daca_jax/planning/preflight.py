@@ -16,6 +16,7 @@ With ``executables_dir`` the compiled programs are also written there
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import pathlib
 from typing import Any, Callable, Mapping
@@ -110,11 +111,15 @@ def preflight(config: Mapping[str, Any] | Any, target: Target, *, usable_fractio
     workdir = pathlib.Path(executables_dir).parent
     if workdir.is_dir():
       check_workdir_config(workdir, run_cfg, write=False)
+  from daca_jax.parallel import aot
+
   compiled: dict[str, Any] = {}
   try:
-    record = plan_from_config(cfg, prompt_len=prompt_len, num_devices=target.num_devices, notes=notes,
-                              target=None if target.simulated else target, executables=compiled,
-                              token_ids=(mask_id, eos_id))
+    # executables to be saved are compiled fresh, not loaded from a persistent compilation cache
+    with aot.fresh_compiles() if executables_dir is not None else contextlib.nullcontext():
+      record = plan_from_config(cfg, prompt_len=prompt_len, num_devices=target.num_devices, notes=notes,
+                                target=None if target.simulated else target, executables=compiled,
+                                token_ids=(mask_id, eos_id))
   except DoesNotFit as e:  # the compiler refused a program outright (XLA:TPU checks its memory at compile time)
     raise DoesNotFit(f"{e}; try {', '.join(_REMEDIES)}") from None
   log(f"compiled the run's rollout ({record['rollout']['compile_s']:.0f} s) and update "
@@ -122,8 +127,6 @@ def preflight(config: Mapping[str, Any] | Any, target: Target, *, usable_fractio
   largest = {name: hlo_text.largest_buffers(hlo_text.parse(c.as_text())) for name, c in compiled.items()}
   result = verdict(record, target, usable_fraction, largest)
   if executables_dir is not None:
-    from daca_jax.parallel import aot
-
     programs = {name: (c, record[name]["lowered_sha256"]) for name, c in compiled.items()}
     written = aot.write(executables_dir, programs, target=target.name, hosts=target.hosts)
     log(f"wrote the executables to {written} (the run on a matching machine loads them instead of compiling)")

@@ -57,14 +57,15 @@ def _compile_ahead(folder, cfg):
   weights = jax.eval_shape(learner.credit_weights, traj)
   upd = learner.update.lower(shapes(params), jax.eval_shape(learner.init_opt_state, params), shapes(params), traj,
                              shapes(rewards), weights, shapes(jax.random.PRNGKey(1)))
-  programs = {"rollout": (lowered.compile(), aot.fingerprint(lowered)), "update": (upd.compile(), aot.fingerprint(upd))}
+  with aot.fresh_compiles():  # as the preflight compiles: not from the suite's persistent compilation cache
+    programs = {"rollout": (lowered.compile(), aot.fingerprint(lowered)),
+                "update": (upd.compile(), aot.fingerprint(upd))}
   return aot.write(folder, programs, target="cpu:1")
 
 
 def _preflight(tmp_path, cfg_kwargs=None):
-  """:func:`_compile_ahead` in a process of its own, as train.py --compile_only is. Serialized by a test worker
-  that had compiled many other programs first, the XLA:CPU update failed to run in another process once
-  ("NOT_FOUND: Function iota_convert_fusion not found"); compiled in a fresh process it has not."""
+  """:func:`_compile_ahead` in a process of its own, as train.py --compile_only is (with the test session's
+  persistent compilation cache, which it bypasses: :func:`daca_jax.parallel.aot.fresh_compiles`)."""
   root = pathlib.Path(__file__).resolve().parents[2]
   folder = tmp_path / "executables"
   code = ("import sys\nfrom tests.parallel.test_aot import _cfg, _compile_ahead\n"
@@ -194,7 +195,8 @@ def test_a_loaded_executable_runs_only_for_the_arguments_it_was_compiled_for(tmp
 
   f = jax.jit(lambda x, total_rows=0: x * 2.0 + total_rows, static_argnames=("total_rows",))
   lowered = f.lower(jnp.ones(4), total_rows=3)
-  payload, _, _ = serialize_executable.serialize(lowered.compile())
+  with aot.fresh_compiles():  # not an executable loaded from the session's compilation cache
+    payload, _, _ = serialize_executable.serialize(lowered.compile())
   (tmp_path / "p.xla").write_bytes(payload)
   root = pathlib.Path(__file__).resolve().parents[2]
   r = subprocess.run([sys.executable, "-c", _SLOT, str(tmp_path / "p.xla"), aot.fingerprint(lowered)],
@@ -203,3 +205,18 @@ def test_a_loaded_executable_runs_only_for_the_arguments_it_was_compiled_for(tmp
   out, lines = json.loads(r.stdout.strip().splitlines()[-1])
   assert out == [5.0, True, 5.0, 7.0]
   assert lines == ["rollout: running the executable compiled ahead of time (no compile)"]
+
+
+def test_fresh_compiles_bypass_the_persistent_cache_and_restore_it(tmp_path, monkeypatch):
+  """An executable serialized after a cache hit fails to run elsewhere (XLA:CPU); inside fresh_compiles the
+  cache is neither read nor written, and it is on again after."""
+  from jax._src import compilation_cache as cc
+
+  hits = []
+  monkeypatch.setattr(cc, "get_executable_and_time", lambda *a, **k: hits.append(a) or (None, None))
+  f = jax.jit(lambda x: x * 3.0 + 1.0)
+  with aot.fresh_compiles():
+    f.lower(jax.numpy.ones(5)).compile()
+  assert hits == [] and jax.config.jax_enable_compilation_cache
+  jax.jit(lambda x: x * 7.0 + 2.0).lower(jax.numpy.ones(5)).compile()  # the session's cache, read again
+  assert hits
