@@ -108,8 +108,11 @@ def preflight(config: Mapping[str, Any] | Any, target: Target, *, usable_fractio
   if executables_dir is not None:  # a workdir holding another run: refused as that run's resume would be
     from daca_jax.run.workdir import check_workdir_config
 
+    from daca_jax.run import lease
+
     workdir = pathlib.Path(executables_dir).parent
     if workdir.is_dir():
+      lease.check_free(workdir)  # a run training there now: its executables are not replaced under it
       check_workdir_config(workdir, run_cfg, write=False)
   from daca_jax.parallel import aot
 

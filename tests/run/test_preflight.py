@@ -27,6 +27,14 @@ def test_a_preflight_is_one_line_and_refuses_what_the_run_would_not_do(tmp_path)
   r = _run([f"--workdir={tmp_path / 'b'}", "--compile_only", "--target=cpu:2"])
   assert r.returncode == 2 and "parallel.strategy='none' is not allowed" in r.stderr.strip().splitlines()[-1]
   assert not (tmp_path / "b").exists()  # refused before anything is written
+  # a workdir a live run holds (daca_jax.run.lease): its executables are not written under it
+  held = tmp_path / "held"
+  held.mkdir()
+  from daca_jax.run.lease import WorkdirLease
+  with WorkdirLease(held):
+    r = _run([f"--workdir={held}", "--compile_only", "--target=cpu:1"])
+  assert r.returncode == 2 and f"pid {os.getpid()}" in r.stderr.strip().splitlines()[-1], r.stderr[-2000:]
+  assert sorted(p.name for p in held.iterdir()) == []
 
 
 @pytest.mark.slow
