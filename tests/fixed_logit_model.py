@@ -22,3 +22,17 @@ def jax_logits(params, tokens):
 def np_logits(params, tokens):
   a, c, e = (np.asarray(params[k], np.float64) for k in "ACE")
   return a[None, : tokens.shape[1]] + c[tokens] + e[tokens].mean(axis=1, keepdims=True)
+
+
+def learner_rollout(cfg, vocab: int = 12, mask_id: int = 10, eos_id: int = 11, prompt_len: int = 3, rows: int = 8):
+  """A learner of ``cfg`` over this model and one rollout of ``rows`` seeded prompts with seeded rewards:
+  ``(params, learner, traj, rewards float32 [rows], credit weights)``."""
+  import jax
+  from daca_jax.rl.learner import GRPOLearner
+
+  params = jax.tree.map(jnp.asarray, make_params(prompt_len + cfg.rollout.gen_length, vocab, seed=0, scale=1.0))
+  learner = GRPOLearner(jax_logits, cfg, mask_id=mask_id, eos_id=eos_id)
+  prompts = jnp.asarray(np.random.default_rng(0).integers(0, 9, (rows, prompt_len)), jnp.int32)
+  traj = learner.rollout(params, prompts, jax.random.PRNGKey(0))
+  rewards = jnp.asarray(np.random.default_rng(1).uniform(size=rows), jnp.float32)
+  return params, learner, traj, rewards, learner.credit_weights(traj)

@@ -51,9 +51,8 @@ from daca_jax.config.train import TrainConfig
 from daca_jax.contracts import PolicyBatch
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.rl.advantages import group_advantages
-from daca_jax.rl.learner import GRPOLearner
 from daca_jax.rl.methods import METHODS, OBJECTIVES, method
-from tests.fixed_logit_model import jax_logits, make_params
+from tests.fixed_logit_model import jax_logits, learner_rollout
 
 assert daca_jax.__file__.startswith(COPY), daca_jax.__file__
 assert "reinforce" in OBJECTIVES.names() and METHODS[-1] is method("reinforce")
@@ -66,12 +65,7 @@ cfg = configure.validate(TrainConfig(rollout=rollout, credit=CreditConfig(),
 configure.validate(dataclasses.replace(cfg, rl=dataclasses.replace(rl, credit="position_value")))
 configure.validate(dataclasses.replace(cfg, rl=dataclasses.replace(rl, pass_accum=True)),)
 P, MASK, EOS = 3, 10, 11
-params = jax.tree.map(jnp.asarray, make_params(P + 8, 12, seed=0, scale=1.0))
-learner = GRPOLearner(jax_logits, cfg, mask_id=MASK, eos_id=EOS)
-prompts = jnp.asarray(np.random.default_rng(0).integers(0, 9, (8, P)), jnp.int32)
-traj = learner.rollout(params, prompts, jax.random.PRNGKey(0))
-rewards = jnp.asarray(np.random.default_rng(1).uniform(size=8), jnp.float32)
-weights = learner.credit_weights(traj)
+params, learner, traj, rewards, weights = learner_rollout(cfg, 12, MASK, EOS, P)
 key = jax.random.PRNGKey(42)
 new, _, metrics = learner.update(params, learner.init_opt_state(params), params, traj, rewards, weights, key)
 # the page's loss by hand, on the learner's likelihood draw (μ = 1: its first key)

@@ -14,7 +14,7 @@ from daca_jax.config.likelihood import LikelihoodConfig, StratifiedConfig
 from daca_jax.config.rl import RLConfig
 from daca_jax.config.rollout import RolloutConfig
 from daca_jax.config.train import TrainConfig
-from tests.fixed_logit_model import jax_logits, make_params
+from tests.fixed_logit_model import jax_logits, learner_rollout, make_params
 
 V, MASK, EOS, P = 12, 10, 11, 3
 
@@ -24,13 +24,8 @@ def test_update_matches_hand_written_loop():
   cfg = TrainConfig(rollout=rollout, credit=CreditConfig(), likelihood=LikelihoodConfig(stratified=StratifiedConfig(num_strata=2), p_mask_prompt=0.2),
                     rl=RLConfig(credit="dps", likelihood="stratified", num_iterations=3, group_size=4, beta=0.1,
                                 learning_rate=0.05, warmup_steps=0, clip_eps=0.2))
-  params = jax.tree.map(jnp.asarray, make_params(P + 8, V, seed=0, scale=1.0))
+  params, learner, traj, rewards, weights = learner_rollout(cfg, V, MASK, EOS, P)
   ref = jax.tree.map(lambda x: x * 0.9, params)
-  learner = GRPOLearner(jax_logits, cfg, mask_id=MASK, eos_id=EOS)
-  prompts = jnp.asarray(np.random.default_rng(0).integers(0, 9, (8, P)), jnp.int32)
-  traj = learner.rollout(params, prompts, jax.random.PRNGKey(0))
-  rewards = jnp.asarray(np.random.default_rng(1).uniform(size=8), jnp.float32)
-  weights = learner.credit_weights(traj)
   key = jax.random.PRNGKey(42)
   got_params, _, metrics = learner.update(params, learner.init_opt_state(params), ref, traj, rewards, weights, key)
 
