@@ -44,6 +44,23 @@ def test_reported_errors_prints_one_line_and_keeps_tracebacks_of_bugs(capsys):
       raise KeyError("a bug")
 
 
+def test_an_aborted_write_coroutine_collected_at_exit_leaves_the_error_last():
+  # An asynchronous checkpoint write that fails first leaves coroutines nobody awaits; collected at
+  # interpreter shutdown they warned after the one line (seen in CI on the disk-full test below).
+  script = textwrap.dedent("""
+      from daca_jax.run import cli_errors
+      async def write():
+        pass
+      pending = []
+      with cli_errors.reported_errors():
+        pending.append(write())
+        raise OSError(27, "File too large", "/runs/a/sft/1")
+      """)
+  proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+  assert proc.returncode == cli_errors.EXIT_OS_ERROR, proc.stderr
+  assert proc.stderr.strip().splitlines() == ["error: File too large: /runs/a/sft/1"], proc.stderr
+
+
 def test_orbax_disk_errors_become_the_os_error():
   # The message TensorStore gives for a full disk, as orbax raises it (seen on a 1 MB tmpfs).
   e = ValueError('RESOURCE_EXHAUSTED: Failed writing: "/runs/a/sft/30.orbax-checkpoint-tmp/state/d/f32a": '
