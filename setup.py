@@ -8,8 +8,9 @@ TensorBoard files), ``[hf]`` (checkpoint import and export), ``[wandb]``, ``[tpu
 compilers, for plans and preflights compiled for those machines on any host), ``[docs]`` (the Sphinx
 site of ``docs/``, with ``[run]``'s packages, which autodoc imports), ``[all]`` and ``[test]``
 (everything the test suite needs but ``[hf]``, whose tests skip without it; the compilers included, so
-that the suite compiles for a TPU slice and a GPU node; the suite builds the docs too). The benchmark files are read from the local disk by ``daca_jax.data`` with the standard library
-alone, so no extra brings TFDS, grain or TensorFlow.
+that the suite compiles for a TPU slice and a GPU node; the suite builds the docs too), ``[tfds]`` (the
+benchmark files as TFDS datasets, read with ``--config.data.source=tfds``; TensorFlow is not needed).
+By default the benchmark files are read from the local disk by ``daca_jax.data`` with the standard library.
 """
 from setuptools import find_packages, setup
 
@@ -48,6 +49,9 @@ PRETRAINED = ["tokenizers>=0.20",
 HF = PRETRAINED + ["torch==2.13.0", "transformers>=5.0",
                    "peft==0.21.2"]  # the exported LoRA adapter is checked by loading it with peft
 WANDB = ["wandb>=0.16"]  # optional W&B dashboards (--config.log.wandb=<project>)
+# The benchmarks as TFDS datasets (experiments/build_tfds.py; --config.data.source=tfds): tfds builds and
+# reads them as ArrayRecord without TensorFlow; its builders resolve their code path through etils' epath.
+TFDS = ["tensorflow-datasets>=4.9.7", "array-record>=0.5", "etils[epath]>=1.7"]
 # XLA's own TPU and GPU compilers, which compile a run's programs for a TPU slice or a GPU node on any machine
 # (experiments/plan.py --target, experiments/train.py --compile_only; daca_jax/planning/targets.py). jax's own
 # extras pin the compiler to the jax installed (jax[tpu] -> libtpu, jax[cuda12] -> the CUDA 12 plugin and
@@ -58,7 +62,7 @@ GPU = ["jax[cuda12]>=0.10"]
 # part of sphinx); Markdown pages through myst-parser. autodoc imports every module of the API reference,
 # the application layer's included, so the site needs [run]'s packages too.
 DOCS = RUN + ["sphinx>=8.1", "myst-parser>=4.0", "sphinx-book-theme>=1.1.3"]
-TEST = RUN + DOCS + TPU + GPU + ["pytest>=8", "hypothesis>=6",
+TEST = RUN + DOCS + TPU + GPU + TFDS + ["pytest>=8", "hypothesis>=6",
                      "pytest-xdist>=3.5",  # the suite runs on every core (-n auto), a file per worker
                      "tensorboard>=2.15",  # reads the event files back
                      "filelock>=3.12"]  # JAX's locked compilation cache, shared by the tests' processes
@@ -84,10 +88,11 @@ setup(
         "pretrained": PRETRAINED,
         "hf": HF,
         "wandb": WANDB,
+        "tfds": TFDS,
         "tpu": TPU,
         "gpu": GPU,
         "docs": DOCS,
-        "all": sorted(set(RUN + HF + WANDB + DOCS)),
+        "all": sorted(set(RUN + HF + WANDB + DOCS + TFDS)),
         "test": TEST,
     },
 )

@@ -184,7 +184,9 @@ def get_config() -> ml_collections.ConfigDict:
   c.task.train_prompt_style = ""
 
   c.data = ml_collections.ConfigDict()
+  c.data.source = "local"  # local: the files under data_dir | tfds: the TFDS datasets built from them.
   c.data.data_dir = ""  # "" = $DACA_DATA_DIR or ../shared/data beside the repository.
+  c.data.tfds_dir = ""  # data.source=tfds: where experiments/build_tfds.py built the datasets.
 
   c.eval = ml_collections.ConfigDict()
   c.eval.batch_size = 250  # Prompts per decoding call.

@@ -107,19 +107,33 @@ class TaskConfig:
     return self
 
 
+DATA_SOURCES = ("local", "tfds")  # data.source
+
+
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
   """Where the benchmark files are read from.
 
   Attributes:
+    source: ``local``: the files under ``data_dir``; ``tfds``: the TFDS datasets built from them
+      (``experiments/build_tfds.py``) under ``tfds_dir``, read through ``tfds.data_source``. Both give
+      the same records in the same order.
     data_dir: folder of benchmark files; "" means ``$DACA_DATA_DIR`` or ``../shared/data`` beside the
       repository. An explicitly given folder that does not exist is an error.
+    tfds_dir: the TFDS data directory the datasets were built into (``source='tfds'`` only).
   """
 
+  source: str = "local"
   data_dir: str = ""
+  tfds_dir: str = ""
 
   def validate(self, prefix: str = "data") -> "DataConfig":
     _check_fields(prefix, self)
+    _one_of(prefix, self, "source", DATA_SOURCES)
+    if self.source == "tfds" and not self.tfds_dir:
+      raise ConfigError(f"{prefix}.tfds_dir", self.tfds_dir,
+                        "the TFDS data directory the datasets were built into (data.source='tfds'; "
+                        "python experiments/build_tfds.py --tfds_dir=...)")
     return self
 
 

@@ -171,3 +171,24 @@ def read_json_records(path: str | os.PathLike[str]) -> list[dict]:
     if not isinstance(r, dict):
       raise DataError(f"{path}: record {i} is a {type(r).__name__}, expected a JSON object")
   return records
+
+
+def read_text_folder(folder: str | os.PathLike[str], pattern: str) -> list[tuple[str, str | None]]:
+  """``(file name, text)`` of each file of ``folder`` matching ``pattern``, sorted by name (JSONSchemaBench:
+  one schema per ``*.json``); the text is None for a file that is not UTF-8, which its parser reports
+  (one bad file does not fail the folder).
+
+  Raises:
+    DataError: ``folder`` is not a folder.
+  """
+  folder = pathlib.Path(folder)
+  if not folder.is_dir():
+    raise DataError(f"{folder}: not a folder")
+  return [(path.name, _utf8(path.read_bytes())) for path in sorted(folder.glob(pattern))]
+
+
+def _utf8(data: bytes) -> str | None:
+  try:
+    return data.decode("utf-8")
+  except UnicodeDecodeError:
+    return None

@@ -37,7 +37,8 @@ class EvalModel:
       default, or what the training run used).
     task_options: ``task name -> constructor kwargs`` for tasks built with specific options (a
       workdir's own task); other tasks get ``data_dir`` and ``prompt_style`` only.
-    data_dir: benchmark folder given to the tasks ("" = the default data dir).
+    data_dir: benchmark folder given to the tasks ("" = the default data dir), or the source of the
+      benchmark files (:mod:`daca_jax.data.sources`, e.g. a training run's TFDS datasets).
     max_seq_len: the model's context length (prompt + completion), 0 if unlimited.
     train_config: the training run's config (workdir and random-init models; None for HF
       checkpoints), e.g. for :mod:`daca_jax.viz` to rebuild the run's learner.
@@ -50,7 +51,7 @@ class EvalModel:
   tokenizer: Any = None
   prompt_style: str | None = None
   task_options: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
-  data_dir: str = ""
+  data_dir: Any = ""
   max_seq_len: int = 0
   train_config: TrainConfig | None = None
   _rollouts: dict[Any, Callable[..., Any]] = dataclasses.field(default_factory=dict, repr=False)

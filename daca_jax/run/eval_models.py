@@ -142,7 +142,7 @@ def model_from_workdir(workdir: str | os.PathLike, phase: str = "latest",
   """
   from daca_jax.models import lora
   from daca_jax.run import from_checkpoint
-  from daca_jax.run.task_views import task_kwargs
+  from daca_jax.run.task_views import benchmark_source, task_kwargs
 
   trained = read_trained_params(workdir, phase)
   cfg = trained.config
@@ -170,7 +170,7 @@ def model_from_workdir(workdir: str | os.PathLike, phase: str = "latest",
                    {"kind": "workdir", "path": str(trained.workdir), "phase": trained.phase,
                     "step": trained.step},
                    tokenizer=tokenizer, task_options={cfg.task.name: task_kwargs(cfg)},
-                   data_dir=cfg.data.data_dir, max_seq_len=max_len, train_config=cfg)
+                   data_dir=benchmark_source(cfg), max_seq_len=max_len, train_config=cfg)
 
 
 def _strip_value(tree: Any) -> Any:
@@ -185,13 +185,13 @@ def _strip_value(tree: Any) -> Any:
 def model_from_random_init(cfg: TrainConfig, tokenizer: Any = None) -> EvalModel:
   """A freshly initialised model of ``cfg.model`` (seed ``cfg.seed``), with ``cfg``'s task options."""
   from daca_jax.models import init_model
-  from daca_jax.run.task_views import task_kwargs
+  from daca_jax.run.task_views import benchmark_source, task_kwargs
 
   graphdef, params = init_model(cfg.model, cfg.seed)
   return EvalModel(make_logits_fn(graphdef), params, cfg.model,
                    {"kind": "random_init", "seed": cfg.seed, "model": dataclasses.asdict(cfg.model)},
                    tokenizer=tokenizer, task_options={cfg.task.name: task_kwargs(cfg)},
-                   data_dir=cfg.data.data_dir, train_config=cfg)
+                   data_dir=benchmark_source(cfg), train_config=cfg)
 
 
 def load_model(*, workdir: str = "", phase: str = "latest", hf_checkpoint: str = "",

@@ -30,10 +30,21 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Sequence
 
+from daca_jax.data import sources
 from daca_jax.errors import ConfigError
 from daca_jax.tasks.base import CONFIG_FIELD_OPTIONS, Example, Task, declared_options, make_task
 from daca_jax.tasks.tokenizer import Tokenizer
 from daca_jax.config.train import TrainConfig
+
+
+def benchmark_source(cfg: TrainConfig) -> Any:
+  """What the tasks read their benchmark files through (``data.source``): the folder's name for
+  ``local``, the TFDS datasets under ``data.tfds_dir`` for ``tfds`` (:func:`daca_jax.data.sources.from_config`).
+
+  Raises:
+    DataError: ``tfds`` with a ``tfds_dir`` that is not a folder, or without tensorflow_datasets.
+  """
+  return sources.from_config(cfg.data.source, cfg.data.data_dir, cfg.data.tfds_dir)
 
 
 def task_kwargs(cfg: TrainConfig) -> dict[str, Any]:
@@ -45,7 +56,7 @@ def task_kwargs(cfg: TrainConfig) -> dict[str, Any]:
       ones it does).
   """
   declared = declared_options(cfg.task.name)
-  kwargs: dict[str, Any] = {"data_dir": cfg.data.data_dir} if "data_dir" in declared else {}
+  kwargs: dict[str, Any] = {"data_dir": benchmark_source(cfg)} if "data_dir" in declared else {}
   for name in CONFIG_FIELD_OPTIONS:
     if name in declared:
       kwargs[name] = getattr(cfg.task, name)

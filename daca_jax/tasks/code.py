@@ -52,7 +52,7 @@ from typing import Sequence
 
 import numpy as np
 
-from daca_jax.data import local
+from daca_jax.data import local, sources
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import reasoning_format as fmt
 from daca_jax.tasks import sandbox
@@ -76,7 +76,8 @@ class CodeTask(Task):
   """Shared logic of :class:`HumanEvalTask` and :class:`MBPPTask` (see the module docstring).
 
   Args:
-    data_dir: data directory (``data.data_dir``; ``None`` = none, ``""`` = the default if present).
+    data_dir: data directory (``data.data_dir``; ``None`` = none, ``""`` = the default if present), or a
+      source of the benchmark files (:mod:`daca_jax.data.sources`, e.g. the TFDS datasets).
     eval_path: explicit evaluation file in the task's own layout; overrides the default source.
     prompt_style: ``"plain"`` or ``"chat"``.
     format_weight: chat-style reward for a complete python code fence, in [0, 1).
@@ -119,7 +120,7 @@ class CodeTask(Task):
     self.format_weight = float(format_weight)
     self.max_workers = int(max_workers) or None
     self.eval_path = check_eval_path(eval_path)
-    self.data_dir = None if data_dir is None else local.resolve_data_dir(str(data_dir))
+    self.benchmarks = sources.open_benchmarks(data_dir)
     self._fixed_prompt_len = int(prompt_len)
     self._fixed_min_gen_length = int(min_gen_length)
     self._eval: tuple[list[Example], str] | None = None
@@ -155,14 +156,16 @@ class CodeTask(Task):
     order = np.random.default_rng(seed).permutation(len(examples))[:num]
     return [examples[i] for i in order]
 
-  def _mbpp_path(self, rel: str) -> pathlib.Path:
-    if self.data_dir is None:
+  def _mbpp(self, rel: str, what: str, with_question: bool, train: bool) -> tuple[list[Example], str]:
+    """The examples of MBPP file ``rel`` (``mbpp/test.json``) from the benchmark source."""
+    data = self.benchmarks
+    if data is None:
       raise DataError(f"task {self.name!r} needs {rel} from the data directory, but data.data_dir "
                       f"is unset and {local.default_data_dir()} does not exist")
-    path = self.data_dir / rel
-    if not path.is_file():
-      raise DataError(f"task {self.name!r}: {path} does not exist (set by data.data_dir)")
-    return path
+    if not data.has(rel):
+      raise DataError(f"task {self.name!r}: {data.where(rel)} does not exist (set by {data.field})")
+    return MBPPLoader(self, with_question).load_records(data.json_records(rel), data.where(rel),
+                                                        pathlib.PurePath(rel).stem, what, train)
 
   @property
   def prompt_len(self) -> int:  # type: ignore[override]
@@ -315,9 +318,8 @@ class HumanEvalTask(CodeTask):
     return examples, f"{what} {path} ({len(examples)} problems)"
 
   def _load_train(self) -> tuple[list[Example], str]:
-    path = self._mbpp_path(MBPP_TRAIN_FILE)
-    return MBPPLoader(self, with_question=False).load(
-        path, "HumanEval has no training split; MBPP train in HumanEval layout:", train=True)
+    return self._mbpp(MBPP_TRAIN_FILE, "HumanEval has no training split; MBPP train in HumanEval layout:",
+                      with_question=False, train=True)
 
 
 @TASKS.register("mbpp")
@@ -331,8 +333,7 @@ class MBPPTask(CodeTask):
     if self.eval_path:
       return MBPPLoader(self, True).load(pathlib.Path(self.eval_path).expanduser(),
                                           "task.eval_path", train=False)
-    return MBPPLoader(self, True).load(self._mbpp_path(MBPP_EVAL_FILE), "MBPP test", train=False)
+    return self._mbpp(MBPP_EVAL_FILE, "MBPP test", with_question=True, train=False)
 
   def _load_train(self) -> tuple[list[Example], str]:
-    return MBPPLoader(self, True).load(self._mbpp_path(MBPP_TRAIN_FILE), "MBPP train",
-                                        train=True)
+    return self._mbpp(MBPP_TRAIN_FILE, "MBPP train", with_question=True, train=True)

@@ -63,7 +63,7 @@ from typing import Any, Collection, Sequence
 
 import numpy as np
 
-from daca_jax.data import local
+from daca_jax.data import local, sources
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import d1_train_prompts
 from daca_jax.tasks import reasoning_format as fmt
@@ -232,7 +232,8 @@ class CountdownTask(Task):
 
   Args:
     data_dir: data directory (``data.data_dir``; ``None`` = no local data, ``""`` = the default if it
-      exists). The d1 test set is read from ``<data_dir>/countdown/d1_cd3_test.jsonl`` when present.
+      exists), or a source of the benchmark files (:mod:`daca_jax.data.sources`). The d1 test set is read
+      from ``<data_dir>/countdown/d1_cd3_test.jsonl`` when present.
     eval_path: explicit evaluation file in d1's JSONL layout; overrides ``data_dir``.
     eval_size: size of the generated fallback evaluation set.
     seed: seed of the generated fallback evaluation set.
@@ -258,7 +259,7 @@ class CountdownTask(Task):
       raise ConfigError("task.eval_size", eval_size, "a positive int")
     self.eval_size, self.seed = int(eval_size), int(seed)
     self.eval_path = check_eval_path(eval_path)
-    self.data_dir = None if data_dir is None else local.resolve_data_dir(str(data_dir))
+    self.benchmarks = sources.open_benchmarks(data_dir)
     # Longest prompt: the numbers are separate words, so the prompt with every number n has the most
     # tokens for some n in 1..100 (bytes: n = 100). Longest answer: "(100-100)/100" (13 characters).
     self.prompt_len = max(len(self.prompt_ids(self._prompt((n, n, n), n))) for n in range(1, 101))
@@ -294,11 +295,16 @@ class CountdownTask(Task):
   def eval_examples(self) -> tuple[list[Example], str]:
     """Returns ``(examples, source)``: ``eval_path``, else d1's test file, else a GENERATED set."""
     if self._eval is None:
-      path = pathlib.Path(self.eval_path).expanduser() if self.eval_path else (
-          None if self.data_dir is None else self.data_dir / D1_TEST_FILE)
-      if path is not None and path.is_file():
-        rows = [_parse_row(r, f"{path}: record {i}")
-                for i, r in enumerate(local.read_json_records(path))]
+      data = self.benchmarks
+      if self.eval_path:
+        path = pathlib.Path(self.eval_path).expanduser()
+        found, read = path.is_file(), lambda: local.read_json_records(path)
+      else:
+        path = None if data is None else data.where(D1_TEST_FILE)
+        found = data is not None and data.has(D1_TEST_FILE)
+        read = lambda: data.json_records(D1_TEST_FILE)
+      if found:
+        rows = [_parse_row(r, f"{path}: record {i}") for i, r in enumerate(read())]
         if not rows:
           raise DataError(f"{path}: no items")
         source = (f"{path} (task.eval_path)" if self.eval_path else

@@ -69,23 +69,28 @@ class MBPPLoader:
     self.with_question = with_question
 
   def load(self, path: pathlib.Path, what: str, train: bool) -> tuple[list[Example], str]:
-    """Reads ``path``. A record with an invalid code header is skipped in training data (one of
-    Drift's train records has a truncated signature) and an error in evaluation data."""
-    records = local.read_json_records(path)
+    """Reads the local file ``path`` (:meth:`load_records`)."""
+    return self.load_records(local.read_json_records(path), str(path), path.stem, what, train)
+
+  def load_records(self, records: list[dict], where: str, stem: str, what: str,
+                   train: bool) -> tuple[list[Example], str]:
+    """The examples of ``records`` (read from ``where``, a file named ``<stem>.json``). A record with an
+    invalid code header is skipped in training data (one of Drift's train records has a truncated
+    signature) and an error in evaluation data."""
     examples, skipped = [], []
     for i, rec in enumerate(records):
-      fields = _mbpp_record(rec, f"{path}: record {i}")
+      fields = _mbpp_record(rec, f"{where}: record {i}")
       if fields is None:
         if not train:
-          raise DataError(f"{path}: record {i}: the code header in 'prefix' is not valid Python")
+          raise DataError(f"{where}: record {i}: the code header in 'prefix' is not valid Python")
         skipped.append(i)
         continue
       examples.append(self.task.make_example(
           question=fields["question"] if self.with_question else "",
           code_header=fields["code_header"], test=fields["test"],
-          entry_point=fields["entry_point"], body="", task_id=f"mbpp/{path.stem}/{i}"))
+          entry_point=fields["entry_point"], body="", task_id=f"mbpp/{stem}/{i}"))
     if not examples:
-      raise DataError(f"{path}: no records")
+      raise DataError(f"{where}: no records")
     note = f"; records {skipped} skipped: invalid code header" if skipped else ""
-    return examples, (f"{what} {path} ({len(examples)} problems; ant-research/Drift's MBPP, no "
+    return examples, (f"{what} {where} ({len(examples)} problems; ant-research/Drift's MBPP, no "
                       f"reference solutions{note})")

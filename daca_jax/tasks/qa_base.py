@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from daca_jax.data import local
+from daca_jax.data import local, sources
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import reasoning_format as fmt
 from daca_jax.tasks import text_scan
@@ -35,7 +35,8 @@ class ReasoningQATask(Task):
   """A task whose items come from local benchmark files (``<data_dir>/<EVAL_FILE>``, ``TRAIN_FILE``).
 
   Args:
-    data_dir: data directory (``data.data_dir``; ``None`` = none, ``""`` = the default if it exists).
+    data_dir: data directory (``data.data_dir``; ``None`` = none, ``""`` = the default if it exists), or a
+      source of the benchmark files (:mod:`daca_jax.data.sources`, e.g. the TFDS datasets).
     eval_path: explicit evaluation file (same layout as ``EVAL_FILE``); overrides ``data_dir``.
     prompt_style: ``"plain"``, ``"chat"`` or ``"d1_train"``.
     format_weight: weight of the format rewards (chat and d1_train styles), in [0, 1).
@@ -67,7 +68,7 @@ class ReasoningQATask(Task):
       raise ConfigError("task.options.prompt_len", prompt_len, "an int >= 0 (0 = automatic)")
     self.format_weight = float(format_weight)
     self.eval_path = check_eval_path(eval_path)
-    self.data_dir = None if data_dir is None else local.resolve_data_dir(str(data_dir))
+    self.benchmarks = sources.open_benchmarks(data_dir)
     self._fixed_prompt_len = int(prompt_len)
     self._cache: dict[str, tuple[list[Example], str]] = {}
     self.num_bound_hits = 0
@@ -105,26 +106,29 @@ class ReasoningQATask(Task):
   def _load(self, kind: str) -> tuple[list[Example], str]:
     if kind not in self._cache:
       rel = self.EVAL_FILE if kind == "eval" else self.TRAIN_FILE
+      data = self.benchmarks
       if kind == "eval" and self.eval_path:
-        path, field = pathlib.Path(self.eval_path).expanduser(), "task.eval_path"
-      elif self.data_dir is None:
+        path = pathlib.Path(self.eval_path).expanduser()
+        if not path.is_file():
+          raise DataError(f"task {self.name!r}: {path} does not exist (set by task.eval_path)")
+        where, records = str(path), local.read_json_records(path)
+      elif data is None:
         raise DataError(f"task {self.name!r} needs {rel} from the data directory, but data.data_dir is "
                         f"unset and {local.default_data_dir()} does not exist")
+      elif not data.has(rel):
+        raise DataError(f"task {self.name!r}: {data.where(rel)} does not exist (set by {data.field})")
       else:
-        path, field = self.data_dir / rel, "data.data_dir"
-      if not path.is_file():
-        raise DataError(f"task {self.name!r}: {path} does not exist (set by {field})")
-      built = [self.make_example(r, f"{path}: record {i}")
-               for i, r in enumerate(local.read_json_records(path))]
+        where, records = data.where(rel), data.json_records(rel)
+      built = [self.make_example(r, f"{where}: record {i}") for i, r in enumerate(records)]
       examples = [ex for ex in built if ex is not None]
       skipped = len(built) - len(examples)
       if kind == "eval" and skipped:
         bad = next(i for i, ex in enumerate(built) if ex is None)
-        raise DataError(f"{path}: record {bad} has no gold answer ({skipped} such records)")
+        raise DataError(f"{where}: record {bad} has no gold answer ({skipped} such records)")
       if not examples:
-        raise DataError(f"{path}: no records")
+        raise DataError(f"{where}: no records")
       note = f", {skipped} records without a gold answer skipped" if skipped else ""
-      self._cache[kind] = (examples, f"{self.DESCRIPTION} {path} ({len(examples)} items{note})")
+      self._cache[kind] = (examples, f"{self.DESCRIPTION} {where} ({len(examples)} items{note})")
     return self._cache[kind]
 
   def eval_examples(self) -> tuple[list[Example], str]:
@@ -149,8 +153,7 @@ class ReasoningQATask(Task):
   def prompt_len(self) -> int:  # type: ignore[override]
     if self._fixed_prompt_len:
       return self._fixed_prompt_len
-    kinds = ["eval"] + (["train"] if self.data_dir is not None
-                        and (self.data_dir / self.TRAIN_FILE).is_file() else [])
+    kinds = ["eval"] + (["train"] if self.benchmarks is not None and self.benchmarks.has(self.TRAIN_FILE) else [])
     return max(len(self.prompt_ids(ex.prompt)) for k in kinds for ex in self._load(k)[0])
 
   @functools.cached_property

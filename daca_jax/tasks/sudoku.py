@@ -48,7 +48,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from daca_jax.data import local
+from daca_jax.data import local, sources
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import d1_train_prompts
 from daca_jax.tasks import reasoning_format as fmt
@@ -101,7 +101,8 @@ class Sudoku4x4Task(Task):
   Args:
     data_dir: data directory (config field ``data.data_dir``): ``None`` = no local data; ``""`` =
       :func:`daca_jax.data.local.default_data_dir` if it exists; otherwise a directory that must
-      exist. The d1 test set is read from ``<data_dir>/sudoku/d1_test.csv`` when present.
+      exist; or a source of the benchmark files (:mod:`daca_jax.data.sources`, e.g. the TFDS datasets).
+      The d1 test set is read from ``<data_dir>/sudoku/d1_test.csv`` when present.
     eval_path: explicit evaluation CSV (``Puzzle,Solution`` header, d1 layout); overrides
       ``data_dir``.
     num_blanks: blanks per generated puzzle (int or inclusive ``(lo, hi)``), used for training
@@ -146,7 +147,7 @@ class Sudoku4x4Task(Task):
     self.eval_size = int(eval_size)
     self.seed = int(seed)
     self.eval_path = check_eval_path(eval_path)
-    self.data_dir = None if data_dir is None else local.resolve_data_dir(str(data_dir))
+    self.benchmarks = sources.open_benchmarks(data_dir)
     self._eval: tuple[list[Example], str] | None = None
     self.num_bound_hits = 0
     self.has_token_rewards = self.prompt_style == "plain"
@@ -169,14 +170,13 @@ class Sudoku4x4Task(Task):
       return self.chat_template.user_turn(d1_train_prompts.sudoku_message(SYSTEM_PROMPT, puzzle))
     return fmt.d1_chat_prompt(self.chat_template, SYSTEM_PROMPT, f"Solve the following Sudoku puzzle: {puzzle}\n")
 
-  def _load_csv(self, path: pathlib.Path) -> list[Example]:
-    rows = local.read_sudoku_csv(path)
+  def _checked(self, rows: list[tuple[str, str]], where: str) -> list[Example]:
     for i, (puzzle, solution) in enumerate(rows):
       if not is_valid_solution(puzzle, solution):
         raise DataError(
-            f"{path}: data row {i + 1}: {solution!r} is not a valid solution of {puzzle!r}")
+            f"{where}: data row {i + 1}: {solution!r} is not a valid solution of {puzzle!r}")
     if not rows:
-      raise DataError(f"{path}: no puzzles")
+      raise DataError(f"{where}: no puzzles")
     return self._examples(rows)
 
   def eval_examples(self) -> tuple[list[Example], str]:
@@ -188,17 +188,18 @@ class Sudoku4x4Task(Task):
     if self._eval is None:
       if self.eval_path:
         path = pathlib.Path(self.eval_path).expanduser()
-        examples = self._load_csv(path)
+        examples = self._checked(local.read_sudoku_csv(path), str(path))
         source = f"{path} (task.eval_path, {len(examples)} puzzles)"
       else:
-        d1 = None if self.data_dir is None else self.data_dir / D1_TEST_FILE
-        if d1 is not None and d1.is_file():
-          examples = self._load_csv(d1)
+        data = self.benchmarks
+        if data is not None and data.has(D1_TEST_FILE):
+          d1 = data.where(D1_TEST_FILE)
+          examples = self._checked(data.sudoku_rows(D1_TEST_FILE), d1)
           source = (f"d1 4x4 Sudoku test set {d1} ({len(examples)} puzzles; dllm-reasoning/d1 "
                     f"dataset/4x4_test_sudoku.csv)")
         else:
           where = (f"no data dir (data.data_dir unset and {local.default_data_dir()} absent)"
-                   if d1 is None else f"{d1} does not exist")
+                   if data is None else f"{data.where(D1_TEST_FILE)} does not exist")
           rows = generate_puzzles(self.eval_size, self.num_blanks, seed=self.seed)
           examples = self._examples(rows)
           source = (f"GENERATED held-out set of {len(examples)} unique-solution puzzles "

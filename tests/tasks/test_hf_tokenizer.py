@@ -172,7 +172,7 @@ def test_task_chat_prompts_are_the_checkpoints_template(ckpt, name, question):
   ex = task.eval_examples()[0][0]
   system = {"countdown": countdown.SYSTEM_PROMPT, "gsm8k": gsm8k.SYSTEM_PROMPT, "sudoku4x4": sudoku.SYSTEM_PROMPT}[name]
   if question is None:
-    question = {"gsm8k": lambda: json.loads(open(task.data_dir / "gsm8k/test.jsonl").readline())["question"],
+    question = {"gsm8k": lambda: task.benchmarks.json_records("gsm8k/test.jsonl")[0]["question"],
                 "sudoku4x4": lambda: f"Solve the following Sudoku puzzle: {ex.meta['puzzle']}\n"}[name]()
   else:
     question = f"Numbers: {list(ex.meta['numbers'])}\nTarget: {ex.meta['target']}"

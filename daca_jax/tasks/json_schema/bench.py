@@ -8,13 +8,13 @@ are reported by reason, not dropped silently.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import os
 import pathlib
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
+from daca_jax.data import local, sources
 from daca_jax.errors import DataError
 from daca_jax.tasks.json_schema.validation import CompiledSchema, SchemaCompileError, compile_schema
 
@@ -60,25 +60,37 @@ class LoadReport:
             + (f"; skipped {self.num_files - self.num_compiled} ({parts})" if parts else ""))
 
 
-@functools.lru_cache(maxsize=4)
-def _load_cached(root: str, subsets: tuple[str, ...]) -> tuple[tuple[BenchSchema, ...], LoadReport]:
+_CACHE: dict[tuple[str, tuple[str, ...]], tuple[tuple[BenchSchema, ...], LoadReport]] = {}
+
+
+class _SubsetReader(NamedTuple):
+  """How the subsets are read: a cache key, and whether a subset is there, where, and its files' texts."""
+
+  key: str
+  has: Callable[[str], bool]
+  where: Callable[[str], str]
+  texts: Callable[[str], list[tuple[str, str | None]]]
+
+
+def _load(files: _SubsetReader, subsets: tuple[str, ...]) -> tuple[tuple[BenchSchema, ...], LoadReport]:
   out: list[BenchSchema] = []
   skipped: dict[str, list[tuple[str, str]]] = {}
   num_files = 0
   for subset in subsets:
-    folder = pathlib.Path(root) / subset
-    if not folder.is_dir():
-      raise DataError(f"{folder}: JSONSchemaBench subset folder does not exist "
+    if not files.has(subset):
+      raise DataError(f"{files.where(subset)}: JSONSchemaBench subset folder does not exist "
                       f"(task.options.subsets={list(subsets)!r}; known: {list(BENCH_SUBSETS)})")
-    for path in sorted(folder.glob("*.json")):
+    for name, text in files.texts(subset):
       num_files += 1
-      key = f"{subset}/{path.name}"
+      key = f"{subset}/{name}"
       try:
         try:
-          schema = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as e:
+          if text is None:
+            raise ValueError("not UTF-8 text")
+          schema = json.loads(text)
+        except ValueError as e:
           raise SchemaCompileError("not_json", str(e)[:200]) from None
-        out.append(BenchSchema(subset, path.name, compile_schema(schema)))
+        out.append(BenchSchema(subset, name, compile_schema(schema)))
       except SchemaCompileError as e:
         skipped.setdefault(e.reason, []).append((key, e.detail))
   report = LoadReport(num_files=num_files, num_compiled=len(out),
@@ -86,12 +98,13 @@ def _load_cached(root: str, subsets: tuple[str, ...]) -> tuple[tuple[BenchSchema
   return tuple(out), report
 
 
-def load_jsonschemabench(root: str | os.PathLike[str],
+def load_jsonschemabench(root: str | os.PathLike[str] | sources.BenchmarkSource,
                          subsets: Sequence[str] = BENCH_SUBSETS) -> tuple[list[BenchSchema], LoadReport]:
-  """Reads and compiles every ``<root>/<subset>/*.json`` schema (sorted by file name).
+  """Reads and compiles every ``<subset>/*.json`` schema (sorted by file name) of JSONSchemaBench.
 
   Args:
-    root: the ``jsonschemabench`` folder (guidance-ai/jsonschemabench ``data/`` layout).
+    root: the ``jsonschemabench`` folder (guidance-ai/jsonschemabench ``data/`` layout), or a source of
+      the benchmark files (:mod:`daca_jax.data.sources`) whose ``jsonschemabench/<subset>`` it reads.
     subsets: subset folder names.
 
   Returns:
@@ -100,7 +113,20 @@ def load_jsonschemabench(root: str | os.PathLike[str],
   Raises:
     DataError: a subset folder does not exist.
   """
-  schemas, report = _load_cached(str(pathlib.Path(root).resolve()), tuple(subsets))
+  if isinstance(root, (str, os.PathLike)):  # the folder itself: its subsets are its sub-folders
+    folder = pathlib.Path(root).resolve()
+    reader = _SubsetReader(str(folder), lambda s: (folder / s).is_dir(), lambda s: str(folder / s),
+                           lambda s: local.read_text_folder(folder / s, "*.json"))
+  else:
+    rel = lambda s: f"{BENCH_DIR}/{s}"
+    reader = _SubsetReader(repr(root), lambda s: root.has(rel(s)), lambda s: root.where(rel(s)),
+                           lambda s: root.schema_texts(rel(s)))
+  key = (reader.key, tuple(subsets))
+  if key not in _CACHE:
+    if len(_CACHE) >= 4:
+      _CACHE.pop(next(iter(_CACHE)))
+    _CACHE[key] = _load(reader, tuple(subsets))
+  schemas, report = _CACHE[key]
   return list(schemas), report
 
 

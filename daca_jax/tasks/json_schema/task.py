@@ -51,7 +51,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from daca_jax.data import local
+from daca_jax.data import sources
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.tasks import grader_worker
 from daca_jax.tasks import text_scan
@@ -85,7 +85,8 @@ class JSONSchemaTask(Task):
 
   Args:
     data_dir: data directory (config ``data.data_dir``): ``None`` = none; ``""`` = the default if it
-      exists. JSONSchemaBench is read from ``<data_dir>/jsonschemabench``.
+      exists; or a source of the benchmark files (:mod:`daca_jax.data.sources`, e.g. the TFDS datasets).
+      JSONSchemaBench is read from ``<data_dir>/jsonschemabench``.
     source: ``"generated"`` or ``"jsonschemabench"``.
     prompt_style: ``"plain"`` or ``"chat"``.
     eval_size: number of generated evaluation schemas (``source="generated"``).
@@ -169,7 +170,7 @@ class JSONSchemaTask(Task):
     self.max_schema_chars = int(max_schema_chars)
     self.parse_reward = float(parse_reward)
     self.target_style = target_style
-    self.data_dir = None if data_dir is None else local.resolve_data_dir(str(data_dir))
+    self.benchmarks = sources.open_benchmarks(data_dir)
     self._compiled: dict[str, CompiledSchema] = {}
     self._eval: tuple[list[Example], str] | None = None
     self._bench: tuple[list[Example], list[Example], str] | None = None
@@ -237,11 +238,12 @@ class JSONSchemaTask(Task):
   def _bench_splits(self) -> tuple[list[Example], list[Example], str]:
     """(eval examples, train examples with a generated target, description); cached."""
     if self._bench is None:
-      if self.data_dir is None or not (self.data_dir / BENCH_DIR).is_dir():
-        where = "no data dir" if self.data_dir is None else str(self.data_dir / BENCH_DIR)
+      data = self.benchmarks
+      if data is None or not any(data.has(f"{BENCH_DIR}/{s}") for s in self.subsets):
+        where = "no data dir" if data is None else data.where(BENCH_DIR)
         raise DataError(f"task.options.source='jsonschemabench' needs the JSONSchemaBench folder "
                         f"<data.data_dir>/{BENCH_DIR} ({where} does not exist)")
-      schemas, report = load_jsonschemabench(self.data_dir / BENCH_DIR, self.subsets)
+      schemas, report = load_jsonschemabench(data, self.subsets)
       ev: list[Example] = []
       tr: list[Example] = []
       too_long = 0
@@ -261,7 +263,7 @@ class JSONSchemaTask(Task):
       if not ev:
         raise DataError(f"no JSONSchemaBench evaluation schemas left ({report.summary()}; "
                         f"{too_long} longer than task.options.max_schema_chars={self.max_schema_chars})")
-      desc = (f"JSONSchemaBench {list(self.subsets)} in {self.data_dir / BENCH_DIR}: {report.summary()}; "
+      desc = (f"JSONSchemaBench {list(self.subsets)} in {data.where(BENCH_DIR)}: {report.summary()}; "
               f"{too_long} longer than max_schema_chars skipped; {len(ev)} eval schemas "
               f"(eval_fraction={self.eval_fraction}), {len(tr)} train schemas with a generated target")
       self._bench = (ev, tr, desc)
