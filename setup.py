@@ -39,6 +39,7 @@ RUN = TASKS + CKPT + VIZ + [
     "tensorboardX>=2.6",  # TensorBoard event files of the training dashboards (daca_jax/run/dashboards.py)
     "jaxlib>=0.10",  # jax's own, imported directly by daca_jax.planning.hlo_cost (XLA's per-loop-body cost)
     "scipy>=1.11",  # Student-t and normal tails of the paired comparisons (daca_jax.reports.paired; a jax dependency)
+    "grain>=0.2.10",  # the job's batches (daca_jax.data.loader): a MapDataset per phase, its iterator state checkpointed
 ]
 # RL from a released checkpoint (model.init_checkpoint), its export, and the `hf download` command;
 # no torch: the library reads and writes the files itself.

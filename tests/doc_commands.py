@@ -11,6 +11,8 @@ flag, left out. A ``for ...; do ...; done`` line is run by bash as written.
 * :data:`SKIPS`: commands not run, each with its reason (matched by the start of the command);
 * :data:`RULES`: per script, the rewrites that shrink its commands to CPU size and whether they run
   in the default suite (the others are slow-marked; every script keeps a fast one);
+* placeholders filled by the test: ``{shared}`` is ``../shared/data`` (skipped without it) and ``{tfds}`` a
+  TFDS data directory holding the Sudoku dataset built from it;
 * generic rewrites for every rule: ``/ckpt/<name>`` becomes a tiny checkpoint in the HF release layout
   of the family the name says (LLaDA or Dream, tests/hf_fixtures.py); ``runs/<x>`` becomes a
   temporary folder; a bare output file name (``--json=bench.json``) goes to the temporary folder.
@@ -85,8 +87,10 @@ class Rule:
 RULES: dict[str, Rule] = {
     "experiments/train.py": Rule(smoke=("--config",), set={"--progress": "false"},
                                  # a preflight for a GPU node or TPU slice runs on one simulated CPU device (the
-                                 # target compilers' own runs: tests/planning/test_targets.py)
-                                 replace={"--config.parallel.fsdp": "1", "--target": "cpu:1"},
+                                 # target compilers' own runs: tests/planning/test_targets.py); a run from TFDS
+                                 # datasets reads the Sudoku one, built once from ../shared/data
+                                 replace={"--config.parallel.fsdp": "1", "--target": "cpu:1",
+                                          "--config.data.tfds_dir": "{tfds}"},
                                  fast={"--workdir": "runs/sudoku"}),
     "experiments/evaluate.py": Rule(set={"--num_examples": "2", "--batch_size": "2", "--progress": "false"},
                                     hf={"--gen_lengths": "32", "--block_length": "32"}, reads=("--workdir",),
@@ -110,6 +114,9 @@ RULES: dict[str, Rule] = {
     "experiments/plan.py": Rule(smoke=("--config",), default={"--prompt_len": "16"},
                                 replace={"--num_devices": "2", "--target": "cpu:2"}, set={"--model": "tiny"},
                                 fast=True),
+    # one dataset (the smoke run's), from the real files (the builder checks their published checksums)
+    "experiments/build_tfds.py": Rule(set={"--datasets": "daca_sudoku4x4_d1", "--data_dir": "{shared}"},
+                                      fast=True),
     "experiments/export_hf.py": Rule(reads=("--workdir",), outputs=("--output_dir",), prepared=True, fast=True),
 }
 # The run that stands in for one the documentation reads but no documented command writes

@@ -61,6 +61,24 @@ class _Env:
         pytest.skip("the command evaluates benchmark files: ../shared/data is absent")
     return self.data
 
+  def shared(self) -> pathlib.Path:
+    from tests.tiny_data import shared_data
+
+    data = shared_data()
+    if data is None:
+      pytest.skip("the command reads the benchmark files: ../shared/data is absent")
+    return data
+
+  def tfds(self) -> pathlib.Path:
+    """A TFDS data directory with the Sudoku dataset, built once from ../shared/data."""
+    out = self.tmp / "tfds"
+    if not out.exists():
+      pytest.importorskip("tensorflow_datasets")
+      from daca_jax.data import tfds_builders
+
+      tfds_builders.build(["daca_sudoku4x4_d1"], out, str(self.shared()), log=lambda _: None)
+    return out
+
   def fresh(self) -> pathlib.Path:
     self.count += 1
     d = self.tmp / f"cmd{self.count}"
@@ -94,6 +112,10 @@ def _fill(word: str, env: _Env, tmp: pathlib.Path) -> str:
       word = word.replace(f"{{ckpt:{family}}}", str(env.ckpt(family)))
   if "{data}" in word:
     word = word.replace("{data}", str(env.tiny_data()))
+  if "{shared}" in word:
+    word = word.replace("{shared}", str(env.shared()))
+  if "{tfds}" in word:
+    word = word.replace("{tfds}", str(env.tfds()))
   return word.replace("{tmp}", str(tmp))
 
 

@@ -160,6 +160,7 @@ class ProcessShare:
     mesh: the run's mesh, or None.
     prompts: the prompts of one batch (``rl.prompts_per_step``).
     rows_per_prompt: rows sampled per prompt (n).
+    field: the config field ``prompts`` comes from, for the error.
   Raises:
     ConfigError: (at construction, in a multi-process run) ``prompts`` is not a multiple of the processes.
   """
@@ -167,9 +168,10 @@ class ProcessShare:
   mesh: Mesh | None
   prompts: int
   rows_per_prompt: int = 1
+  field: str = "rl.prompts_per_step"
 
   def __post_init__(self) -> None:
-    share = process_slice(self.prompts) if self.multi else slice(0, self.prompts)
+    share = process_slice(self.prompts, field=self.field) if self.multi else slice(0, self.prompts)
     object.__setattr__(self, "_share", share)
 
   @property

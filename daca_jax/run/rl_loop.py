@@ -22,6 +22,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from daca_jax import parallel
+from daca_jax.data import loader
 from daca_jax.errors import ConfigError
 from daca_jax.hardware import device_peak_bytes
 from daca_jax.progress import PhaseProgress
@@ -31,7 +32,7 @@ from daca_jax.run import guards, lease, preemption
 from daca_jax.run.dashboards import Dashboard
 from daca_jax.run.from_checkpoint import RLCheckpointLayout
 from daca_jax.run.streams import RL_STREAM
-from daca_jax.run.workdir import PhaseResult, metrics_writer, open_phase, phase_sink, save_and_stop
+from daca_jax.run.workdir import PhaseResult, metrics_writer, open_phase, phase_metadata, phase_sink, save_and_stop
 from daca_jax.tasks.base import Example, Task
 from daca_jax.tasks.training_rewards import training_rewards
 from daca_jax.config.train import CheckpointConfig, TrainConfig
@@ -189,7 +190,7 @@ def run_rl(rl: RLConfig, learner: GRPOLearner, start: RLStart, batches: RLBatche
   if credit_state is not None:  # e.g. DTCA's entropy baseline: part of the run's resumable state
     template["credit"] = credit_state
   template = share.replicate(template)
-  ckpt, saved, first = open_phase(workdir / "rl", layout.saved(template), store.checkpoint.max_to_keep, log)
+  ckpt, saved, first, meta = open_phase(workdir / "rl", layout.saved(template), store.checkpoint.max_to_keep, log)
   state = layout.full(saved)
   if first > rl.steps:
     ckpt.close()
@@ -203,6 +204,9 @@ def run_rl(rl: RLConfig, learner: GRPOLearner, start: RLStart, batches: RLBatche
     log(f"RL: resuming from iteration {first}.")
   task, examples = batches.task, batches.examples
   prompts_all = task.encode_prompts(examples)
+  draw = lambda step: rl_prompt_rows(batches.seed, rl, step, len(examples))
+  stream = loader.batch_iterator(loader.step_batches(prompts_all, draw, rl.steps, share.own_prompts), first,
+                                 meta.get(loader.STATE_KEY), f"checkpoint {workdir / 'rl' / str(first)}")
   base_key = rl_base_key(batches.seed, rl)
   sink = phase_sink(hooks.dashboard, "rl", first)
   with metrics_writer(workdir / "metrics.jsonl", log, sink) as writer:
@@ -211,8 +215,8 @@ def run_rl(rl: RLConfig, learner: GRPOLearner, start: RLStart, batches: RLBatche
                         first=f"compiling the rollout and the update ({rl.steps - first} iterations to run)")
     for step in bar:
       # Rollout: this process's prompts (all of them in one process), n completions each.
-      mine = share.own_prompts(rl_prompt_rows(batches.seed, rl, step, len(examples)))
-      prompts = np.repeat(prompts_all[mine], n, axis=0)
+      _, mine, own_prompts = next(stream)  # this process's prompt rows of the step, and their tokens
+      prompts = np.repeat(own_prompts, n, axis=0)
       batch_examples = [examples[i] for i in mine for _ in range(n)]
       k_roll, k_upd = (share.replicate(k) for k in jax.random.split(jax.random.fold_in(base_key, step)))
       t0 = time.perf_counter()
@@ -274,8 +278,8 @@ def run_rl(rl: RLConfig, learner: GRPOLearner, start: RLStart, batches: RLBatche
       bar.set_postfix(reward=f"{m['reward_mean']:.3f}", kl=f"{m['kl']:.4f}")
       lease.check_held()  # a run whose workdir was taken over stops here, saving nothing
       if done % store.checkpoint.every == 0 or done == rl.steps:
-        ckpt.save(done, layout.saved(state), metadata={"phase": "rl", "step": done})
+        ckpt.save(done, layout.saved(state), metadata=phase_metadata("rl", done, stream))
       if preemption.stop_requested():
-        save_and_stop(ckpt, "RL", done, layout.saved(state), workdir / "rl", log)
+        save_and_stop(ckpt, "RL", done, layout.saved(state), workdir / "rl", log, phase_metadata("rl", done, stream))
   ckpt.close()
   return PhaseResult(state["params"], True)

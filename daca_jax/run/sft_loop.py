@@ -2,7 +2,8 @@
 
 The loop is resumable from its checkpoint folder (:func:`daca_jax.run.workdir.open_phase`): a run killed
 mid-way and started again continues from the last checkpoint and reproduces the uninterrupted run, since
-every batch and key is a pure function of ``(seed, step)`` (:data:`daca_jax.run.streams.SFT_STREAM`).
+every batch and key is a pure function of ``(seed, step)`` (:data:`daca_jax.run.streams.SFT_STREAM`); the
+batches come from a grain pipeline (:mod:`daca_jax.data.loader`) whose iterator state each checkpoint keeps.
 """
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ import optax
 from jax.sharding import Mesh
 
 from daca_jax import parallel
+from daca_jax.data import loader
 from daca_jax.diffusion.sft import sft_loss
 from daca_jax.progress import PhaseProgress
 from daca_jax.rl.optim import make_optimizer
 from daca_jax.run import guards, lease, preemption
 from daca_jax.run.dashboards import Dashboard
 from daca_jax.run.streams import SFT_STREAM
-from daca_jax.run.workdir import PhaseResult, metrics_writer, open_phase, phase_sink, save_and_stop
+from daca_jax.run.workdir import PhaseResult, metrics_writer, open_phase, phase_metadata, phase_sink, save_and_stop
 from daca_jax.tasks.base import Example, Task
 from daca_jax.config.train import CheckpointConfig, SFTConfig
 
@@ -50,6 +52,12 @@ def make_sft_step(logits_fn: Callable[..., Any], optimizer: optax.GradientTransf
     return state, dict(aux, loss=loss), flag
 
   return train_step
+
+
+def sft_rows(seed: int, step: int, batch_size: int, num_examples: int) -> np.ndarray:
+  """int64 ``[batch_size]``: the training rows SFT step ``step`` draws (with replacement), a pure function of
+  ``(seed, step)``."""
+  return np.random.default_rng([seed, SFT_STREAM, step]).integers(0, num_examples, batch_size)
 
 
 def run_sft(sft: SFTConfig, checkpoint: CheckpointConfig, task: Task, examples: list[Example],
@@ -86,7 +94,7 @@ def run_sft(sft: SFTConfig, checkpoint: CheckpointConfig, task: Task, examples: 
   optimizer, schedule = make_optimizer(sft.learning_rate, sft.warmup_steps, sft.weight_decay,
                                        sft.max_grad_norm, decay_steps=max(sft.steps - sft.warmup_steps, 1))
   template = parallel.to_global({"params": params, "opt_state": optimizer.init(params)}, mesh)
-  ckpt, state, start = open_phase(sft_dir, template, checkpoint.max_to_keep, log)
+  ckpt, state, start, saved = open_phase(sft_dir, template, checkpoint.max_to_keep, log)
   if start >= sft.steps:
     log(f"SFT warm start: reusing the cached model in {sft_dir} (step {start}).")
     ckpt.close()
@@ -94,6 +102,10 @@ def run_sft(sft: SFTConfig, checkpoint: CheckpointConfig, task: Task, examples: 
   if start:
     log(f"SFT: resuming from step {start}.")
   tokens = np.concatenate([task.encode_prompts(examples), task.encode_targets(examples, gen_length)], axis=1)
+  share = parallel.ProcessShare(mesh, sft.batch_size, field="sft.batch_size")
+  draw = lambda step: sft_rows(seed, step, sft.batch_size, len(tokens))
+  batches = loader.batch_iterator(loader.step_batches(tokens, draw, sft.steps, share.own_prompts), start,
+                                  saved.get(loader.STATE_KEY), f"checkpoint {sft_dir / str(start)}")
   train_step = make_sft_step(logits_fn, optimizer, task.prompt_len, task.tokenizer.mask_id)
 
   base_key = jax.random.fold_in(jax.random.PRNGKey(seed), SFT_STREAM)
@@ -105,8 +117,7 @@ def run_sft(sft: SFTConfig, checkpoint: CheckpointConfig, task: Task, examples: 
     bar = PhaseProgress(range(start, sft.steps), desc="SFT", log=log, disable=not show_progress,
                         first=f"compiling the SFT step ({sft.steps - start} steps to run)")
     for step in bar:
-      idx = np.random.default_rng([seed, SFT_STREAM, step]).integers(0, len(tokens), sft.batch_size)
-      batch = parallel.rows_to_devices(tokens[idx], mesh, "sft.batch_size")
+      batch = share.to_batch(next(batches).rows)
       done = step + 1
       state, aux, flag = train_step(state, batch, parallel.to_global(jax.random.fold_in(base_key, step), mesh),
                                     flag, np.int32(done))
@@ -119,9 +130,9 @@ def run_sft(sft: SFTConfig, checkpoint: CheckpointConfig, task: Task, examples: 
         bar.set_postfix(loss=f"{m['loss']:.3f}", acc=f"{m['token_acc']:.3f}")
       lease.check_held()  # a run whose workdir was taken over stops here, saving nothing
       if done % checkpoint.sft_every == 0 or done == sft.steps:
-        ckpt.save(done, state, metadata={"phase": "sft", "step": done})
+        ckpt.save(done, state, metadata=phase_metadata("sft", done, batches))
       if preemption.stop_requested():
         guards.check("SFT", flag, ckpt)
-        save_and_stop(ckpt, "SFT", done, state, sft_dir, log)
+        save_and_stop(ckpt, "SFT", done, state, sft_dir, log, phase_metadata("sft", done, batches))
   ckpt.close()
   return PhaseResult(state["params"], True)

@@ -28,6 +28,7 @@ import time
 from typing import Any, Callable, NamedTuple
 
 from daca_jax import io_utils, parallel
+from daca_jax.data import loader
 from daca_jax.config import configure
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.run import guards, preemption
@@ -112,11 +113,20 @@ def check_workdir_config(workdir: pathlib.Path, cfg: TrainConfig, write: bool = 
   io_utils.atomic_write_json(path, cfg.to_dict())
 
 
+class PhaseStart(NamedTuple):
+  """Where a phase starts (:func:`open_phase`): its checkpointer, state, step and that checkpoint's metadata."""
+
+  ckpt: Checkpointer
+  state: dict[str, Any]
+  step: int
+  metadata: dict[str, Any]
+
+
 def open_phase(directory: pathlib.Path, state: dict[str, Any], max_to_keep: int,
-               log: Callable[[str], None] = print) -> tuple[Checkpointer, dict[str, Any], int]:
-  """Opens a phase's checkpoint directory; returns (checkpointer, latest readable state or ``state``,
-  its step). An unreadable checkpoint (damaged on disk: unreadable files or a checksum mismatch) or
-  one holding NaN/inf is set aside for the one before it, loudly.
+               log: Callable[[str], None] = print) -> PhaseStart:
+  """Opens a phase's checkpoint directory: the checkpointer, the latest readable state (or ``state``), its
+  step and its metadata (``{}`` for a fresh phase). An unreadable checkpoint (damaged on disk: unreadable
+  files or a checksum mismatch) or one holding NaN/inf is set aside for the one before it, loudly.
 
   Raises:
     DataError: checkpoints exist but none of them can be read.
@@ -125,9 +135,9 @@ def open_phase(directory: pathlib.Path, state: dict[str, Any], max_to_keep: int,
   steps = sorted(ckpt.all_steps(), reverse=True)
   for step in steps:
     try:
-      restored, _ = ckpt.restore(step, state)
+      restored, metadata = ckpt.restore(step, state)
       guards.check_restored(restored, f"checkpoint {directory / str(step)}")  # e.g. from before the guard
-      return ckpt, restored, step
+      return PhaseStart(ckpt, restored, step, metadata)
     except Exception as e:  # orbax/tensorstore raise many types for damaged files
       aside = directory.parent / f"{directory.name}_unreadable_step{step}_{int(time.time())}"
       log(f"WARNING: checkpoint {directory / str(step)} is unreadable ({type(e).__name__}: "
@@ -141,15 +151,20 @@ def open_phase(directory: pathlib.Path, state: dict[str, Any], max_to_keep: int,
   if steps:
     raise DataError(f"no checkpoint in {directory} can be read (steps {sorted(steps)}); "
                     "remove the damaged step folders or use a new --workdir")
-  return ckpt, state, 0
+  return PhaseStart(ckpt, state, 0, {})
+
+
+def phase_metadata(phase: str, step: int, batches: Any) -> dict[str, Any]:
+  """A checkpoint's metadata: its phase, its step and the data iterator's state (:mod:`daca_jax.data.loader`)."""
+  return {"phase": phase, "step": step, loader.STATE_KEY: loader.iterator_state(batches)}
 
 
 def save_and_stop(ckpt: Checkpointer, phase: str, step: int, state: dict[str, Any], directory: pathlib.Path,
-                  log: Callable[[str], None]) -> None:
-  """Saves ``state`` as checkpoint ``step`` (unless the schedule just did), waits until it is on disk and
-  raises :class:`~daca_jax.run.preemption.Preempted`."""
+                  log: Callable[[str], None], metadata: dict[str, Any]) -> None:
+  """Saves ``state`` with ``metadata`` as checkpoint ``step`` (unless the schedule just did), waits until it
+  is on disk and raises :class:`~daca_jax.run.preemption.Preempted`."""
   log(f"{phase}: SIGTERM received; saving the checkpoint of step {step} and stopping.")
-  ckpt.save(step, state, metadata={"phase": phase.lower(), "step": step})
+  ckpt.save(step, state, metadata=metadata)
   ckpt.close()
   raise preemption.Preempted(phase, step, directory)
 

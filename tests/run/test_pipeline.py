@@ -111,6 +111,26 @@ def test_resumed_run_continues_the_same_run(straight, tmp_path):
   for a, b in zip(m1, m2):
     for k in ("reward_mean", "loss", "kl", "grad_norm"):
       assert a[k] == b[k], (k, a, b)
+  # Every checkpoint keeps the data iterator's position beside the model (daca_jax.data.loader).
+  for phase, step in (("rl", 2), ("rl", 4), ("sft", 40)):
+    meta = json.loads((split / phase / str(step) / "metadata" / "metadata").read_text())
+    assert meta["data"] == {"next_index": step} and meta["step"] == step, (phase, meta)
+
+
+def test_a_resume_reads_the_saved_data_position(straight, tmp_path):
+  """The saved iterator state is what the resumed run's batches start from: a checkpoint whose data position
+  disagrees with its model's step is refused before any batch is drawn."""
+  import shutil
+  from daca_jax.errors import DataError
+  work = tmp_path / "copy"
+  shutil.copytree(straight, work)
+  shutil.rmtree(work / "rl" / "4")
+  (work / "results.json").unlink()
+  meta_file = work / "rl" / "2" / "metadata" / "metadata"
+  meta = json.loads(meta_file.read_text())
+  meta_file.write_text(json.dumps(dict(meta, data={"next_index": 3})))
+  with pytest.raises(DataError, match=r"rl/2: the data iterator's saved state \{'next_index': 3\} is not at step 2"):
+    run_main_job(_smoke_cfg(steps=4), work, show_progress=False, log=lambda *a, **k: None)
 
 
 def ck_target(workdir):
