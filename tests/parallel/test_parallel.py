@@ -326,15 +326,26 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow  # 1 min; test_two_processes_build_one_global_batch covers the multi-process batch
-def test_two_process_main_job_equals_one_process(tmp_path):
+@pytest.mark.parametrize("source", ["local", "tfds"])
+def test_two_process_main_job_equals_one_process(tmp_path, source):
   """The whole main job (SFT, evaluation, RL with DTCA's host-side tagging, checkpoints) over 2
   processes x 2 CPU devices equals the same job in one process with 4 devices: the same mesh, each
-  process feeding and grading its own share. Process 0 alone writes the files."""
+  process feeding and grading its own share. Process 0 alone writes the files. With ``tfds`` the two
+  processes read the benchmark files as TFDS datasets and the one process reads the files themselves."""
   repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   flags = ["--config=configs/sudoku_tiny.py:smoke", "--progress=false", "--config.parallel.strategy=pmap",
            "--config.rl.credit=dtca", "--config.rl.steps=2", "--config.sft.steps=10",
            "--config.task.num_eval_examples=8", "--config.eval.batch_size=8"]
   cmd = [sys.executable, os.path.join(repo, "experiments", "train.py")] + flags
+  two_flags = []
+  if source == "tfds":
+    pytest.importorskip("tensorflow_datasets")
+    from daca_jax.data import tfds_builders
+    from tests.tiny_data import shared_data
+    if shared_data() is None:
+      pytest.skip("../shared/data is absent")
+    tfds_builders.build(["daca_sudoku4x4_d1"], tmp_path / "tfds", str(shared_data()), log=lambda _: None)
+    two_flags = ["--config.data.source=tfds", f"--config.data.tfds_dir={tmp_path / 'tfds'}"]
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   port = _free_port()
   multi_env = dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=2",
@@ -342,7 +353,7 @@ def test_two_process_main_job_equals_one_process(tmp_path):
   procs = [subprocess.Popen(cmd + [f"--workdir={tmp_path / 'one'}"], cwd=repo, text=True,
                             env=dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=4"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)]
-  procs += [subprocess.Popen(cmd + [f"--workdir={tmp_path / 'two'}"], cwd=repo, text=True,
+  procs += [subprocess.Popen(cmd + two_flags + [f"--workdir={tmp_path / 'two'}"], cwd=repo, text=True,
                              env=dict(multi_env, JAX_PROCESS_ID=str(i)), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE) for i in range(2)]
   outs = [p.communicate(timeout=420) for p in procs]
