@@ -16,6 +16,13 @@ one field changed at a time, to tell the recipe from the implementation and the 
 
 Arms are paired with the grid's cell (their ``<base> (grid)`` arm); the metrics of every cell
 (``metrics.jsonl``: reward, KL, ratio, clip fraction, gradient agreement) say how each run went.
+
+The variant ``lr`` asks whether the learning rate that stops the seed-2 collapses also changes the bases'
+results from the other warm starts (SPG alone lost to d1's base on every seed): MAP, SPG and SPG + SML at
+:data:`LEARNING_RATE`, compared with their grid cells per seed (``docs/results/sota_grid.json``):
+
+  python experiments/reproduce.py --workdir=runs/collapse_lr --preset=standard \
+      --study=configs/collapse_study.py:lr --num_val_examples=500 --seeds=0,1,2,3
 """
 from __future__ import annotations
 
@@ -45,10 +52,25 @@ def _field_arms(base: str) -> list[tuple[str, object]]:
   return [(f, reference_value(base, f)) for f in REFERENCE_FIELDS[base]] + [("rl.learning_rate", LEARNING_RATE)]
 
 
-def get_arms() -> dict[str, list[tuple[str, object]]]:
+# The bases the variant ``lr`` runs at LEARNING_RATE on every warm start.
+LR_BASES = ("map", "spg", "spg + SML")
+VARIANTS = ("", "lr")
+
+
+def get_arms(variant: str = "") -> dict[str, list[tuple[str, object]]]:
   """Arm name → overrides: per collapsed base, the grid's cell, an RL replicate, one field each; in the
-  order they run, the cheap ones first (μ > 1 multiplies a cell's update time)."""
+  order they run, the cheap ones first (μ > 1 multiplies a cell's update time). Variant ``lr``: each of
+  :data:`LR_BASES` at :data:`LEARNING_RATE`.
+
+  Raises:
+    ValueError: an unknown variant.
+  """
   grid = sota_grid.get_arms()
+  if variant not in VARIANTS:
+    raise ValueError(f"configs/collapse_study.py: variant {variant!r} is not one of {VARIANTS}")
+  if variant == "lr":
+    return {f"{base}, rl.learning_rate={LEARNING_RATE}": [*grid[base], ("rl.learning_rate", LEARNING_RATE)]
+            for base in LR_BASES}
   arms = {}
   for base in COLLAPSED:
     arms[f"{base} (grid)"] = grid[base]

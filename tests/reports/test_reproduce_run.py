@@ -113,3 +113,8 @@ def test_collapse_study_arms_change_one_field_of_their_grid_cell():
   configs = rr.task_configs([str(ROOT / "configs/sudoku_tiny.py")], "standard")  # as its docstring runs it
   cells = rr.requested_cells(configs, [2], bases=[], arms=[], study=str(ROOT / "configs/collapse_study.py"))
   assert len(cells) == len(arms)  # every override is a field of the config
+  lr = collapse_study.get_arms("lr")  # the learning-rate arm of each base, for every warm start
+  assert lr == {f"{b}, rl.learning_rate=2e-05": grid[b] + [("rl.learning_rate", 2e-5)] for b in ("map", "spg", "spg + SML")}
+  assert {k: v for k, v in arms.items() if "learning_rate" in k} == {k: v for k, v in lr.items() if k.split(",")[0] != "spg"}
+  with pytest.raises(ValueError, match="variant 'mu' is not one of"):
+    collapse_study.get_arms("mu")
