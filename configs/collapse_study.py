@@ -21,8 +21,16 @@ The variant ``lr`` asks whether the learning rate that stops the seed-2 collapse
 results from the other warm starts (SPG alone lost to d1's base on every seed): MAP, SPG and SPG + SML at
 :data:`LEARNING_RATE`, compared with their grid cells per seed (``docs/results/sota_grid.json``):
 
-  python experiments/reproduce.py --workdir=runs/collapse_lr --preset=standard \
+  python experiments/reproduce.py --workdir=runs/collapse_lr --preset=standard \\
       --study=configs/collapse_study.py:lr --num_val_examples=500 --seeds=0,1,2,3
+
+The variant ``beta`` asks whether the KL term is what holds the other bases: MAP and SPG run with β = 0, as
+their references do, while d1's base and BGPO run at 0.04 and ESPO at 0.01. It runs MAP at :data:`BETA`
+from seed 2's warm start (SPG has no KL term to turn on: its reference refuses β != 0, and so does the
+library):
+
+  python experiments/reproduce.py --workdir=runs/collapse_beta --preset=standard \\
+      --study=configs/collapse_study.py:beta --num_val_examples=500 --seeds=2
 """
 from __future__ import annotations
 
@@ -52,15 +60,19 @@ def _field_arms(base: str) -> list[tuple[str, object]]:
   return [(f, reference_value(base, f)) for f in REFERENCE_FIELDS[base]] + [("rl.learning_rate", LEARNING_RATE)]
 
 
-# The bases the variant ``lr`` runs at LEARNING_RATE on every warm start.
+# The bases the variant ``lr`` runs.
 LR_BASES = ("map", "spg", "spg + SML")
-VARIANTS = ("", "lr")
+# The KL weight the grid's other bases run with (its shared recipe's β; d1's base and BGPO): MAP and SPG set
+# β = 0 as their references do, and they are the two that collapse or lose. SPG has no KL term.
+BETA = 0.04
+BETA_BASES = ("map",)
+VARIANTS = ("", "lr", "beta")
 
 
 def get_arms(variant: str = "") -> dict[str, list[tuple[str, object]]]:
   """Arm name → overrides: per collapsed base, the grid's cell, an RL replicate, one field each; in the
   order they run, the cheap ones first (μ > 1 multiplies a cell's update time). Variant ``lr``: each of
-  :data:`LR_BASES` at :data:`LEARNING_RATE`.
+  :data:`LR_BASES` at :data:`LEARNING_RATE`; ``beta``: each of :data:`BETA_BASES` at the KL weight :data:`BETA`.
 
   Raises:
     ValueError: an unknown variant.
@@ -71,6 +83,8 @@ def get_arms(variant: str = "") -> dict[str, list[tuple[str, object]]]:
   if variant == "lr":
     return {f"{base}, rl.learning_rate={LEARNING_RATE}": [*grid[base], ("rl.learning_rate", LEARNING_RATE)]
             for base in LR_BASES}
+  if variant == "beta":
+    return {f"{base}, rl.beta={BETA}": [*grid[base], ("rl.beta", BETA)] for base in BETA_BASES}
   arms = {}
   for base in COLLAPSED:
     arms[f"{base} (grid)"] = grid[base]

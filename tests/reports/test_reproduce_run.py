@@ -116,5 +116,8 @@ def test_collapse_study_arms_change_one_field_of_their_grid_cell():
   lr = collapse_study.get_arms("lr")  # the learning-rate arm of each base, for every warm start
   assert lr == {f"{b}, rl.learning_rate=2e-05": grid[b] + [("rl.learning_rate", 2e-5)] for b in ("map", "spg", "spg + SML")}
   assert {k: v for k, v in arms.items() if "learning_rate" in k} == {k: v for k, v in lr.items() if k.split(",")[0] != "spg"}
+  assert collapse_study.get_arms("beta") == {"map, rl.beta=0.04": grid["map"] + [("rl.beta", 0.04)]}
+  beta = rr.requested_cells(configs, [2], bases=[], arms=[], study=str(ROOT / "configs/collapse_study.py") + ":beta")
+  assert [c.arm for c in beta] == ["map, rl.beta=0.04"]  # a valid config (SPG refuses β != 0)
   with pytest.raises(ValueError, match="variant 'mu' is not one of"):
     collapse_study.get_arms("mu")
