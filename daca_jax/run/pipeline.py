@@ -143,9 +143,10 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
       from_checkpoint.record_source(workdir, start, has_saved_state(workdir))
     dashboard = Dashboard(workdir, cfg.log, cfg.to_dict()) if parallel.is_primary() else None
     try:
-      return _run_phases(cfg, views, workdir, pathlib.Path(sft_dir) if sft_dir is not None else workdir / "sft",
-                         train_examples, val_examples, eval_examples, source, graphdef, params, logits_fn,
-                         mesh=mesh, show_progress=show_progress, log=log, dashboard=dashboard, val_source=val_source)
+      return _run_phases(cfg, views, JobData(train_examples, val_examples, eval_examples, source, val_source),
+                         JobModel(graphdef, params, logits_fn, mesh),
+                         JobIO(workdir, pathlib.Path(sft_dir) if sft_dir is not None else workdir / "sft",
+                               show_progress, log, dashboard))
     finally:
       if dashboard is not None:
         dashboard.close()
@@ -195,13 +196,43 @@ def _initial_model(cfg: TrainConfig, start: from_checkpoint.CheckpointStart | No
   return graphdef, params
 
 
-def _run_phases(cfg: TrainConfig, views: TaskViews, workdir: pathlib.Path, sft_dir: pathlib.Path,
-                train_examples: list[Example], val_examples: list[Example], eval_examples: list[Example],
-                source: str, graphdef: Any, params: Any, logits_fn: Callable[..., Any], *, mesh: Mesh | None,
-                show_progress: bool, log: Callable[[str], None], dashboard: Dashboard | None,
-                val_source: str = "") -> dict[str, Any]:
+class JobData(NamedTuple):
+  """The examples the phases read: training (SFT and RL prompts), validation and evaluation, with where the
+  evaluation and validation sets came from (part of their caches' fingerprints)."""
+
+  train: list[Example]
+  val: list[Example]
+  eval: list[Example]
+  eval_source: str
+  val_source: str = ""
+
+
+class JobModel(NamedTuple):
+  """The model the phases start from, and the mesh of a multi-process run (None in one process)."""
+
+  graphdef: Any
+  params: Any
+  logits_fn: Callable[..., Any]
+  mesh: Mesh | None
+
+
+class JobIO(NamedTuple):
+  """Where the phases write and report: the workdir, the SFT checkpoint folder, progress, messages and the
+  dashboard (None off process 0)."""
+
+  workdir: pathlib.Path
+  sft_dir: pathlib.Path
+  show_progress: bool
+  log: Callable[[str], None]
+  dashboard: Dashboard | None
+
+
+def _run_phases(cfg: TrainConfig, views: TaskViews, data: JobData, model: JobModel, io: JobIO) -> dict[str, Any]:
   """The phases of :func:`run_main_job` once its inputs are checked: SFT → eval → RL → eval. SFT and RL
   read the training view of the task, the evaluations its evaluation view."""
+  workdir, sft_dir, show_progress, log, dashboard = io
+  train_examples, val_examples, eval_examples, source, val_source = data
+  graphdef, params, logits_fn, mesh = model
   task = views.eval
   tok = task.tokenizer
   timings: dict[str, float] = {}
