@@ -26,11 +26,11 @@ results from the other warm starts (SPG alone lost to d1's base on every seed): 
 
 The variant ``beta`` asks whether the KL term is what holds the other bases: MAP and SPG run with β = 0, as
 their references do, while d1's base and BGPO run at 0.04 and ESPO at 0.01. It runs MAP at :data:`BETA`
-from seed 2's warm start (SPG has no KL term to turn on: its reference refuses β != 0, and so does the
-library):
+from every warm start, seed 2's first (SPG has no KL term to turn on: its reference refuses β != 0, and so
+does the library):
 
   python experiments/reproduce.py --workdir=runs/collapse_beta --preset=standard \\
-      --study=configs/collapse_study.py:beta --num_val_examples=500 --seeds=2
+      --study=configs/collapse_study.py:beta --num_val_examples=500 --seeds=0,1,2,3
 """
 from __future__ import annotations
 
