@@ -35,6 +35,8 @@ _RANDOM = flags.DEFINE_bool("random_init", False, "Evaluate a randomly initialis
 _TOKENIZER = flags.DEFINE_string("tokenizer", "", "tokenizer.json (or folder) replacing the tasks' tokenizer.")
 _PROMPT_STYLE = flags.DEFINE_string("prompt_style", "", "Override task.options.prompt_style (plain|chat).")
 _DATA_DIR = flags.DEFINE_string("data_dir", "", "Benchmark data folder (default: the checkpoint's).")
+_TFDS_DIR = flags.DEFINE_string("tfds_dir", "", "Read the benchmarks from the TFDS datasets built in this folder "
+                                "(experiments/build_tfds.py) instead (default: the run's source).")
 _TASKS = flags.DEFINE_list("tasks", [], "Tasks to evaluate (default: the config's task).")
 _LENGTHS = flags.DEFINE_list("gen_lengths", [str(x) for x in D1_GEN_LENGTHS], "Generation lengths.")
 _BLOCK = flags.DEFINE_integer("block_length", D1_BLOCK_LENGTH, "Semi-autoregressive block length.")
@@ -64,7 +66,8 @@ def main(argv):
     cfg = train_config_from_dict(_CONFIG.value) if _CONFIG.value is not None else None
     model = load_model(workdir=_WORKDIR.value, phase=_PHASE.value, hf_checkpoint=_HF.value,
                        random_init=cfg if _RANDOM.value else None, tokenizer=_TOKENIZER.value,
-                       prompt_style=_PROMPT_STYLE.value, data_dir=_DATA_DIR.value, hf_dtype=_HF_DTYPE.value)
+                       prompt_style=_PROMPT_STYLE.value, data_dir=_DATA_DIR.value, hf_dtype=_HF_DTYPE.value,
+                       tfds_dir=_TFDS_DIR.value)
     tasks = _TASKS.value or list(model.task_options)
     protocol = EvalProtocol(gen_lengths=lengths, block_length=_BLOCK.value, steps=_STEPS.value,
                             temperature=_TEMPERATURE.value, remasking=_REMASKING.value,

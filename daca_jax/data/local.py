@@ -116,16 +116,28 @@ def _sudoku_rows(reader: Any, path: pathlib.Path) -> list[tuple[str, str]]:
       continue
     if len(fields) != len(names):
       raise DataError(f"{where}: expected {len(names)} fields, got {len(fields)}: {fields!r}")
-    puzzle, solution = fields[i_p].strip(), fields[i_s].strip()
-    _check_grid(puzzle, "01234", "puzzle", where)
-    _check_grid(solution, "1234", "solution", where)
-    for cell, (p, s) in enumerate(zip(puzzle, solution)):
-      if p != "0" and p != s:
-        raise DataError(
-            f"{where}: solution {solution!r} changes given {p!r} at cell {cell} of puzzle "
-            f"{puzzle!r}")
-    rows.append((puzzle, solution))
+    rows.append(check_sudoku_row(fields[i_p].strip(), fields[i_s].strip(), where))
   return rows
+
+
+def check_sudoku_row(puzzle: Any, solution: Any, where: str) -> tuple[str, str]:
+  """``(puzzle, solution)`` of one d1 Sudoku row once checked: 16 digits each (``0`` = blank in the
+  puzzle, 1..4 in the solution), and no given changed by the solution.
+
+  Raises:
+    DataError: naming ``where`` and what is wrong.
+  """
+  for text, what in ((puzzle, "puzzle"), (solution, "solution")):
+    if not isinstance(text, str):
+      raise DataError(f"{where}: {what} {text!r} must be a string of {_SUDOKU_CELLS} digits")
+  _check_grid(puzzle, "01234", "puzzle", where)
+  _check_grid(solution, "1234", "solution", where)
+  for cell, (p, s) in enumerate(zip(puzzle, solution)):
+    if p != "0" and p != s:
+      raise DataError(
+          f"{where}: solution {solution!r} changes given {p!r} at cell {cell} of puzzle "
+          f"{puzzle!r}")
+  return puzzle, solution
 
 
 def read_json_records(path: str | os.PathLike[str]) -> list[dict]:

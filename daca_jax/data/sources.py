@@ -12,6 +12,7 @@ A task names a benchmark file by its path under the data directory (``gsm8k/test
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import pathlib
@@ -19,9 +20,6 @@ from typing import Any, Protocol
 
 from daca_jax.data import catalog, local
 from daca_jax.errors import DataError
-
-SOURCES = ("local", "tfds")  # data.source
-
 
 class BenchmarkSource(Protocol):
   """What a task reads its benchmark files through."""
@@ -64,7 +62,9 @@ class LocalFiles:
 
   def has(self, rel: str) -> bool:
     path = self.root / rel
-    return path.is_dir() if rel in _FOLDERS else path.is_file()
+    if rel in _FILES:  # a catalogue entry: the file, or the folder of files, it names
+      return path.is_dir() if _FILES[rel] == "schema_dir" else path.is_file()
+    return path.is_file() or path.is_dir()  # e.g. another JSONSchemaBench subset
 
   def where(self, rel: str) -> str:
     return str(self.root / rel)
@@ -79,7 +79,7 @@ class LocalFiles:
     return local.read_text_folder(self.root / rel, "*.json")
 
 
-_FOLDERS = frozenset(f.rel for f in catalog.FILES if f.layout == "schema_dir")
+_FILES = {f.rel: f.layout for f in catalog.FILES}
 
 
 class TFDSFiles:
@@ -89,38 +89,45 @@ class TFDSFiles:
   as JSON text with its index, so the records equal :class:`LocalFiles`' ones. Reading needs
   ``tensorflow_datasets`` and ``array_record`` (the ``[tfds]`` extra), not TensorFlow.
 
+  A split is read whole, checked against the digest of its records that the build stored, and each record
+  checked as the local reader checks its file's rows. A task asking for a catalogue file whose dataset is
+  not built here is an error, never a silent fallback: the run chose this source.
+
   Args:
     data_dir: the TFDS data directory (``data.tfds_dir``) the datasets were built into.
 
   Raises:
-    DataError: ``data_dir`` is not a folder, or tensorflow_datasets is not installed.
+    DataError: ``data_dir`` is empty or not a folder, or tensorflow_datasets is not installed.
   """
 
   field = "data.tfds_dir"
 
   def __init__(self, data_dir: str | os.PathLike[str]):
-    self.data_dir = pathlib.Path(data_dir).expanduser()
     if not str(data_dir):
       raise DataError("data.source='tfds' needs data.tfds_dir: the folder the TFDS datasets were built "
                       "into (python experiments/build_tfds.py --tfds_dir=...)")
+    self.data_dir = pathlib.Path(data_dir).expanduser().absolute()
     if not self.data_dir.is_dir():
       raise DataError(f"data.tfds_dir={str(data_dir)!r}: {str(self.data_dir)!r} is not a folder (build the "
                       f"datasets into it with python experiments/build_tfds.py --tfds_dir={data_dir})")
     require_tfds()
-    self._cache: dict[str, list[Any]] = {}
+    self._texts: dict[str, list[str]] = {}
 
   def __repr__(self) -> str:
     return f"TFDSFiles({str(self.data_dir)!r})"
 
-  def _folder(self, entry: catalog.BenchmarkFile) -> pathlib.Path:
-    return self.data_dir / entry.dataset / catalog.DATASETS[entry.dataset].version
-
   def has(self, rel: str) -> bool:
+    """Whether ``rel`` is a catalogue file (its dataset must then be built here).
+
+    Raises:
+      DataError: ``rel``'s dataset is not built here, or is another version or another dataset.
+    """
     try:
       entry = catalog.benchmark_file(rel)
     except DataError:
       return False
-    return (self._folder(entry) / "dataset_info.json").is_file()
+    check_dataset(self.data_dir, entry)
+    return True
 
   def where(self, rel: str) -> str:
     try:
@@ -131,22 +138,49 @@ class TFDSFiles:
               else f"{rel} (no TFDS dataset of this library holds it) in {self.data_dir}")
     return f"TFDS {entry.dataset}:{catalog.DATASETS[entry.dataset].version} split {entry.split!r} in {self.data_dir}"
 
-  def _records(self, rel: str, layout: tuple[str, ...]) -> list[Any]:
-    if rel not in self._cache:
-      entry = catalog.benchmark_file(rel)
-      if entry.layout not in layout:
-        raise DataError(f"{rel} is a {entry.layout} file, not one of {list(layout)}")
-      self._cache[rel] = [json.loads(text) for text in read_split(self.data_dir, entry)]
-    return self._cache[rel]
+  def _records(self, rel: str, layout: tuple[str, ...]) -> list[tuple[str, Any]]:
+    """``(where, record)`` of each record of ``rel``'s split, parsed afresh (callers may keep them)."""
+    entry = catalog.benchmark_file(rel)
+    if entry.layout not in layout:
+      raise DataError(f"{rel} is a {entry.layout} file, not one of {list(layout)}")
+    if rel not in self._texts:
+      self._texts[rel] = read_split(self.data_dir, entry)
+    out = []
+    for i, text in enumerate(self._texts[rel]):
+      where = f"{self.where(rel)}: record {i}"
+      try:
+        out.append((where, json.loads(text)))
+      except ValueError as e:
+        raise DataError(f"{where}: not JSON ({e})") from None
+    return out
 
   def json_records(self, rel: str) -> list[dict]:
-    return list(self._records(rel, ("jsonl", "json")))
+    records = self._records(rel, ("jsonl", "json"))
+    for where, record in records:
+      _check_type(record, dict, where, "a JSON object")
+    return [r for _, r in records]
 
   def sudoku_rows(self, rel: str) -> list[tuple[str, str]]:
-    return [(r["puzzle"], r["solution"]) for r in self._records(rel, ("sudoku_csv",))]
+    rows = []
+    for where, record in self._records(rel, ("sudoku_csv",)):
+      _check_type(record, dict, where, 'a JSON object {"puzzle", "solution"}')
+      rows.append(local.check_sudoku_row(record.get("puzzle"), record.get("solution"), where))
+    return rows
 
   def schema_texts(self, rel: str) -> list[tuple[str, str | None]]:
-    return [(r["file"], r["text"]) for r in self._records(rel, ("schema_dir",))]
+    out = []
+    for where, record in self._records(rel, ("schema_dir",)):
+      _check_type(record, dict, where, 'a JSON object {"file", "text"}')
+      name, text = record.get("file"), record.get("text")
+      if not isinstance(name, str) or not (text is None or isinstance(text, str)):
+        raise DataError(f"{where}: expected a file name and its text (or null), got {record!r:.120}")
+      out.append((name, text))
+    return out
+
+
+def _check_type(record: Any, kind: type, where: str, what: str) -> None:
+  if not isinstance(record, kind):
+    raise DataError(f"{where}: expected {what}, got {type(record).__name__}")
 
 
 def require_tfds() -> Any:
@@ -158,38 +192,76 @@ def require_tfds() -> Any:
   return tfds
 
 
+def records_digest(texts: list[str]) -> str:
+  """The SHA-256 of a split's records (their JSON texts, in order), which the build stores and a read checks."""
+  digest = hashlib.sha256()
+  for text in texts:
+    digest.update(text.encode("utf-8"))
+    digest.update(b"\n")
+  return digest.hexdigest()
+
+
+def _what(data_dir: pathlib.Path, entry: catalog.BenchmarkFile) -> str:
+  return f"TFDS dataset {entry.dataset}:{catalog.DATASETS[entry.dataset].version} split {entry.split!r} in {data_dir}"
+
+
+def check_dataset(data_dir: pathlib.Path, entry: catalog.BenchmarkFile) -> Any:
+  """The TFDS builder of ``entry``'s dataset under ``data_dir``, once it is known to be that dataset, at the
+  version this library reads, with ``entry``'s split.
+
+  Raises:
+    DataError: not built there (names the versions that are), unreadable, or another dataset, version
+      or split layout; each message names the dataset, the split and the folder.
+  """
+  tfds = require_tfds()
+  dataset = catalog.DATASETS[entry.dataset]
+  folder = data_dir / entry.dataset / dataset.version
+  what = _what(data_dir, entry)
+  build = (f"python experiments/build_tfds.py --tfds_dir={data_dir} --datasets={entry.dataset}")
+  try:
+    built = folder.is_dir() and (folder / "dataset_info.json").is_file()
+    others = sorted(p.name for p in (data_dir / entry.dataset).iterdir() if p.is_dir()) \
+        if (data_dir / entry.dataset).is_dir() else []
+  except OSError as e:
+    raise DataError(f"{what}: cannot be read ({e.strerror or e}: {e.filename or folder})") from None
+  if not built:
+    found = f"versions there: {others}" if others else "not built there"
+    raise DataError(f"{what}: {found} (build it: {build})")
+  try:
+    builder = tfds.builder_from_directory(str(folder))
+    name, version, splits = builder.info.name, str(builder.info.version), set(builder.info.splits)
+  except Exception as e:  # a damaged dataset_info.json / features.json
+    raise DataError(f"{what}: cannot be read ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}; "
+                    f"rebuild it: {build} --overwrite)") from None
+  if name != entry.dataset or version != dataset.version:
+    raise DataError(f"{what}: the folder holds {name}:{version} (rebuild it: {build} --overwrite)")
+  if entry.split not in splits:
+    raise DataError(f"{what}: the dataset has no such split (it has {sorted(splits)}; rebuild it: {build} --overwrite)")
+  return builder
+
+
 def read_split(data_dir: pathlib.Path, entry: catalog.BenchmarkFile) -> list[str]:
   """The records of ``entry``'s split as JSON texts, in the file's order, read through
   ``tfds.data_source`` from the dataset built under ``data_dir``.
 
   Raises:
-    DataError: the dataset or split is not built there, was built by another version, or is
-      incomplete (its example count differs from the split's); each message names the dataset, the
-      split and the folder.
+    DataError: see :func:`check_dataset`; also a split that cannot be read, whose record count is not
+      the file's, or whose records are not the ones the build wrote (their digest differs).
   """
-  tfds = require_tfds()
-  dataset = catalog.DATASETS[entry.dataset]
-  folder = data_dir / entry.dataset / dataset.version
-  what = f"TFDS dataset {entry.dataset}:{dataset.version} split {entry.split!r} in {data_dir}"
-  if not (folder / "dataset_info.json").is_file():
-    built = sorted(p.name for p in (data_dir / entry.dataset).glob("*") if p.is_dir()) \
-        if (data_dir / entry.dataset).is_dir() else []
-    found = f"versions there: {built}" if built else "not built there"
-    raise DataError(f"{what}: {found} (build it: python experiments/build_tfds.py --tfds_dir={data_dir} "
-                    f"--datasets={entry.dataset})")
+  builder = check_dataset(data_dir, entry)
+  what = _what(data_dir, entry)
   try:
-    builder = tfds.builder_from_directory(str(folder))
-    if entry.split not in builder.info.splits:
-      raise DataError(f"{what}: the dataset has no such split (it has {sorted(builder.info.splits)})")
     source = builder.as_data_source(split=entry.split)
     texts = [_text(source[i]["record"]) for i in range(len(source))]
-  except DataError:
-    raise
   except Exception as e:  # tfds / array_record errors on a partly written or foreign folder
-    raise DataError(f"{what}: cannot be read ({type(e).__name__}: {str(e).splitlines()[0][:300]})") from None
+    raise DataError(f"{what}: cannot be read ({type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''})") from None
   if len(texts) != entry.rows:
     raise DataError(f"{what}: {len(texts)} records, but the file has {entry.rows} (an incomplete build? "
                     f"rebuild it with --overwrite)")
+  stored = (builder.info.metadata or {}).get("records_sha256", {}).get(entry.split)
+  if stored != records_digest(texts):
+    raise DataError(f"{what}: its records are not the ones the build wrote (their SHA-256 differs from the one "
+                    f"stored with the dataset{'' if stored else ', which is missing'}); rebuild it with --overwrite")
   return texts
 
 
@@ -223,4 +295,4 @@ def from_config(source: str, data_dir: str, tfds_dir: str) -> str | TFDSFiles:
     return data_dir
   if source == "tfds":
     return TFDSFiles(tfds_dir)
-  raise DataError(f"data.source={source!r}: expected one of {list(SOURCES)}")
+  raise DataError(f"data.source={source!r}: expected 'local' or 'tfds'")

@@ -18,9 +18,11 @@ import hashlib
 import json
 import pathlib
 import shutil
+import tempfile
 from typing import Any, Iterator
 
 import numpy as np
+from absl import logging as absl_logging
 import tensorflow_datasets as tfds
 
 from daca_jax.data import catalog, sources
@@ -58,6 +60,11 @@ def file_records(files: sources.LocalFiles, entry: catalog.BenchmarkFile) -> lis
   return [{"file": name, "text": text} for name, text in files.schema_texts(entry.rel)]
 
 
+def record_texts(files: sources.LocalFiles, entry: catalog.BenchmarkFile) -> list[str]:
+  """The JSON texts the split of ``entry`` stores, one per record of its file (:func:`file_records`)."""
+  return [json.dumps(record, ensure_ascii=False) for record in file_records(files, entry)]
+
+
 class CatalogBuilder(tfds.core.GeneratorBasedBuilder):
   """A catalogue dataset built from local files; subclasses name the dataset (``DATASET``)."""
 
@@ -72,10 +79,15 @@ class CatalogBuilder(tfds.core.GeneratorBasedBuilder):
 
   def _info(self) -> tfds.core.DatasetInfo:
     d = self._dataset()
-    return self.dataset_info_from_configs(
+    digests = ({} if self.local_files is None else  # reading a built dataset: its stored metadata is used
+               {e.split: sources.records_digest(record_texts(self.local_files, e))
+                for e in catalog.dataset_files(self.DATASET)})
+    return tfds.core.DatasetInfo(
+        builder=self,
         description=d.description + f" License: {d.license}.",
         features=tfds.features.FeaturesDict({"index": np.int64, "record": tfds.features.Text()}),
         homepage=d.homepage,
+        metadata=tfds.core.MetadataDict(records_sha256=digests),  # what a read checks its records against
         disable_shuffling=True)  # a split keeps its file's order: the records equal the local source's
 
   def _split_generators(self, dl_manager: Any) -> dict[str, Iterator[tuple[int, dict[str, Any]]]]:
@@ -85,11 +97,11 @@ class CatalogBuilder(tfds.core.GeneratorBasedBuilder):
     return {entry.split: self._generate_examples(entry) for entry in catalog.dataset_files(self.DATASET)}
 
   def _generate_examples(self, entry: catalog.BenchmarkFile) -> Iterator[tuple[int, dict[str, Any]]]:
-    records = file_records(self.local_files, entry)
-    if len(records) != entry.rows:
-      raise DataError(f"{self.local_files.where(entry.rel)}: {len(records)} records, expected {entry.rows}")
-    for i, record in enumerate(records):
-      yield i, {"index": i, "record": json.dumps(record, ensure_ascii=False)}
+    texts = record_texts(self.local_files, entry)
+    if len(texts) != entry.rows:
+      raise DataError(f"{self.local_files.where(entry.rel)}: {len(texts)} records, expected {entry.rows}")
+    for i, text in enumerate(texts):
+      yield i, {"index": i, "record": text}
 
 
 def _builder_class(name: str) -> type[CatalogBuilder]:
@@ -130,19 +142,28 @@ def build(names: list[str] | tuple[str, ...], tfds_dir: str | pathlib.Path, data
   if files is None:
     raise DataError("no local benchmark folder: set --data_dir or $DACA_DATA_DIR (the default "
                     "../shared/data beside the repository does not exist)")
-  tfds_dir = pathlib.Path(tfds_dir).expanduser()
+  tfds_dir = pathlib.Path(tfds_dir).expanduser().absolute()
+  if tfds_dir.exists() and not tfds_dir.is_dir():
+    raise DataError(f"--tfds_dir={str(tfds_dir)!r} is not a folder")
   tfds.disable_progress_bar()
+  absl_logging.set_verbosity(absl_logging.WARNING)  # TFDS's per-shard INFO lines
   tfds_dir.mkdir(parents=True, exist_ok=True)
   out = {}
   for name in names:
     cls = BUILDERS[name]
     folder = tfds_dir / name / catalog.DATASETS[name].version
-    if overwrite and folder.exists():
+    if folder.exists() and not overwrite:
+      check_built(tfds_dir, files, name)  # kept if it reads back as its files; else one line saying --overwrite
+      log(f"{name}: already built in {folder}, and it reads back as its files")
+      out[name] = folder
+      continue
+    if folder.exists():
       shutil.rmtree(folder)
     cls.local_files = files
     try:
-      cls(data_dir=str(tfds_dir), file_format=FILE_FORMAT).download_and_prepare(
-          download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+      with tempfile.TemporaryDirectory() as downloads:  # nothing is downloaded; TFDS wants the folder
+        cls(data_dir=str(tfds_dir), file_format=FILE_FORMAT).download_and_prepare(
+            download_dir=downloads, download_config=tfds.download.DownloadConfig(try_download_gcs=False))
     finally:
       cls.local_files = None
     check_built(tfds_dir, files, name)
@@ -157,10 +178,12 @@ def check_built(tfds_dir: pathlib.Path, files: sources.LocalFiles, name: str) ->
   Raises:
     DataError: a split that differs (names the split and the first differing index).
   """
-  reader = sources.TFDSFiles(tfds_dir)
   for entry in catalog.dataset_files(name):
-    want = [json.dumps(r, ensure_ascii=False) for r in file_records(files, entry)]
-    got = sources.read_split(reader.data_dir, entry)
+    want = record_texts(files, entry)
+    try:
+      got = sources.read_split(tfds_dir, entry)
+    except DataError as e:
+      raise DataError(f"{e} (python experiments/build_tfds.py --overwrite rebuilds it)") from None
     if got != want:
       first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
       raise DataError(f"{name} split {entry.split!r} in {tfds_dir} differs from {files.where(entry.rel)} at "

@@ -121,8 +121,25 @@ def read_trained_params(workdir: str | os.PathLike, phase: str = "latest") -> Tr
   return TrainedParams(cfg, wd, name, steps[-1], params, None)
 
 
+def with_data(cfg: TrainConfig, data_dir: str = "", tfds_dir: str = "") -> TrainConfig:
+  """``cfg`` reading its benchmark files from ``data_dir`` (the local files) or ``tfds_dir`` (the TFDS
+  datasets built from them) instead of where the run read them; unchanged when neither is given (e.g. an
+  evaluation of a run whose TFDS folder moved).
+
+  Raises:
+    ConfigError: both given.
+  """
+  if data_dir and tfds_dir:
+    raise ConfigError("--tfds_dir", tfds_dir, "unset with --data_dir (one source of the benchmark files)")
+  if data_dir:
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, source="local", data_dir=data_dir))
+  if tfds_dir:
+    return dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, source="tfds", tfds_dir=tfds_dir))
+  return cfg
+
+
 def model_from_workdir(workdir: str | os.PathLike, phase: str = "latest",
-                       tokenizer: Any = None) -> EvalModel:
+                       tokenizer: Any = None, data_dir: str = "", tfds_dir: str = "") -> EvalModel:
   """The latest checkpoint of an ``experiments/train.py`` workdir and the run's config.
 
   A LoRA policy is evaluated with its adapters applied (:func:`daca_jax.models.lora.make_lora_logits_fn`).
@@ -134,6 +151,7 @@ def model_from_workdir(workdir: str | os.PathLike, phase: str = "latest",
     workdir: the run's ``--workdir`` (holds ``config.json``, ``sft/`` and ``rl/``).
     phase: "latest" (RL if it has a checkpoint, else SFT), "rl" or "sft".
     tokenizer: optional tokenizer replacing the tasks' own (see :class:`EvalModel`).
+    data_dir, tfds_dir: the benchmark files to read instead of the run's (:func:`with_data`).
   Raises:
     DataError: see :func:`read_trained_params`; also parameters that do not match the run's model
       config, a LoRA checkpoint without its base from a run that did not start from a checkpoint folder,
@@ -145,7 +163,7 @@ def model_from_workdir(workdir: str | os.PathLike, phase: str = "latest",
   from daca_jax.run.task_views import benchmark_source, task_kwargs
 
   trained = read_trained_params(workdir, phase)
-  cfg = trained.config
+  cfg = with_data(trained.config, data_dir, tfds_dir)
   base, max_len = trained.base, 0
   if cfg.model.init_checkpoint:
     source = pathlib.Path(cfg.model.init_checkpoint)
@@ -196,7 +214,7 @@ def model_from_random_init(cfg: TrainConfig, tokenizer: Any = None) -> EvalModel
 
 def load_model(*, workdir: str = "", phase: str = "latest", hf_checkpoint: str = "",
                random_init: TrainConfig | None = None, tokenizer: str = "", prompt_style: str = "",
-               data_dir: str = "", hf_dtype: str = "bfloat16") -> EvalModel:
+               data_dir: str = "", hf_dtype: str = "bfloat16", tfds_dir: str = "") -> EvalModel:
   """The model named by exactly one of ``workdir`` / ``hf_checkpoint`` / ``random_init`` (the flags of
   ``experiments/evaluate.py``).
 
@@ -207,6 +225,7 @@ def load_model(*, workdir: str = "", phase: str = "latest", hf_checkpoint: str =
       checkpoints always use their own).
     prompt_style: overrides ``task.options.prompt_style`` for every task that takes one.
     data_dir: overrides the benchmark folder.
+    tfds_dir: reads the benchmarks from the TFDS datasets built there instead (``data.source='tfds'``).
   Raises:
     ConfigError: none or several checkpoint sources (names the flags).
   """
@@ -224,17 +243,22 @@ def load_model(*, workdir: str = "", phase: str = "latest", hf_checkpoint: str =
     folder = pathlib.Path(tokenizer).expanduser()
     tok = (HFTokenizer.from_checkpoint(folder) if (folder / "tokenizer_config.json").is_file()
            else HFTokenizer.for_llada(folder, vocab_size=None))
+  if data_dir and tfds_dir:
+    raise ConfigError("--tfds_dir", tfds_dir, "unset with --data_dir (one source of the benchmark files)")
   if hf_checkpoint:
     model = model_from_hf(hf_checkpoint, dtype=hf_dtype, param_dtype=hf_dtype, data_dir=data_dir)
   elif workdir:
-    model = model_from_workdir(workdir, phase, tokenizer=tok)
+    model = model_from_workdir(workdir, phase, tokenizer=tok, data_dir=data_dir, tfds_dir=tfds_dir)
   else:
-    model = model_from_random_init(random_init, tokenizer=tok)
+    model = model_from_random_init(with_data(random_init, data_dir, tfds_dir), tokenizer=tok)
+  if tfds_dir and hf_checkpoint:
+    from daca_jax.data import sources
+    model.data_dir = sources.TFDSFiles(tfds_dir)
   if prompt_style:
     model.prompt_style = prompt_style
     for options in model.task_options.values():
       options.pop("prompt_style", None)
-  if data_dir:
+  if data_dir and not workdir:
     model.data_dir = data_dir
     for options in model.task_options.values():
       options["data_dir"] = data_dir

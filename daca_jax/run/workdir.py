@@ -39,7 +39,9 @@ from daca_jax.config.train import TrainConfig
 
 # Config fields that may change between a run and its resumption (they do not change what is trained;
 # rl.steps only while the learning-rate schedule does not depend on it, see check_workdir_config).
-_RESUMABLE_CHANGES = ("rl.steps", "rl.eval_every", "eval.", "checkpoint.", "task.num_eval_examples", "log.")
+# data.tfds_dir: the datasets moved (a read checks each split against the digest its build stored).
+_RESUMABLE_CHANGES = ("rl.steps", "rl.eval_every", "eval.", "checkpoint.", "task.num_eval_examples", "log.",
+                      "data.tfds_dir")
 
 
 class PhaseResult(NamedTuple):

@@ -103,14 +103,20 @@ def test_bad_dataset_folders_are_one_clear_line(tmp_path, tfds_dir):
   out = tmp_path / "tfds"
   shutil.copytree(tfds_dir / "daca_sudoku4x4_d1", out / "daca_sudoku4x4_d1")
   reader = sources.TFDSFiles(out)
-  with pytest.raises(DataError, match=r"TFDS dataset daca_gsm8k:1\.0\.0 split 'test' in .*: not built there "
-                                      r"\(build it: python experiments/build_tfds.py"):
+  not_built = r"TFDS dataset daca_gsm8k:1\.0\.0 split 'test' in .*: not built there \(build it: python experiments/build_tfds.py"
+  with pytest.raises(DataError, match=not_built):
     reader.json_records("gsm8k/test.jsonl")
-  assert not reader.has("gsm8k/test.jsonl") and reader.has("sudoku/d1_test.csv")
-  # A build of another version: named, with the versions that are there.
+  with pytest.raises(DataError, match=not_built):  # the run chose this source: no fallback, no silence
+    reader.has("gsm8k/test.jsonl")
+  assert reader.has("sudoku/d1_test.csv") and not reader.has("imagenet/train.csv")
+  # A build of another version: named, with the versions that are there, also where a task would otherwise
+  # fall back to a generated evaluation set.
   (out / "daca_sudoku4x4_d1" / "1.0.0").rename(out / "daca_sudoku4x4_d1" / "0.9.0")
   with pytest.raises(DataError, match=r"daca_sudoku4x4_d1:1\.0\.0 split 'test'.*versions there: \['0\.9\.0'\]"):
     sources.TFDSFiles(out).sudoku_rows("sudoku/d1_test.csv")
+  for name in ("sudoku4x4", "countdown"):
+    with pytest.raises(DataError, match=r"not built there|versions there"):
+      make_task(name, data_dir=sources.TFDSFiles(out)).eval_examples()
   # A partly written split (its records file cut short), and one whose records file is gone.
   (out / "daca_sudoku4x4_d1" / "0.9.0").rename(out / "daca_sudoku4x4_d1" / "1.0.0")
   shard = next((out / "daca_sudoku4x4_d1" / "1.0.0").glob("*.array_record*"))
@@ -120,9 +126,88 @@ def test_bad_dataset_folders_are_one_clear_line(tmp_path, tfds_dir):
   shard.unlink()
   with pytest.raises(DataError, match=r"daca_sudoku4x4_d1:1\.0\.0 split 'test' in .*cannot be read"):
     sources.TFDSFiles(out).sudoku_rows("sudoku/d1_test.csv")
-  # A task reading a split that is not there names it and the field.
-  with pytest.raises(DataError, match=r"TFDS daca_gsm8k:1\.0\.0 split 'test' .* does not exist \(set by data\.tfds_dir\)"):
+  # A task reading a split that is not there names it.
+  with pytest.raises(DataError, match=not_built):
     make_task("gsm8k", data_dir=sources.TFDSFiles(out)).eval_examples()
+
+
+def _copy(tfds_dir: pathlib.Path, tmp_path: pathlib.Path, name: str = "tfds") -> pathlib.Path:
+  out = tmp_path / name
+  shutil.copytree(tfds_dir / "daca_sudoku4x4_d1", out / "daca_sudoku4x4_d1")
+  return out
+
+
+def _rewrite_record(folder: pathlib.Path, index: int, text: str, forge_digest: bool) -> None:
+  """Replaces record ``index`` of the Sudoku split (as a hostile or damaged copy would), optionally also
+  forging the digest the build stored."""
+  from array_record.python import array_record_module as ar
+  import tensorflow_datasets as tfds
+
+  builder = tfds.builder_from_directory(str(folder))
+  source = builder.as_data_source(split="test")
+  texts = [source[i]["record"].decode() for i in range(len(source))]
+  texts[index] = text
+  features = builder.info.features
+  shard = next(folder.glob("*.array_record*"))
+  writer = ar.ArrayRecordWriter(str(shard), "group_size:1")
+  for i, t in enumerate(texts):
+    writer.write(features.serialize_example({"index": i, "record": t}))
+  writer.close()
+  if forge_digest:
+    meta = json.loads((folder / "metadata.json").read_text())
+    meta["records_sha256"]["test"] = sources.records_digest(texts)
+    (folder / "metadata.json").write_text(json.dumps(meta))
+
+
+def test_a_changed_record_is_refused_where_it_is_read(tmp_path, tfds_dir):
+  out = _copy(tfds_dir, tmp_path)
+  folder = out / "daca_sudoku4x4_d1" / "1.0.0"
+  rows = sources.TFDSFiles(out).sudoku_rows("sudoku/d1_test.csv")
+  swapped = rows[0][1].translate(str.maketrans("12", "21"))  # still a valid-looking solution
+  _rewrite_record(folder, 0, json.dumps({"puzzle": rows[0][0].replace("1", "0").replace("2", "0"),
+                                         "solution": swapped}), forge_digest=False)
+  with pytest.raises(DataError, match=r"split 'test' in .*: its records are not the ones the build wrote"):
+    sources.TFDSFiles(out).sudoku_rows("sudoku/d1_test.csv")
+  # With the stored digest forged too, each record is still checked as the local reader checks its rows.
+  for text, match in (("{not json", r"record 3: not JSON"), ("[1, 2]", r"record 3: expected a JSON object"),
+                      ('{"puzzle": "1234"}', r"record 3: solution None must be a string"),
+                      ('{"puzzle": "1234", "solution": "1234"}', r"record 3: puzzle '1234' must be 16 digits"),
+                      (json.dumps({"puzzle": "1" + "0" * 15, "solution": "2" * 16}), r"record 3: solution .* changes given")):
+    _rewrite_record(folder, 3, text, forge_digest=True)
+    with pytest.raises(DataError, match=match):
+      sources.TFDSFiles(out).sudoku_rows("sudoku/d1_test.csv")
+
+
+def test_a_folder_that_holds_another_dataset_or_version_is_named(tmp_path, tfds_dir):
+  out = _copy(tfds_dir, tmp_path)
+  info = out / "daca_sudoku4x4_d1" / "1.0.0" / "dataset_info.json"
+  meta = json.loads(info.read_text())
+  info.write_text(json.dumps(dict(meta, version="9.9.9")))
+  with pytest.raises(DataError, match=r"the folder holds daca_sudoku4x4_d1:9\.9\.9 \(rebuild it"):
+    sources.TFDSFiles(out).sudoku_rows("sudoku/d1_test.csv")
+  info.write_text("{garbage")
+  with pytest.raises(DataError, match=r"daca_sudoku4x4_d1:1\.0\.0 split 'test' in .*cannot be read .*--overwrite"):
+    sources.TFDSFiles(out).sudoku_rows("sudoku/d1_test.csv")
+  with pytest.raises(DataError, match=r"cannot be read .*--overwrite"):  # the build keeps nothing it cannot read back
+    tfds_builders.build(["daca_sudoku4x4_d1"], out, str(SHARED), log=lambda _: None)
+  tfds_builders.build(["daca_sudoku4x4_d1"], out, str(SHARED), overwrite=True, log=lambda _: None)
+  assert len(sources.TFDSFiles(out).sudoku_rows("sudoku/d1_test.csv")) == 500
+  a_file = tmp_path / "a_file"
+  a_file.write_text("")
+  with pytest.raises(DataError, match=r"--tfds_dir='.*a_file' is not a folder"):
+    tfds_builders.build(["daca_sudoku4x4_d1"], a_file, str(SHARED), log=lambda _: None)
+  assert not (out / "downloads").exists()  # nothing of TFDS's download folder is left
+
+
+def test_other_local_subsets_of_jsonschemabench_are_still_read(tmp_path):
+  own = tmp_path / "data" / "jsonschemabench" / "Custom"
+  own.mkdir(parents=True)
+  for f in sorted((SHARED / "jsonschemabench" / "Github_easy").glob("*.json"))[:6]:
+    (own / f.name).write_bytes(f.read_bytes())
+  task = make_task("json_schema", data_dir=str(tmp_path / "data"), source="jsonschemabench", subsets=("Custom",),
+                   eval_fraction=0.5)
+  examples, desc = task.eval_examples()
+  assert examples and "6 of 6 schemas compile" in desc
 
 
 def test_data_config_names_the_field():
@@ -137,10 +222,11 @@ def test_the_main_job_gives_the_same_results_from_tfds(tmp_path, tfds_dir):
   train = [sys.executable, "experiments/train.py", "--config=configs/sudoku_tiny.py:smoke", "--progress=false",
            f"--config.data.data_dir={SHARED}"]
   env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  own = _copy(tfds_dir, tmp_path, "tfds_data")  # moved below
   runs = {}
   for source in ("local", "tfds"):
     workdir = tmp_path / source
-    extra = [f"--config.data.source={source}", f"--config.data.tfds_dir={tfds_dir}"] if source == "tfds" else []
+    extra = [f"--config.data.source={source}", f"--config.data.tfds_dir={own}"] if source == "tfds" else []
     proc = subprocess.run(train + extra + [f"--workdir={workdir}"], cwd=REPO, env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -154,3 +240,23 @@ def test_the_main_job_gives_the_same_results_from_tfds(tmp_path, tfds_dir):
   strip = lambda w: [{k: v for k, v in json.loads(line).items() if not k.endswith("_s") and "per_s" not in k
                       and k != "includes_compile"} for line in (w / "metrics.jsonl").read_text().splitlines()]
   assert strip(runs["local"]) == strip(runs["tfds"])
+  # The datasets moved: the run's evaluation reads them where they are now, or the local files instead;
+  # the run itself resumes from the new place, not from another source.
+  from daca_jax.config.configure import train_config_from_dict
+  from daca_jax.run import eval_models
+  from daca_jax.run.workdir import check_workdir_config
+  from configs import sudoku_tiny
+  moved = own.rename(tmp_path / "moved")
+  with pytest.raises(DataError, match=r"data\.tfds_dir='.*tfds_data':.* is not a folder"):
+    eval_models.load_model(workdir=str(runs["tfds"]))
+  for kwargs, want in (({"tfds_dir": str(moved)}, "TFDSFiles"), ({"data_dir": str(SHARED)}, str(SHARED))):
+    model = eval_models.load_model(workdir=str(runs["tfds"]), **kwargs)
+    assert want in repr(model.task_options["sudoku4x4"]["data_dir"]), kwargs
+  with pytest.raises(ConfigError, match="--tfds_dir"):
+    eval_models.load_model(workdir=str(runs["tfds"]), tfds_dir=str(moved), data_dir=str(SHARED))
+  c = sudoku_tiny.get_config("smoke")
+  c.data.data_dir, c.data.source, c.data.tfds_dir = str(SHARED), "tfds", str(moved)
+  check_workdir_config(runs["tfds"], train_config_from_dict(c), write=False)
+  c.data.source = "local"
+  with pytest.raises(ConfigError, match=r"data\.source"):
+    check_workdir_config(runs["tfds"], train_config_from_dict(c), write=False)

@@ -7,6 +7,7 @@ are reported by reason, not dropped silently.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import hashlib
 import json
@@ -60,7 +61,8 @@ class LoadReport:
             + (f"; skipped {self.num_files - self.num_compiled} ({parts})" if parts else ""))
 
 
-_CACHE: dict[tuple[str, tuple[str, ...]], tuple[tuple[BenchSchema, ...], LoadReport]] = {}
+_CACHE: collections.OrderedDict[tuple[str, tuple[str, ...]], tuple[tuple[BenchSchema, ...], LoadReport]] = \
+    collections.OrderedDict()
 
 
 class _SubsetReader(NamedTuple):
@@ -124,8 +126,9 @@ def load_jsonschemabench(root: str | os.PathLike[str] | sources.BenchmarkSource,
   key = (reader.key, tuple(subsets))
   if key not in _CACHE:
     if len(_CACHE) >= 4:
-      _CACHE.pop(next(iter(_CACHE)))
+      _CACHE.popitem(last=False)  # the least recently used
     _CACHE[key] = _load(reader, tuple(subsets))
+  _CACHE.move_to_end(key)
   schemas, report = _CACHE[key]
   return list(schemas), report
 
