@@ -51,8 +51,9 @@ HF = PRETRAINED + ["torch==2.13.0", "transformers>=5.0",
                    "peft==0.21.2"]  # the exported LoRA adapter is checked by loading it with peft
 WANDB = ["wandb>=0.16"]  # optional W&B dashboards (--config.log.wandb=<project>)
 # The benchmarks as TFDS datasets (experiments/build_tfds.py; --config.data.source=tfds): tfds builds and
-# reads them as ArrayRecord without TensorFlow; its builders resolve their code path through etils' epath.
-TFDS = ["tensorflow-datasets>=4.9.7", "array-record>=0.5", "etils[epath]>=1.7"]
+# reads them as ArrayRecord without TensorFlow. A builder resolves its code path with importlib_resources,
+# which tfds imports but does not declare (a fresh environment without it fails the build).
+TFDS = ["tensorflow-datasets>=4.9.7", "array-record>=0.5", "etils[epath]>=1.7", "importlib_resources>=5.0"]
 # XLA's own TPU and GPU compilers, which compile a run's programs for a TPU slice or a GPU node on any machine
 # (experiments/plan.py --target, experiments/train.py --compile_only; daca_jax/planning/targets.py). jax's own
 # extras pin the compiler to the jax installed (jax[tpu] -> libtpu, jax[cuda12] -> the CUDA 12 plugin and
