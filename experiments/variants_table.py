@@ -17,7 +17,8 @@ from daca_jax.reports.variants import METRICS, read_variants, seed_table, varian
 _RESULTS = flags.DEFINE_string("results", str(_pathlib.Path(__file__).resolve().parents[1] / "docs" / "results"
                                               / "main_job_variants.json"), "The variants file.")
 _ARMS = flags.DEFINE_list("arms", None, "Arms to show, in this order (default: all, as first seen).")
-_REFERENCE = flags.DEFINE_string("reference", "old default", "The arm the paired columns subtract.")
+_REFERENCE = flags.DEFINE_string("reference", "old default", "The arm the paired columns subtract (\"\": no "
+                                 "paired columns).")
 _RUNS = flags.DEFINE_string("runs", "runs", "The file's list of runs: runs (Sudoku main job) | countdown_runs.")
 _SEEDS = flags.DEFINE_list("seeds", None, "Only these seeds' runs (default: every seed).")
 _TIMING = flags.DEFINE_bool("timing", False, "Add each seed's RL wall time and the speed-up over --reference.")

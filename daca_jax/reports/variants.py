@@ -169,6 +169,8 @@ def variants_table(runs: Sequence[dict[str, Any]], reference: str = "default",
   comparison whose Holm-adjusted p-value is below 0.05 (:func:`daca_jax.reports.paired.holm`), and the
   column header says how many the family holds. "n/a": no validation split.
 
+  An empty ``reference`` leaves the paired columns (and the speed-up) out: a study without a reference arm.
+
   With ``timing``, two more columns: the RL wall time per seed (minutes, :data:`RL_TIME`; "n/a" where
   not comparable) and the speed-up over ``reference`` — the mean over paired seeds with both times of
   reference time / arm time, ± its 95% interval (above 1: the arm's RL ran faster)."""
@@ -232,6 +234,9 @@ def variants_table(runs: Sequence[dict[str, Any]], reference: str = "default",
           "reward rise", f"paired − {reference}: test (Holm over {sizes[0]})", f"validation (Holm over {sizes[1]})"]
   if timing:
     head += ["RL time (min)", f"speed-up over {reference}"]
+  if not reference:  # no reference arm: no paired columns
+    keep = [j for j, name in enumerate(head) if j not in (7, 8) and not name.startswith("speed-up")]
+    head, rows = [head[j] for j in keep], [[cells[j] for j in keep] for cells in rows]
   lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in rows])
 

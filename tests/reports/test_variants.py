@@ -111,6 +111,16 @@ def test_timing_columns_give_minutes_per_seed_and_the_paired_speed_up():
   assert "RL time" not in variants_table(runs, reference="ref")
 
 
+def test_without_a_reference_the_table_has_no_paired_columns():
+  runs = [_run("a", 0, 0.2, 0.3, 0.2, 0.25), _run("a", 1, 0.5, 0.4, 0.5, 0.5), _run("b", 0, 0.2, 0.4, 0.2, 0.3)]
+  md = variants_table(runs, reference="").splitlines()
+  assert md[0] == ("| arm | seeds | test change (pp) | mean ± 95% CI | validation change (pp) | mean ± 95% CI "
+                   "| reward rise |")
+  assert md[2] == "| a | 0/1 | +10.0 / -10.0 | +0.0 ± 127.1 | +5.0 / +0.0 | +2.5 ± 31.8 | +0.010 / +0.010 |"
+  assert len(md[3].split(" | ")) == 7
+  assert variants_table(runs, reference="", timing=True).splitlines()[0].endswith("| reward rise | RL time (min) |")
+
+
 def test_a_final_re_evaluation_replaces_the_curves_last_point():
   # val_after (the final policy evaluated again, e.g. with another sampler than the curve's) is the
   # validation score the table reads; the curve's last point is read only without it.
