@@ -14,7 +14,9 @@ build or to read.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import pathlib
 import shutil
@@ -161,7 +163,8 @@ def build(names: list[str] | tuple[str, ...], tfds_dir: str | pathlib.Path, data
       shutil.rmtree(folder)
     cls.local_files = files
     try:
-      with tempfile.TemporaryDirectory() as downloads:  # nothing is downloaded; TFDS wants the folder
+      # nothing is downloaded (TFDS wants the folder); its "Downloading and preparing" prints are not ours
+      with tempfile.TemporaryDirectory() as downloads, contextlib.redirect_stdout(io.StringIO()):
         cls(data_dir=str(tfds_dir), file_format=FILE_FORMAT).download_and_prepare(
             download_dir=downloads, download_config=tfds.download.DownloadConfig(try_download_gcs=False))
     finally:
