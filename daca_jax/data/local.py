@@ -88,10 +88,7 @@ def read_sudoku_csv(path: str | os.PathLike[str]) -> list[tuple[str, str]]:
       and the line number.
   """
   path = pathlib.Path(path)
-  try:
-    text = path.read_text(encoding="utf-8-sig")
-  except UnicodeDecodeError as e:
-    raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+  text = _read_text(path)
   reader = csv.reader(io.StringIO(text, newline=""))
   try:
     return _sudoku_rows(reader, path)
@@ -157,10 +154,7 @@ def read_json_records(path: str | os.PathLike[str]) -> list[dict]:
       JSON object; the message names the file and the line (or record index).
   """
   path = pathlib.Path(path)
-  try:
-    text = path.read_text(encoding="utf-8-sig")
-  except UnicodeDecodeError as e:
-    raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+  text = _read_text(path)
   if path.suffix == ".jsonl":
     records = []
     for line_no, line in enumerate(text.splitlines(), start=1):
@@ -196,7 +190,24 @@ def read_text_folder(folder: str | os.PathLike[str], pattern: str) -> list[tuple
   folder = pathlib.Path(folder)
   if not folder.is_dir():
     raise DataError(f"{folder}: not a folder")
-  return [(path.name, _utf8(path.read_bytes())) for path in sorted(folder.glob(pattern))]
+  return [(path.name, _utf8(_readable(path, path.read_bytes))) for path in sorted(folder.glob(pattern))]
+
+
+def _readable(path: pathlib.Path, read: Any) -> Any:
+  """``read()``, with a file the process may not read reported as bad input naming it (not as a workdir
+  to write elsewhere, what a permission error means for the job's own files)."""
+  try:
+    return read()
+  except PermissionError:
+    raise DataError(f"{path}: permission denied reading a benchmark file (data.data_dir / task.eval_path)") from None
+
+
+def _read_text(path: pathlib.Path) -> str:
+  data = _readable(path, path.read_bytes)
+  try:
+    return data.decode("utf-8-sig")
+  except UnicodeDecodeError as e:
+    raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
 def _utf8(data: bytes) -> str | None:

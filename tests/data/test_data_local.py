@@ -8,6 +8,7 @@ import pytest
 
 import daca_jax
 from daca_jax.data import local
+from daca_jax.errors import DataError
 
 SHARED_DATA = local.default_data_dir()  # $DACA_DATA_DIR or ../shared/data
 D1_SUDOKU = SHARED_DATA / "sudoku" / "d1_test.csv"
@@ -97,3 +98,19 @@ def test_read_real_d1_file():
   assert len(rows) == 500
   assert rows[0] == ("3102200002100320", "3142243142131324")
   assert len({p for p, _ in rows}) == 500
+
+
+def test_an_unreadable_benchmark_file_is_bad_input_naming_it(tmp_path, monkeypatch):
+  """A permission error reading a benchmark file names the file and the data fields, not a workdir."""
+  path = _write(tmp_path / "test.jsonl", '{"a": 1}\n')
+  (tmp_path / "schemas").mkdir()
+  _write(tmp_path / "schemas" / "s.json", "{}")
+
+  def denied(self):
+    raise PermissionError(13, "Permission denied", str(self))
+
+  monkeypatch.setattr(pathlib.Path, "read_bytes", denied)
+  for read in (lambda: local.read_json_records(path), lambda: local.read_sudoku_csv(path),
+               lambda: local.read_text_folder(tmp_path / "schemas", "*.json")):
+    with pytest.raises(DataError, match=r"permission denied reading a benchmark file \(data\.data_dir"):
+      read()
