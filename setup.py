@@ -6,7 +6,7 @@ extras: ``[tasks]`` (graders), ``[ckpt]`` (orbax checkpoints), ``[viz]`` (plots,
 pictures), ``[run]`` (the main job and ``experiments/``: all of those, plus flags, progress bars and
 TensorBoard files), ``[hf]`` (checkpoint import and export), ``[wandb]``, ``[tpu]`` / ``[gpu]`` (XLA's TPU and GPU
 compilers, for plans and preflights compiled for those machines on any host), ``[docs]`` (the Sphinx
-site of ``docs/``, with ``[run]``'s packages, which autodoc imports), ``[all]`` and ``[test]``
+site of ``docs/``, with ``[run]``'s and ``[tfds]``'s packages, which autodoc imports), ``[all]`` and ``[test]``
 (everything the test suite needs but ``[hf]``, whose tests skip without it; the compilers included, so
 that the suite compiles for a TPU slice and a GPU node; the suite builds the docs too), ``[tfds]`` (the
 benchmark files as TFDS datasets, read with ``--config.data.source=tfds``; TensorFlow is not needed).
@@ -62,8 +62,8 @@ TPU = ["jax[tpu]>=0.10"]
 GPU = ["jax[cuda12]>=0.10"]
 # The documentation site: `python -m sphinx -W -b html docs docs/_build/html` (autodoc and napoleon are
 # part of sphinx); Markdown pages through myst-parser. autodoc imports every module of the API reference,
-# the application layer's included, so the site needs [run]'s packages too.
-DOCS = RUN + ["sphinx>=8.1", "myst-parser>=4.0", "sphinx-book-theme>=1.1.3"]
+# the application layer's included (the TFDS builders too), so the site needs [run]'s and [tfds]'s packages.
+DOCS = RUN + TFDS + ["sphinx>=8.1", "myst-parser>=4.0", "sphinx-book-theme>=1.1.3"]
 TEST = RUN + DOCS + TPU + GPU + TFDS + ["pytest>=8", "hypothesis>=6",
                      "pytest-xdist>=3.5",  # the suite runs on every core (-n auto), a file per worker
                      "tensorboard>=2.15",  # reads the event files back
