@@ -112,6 +112,7 @@ class TFDSFiles:
                       f"datasets into it with python experiments/build_tfds.py --tfds_dir={data_dir})")
     require_tfds()
     self._texts: dict[str, list[str]] = {}
+    self._builders: dict[str, Any] = {}
 
   def __repr__(self) -> str:
     return f"TFDSFiles({str(self.data_dir)!r})"
@@ -126,8 +127,17 @@ class TFDSFiles:
       entry = catalog.benchmark_file(rel)
     except DataError:
       return False
-    check_dataset(self.data_dir, entry)
+    self._builder(entry)
     return True
+
+  def _builder(self, entry: catalog.BenchmarkFile) -> Any:
+    """The checked builder of ``entry``'s dataset, read once per dataset (:func:`check_dataset`)."""
+    if entry.dataset not in self._builders:
+      self._builders[entry.dataset] = check_dataset(self.data_dir, entry)
+    builder = self._builders[entry.dataset]
+    if entry.split not in builder.info.splits:
+      check_dataset(self.data_dir, entry)  # raises: the split is missing
+    return builder
 
   def where(self, rel: str) -> str:
     try:
@@ -144,10 +154,10 @@ class TFDSFiles:
     if entry.layout not in layout:
       raise DataError(f"{rel} is a {entry.layout} file, not one of {list(layout)}")
     if rel not in self._texts:
-      self._texts[rel] = read_split(self.data_dir, entry)
-    out = []
+      self._texts[rel] = read_split(self.data_dir, entry, self._builder(entry))
+    out, here = [], self.where(rel)
     for i, text in enumerate(self._texts[rel]):
-      where = f"{self.where(rel)}: record {i}"
+      where = f"{here}: record {i}"
       try:
         out.append((where, json.loads(text)))
       except ValueError as e:
@@ -240,15 +250,16 @@ def check_dataset(data_dir: pathlib.Path, entry: catalog.BenchmarkFile) -> Any:
   return builder
 
 
-def read_split(data_dir: pathlib.Path, entry: catalog.BenchmarkFile) -> list[str]:
+def read_split(data_dir: pathlib.Path, entry: catalog.BenchmarkFile, builder: Any = None) -> list[str]:
   """The records of ``entry``'s split as JSON texts, in the file's order, read through
-  ``tfds.data_source`` from the dataset built under ``data_dir``.
+  ``tfds.data_source`` from the dataset built under ``data_dir`` (``builder``: its builder, already
+  checked by :func:`check_dataset`; None checks it here).
 
   Raises:
     DataError: see :func:`check_dataset`; also a split that cannot be read, whose record count is not
       the file's, or whose records are not the ones the build wrote (their digest differs).
   """
-  builder = check_dataset(data_dir, entry)
+  builder = check_dataset(data_dir, entry) if builder is None else builder
   what = _what(data_dir, entry)
   try:
     source = builder.as_data_source(split=entry.split)
