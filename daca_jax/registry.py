@@ -106,21 +106,30 @@ def registry_from(kind: str, field: str, entries: Iterable[tuple[str, T]],
   return registry
 
 
-def config_fields(fn: Callable[..., object], section: type) -> tuple[str, ...]:
-  """The fields of config dataclass ``section`` that ``fn`` reads: its keyword-only parameters
-  named after a field of ``section`` (e.g. ``stratified``, ``p_mask_prompt`` of ``LikelihoodConfig``).
+def _is_section(value: object) -> bool:
+  """``value`` is a config section: a dataclass instance with a ``validate(prefix)`` method."""
+  import dataclasses
 
-  A registered algorithm declares what it reads this way, and its registry entry hands it exactly
-  those fields of the section it is given (:func:`section_kwargs`), so an algorithm never sees the
-  options of another method. Its keyword-only parameters should all be fields: an entry sets only
-  fields, and a direct call's options are validated against the section (:func:`check_options`).
+  return dataclasses.is_dataclass(value) and not isinstance(value, type) and hasattr(value, "validate")
+
+
+def config_fields(fn: Callable[..., object], shared: type | None = None) -> tuple[str, ...]:
+  """The config options ``fn`` reads: its keyword-only parameters that are either a whole section (their
+  default is the section, e.g. ``stratified: StratifiedConfig = StratifiedConfig()``) or a field of
+  ``shared``, the dataclass of the fields every algorithm of its kind may read (``p_mask_prompt``,
+  ``clip_eps``, ...).
+
+  A registered algorithm declares what it reads this way, and its registry entry hands it exactly those
+  fields of the composed config it is given (:func:`section_kwargs`), so an algorithm never sees the
+  options of another method, and needs neither the composed config nor its module: the sections live
+  beside their algorithms, and the composed config (``daca_jax.config``) imports them.
   """
   import dataclasses
   import inspect
 
-  names = {f.name for f in dataclasses.fields(section)}
+  names = {f.name for f in dataclasses.fields(shared)} if shared is not None else set()
   return tuple(p.name for p in inspect.signature(fn).parameters.values()
-               if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name in names)
+               if p.kind is inspect.Parameter.KEYWORD_ONLY and (p.name in names or _is_section(p.default)))
 
 
 def section_kwargs(cfg: object, fields: tuple[str, ...]) -> dict[str, object]:
@@ -128,23 +137,39 @@ def section_kwargs(cfg: object, fields: tuple[str, ...]) -> dict[str, object]:
   return {name: getattr(cfg, name) for name in fields}
 
 
-def check_options(section: type, options: dict[str, object], where: str, reads: tuple[str, ...]) -> None:
-  """Checks the options of a direct call (``diffu_grpo_loss(..., clip_eps=-1)``): each must be one
-  the algorithm reads (``reads``, :func:`config_fields`), and each value what the config section
-  would allow (``section().validate``), so a bad value is a one-line
+def check_options(fn: Callable[..., object], options: dict[str, object], where: str,
+                  shared: type | None = None) -> None:
+  """Checks the options of a direct call (``diffu_grpo_loss(..., clip_eps=-1)``): each must be one ``fn``
+  reads (:func:`config_fields`), a section must be an instance of its class and pass its own
+  ``validate``, and the shared fields must pass ``shared(...).validate``, so a bad value is a one-line
   :class:`~daca_jax.errors.ConfigError` naming ``<where>.<field>``, not silent garbage.
 
   Array-valued options (e.g. a traced ``beta``) are the caller's to check; the others are validated.
 
   Raises:
-    TypeError: an option the algorithm does not read (names it and the ones it does).
-    ConfigError: an option outside what the section allows.
+    TypeError: an option ``fn`` does not read (names it and the ones it does).
+    ConfigError: an option outside what its section allows.
   """
   import dataclasses
+  import inspect
 
+  from daca_jax.errors import ConfigError
+
+  reads = config_fields(fn, shared)
   unknown = sorted(set(options) - set(reads))
   if unknown:
     raise TypeError(f"{where} takes the options {list(reads)}, not {unknown}")
-  concrete = {k: v for k, v in options.items() if not hasattr(v, "shape")}
-  if concrete:
-    dataclasses.replace(section(), **concrete).validate(prefix=where)
+  defaults = {p.name: p.default for p in inspect.signature(fn).parameters.values()}
+  scalars = {}
+  for name, value in options.items():
+    if hasattr(value, "shape"):
+      continue
+    if _is_section(defaults[name]):
+      kind = type(defaults[name])
+      if not isinstance(value, kind):
+        raise ConfigError(f"{where}.{name}", value, f"a {kind.__name__} section ({where}.{name}.<field>=...)")
+      value.validate(f"{where}.{name}")
+    else:
+      scalars[name] = value
+  if scalars:
+    dataclasses.replace(shared(), **scalars).validate(prefix=where)

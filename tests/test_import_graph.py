@@ -6,6 +6,9 @@ module (inside functions too, so a lazy import counts), and every literal module
 ``importlib.import_module`` (a hard-coded list of modules to load is an import as well). Importing
 ``a.b.c`` runs ``a/__init__.py`` and ``a/b/__init__.py`` first, so an edge to a module is also an
 edge to each package above it (except the importer's own packages, which are already loading).
+
+An import under ``if TYPE_CHECKING:`` is no edge: it never runs (the package has none; the checker knows
+them so that one never hides a cycle from the picture either, see ``test_no_type_checking_imports``).
 """
 from __future__ import annotations
 
@@ -31,12 +34,25 @@ def _modules(root: pathlib.Path) -> dict[str, pathlib.Path]:
   return out
 
 
+def _is_type_checking_block(node: ast.AST) -> bool:
+  """``node`` is ``if TYPE_CHECKING:`` or ``if typing.TYPE_CHECKING:`` (without an ``else``)."""
+  if not isinstance(node, ast.If) or node.orelse:
+    return False
+  test = node.test
+  return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+      isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
 def _imported_names(tree: ast.AST, package: str) -> set[str]:
   """Dotted names a module imports (absolute), including submodules named in ``from x import y``
   and string literals passed, directly or through a module-level constant, to importlib."""
   names: set[str] = set()
   uses_importlib = False
+  typing_only = {id(n) for node in ast.walk(tree) if _is_type_checking_block(node)
+                 for stmt in node.body for n in ast.walk(stmt)}
   for node in ast.walk(tree):
+    if id(node) in typing_only:
+      continue
     if isinstance(node, ast.Import):
       names.update(a.name for a in node.names)
     elif isinstance(node, ast.ImportFrom):
@@ -113,10 +129,17 @@ def _describe(graph: dict[str, set[str]], comps: list[list[str]]) -> str:
   return "\n".join(f"{a} -> {sorted(graph[a] & set(c))}" for c in comps for a in c)
 
 
-# Modules that are a unit of their own rather than part of their package's: ``config.configure`` checks
-# every registry name and method combination, so it sits above the methods whose sections the rest of
-# ``config`` defines (config has one home; its loader is the one module above the core).
-OWN_UNITS = frozenset({"daca_jax.config.configure"})
+# Modules that are a unit of their own rather than part of their package's. Config has one home, but two
+# levels: its section modules for the core (``checks``, ``model``, ``rollout``, ``parallel``) sit below the
+# algorithms, whose own option sections live beside them (``likelihood.stratified.StratifiedConfig``); the
+# composed sections (``config.likelihood``, ``credit``, ``rl``, ``train``) import those, so they sit above the
+# algorithms; and ``config.configure`` checks every registry name and method combination above that.
+COMPOSED_CONFIG = frozenset({"daca_jax.config.likelihood", "daca_jax.config.credit", "daca_jax.config.rl",
+                             "daca_jax.config.train"})
+# The update built from the composed config (``rl``'s upper level; its methods, advantages and optimizer are
+# core, and its ``__init__`` imports nothing).
+UPDATE = frozenset({"daca_jax.rl.update", "daca_jax.rl.accumulate", "daca_jax.rl.pass_accum", "daca_jax.rl.learner"})
+OWN_UNITS = COMPOSED_CONFIG | UPDATE | {"daca_jax.config.configure"}
 
 
 def unit(m: str) -> str:
@@ -149,6 +172,26 @@ def test_graph_sees_lazy_and_importlib_imports(tmp_path):
   assert graph["daca_jax.a"] == {"daca_jax.sub", "daca_jax.sub.b"}
   assert "daca_jax.c" in graph["daca_jax.sub.b"]
   assert cycles(graph) == [["daca_jax.a", "daca_jax.c", "daca_jax.sub", "daca_jax.sub.b"]]
+
+
+def test_no_type_checking_imports():
+  """No module hides an import under ``if TYPE_CHECKING:``: such an import is a dependency the cycle and
+  layer checks above would not see (and other tools would draw as a circle)."""
+  hidden = [m for m, path in _modules(PACKAGE).items()
+            if any(_is_type_checking_block(n) for n in ast.walk(ast.parse(path.read_text())))]
+  assert not hidden, f"imports under TYPE_CHECKING in {hidden}"
+
+
+def test_graph_skips_type_checking_imports(tmp_path):
+  """The checker itself: an import under ``if TYPE_CHECKING:`` is no edge; one beside it is."""
+  pkg = tmp_path / "daca_jax"
+  pkg.mkdir()
+  (pkg / "__init__.py").write_text("")
+  (pkg / "b.py").write_text("")
+  (pkg / "c.py").write_text("")
+  (pkg / "a.py").write_text("from typing import TYPE_CHECKING\nimport typing\nif TYPE_CHECKING:\n  from daca_jax.b import X\n"
+                            "if typing.TYPE_CHECKING:\n  import daca_jax.b\nimport daca_jax.c\n")
+  assert import_graph(pkg)["daca_jax.a"] == {"daca_jax.c"}
 
 
 def test_no_import_cycle_between_modules():
@@ -188,6 +231,8 @@ def test_core_does_not_import_the_application_layer(core):
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ("core", frozenset({"contracts", "config", "errors", "registry", "io_utils", "diffusion", "credit",
                         "likelihood", "rl", "models", "parallel"})),
+    ("composed config", frozenset(m.removeprefix("daca_jax.") for m in COMPOSED_CONFIG)),
+    ("the update", frozenset(m.removeprefix("daca_jax.") for m in UPDATE)),
     ("tasks and data", frozenset({"tasks", "data", "config.configure", "viz", "hardware", "progress"})),
     ("evaluation", frozenset({"evaluation"})),
     ("the main job", frozenset({"run"})),
@@ -210,16 +255,22 @@ def test_no_module_imports_a_higher_layer():
   Lowest first:
 
   1. **core**: the algorithms (``contracts``, ``diffusion``, ``credit``, ``likelihood``, ``rl``, ``models``,
-     ``parallel``) with ``config`` (the config sections), ``errors``, ``registry`` and ``io_utils`` (which ``models`` reads
+     ``parallel``, each method's option section beside it) with ``config``'s core sections (``checks``,
+     ``model``, ``rollout``, ``parallel``), ``errors``, ``registry`` and ``io_utils`` (which ``models`` reads
      files with);
-  2. **tasks and data**: ``tasks`` and ``data`` (the benchmark-file loaders, below the tasks); ``config.configure`` (the config loader,
+  2. **composed config**: ``config.likelihood``, ``config.credit``, ``config.rl`` and ``config.train``, which
+     gather the algorithms' sections into the job's ``TrainConfig`` (the algorithms never import it, not even
+     for annotations);
+  3. **the update** built from it: ``rl.update``, ``rl.accumulate``, ``rl.pass_accum`` and ``rl.learner``
+     (``rl``'s ``__init__`` imports nothing, so importing a method loads no learner);
+  4. **tasks and data**: ``tasks`` and ``data`` (the benchmark-file loaders, below the tasks); ``config.configure`` (the config loader,
      which checks every registry name, tasks' included); ``viz`` (trajectory pictures, which the job draws); ``hardware`` (device table,
      allocator peak) and ``progress`` (progress bars), used by the layers above;
-  3. **evaluation**: the evaluation protocol, decode loop, files, reports and outcomes;
-  4. **the main job** (``run``): it evaluates through ``evaluation`` (``run.job_eval``), and reads its own
+  5. **evaluation**: the evaluation protocol, decode loop, files, reports and outcomes;
+  6. **the main job** (``run``): it evaluates through ``evaluation`` (``run.job_eval``), and reads its own
      checkpoints back for an evaluation (``run.eval_models``), which is why that reader is not in
      ``evaluation``;
-  5. **above the job**: ``reports`` (grids run the job, tables read its workdirs), ``measure`` (benchmark
+  7. **above the job**: ``reports`` (grids run the job, tables read its workdirs), ``measure`` (benchmark
      sections build the job's task and run its SFT), ``planning`` (compiles the job's programs, uses
      ``measure``'s helpers), ``studies``.
 
@@ -266,7 +317,7 @@ _HEAVY = ("tensorflow_datasets", "tensorflow", "grain", "orbax", "matplotlib", "
 def test_core_import_loads_no_application_dependency():
   """``import daca_jax.diffusion, credit, likelihood, rl`` in a fresh interpreter loads none of the
   application layer's third-party packages and no daca_jax module outside the core."""
-  code = ("import sys, json; import daca_jax.diffusion, daca_jax.credit, daca_jax.likelihood, daca_jax.rl; "
+  code = ("import sys, json; import daca_jax.diffusion, daca_jax.credit, daca_jax.likelihood, daca_jax.rl.learner; "
           "print(json.dumps(sorted(sys.modules)))")
   out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                        cwd=PACKAGE.parent, env={**os.environ, "JAX_PLATFORMS": "cpu"})
@@ -279,6 +330,25 @@ def test_core_import_loads_no_application_dependency():
   ours = sorted(m for m in loaded if m.startswith("daca_jax.") and not m.startswith(allowed))
   assert not ours, f"the core loads {ours}"
   assert "daca_jax.rl.learner" in loaded and "flax" in loaded  # the check saw a real import
+
+
+def test_every_config_and_method_module_imports_first():
+  """Each module of the two config levels, and a method that defines a section, imports on its own in a fresh
+  interpreter state: the composed config imports the methods' sections, the methods name the composed
+  config under ``TYPE_CHECKING`` only, so no import order meets a half-initialised module."""
+  firsts = ["daca_jax.config.train", "daca_jax.config.rl", "daca_jax.config.likelihood", "daca_jax.config.credit",
+            "daca_jax.config.configure", "daca_jax.rl.methods.spg", "daca_jax.rl", "daca_jax.rl.learner",
+            "daca_jax.likelihood.stratified", "daca_jax.credit.dps", "daca_jax.parallel", "daca_jax.config.parallel"]
+  code = ("import importlib, sys\n"
+          f"for first in {firsts!r}:\n"
+          "  for m in [m for m in sys.modules if m.startswith('daca_jax')]:\n"
+          "    del sys.modules[m]\n"
+          "  importlib.import_module(first)\n"
+          "  importlib.import_module('daca_jax.config.configure')\n"
+          "print('ok')\n")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent,
+                       env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
 
 
 def test_data_import_loads_no_third_party_package():

@@ -36,7 +36,8 @@ def test_readme_single_functions_example_runs_and_matches_the_learner():
   # The example's hand-assembled step is the learner's step. A random model's rewards usually all tie
   # (A = 0, and at θ = θ_ref the KL gradient is 0 too), so the comparison also runs the example's own
   # grad_fn with rewards that do not tie.
-  from daca_jax.rl import GRPOLearner, group_advantages
+  from daca_jax.rl.advantages import group_advantages
+  from daca_jax.rl.learner import GRPOLearner
   from daca_jax.config.likelihood import LikelihoodConfig
   from daca_jax.config.rl import RLConfig
   from daca_jax.config.train import TrainConfig

@@ -1,5 +1,6 @@
-"""The RL section: ``RLConfig`` (advantages, objectives, the update of :mod:`daca_jax.rl`) and its per-
-objective sub-sections.
+"""The RL section: ``RLConfig`` (advantages, objectives, the update of :mod:`daca_jax.rl`), with the fields
+every loss may read (:class:`~daca_jax.rl.methods.base.LossOptions`) and its per-objective sub-sections,
+each defined in its method's module.
 """
 from __future__ import annotations
 
@@ -7,69 +8,10 @@ import dataclasses
 
 from daca_jax.config.checks import DOWNSAMPLE_RULES, LR_SCHEDULES, _check_fields, _non_negative, _one_of, _positive
 from daca_jax.errors import ConfigError
-
-
-@dataclasses.dataclass(frozen=True)
-class SPGConfig:
-  """SPG's sandwiched bound (``rl.objective="spg"``, :mod:`daca_jax.rl.methods.spg`; facebookresearch/SPG
-  ``spg/spg_trainer.py`` ``SPGTrainer._get_per_seq_logps``).
-
-  Attributes:
-    eubo_beta: β > 0 of the upper bound's power mean ``(1/β) log E[p^β / t]`` (SPG ``eubo_beta``:
-      1.5 for GSM8K and MATH, 2.0 for Countdown, 1.0 for Sudoku).
-    mix_weight: ω in [0, 1], the upper bound's share of a negative-advantage sequence's bound,
-      ``ω·EUBO + (1−ω)·ELBO`` (SPG ``mix_weight`` 0.5 with ``logp_estimation="mix"``; 1 is its
-      ``"eubo"``, 0 its ``"elbo"``). Positive-advantage sequences always use the ELBO.
-  """
-
-  eubo_beta: float = 1.5
-  mix_weight: float = 0.5
-
-  def validate(self, prefix: str = "rl.spg") -> "SPGConfig":
-    _check_fields(prefix, self)
-    if not self.eubo_beta > 0:
-      raise ConfigError(f"{prefix}.eubo_beta", self.eubo_beta, "a number > 0")
-    if not 0.0 <= self.mix_weight <= 1.0:
-      raise ConfigError(f"{prefix}.mix_weight", self.mix_weight, "a number in [0, 1]")
-    return self
-
-
-@dataclasses.dataclass(frozen=True)
-class MAPConfig:
-  """MAP's options (``rl.objective="map"``, :mod:`daca_jax.rl.methods.map_pg`; Haran71/mask-aware-policy-gradients
-  ``map/configs/gsm8k.yaml``).
-
-  Attributes:
-    clip_eps_high: upper clip 1 + ε_high of MAP's sequence-level ratios (0: ``rl.clip_eps``; the lower clip
-      is always 1 − ``rl.clip_eps``; MAP: ``clip_eps_high`` 4e-4).
-    position_weight: λ of MAP's position loss (``position_likelihood_lambda``, 1.0).
-  """
-
-  clip_eps_high: float = 0.0
-  position_weight: float = 1.0
-
-  def validate(self, prefix: str = "rl.map") -> "MAPConfig":
-    _check_fields(prefix, self)
-    _non_negative(prefix, self, "clip_eps_high", "position_weight")
-    return self
-
-
-@dataclasses.dataclass(frozen=True)
-class RLDFLossConfig:
-  """RLDF's clean-state clip (``rl.objective="rldf"``, :mod:`daca_jax.rl.methods.rldf`).
-
-  Attributes:
-    tau: a (state, position) target whose probability under the rollout policy is below ``tau`` is
-      dropped unless the position was committed at that state (0.6).
-  """
-
-  tau: float = 0.6
-
-  def validate(self, prefix: str = "rl.rldf") -> "RLDFLossConfig":
-    _check_fields(prefix, self)
-    if not 0.0 <= self.tau <= 1.0:
-      raise ConfigError(f"{prefix}.tau", self.tau, "a probability in [0, 1]")
-    return self
+from daca_jax.rl.methods.base import LossOptions
+from daca_jax.rl.methods.map_pg import MAPConfig
+from daca_jax.rl.methods.rldf import RLDFLossConfig
+from daca_jax.rl.methods.spg import SPGConfig
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,12 +85,12 @@ class RLConfig:
   likelihood: str = "stratified"
   steps: int = 150
   prompts_per_step: int = 8
-  group_size: int = 8
+  group_size: int = LossOptions.group_size
   sample_group_size: int = 0
   downsample: str = "max_variance"
   num_iterations: int = 1
-  clip_eps: float = 0.5
-  beta: float = 0.04
+  clip_eps: float = LossOptions.clip_eps
+  beta: float = LossOptions.beta
   normalize_adv_std: bool = False
   advantage: str = ""
   learning_rate: float = 1e-4
@@ -179,11 +121,10 @@ class RLConfig:
         raise ConfigError(f"{prefix}.normalize_adv_std", self.normalize_adv_std,
                           f"False with {prefix}.advantage={self.advantage!r} (normalize_adv_std=True "
                           f"means {prefix}.advantage='group_std')")
-    _positive(prefix, self, "prompts_per_step", "group_size", "num_iterations", "grad_accum")
-    _non_negative(prefix, self, "rollout_batch", "steps", "clip_eps", "beta", "learning_rate", "warmup_steps",
+    LossOptions(self.clip_eps, self.beta, self.group_size).validate(prefix)
+    _positive(prefix, self, "prompts_per_step", "num_iterations", "grad_accum")
+    _non_negative(prefix, self, "rollout_batch", "steps", "learning_rate", "warmup_steps",
                   "weight_decay", "max_grad_norm", "adam_eps", "eval_every", "replicate")
-    if self.group_size < 2:
-      raise ConfigError(f"{prefix}.group_size", self.group_size, ">= 2 (group advantages)")
     if self.prompts_per_step % self.grad_accum:
       raise ConfigError(f"{prefix}.grad_accum", self.grad_accum,
                         f"a divisor of {prefix}.prompts_per_step={self.prompts_per_step} (every micro-batch "

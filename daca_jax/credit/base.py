@@ -22,8 +22,12 @@ import jax.numpy as jnp
 from daca_jax.contracts import Trajectory, check_optional_shape, check_trajectory
 from daca_jax.errors import ShapeError
 from daca_jax.registry import Registry, check_options, config_fields, registry_from, section_kwargs
-from daca_jax.config.credit import CreditConfig
 from daca_jax.config.rollout import RolloutConfig
+
+# The composed ``credit`` section (:class:`~daca_jax.config.credit.CreditConfig`), named for annotations, not
+# imported: it imports the algorithms' sections, so it sits above them.
+CreditSection = Any
+
 
 # Names of the optional Trajectory records an assigner can ask the rollout for.
 RECORDS = ("step_conf", "step_entropy", "commit_hidden")
@@ -105,7 +109,8 @@ def _no_records() -> frozenset[str]:
 class CreditAssigner:
   """A registered credit assigner.
 
-  The assigner's functions declare the :class:`~daca_jax.config.credit.CreditConfig` sections they read as
+  The assigner's functions declare the :class:`~daca_jax.config.credit.CreditConfig` sections they read (each
+  defined beside its assigner, and given as the parameter's default) as
   keyword-only parameters named after them (DPS: ``dps``; DTCA, built on DPS's scores: ``dtca`` and
   ``dps``; uniform: none), and get only those (:func:`daca_jax.registry.config_fields`); the
   methods below take the whole ``credit`` section and hand each function its part.
@@ -137,11 +142,11 @@ class CreditAssigner:
     """The assigner carries a state across updates (:meth:`init_state`)."""
     return self.init_state_fn is not None
 
-  def records(self, cfg: CreditConfig) -> frozenset[str]:
+  def records(self, cfg: CreditSection) -> frozenset[str]:
     """The trajectory records (:data:`RECORDS`) the rollout must produce for this assigner."""
-    return frozenset(self.records_fn(**section_kwargs(cfg, config_fields(self.records_fn, CreditConfig))))
+    return frozenset(self.records_fn(**section_kwargs(cfg, config_fields(self.records_fn))))
 
-  def init_state(self, cfg: CreditConfig, num_categories: int) -> Any:
+  def init_state(self, cfg: CreditSection, num_categories: int) -> Any:
     """The initial state of a stateful assigner.
 
     Raises:
@@ -149,10 +154,10 @@ class CreditAssigner:
     """
     if self.init_state_fn is None:
       raise ValueError("this credit assigner is stateless: it has no initial state")
-    kwargs = section_kwargs(cfg, config_fields(self.init_state_fn, CreditConfig))
+    kwargs = section_kwargs(cfg, config_fields(self.init_state_fn))
     return self.init_state_fn(num_categories, **kwargs)
 
-  def assign(self, traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig,
+  def assign(self, traj: Trajectory, cfg: CreditSection, rollout_cfg: RolloutConfig,
              inputs: CreditInputs | None = None) -> CreditOutput:
     """Runs the assigner on its own sections of ``cfg``; weights and state are stop-gradient.
 
@@ -181,7 +186,7 @@ class CreditAssigner:
       out = CreditOutput(weights=out)
     return jax.lax.stop_gradient(out)
 
-  def __call__(self, traj: Trajectory, cfg: CreditConfig, rollout_cfg: RolloutConfig,
+  def __call__(self, traj: Trajectory, cfg: CreditSection, rollout_cfg: RolloutConfig,
                inputs: CreditInputs | None = None) -> jax.Array:
     """Token weights float32 [B, L] (see :meth:`assign`)."""
     return self.assign(traj, cfg, rollout_cfg, inputs).weights
@@ -202,14 +207,14 @@ def credit_assigner(name: str, records: Callable[..., frozenset[str]] | None = N
   """
 
   def deco(fn: CreditFn) -> CreditFn:
-    assigner = CreditAssigner(fn, config_fields(fn, CreditConfig), records or _no_records, needs_categories,
+    assigner = CreditAssigner(fn, config_fields(fn), records or _no_records, needs_categories,
                               needs_advantages, init_state, needs_token_rewards, token_level or needs_token_rewards)
 
     @functools.wraps(fn)
     def checked(traj: Trajectory, rollout_cfg: RolloutConfig, inputs: CreditInputs | None = None,
                 **sections: Any):
       check_credit_inputs(traj, rollout_cfg, inputs)
-      check_options(CreditConfig, sections, fn.__name__, config_fields(fn, CreditConfig))
+      check_options(fn, sections, fn.__name__)
       return fn(traj, rollout_cfg, inputs, **sections)
 
     checked.credit_name, checked.assigner = name, assigner

@@ -26,15 +26,47 @@ credit study, screened against the task's per-token oracle (:mod:`daca_jax.studi
 """
 from __future__ import annotations
 
+import dataclasses
 import jax
 import jax.numpy as jnp
 
 from daca_jax.contracts import Trajectory
 from daca_jax.credit.base import CreditInputs, CreditOutput, credit_assigner
-from daca_jax.credit.dps import dps_raw_scores, signal_records
+from daca_jax.credit.dps import DPSConfig, dps_raw_scores, signal_records
 from daca_jax.credit.position_value import position_value_advantages
-from daca_jax.config.credit import ContrastConfig, DPSConfig
 from daca_jax.config.rollout import RolloutConfig
+from daca_jax.config.checks import _check_fields, _non_negative, _one_of
+
+
+@dataclasses.dataclass(frozen=True)
+class ContrastConfig:
+  """Signed contrast credit (``rl.credit="contrast"``, :mod:`daca_jax.credit.contrast`):
+  ``e = base + alpha * |A| * z`` per token, ``z`` a rollout record standardised within the sequence.
+
+  Attributes:
+    alpha: gain of the contrast term; above 1 a token whose ``z`` is below ``-1 / alpha`` gets a share
+      of the opposite sign to its rollout's advantage.
+    signal: the per-token record contrasted: "commit_conf" (the probability of the committed token at
+      its commit step) or "dps" (the DPS raw score: the step progress at the token's commit step,
+      with ``credit.dps.scope`` / ``signal`` / ``self_term``).
+    baseline: what ``z`` is measured from: "sequence" (the row's mean over its tokens) or "position"
+      (the group's mean at the same completion position, over its G rollouts).
+    base: the advantage the contrast is added to: "sequence" (the rollout's ``A``) or
+      "position_value" (:func:`daca_jax.credit.position_value.position_value_advantages`).
+  """
+
+  alpha: float = 1.0
+  signal: str = "commit_conf"
+  baseline: str = "sequence"
+  base: str = "sequence"
+
+  def validate(self, prefix: str = "credit.contrast") -> "ContrastConfig":
+    _check_fields(prefix, self)
+    _non_negative(prefix, self, "alpha")
+    _one_of(prefix, self, "signal", ("commit_conf", "dps"))
+    _one_of(prefix, self, "baseline", ("sequence", "position"))
+    _one_of(prefix, self, "base", ("sequence", "position_value"))
+    return self
 
 
 def contrast_scores(signal: jax.Array, completion_mask: jax.Array, group_size: int,

@@ -26,13 +26,42 @@ reference implementation (RUCBM/DelTA, ``compute_log_prob_h``, ``K = 1``, unit d
 """
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 
 from daca_jax.credit.base import CreditInputs, CreditOutput, credit_assigner
 from daca_jax.contracts import Trajectory, check_shape
-from daca_jax.config.credit import DeltaConfig
 from daca_jax.config.rollout import RolloutConfig
+from daca_jax.config.checks import _check_fields
+from daca_jax.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class DeltaConfig:
+  """DelTA (``rl.credit="delta"``, :mod:`daca_jax.credit.delta`).
+
+  Attributes:
+    lambda_min: λmin, weight of the least side-specific token.
+    lambda_max: λmax, weight of the most side-specific token.
+    gamma: γ, temperature of the sigmoid over the discriminator margins, in units of each side's
+      margin std (the reference implementation's value: 1).
+  """
+
+  lambda_min: float = 0.8
+  lambda_max: float = 1.2
+  gamma: float = 1.0
+
+  def validate(self, prefix: str = "credit.delta") -> "DeltaConfig":
+    _check_fields(prefix, self)
+    if not 0.0 < self.lambda_min <= 1.0 <= self.lambda_max:
+      raise ConfigError(f"{prefix}.lambda_min", self.lambda_min,
+                        f"0 < lambda_min <= 1 <= lambda_max={self.lambda_max}")
+    if not 0 < self.gamma < float("inf"):
+      raise ConfigError(f"{prefix}.gamma", self.gamma, "a finite number > 0")
+    return self
+
 
 _EPS = 1e-8
 

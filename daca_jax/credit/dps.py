@@ -14,13 +14,52 @@ valid tokens, mapped to ``w = clip(1 + α z, w_min, w_max)`` and renormalised to
 """
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 
 from daca_jax.credit.base import CreditInputs, credit_assigner
 from daca_jax.contracts import Trajectory, check_shape, check_trajectory
-from daca_jax.config.credit import DPSConfig
 from daca_jax.config.rollout import RolloutConfig
+from daca_jax.config.checks import _check_fields, _non_negative, _one_of
+from daca_jax.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class DPSConfig:
+  """Denoising Progress Scores (``rl.credit="dps"``, :mod:`daca_jax.credit.dps`); DTCA builds on them
+  and reads the same fields.
+
+  Attributes:
+    alpha: z-score gain: ``w = clip(1 + alpha * z, w_min, w_max)``.
+    w_min: lower clip of the weights.
+    w_max: upper clip of the weights.
+    scope: which still-masked positions measure step progress: "all" remaining or the current
+      "block" only.
+    signal: the certainty measure of step progress: "confidence" (top-1 probability) or
+      "neg_entropy" (minus the predictive entropy).
+    self_term: λ, weight of the token's own confidence rise from its block's first step to its
+      commit step, added to the raw score.
+  """
+
+  alpha: float = 0.5
+  w_min: float = 0.5
+  w_max: float = 2.0
+  scope: str = "all"
+  signal: str = "confidence"
+  self_term: float = 0.0
+
+  def validate(self, prefix: str = "credit.dps") -> "DPSConfig":
+    _check_fields(prefix, self)
+    _non_negative(prefix, self, "alpha", "w_min", "self_term")
+    if not self.w_max >= self.w_min:
+      raise ConfigError(f"{prefix}.w_max", self.w_max, f">= {prefix}.w_min={self.w_min}")
+    if not self.w_min <= 1.0 <= self.w_max:
+      raise ConfigError(f"{prefix}.w_min", self.w_min, "w_min <= 1 <= w_max so that mean 1 is reachable")
+    _one_of(prefix, self, "scope", ("all", "block"))
+    _one_of(prefix, self, "signal", ("confidence", "neg_entropy"))
+    return self
 
 
 def step_progress(step_conf: jax.Array, commit_step: jax.Array, rollout_cfg: RolloutConfig,

@@ -24,6 +24,7 @@ uniform within the sequence, and DTCA acts through state selection and calibrati
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -31,10 +32,43 @@ import jax
 import jax.numpy as jnp
 
 from daca_jax.credit.base import CreditInputs, CreditOutput, credit_assigner
-from daca_jax.credit.dps import certainty_signal, dps_raw_scores, signal_records, step_progress, zscore_weights
+from daca_jax.credit.dps import DPSConfig, certainty_signal, dps_raw_scores, signal_records, step_progress, zscore_weights
 from daca_jax.contracts import Trajectory
-from daca_jax.config.credit import DPSConfig, DTCAConfig
 from daca_jax.config.rollout import RolloutConfig
+from daca_jax.config.checks import _check_fields, _non_negative
+from daca_jax.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class DTCAConfig:
+  """DTCA (``rl.credit="dtca"``, :mod:`daca_jax.credit.dtca`). Its step progress and weights are
+  DPS's (``credit.dps.scope``, ``signal``, ``self_term``, ``alpha``, ``w_min``, ``w_max``).
+
+  Attributes:
+    tagger: the token tagger (registry ``TAGGERS``): "rule" = NUM / OP / PUNCT / WORD / SPECIAL.
+    top_frac: μ: fraction of each rollout's denoising states (steps) kept for training, ranked by
+      their confidence gain; tokens committed at the other steps get weight 0.
+    entropy_window: entropy calibration: the first N updates form the baseline of each category's
+      mean predictive entropy (0 disables calibration).
+    calib_min: lower clip of the calibration factor (entropy now / baseline entropy).
+    calib_max: upper clip of that factor.
+  """
+
+  tagger: str = "rule"
+  top_frac: float = 0.4
+  entropy_window: int = 10
+  calib_min: float = 0.5
+  calib_max: float = 2.0
+
+  def validate(self, prefix: str = "credit.dtca") -> "DTCAConfig":
+    _check_fields(prefix, self)
+    if not 0.0 < self.top_frac <= 1.0:
+      raise ConfigError(f"{prefix}.top_frac", self.top_frac, "a fraction in (0, 1]")
+    _non_negative(prefix, self, "entropy_window")
+    if not 0.0 < self.calib_min <= 1.0 <= self.calib_max:
+      raise ConfigError(f"{prefix}.calib_min", self.calib_min,
+                        f"0 < calib_min <= 1 <= calib_max={self.calib_max}")
+    return self
 
 
 def dtca_records(*, dtca: DTCAConfig = DTCAConfig(), dps: DPSConfig = DPSConfig()) -> frozenset[str]:

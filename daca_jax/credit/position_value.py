@@ -29,15 +29,33 @@ rescale a token's credit but never change its sign.
 """
 from __future__ import annotations
 
+import dataclasses
 import jax
 import jax.numpy as jnp
 
 from daca_jax.credit.agreement import group_agreement_mask
 from daca_jax.credit.base import CreditInputs, CreditOutput, credit_assigner
-from daca_jax.credit.dps import dps_credit, signal_records
+from daca_jax.credit.dps import DPSConfig, dps_credit, signal_records
 from daca_jax.contracts import Trajectory, check_shape
-from daca_jax.config.credit import DPSConfig, PositionValueConfig
 from daca_jax.config.rollout import RolloutConfig
+from daca_jax.config.checks import _check_fields, _one_of
+
+
+@dataclasses.dataclass(frozen=True)
+class PositionValueConfig:
+  """Position-value credit (``rl.credit="position_value"``, :mod:`daca_jax.credit.position_value`).
+
+  Attributes:
+    weights: what multiplies each token's position-value advantage: "none" (nothing) or "dps" (DACA's
+      DPS weights, ``credit.dps.*``: the paper's "+DPS" on this assigner).
+  """
+
+  weights: str = "none"
+
+  def validate(self, prefix: str = "credit.position_value") -> "PositionValueConfig":
+    _check_fields(prefix, self)
+    _one_of(prefix, self, "weights", ("none", "dps"))
+    return self
 
 
 def position_value_advantages(completion: jax.Array, completion_mask: jax.Array, advantages: jax.Array,

@@ -17,6 +17,7 @@ and checks its output (:func:`~daca_jax.contracts.check_token_scores`).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from typing import Any, Callable
@@ -25,10 +26,41 @@ import jax
 
 from daca_jax.contracts import (TokenScores, as_model_fns, check_completion_rows, check_shape, check_token_scores, check_tokens,
                                 token_scores)
+from daca_jax.config.checks import _check_fields, _non_negative
+from daca_jax.errors import ConfigError
 from daca_jax.registry import Registry, check_options, config_fields, registry_from, section_kwargs
-from daca_jax.config.likelihood import LikelihoodConfig
+
+# The composed ``likelihood`` section (:class:`~daca_jax.config.likelihood.LikelihoodConfig`), named for annotations, not
+# imported: it imports the algorithms' sections, so it sits above them.
+LikelihoodSection = Any
+
 
 LikelihoodFn = Callable[..., TokenScores]
+
+
+@dataclasses.dataclass(frozen=True)
+class EstimatorOptions:
+  """The fields of the ``likelihood`` section that any estimator may read besides its own section; their
+  defaults are :class:`~daca_jax.config.likelihood.LikelihoodConfig`'s, and its ``validate`` checks them
+  here.
+
+  Attributes:
+    p_mask_prompt: probability of masking each prompt token in the likelihood passes, in [0, 1).
+    strata_batch: passes kept at once by the multi-pass estimators (0: all, vectorised), >= 0.
+    trajectory_steps: denoising steps S of the rollouts the trajectory-type estimators rebuild (0:
+      ``rollout.steps``), >= 0.
+  """
+
+  p_mask_prompt: float = 0.0
+  strata_batch: int = 0
+  trajectory_steps: int = 0
+
+  def validate(self, prefix: str = "likelihood") -> "EstimatorOptions":
+    _check_fields(prefix, self)
+    if not 0.0 <= self.p_mask_prompt < 1.0:
+      raise ConfigError(f"{prefix}.p_mask_prompt", self.p_mask_prompt, "a probability in [0, 1)")
+    _non_negative(prefix, self, "strata_batch", "trajectory_steps")
+    return self
 
 
 def split_key(key: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -77,7 +109,8 @@ def estimator(name: str) -> Callable[[Callable[..., Any]], LikelihoodFn]:
   registry ``LIKELIHOOD`` is built from the list :data:`daca_jax.likelihood.ESTIMATORS`, :func:`registry_of`).
 
   An estimator declares the :class:`~daca_jax.config.likelihood.LikelihoodConfig` fields it reads as keyword-only
-  parameters named after them (SML: ``stratified``, ``p_mask_prompt``, ``strata_batch``), and gets
+  parameters named after them (SML: ``stratified``, ``p_mask_prompt``, ``strata_batch``): fields of
+  :class:`EstimatorOptions`, or its own section, defined in its module and given as the default; it gets
   only those (:func:`daca_jax.registry.config_fields`). The registry entry,
   ``entry(logits_fn, params, tokens, prompt_len, key, cfg: LikelihoodConfig, *, mask_id, commit_step=None,
   commit_conf=None, completion_mask=None)``, hands it those fields of ``cfg``; the returned function
@@ -91,7 +124,7 @@ def estimator(name: str) -> Callable[[Callable[..., Any]], LikelihoodFn]:
 
   def deco(fn: Callable[..., Any]) -> LikelihoodFn:
     declared = frozenset(inspect.signature(fn).parameters)
-    reads = config_fields(fn, LikelihoodConfig)
+    reads = config_fields(fn, EstimatorOptions)
 
     def run(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array, mask_id: int,
             rows: dict[str, jax.Array | None], options: dict[str, Any]) -> TokenScores:
@@ -109,12 +142,12 @@ def estimator(name: str) -> Callable[[Callable[..., Any]], LikelihoodFn]:
     def checked(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array, *,
                 mask_id: int, commit_step: jax.Array | None = None, commit_conf: jax.Array | None = None,
                 completion_mask: jax.Array | None = None, **options: Any) -> TokenScores:
-      check_options(LikelihoodConfig, options, fn.__name__, reads)
+      check_options(fn, options, fn.__name__, EstimatorOptions)
       rows = {"commit_step": commit_step, "commit_conf": commit_conf, "completion_mask": completion_mask}
       return run(logits_fn, params, tokens, prompt_len, key, mask_id, rows, options)
 
     def entry(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
-              cfg: LikelihoodConfig, *, mask_id: int, commit_step: jax.Array | None = None,
+              cfg: LikelihoodSection, *, mask_id: int, commit_step: jax.Array | None = None,
               commit_conf: jax.Array | None = None, completion_mask: jax.Array | None = None) -> TokenScores:
       rows = {"commit_step": commit_step, "commit_conf": commit_conf, "completion_mask": completion_mask}
       return run(logits_fn, params, tokens, prompt_len, key, mask_id, rows,

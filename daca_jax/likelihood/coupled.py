@@ -11,15 +11,38 @@ log-probs as targets with these factors (:class:`~daca_jax.contracts.TokenScores
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from daca_jax.contracts import TokenScores
-from daca_jax.likelihood.base import estimator, split_key
+from daca_jax.likelihood.base import EstimatorOptions, estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
-from daca_jax.config.likelihood import CoupledConfig, LikelihoodConfig
+from daca_jax.config.checks import _check_fields
+from daca_jax.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class CoupledConfig:
+  """DiffuCoder's coupled estimator (``rl.likelihood="coupled"``, :mod:`daca_jax.likelihood.coupled`).
+
+  Attributes:
+    t_min: lower end of the masking rate t ~ U[t_min, t_max].
+    t_max: upper end of that range (DiffuCoder: [0.2, 0.8]).
+    full_pass: also run the fully-masked pass and average it in (DiffuCoder does).
+  """
+
+  t_min: float = 0.2
+  t_max: float = 0.8
+  full_pass: bool = True
+
+  def validate(self, prefix: str = "likelihood.coupled") -> "CoupledConfig":
+    _check_fields(prefix, self)
+    if not 0.0 < self.t_min <= self.t_max < 1.0:
+      raise ConfigError(f"{prefix}.t_min", self.t_min, f"0 < t_min <= t_max={self.t_max} < 1")
+    return self
 
 
 def coupled_masks(key: jax.Array, batch: int, length: int, t_min: float,
@@ -33,7 +56,7 @@ def coupled_masks(key: jax.Array, batch: int, length: int, t_min: float,
 @estimator("coupled")
 def coupled_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                      *, mask_id: int, coupled: CoupledConfig = CoupledConfig(),
-                     p_mask_prompt: float = LikelihoodConfig.p_mask_prompt) -> TokenScores:
+                     p_mask_prompt: float = EstimatorOptions.p_mask_prompt) -> TokenScores:
   """Coupled-sampling targets (kind ``"elbo"``, S = 2 passes, 3 with ``coupled.full_pass``;
   ``contributions()`` [B, L] are the per-token estimates); one forward pass per context."""
   k_prompt, k_est = split_key(key)

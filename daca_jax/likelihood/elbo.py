@@ -9,6 +9,7 @@ The estimator returns the n passes' log-probs as targets with their factors ``w_
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -16,10 +17,26 @@ import jax.numpy as jnp
 import numpy as np
 
 from daca_jax.contracts import TokenScores
-from daca_jax.likelihood.base import estimator, split_key
+from daca_jax.likelihood.base import EstimatorOptions, estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
 from daca_jax.likelihood.passes import per_pass
-from daca_jax.config.likelihood import ELBOConfig, LikelihoodConfig
+from daca_jax.config.checks import _check_fields, _positive
+
+
+@dataclasses.dataclass(frozen=True)
+class ELBOConfig:
+  """GDPO's ELBO estimator (``rl.likelihood="elbo"``, :mod:`daca_jax.likelihood.elbo`).
+
+  Attributes:
+    nodes: Gauss–Legendre nodes in t (GDPO uses 2–3).
+  """
+
+  nodes: int = 2
+
+  def validate(self, prefix: str = "likelihood.elbo") -> "ELBOConfig":
+    _check_fields(prefix, self)
+    _positive(prefix, self, "nodes")
+    return self
 
 
 def gauss_legendre_01(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -31,7 +48,7 @@ def gauss_legendre_01(n: int) -> tuple[np.ndarray, np.ndarray]:
 @estimator("elbo")
 def elbo_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                   *, mask_id: int, elbo: ELBOConfig = ELBOConfig(),
-                  p_mask_prompt: float = LikelihoodConfig.p_mask_prompt) -> TokenScores:
+                  p_mask_prompt: float = EstimatorOptions.p_mask_prompt) -> TokenScores:
   """ELBO targets of the n quadrature passes (kind ``"elbo"``, S = n; ``contributions()`` [B, L] are
   the per-token ELBO terms, whose row sum is the sequence ELBO); n forward passes."""
   prompt, comp, nodes, weights, masked = _plan(tokens, prompt_len, key, mask_id, elbo, p_mask_prompt)
@@ -66,7 +83,7 @@ def _node_scores(per_node: jax.Array, nodes: np.ndarray, weights: np.ndarray, ma
 @per_pass("elbo", lambda cfg: cfg.elbo.nodes)
 def elbo_one_node(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                   *, mask_id: int, pass_index: jax.Array, elbo: ELBOConfig = ELBOConfig(),
-                  p_mask_prompt: float = LikelihoodConfig.p_mask_prompt) -> tuple[TokenScores, jax.Array]:
+                  p_mask_prompt: float = EstimatorOptions.p_mask_prompt) -> tuple[TokenScores, jax.Array]:
   """GDPO's node ``pass_index`` alone (:mod:`daca_jax.likelihood.passes`): its targets' log-probs (0
   at the other nodes) and bool [B, n·L] those targets; one forward pass."""
   prompt, comp, nodes, weights, masked = _plan(tokens, prompt_len, key, mask_id, elbo, p_mask_prompt)

@@ -19,16 +19,35 @@ form (:mod:`daca_jax.likelihood.passes`) runs one, for :mod:`daca_jax.rl.pass_ac
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from daca_jax.contracts import TokenScores
-from daca_jax.likelihood.base import estimator, split_key
+from daca_jax.likelihood.base import EstimatorOptions, estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
 from daca_jax.likelihood.passes import per_pass
-from daca_jax.config.likelihood import ELBOMCConfig, LikelihoodConfig
+from daca_jax.config.checks import _check_fields, _positive
+
+
+@dataclasses.dataclass(frozen=True)
+class ELBOMCConfig:
+  """BGPO's Monte-Carlo ELBO (``rl.likelihood="elbo_mc"``, :mod:`daca_jax.likelihood.elbo_mc`).
+
+  Attributes:
+    samples: n_t, Monte-Carlo samples (t_j, mask_j) of the ELBO, one forward pass each (BGPO: 16).
+    stratified_t: draw t_j in the j-th of n_t equal bins of (0, 1] (stratified) rather than i.i.d.
+  """
+
+  samples: int = 16
+  stratified_t: bool = True
+
+  def validate(self, prefix: str = "likelihood.elbo_mc") -> "ELBOMCConfig":
+    _check_fields(prefix, self)
+    _positive(prefix, self, "samples")
+    return self
 
 T_MIN = 1e-3  # LLaDA's forward process: p_mask = (1 - eps) t + eps, eps = 1e-3
 
@@ -75,8 +94,8 @@ def _scores(per_sample: jax.Array, t: jax.Array, masked: jax.Array) -> TokenScor
 @estimator("elbo_mc")
 def elbo_mc_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                      *, mask_id: int, elbo_mc: ELBOMCConfig = ELBOMCConfig(),
-                     p_mask_prompt: float = LikelihoodConfig.p_mask_prompt,
-                     strata_batch: int = LikelihoodConfig.strata_batch) -> TokenScores:
+                     p_mask_prompt: float = EstimatorOptions.p_mask_prompt,
+                     strata_batch: int = EstimatorOptions.strata_batch) -> TokenScores:
   """The n_t Monte-Carlo samples' targets (kind ``"elbo"``, S = n_t, factor ``1/(n_t t_j)``;
   ``contributions()`` row sums are the ELBO estimate); n_t forward passes.
 
@@ -101,7 +120,7 @@ def elbo_mc_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len:
 @per_pass("elbo_mc", lambda cfg: cfg.elbo_mc.samples)
 def elbo_mc_one_pass(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                      *, mask_id: int, pass_index: jax.Array, elbo_mc: ELBOMCConfig = ELBOMCConfig(),
-                     p_mask_prompt: float = LikelihoodConfig.p_mask_prompt) -> tuple[TokenScores, jax.Array]:
+                     p_mask_prompt: float = EstimatorOptions.p_mask_prompt) -> tuple[TokenScores, jax.Array]:
   """:func:`elbo_mc_logprobs` with only sample ``pass_index`` scored (the others' log-probs 0), and
   the bool [B, n·L] targets of that sample: one forward pass."""
   prompt, comp, t, masked = _setup(tokens, prompt_len, key, mask_id, elbo_mc, p_mask_prompt)

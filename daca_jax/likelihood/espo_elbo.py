@@ -19,15 +19,52 @@ only the targets inside the completion mask, as for every estimator here.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from daca_jax.contracts import TokenScores
-from daca_jax.likelihood.base import estimator, split_key
+from daca_jax.likelihood.base import EstimatorOptions, estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
-from daca_jax.config.likelihood import ESPOELBOConfig, LikelihoodConfig
+from daca_jax.config.checks import _check_fields, _one_of, _positive
+
+ESPO_STRATIFY = ("row", "batch")
+ESPO_PADDING = ("mask", "score")
+
+
+@dataclasses.dataclass(frozen=True)
+class ESPOELBOConfig:
+  """ESPO's ELBO estimator (``rl.likelihood="espo_elbo"``, :mod:`daca_jax.likelihood.espo_elbo`;
+  ML-GSAI/ESPO ``espo/espo_trainer.py`` ``forward_process`` and ``ESPOTrainer._get_elbo``).
+
+  Attributes:
+    num_mc: Monte-Carlo mask draws per sequence, averaged (ESPO ``num_mc``: 1 by default, 2 in its recipes).
+    coupled: also score the complement of every mask (ESPO ``reduce_var``: True), so every completion
+      position is scored once per draw; two passes per draw instead of one.
+    stratify: how mask counts are stratified: "row" (the ``num_mc`` draws of a sequence share one
+      random offset on a grid of ``L+1`` counts: row-local, so independent of ``rl.grad_accum`` and the
+      device count) or "batch" (ESPO's: the rows of one estimator call share the offset, row r at
+      ``offset + r (L+1)/B``; refused with ``rl.grad_accum > 1`` and ``parallel.strategy="pmap"``, whose
+      rows draw from their own keys).
+    padding: what ESPO's objective does with the positions after the first EOS: "score" (ESPO's
+      ``compute_loss``: no completion mask, the sequence ELBO and so the ratio and the KL sum all L
+      positions, the padding's terms included) or "mask" (the library's rule for every estimator: only
+      positions inside the completion mask; the ratio still divides by L). Read by ``rl.objective="espo"``.
+  """
+
+  num_mc: int = 1
+  coupled: bool = True
+  stratify: str = "row"
+  padding: str = "mask"
+
+  def validate(self, prefix: str = "likelihood.espo_elbo") -> "ESPOELBOConfig":
+    _check_fields(prefix, self)
+    _positive(prefix, self, "num_mc")
+    _one_of(prefix, self, "stratify", ESPO_STRATIFY)
+    _one_of(prefix, self, "padding", ESPO_PADDING)
+    return self
 
 
 def stratified_counts(key: jax.Array, num: int, length: int) -> jax.Array:
@@ -61,8 +98,8 @@ def exact_count_masks(key: jax.Array, counts: jax.Array, length: int) -> jax.Arr
 @estimator("espo_elbo")
 def espo_elbo_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                        *, mask_id: int, espo_elbo: ESPOELBOConfig = ESPOELBOConfig(),
-                       p_mask_prompt: float = LikelihoodConfig.p_mask_prompt,
-                       strata_batch: int = LikelihoodConfig.strata_batch) -> TokenScores:
+                       p_mask_prompt: float = EstimatorOptions.p_mask_prompt,
+                       strata_batch: int = EstimatorOptions.strata_batch) -> TokenScores:
   """ESPO's ELBO targets (kind ``"elbo"``; ``contributions()`` [B, L] are the per-token ELBO terms, whose
   row sum is ESPO's sequence ELBO).
 

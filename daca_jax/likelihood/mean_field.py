@@ -11,15 +11,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from daca_jax.likelihood.base import estimator, split_key
+from daca_jax.likelihood.base import EstimatorOptions, estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
-from daca_jax.config.likelihood import LikelihoodConfig
 
 
 @estimator("mean_field")
 def mean_field_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int,
                         key: jax.Array, *, mask_id: int,
-                        p_mask_prompt: float = LikelihoodConfig.p_mask_prompt) -> jax.Array:
+                        p_mask_prompt: float = EstimatorOptions.p_mask_prompt) -> jax.Array:
   """Per-token mean-field log-probs.
 
   Args:

@@ -18,9 +18,9 @@ from typing import Any, Callable, NamedTuple
 import jax
 
 from daca_jax.contracts import TokenScores, as_model_fns, check_token_scores
-from daca_jax.likelihood.base import check_estimator_inputs
+from daca_jax.likelihood.base import EstimatorOptions, LikelihoodSection, check_estimator_inputs
 from daca_jax.registry import config_fields, section_kwargs
-from daca_jax.config.likelihood import LikelihoodConfig
+
 
 
 class PassForm(NamedTuple):
@@ -28,10 +28,10 @@ class PassForm(NamedTuple):
   and ``num_passes(cfg: LikelihoodConfig) -> S``."""
 
   run: Callable[..., tuple[TokenScores, jax.Array]]
-  num_passes: Callable[[LikelihoodConfig], int]
+  num_passes: Callable[[LikelihoodSection], int]
 
 
-def per_pass(name: str, num_passes: Callable[[LikelihoodConfig], int]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def per_pass(name: str, num_passes: Callable[[LikelihoodSection], int]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
   """Decorator making ``fn(logits_fn, params, tokens, prompt_len, key, *, mask_id, pass_index,
   <rows it reads>, <LikelihoodConfig fields it reads>) -> (TokenScores, here)`` the per-pass form of estimator
   ``name`` (the entry hands it its config fields, as :func:`daca_jax.likelihood.base.estimator` does, and
@@ -40,10 +40,10 @@ def per_pass(name: str, num_passes: Callable[[LikelihoodConfig], int]) -> Callab
 
   def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
     declared = frozenset(inspect.signature(fn).parameters)
-    reads = config_fields(fn, LikelihoodConfig)
+    reads = config_fields(fn, EstimatorOptions)
 
     def run(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
-            cfg: LikelihoodConfig, *, mask_id: int, pass_index: jax.Array, commit_step: jax.Array | None = None,
+            cfg: LikelihoodSection, *, mask_id: int, pass_index: jax.Array, commit_step: jax.Array | None = None,
             commit_conf: jax.Array | None = None,
             completion_mask: jax.Array | None = None) -> tuple[TokenScores, jax.Array]:
       rows = {"commit_step": commit_step, "commit_conf": commit_conf, "completion_mask": completion_mask}

@@ -20,15 +20,42 @@ state j and position i.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from daca_jax.contracts import TokenScores
-from daca_jax.likelihood.base import estimator, split_key
+from daca_jax.likelihood.base import EstimatorOptions, estimator, split_key
 from daca_jax.likelihood.common import check_steps, mask_prompt, score_targets
-from daca_jax.config.likelihood import LikelihoodConfig, RLDFConfig
+from daca_jax.config.checks import _check_fields, _one_of, _positive
+from daca_jax.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class RLDFConfig:
+  """RLDF's state sampling (``rl.likelihood="rldf"``, :mod:`daca_jax.likelihood.rldf`).
+
+  Attributes:
+    states: k, rollout states rebuilt per sequence (one pass each).
+    sampling: how the k states are picked: "softmax" (probability ∝ softmax of each step's mean
+      surprisal / temperature, without replacement), "uniform", or "topk" (the k most surprising
+      steps).
+    temperature: T of the "softmax" state sampling.
+  """
+
+  states: int = 4
+  sampling: str = "softmax"
+  temperature: float = 1.0
+
+  def validate(self, prefix: str = "likelihood.rldf") -> "RLDFConfig":
+    _check_fields(prefix, self)
+    _positive(prefix, self, "states")
+    if not self.temperature > 0:
+      raise ConfigError(f"{prefix}.temperature", self.temperature, "a number > 0")
+    _one_of(prefix, self, "sampling", ("softmax", "uniform", "topk"))
+    return self
 
 
 def step_surprisal(commit_step: jax.Array, commit_conf: jax.Array, valid: jax.Array,
@@ -70,9 +97,9 @@ def rldf_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: in
                   *, mask_id: int, commit_step: jax.Array | None = None,
                   commit_conf: jax.Array | None = None,
                   completion_mask: jax.Array | None = None, rldf: RLDFConfig = RLDFConfig(),
-                  trajectory_steps: int = LikelihoodConfig.trajectory_steps,
-                  p_mask_prompt: float = LikelihoodConfig.p_mask_prompt,
-                  strata_batch: int = LikelihoodConfig.strata_batch) -> TokenScores:
+                  trajectory_steps: int = EstimatorOptions.trajectory_steps,
+                  p_mask_prompt: float = EstimatorOptions.p_mask_prompt,
+                  strata_batch: int = EstimatorOptions.strata_batch) -> TokenScores:
   """Log-probs of the final tokens at k rebuilt rollout states.
 
   Args:

@@ -28,15 +28,46 @@ other objective the targets are plain per-context log-probs (kind ``"logprob"``)
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from daca_jax.contracts import TokenScores
-from daca_jax.likelihood.base import estimator, split_key
+from daca_jax.likelihood.base import EstimatorOptions, estimator, split_key
 from daca_jax.likelihood.common import score_targets
-from daca_jax.config.likelihood import LikelihoodConfig, SPGBlockConfig
+from daca_jax.config.checks import _check_fields, _non_negative, _positive
+from daca_jax.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class SPGBlockConfig:
+  """SPG's block-wise masking (``rl.likelihood="spg_block"``, :mod:`daca_jax.likelihood.spg_block`;
+  facebookresearch/SPG ``spg/spg_trainer.py`` ``SPGTrainer.forward_process``, ``forward_type="block_random"``).
+
+  Attributes:
+    num_t: masked contexts (forward passes) per sequence, each with its own block; at most the
+      completion's ``gen_length / block_length`` blocks (SPG: 2).
+    block_length: completion positions per block; divides ``rollout.gen_length``; 0 means
+      ``rollout.block_length`` (the learner fills it in: SPG masks its generation blocks, 32 in its recipe).
+      ``block_length = gen_length`` is SPG's ``forward_type="random"``.
+    min_t: fewest positions of the chosen block masked, as a fraction of its valid positions (at least 1).
+    max_t: most positions masked, as that fraction; ``min_t = max_t = 1`` is ``forward_type="block_all"``.
+  """
+
+  num_t: int = 2
+  block_length: int = 0
+  min_t: float = 0.0
+  max_t: float = 1.0
+
+  def validate(self, prefix: str = "likelihood.spg_block") -> "SPGBlockConfig":
+    _check_fields(prefix, self)
+    _positive(prefix, self, "num_t")
+    _non_negative(prefix, self, "block_length")
+    if not 0.0 <= self.min_t <= self.max_t <= 1.0:
+      raise ConfigError(f"{prefix}.min_t", self.min_t, f"0 <= min_t <= max_t={self.max_t} <= 1")
+    return self
 
 
 def spg_block_masks(key: jax.Array, lengths: jax.Array, gen_length: int, num_t: int, block_length: int,
@@ -48,7 +79,7 @@ def spg_block_masks(key: jax.Array, lengths: jax.Array, gen_length: int, num_t: 
     lengths: int32 [B] valid completion positions per row (>= 1; the completion mask's row sums).
     gen_length: L (static), a multiple of ``block_length``.
     num_t: contexts per row (static), at most ``L / block_length``.
-    block_length, min_t, max_t: as in :class:`~daca_jax.config.likelihood.SPGBlockConfig`.
+    block_length, min_t, max_t: as in :class:`~daca_jax.likelihood.spg_block.SPGBlockConfig`.
   Returns:
     (masked, earlier): bool [num_t, B, L] each: True where the completion position is masked in that
     context, and where it lies in a block before the chosen one (the positions step 4 may mask).
@@ -94,8 +125,8 @@ def spg_block_masks(key: jax.Array, lengths: jax.Array, gen_length: int, num_t: 
 def spg_block_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                        *, mask_id: int, completion_mask: jax.Array | None = None,
                        spg_block: SPGBlockConfig = SPGBlockConfig(),
-                       p_mask_prompt: float = LikelihoodConfig.p_mask_prompt,
-                       strata_batch: int = LikelihoodConfig.strata_batch) -> TokenScores:
+                       p_mask_prompt: float = EstimatorOptions.p_mask_prompt,
+                       strata_batch: int = EstimatorOptions.strata_batch) -> TokenScores:
   """Log-probs of the masked completion positions of SPG's ``num_t`` block-masked contexts.
 
   Args:

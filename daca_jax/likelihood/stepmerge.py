@@ -37,6 +37,7 @@ with ``p_mask_prompt``).
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -44,9 +45,51 @@ import jax.numpy as jnp
 import numpy as np
 
 from daca_jax.contracts import TokenScores, as_model_fns, call_hidden, call_logits
-from daca_jax.likelihood.base import estimator
+from daca_jax.likelihood.base import EstimatorOptions, estimator
 from daca_jax.likelihood.common import check_steps, policy_ids
-from daca_jax.config.likelihood import LikelihoodConfig, StepMergeConfig
+from daca_jax.config.checks import _check_fields, _non_negative, _one_of, _positive
+from daca_jax.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class StepMergeConfig:
+  """d2's StepMerge trajectory likelihood with MAP's position term (``rl.likelihood="stepmerge"``,
+  :mod:`daca_jax.likelihood.stepmerge`).
+
+  Attributes:
+    segments: N, runs of consecutive denoising steps (MAP's gsm8k recipe: 32).
+    sample: K segments scored per update (0: all N); MAP's recipe: 12.
+    position: also return the unmasking-position log-probs (the objective ``map`` reads them).
+    position_method: "softmax" (Plackett-Luce choice among the competitors) or "bradley_terry".
+    position_scope: competitors of a token: "segment" (positions unmasked in later segments) or
+      "position" (also later steps of its own segment).
+    position_confidence: "max_logit" or "top_prob" (the competitors' confidence).
+    position_source: "gt" (the committed token's logit / probability) or "max" (as the competitors').
+    position_temperature: tau of the position scores (> 0).
+  """
+
+  segments: int = 32
+  sample: int = 0
+  position: bool = True
+  position_method: str = "softmax"
+  position_scope: str = "segment"
+  position_confidence: str = "max_logit"
+  position_source: str = "gt"
+  position_temperature: float = 1.0
+
+  def validate(self, prefix: str = "likelihood.stepmerge") -> "StepMergeConfig":
+    _check_fields(prefix, self)
+    _positive(prefix, self, "segments")
+    _non_negative(prefix, self, "sample")
+    if self.sample > self.segments:
+      raise ConfigError(f"{prefix}.sample", self.sample, f"0 (all) or at most {prefix}.segments={self.segments}")
+    _one_of(prefix, self, "position_method", ("softmax", "bradley_terry"))
+    _one_of(prefix, self, "position_scope", ("segment", "position"))
+    _one_of(prefix, self, "position_confidence", ("max_logit", "top_prob"))
+    _one_of(prefix, self, "position_source", ("gt", "max"))
+    if not self.position_temperature > 0:
+      raise ConfigError(f"{prefix}.position_temperature", self.position_temperature, "a number > 0")
+    return self
 
 _NEG = -1e30
 
@@ -125,8 +168,8 @@ def position_logprobs(own_conf: jax.Array, all_conf: jax.Array, competitor: jax.
 def stepmerge_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array, *,
                        mask_id: int, commit_step: jax.Array | None = None,
                        completion_mask: jax.Array | None = None, stepmerge: StepMergeConfig = StepMergeConfig(),
-                       trajectory_steps: int = LikelihoodConfig.trajectory_steps,
-                       strata_batch: int = LikelihoodConfig.strata_batch) -> TokenScores:
+                       trajectory_steps: int = EstimatorOptions.trajectory_steps,
+                       strata_batch: int = EstimatorOptions.strata_batch) -> TokenScores:
   """StepMerge token log-probs (and MAP's position log-probs) of the sampled segments.
 
   Args:

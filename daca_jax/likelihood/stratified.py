@@ -11,17 +11,38 @@ passes rather than K. K = 1 is the mean-field estimate, K = L the pseudo-likelih
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
+from daca_jax.config.checks import STRATA_PARTITIONS, _check_fields, _one_of, _positive
 from daca_jax.contracts import TokenScores, token_scores
-from daca_jax.likelihood.base import estimator, split_key
+from daca_jax.likelihood.base import EstimatorOptions, estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_positions
 from daca_jax.likelihood.passes import per_pass
-from daca_jax.config.checks import STRATA_PARTITIONS
-from daca_jax.config.likelihood import LikelihoodConfig, StratifiedConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class StratifiedConfig:
+  """Stratified Masking Likelihood (``rl.likelihood="stratified"``, :mod:`daca_jax.likelihood.stratified`).
+
+  Attributes:
+    num_strata: K strata; 1 <= K <= gen_length.
+    partition: how completion positions are split into strata: "random" (per sequence),
+      "per_prompt" (one random partition shared by the completions of a prompt), "strided",
+      "contiguous" or "commit_order".
+  """
+
+  num_strata: int = 4
+  partition: str = "random"
+
+  def validate(self, prefix: str = "likelihood.stratified") -> "StratifiedConfig":
+    _check_fields(prefix, self)
+    _positive(prefix, self, "num_strata")
+    _one_of(prefix, self, "partition", STRATA_PARTITIONS)
+    return self
 
 
 def _rank(keys: jax.Array) -> jax.Array:
@@ -125,8 +146,8 @@ def stratum_positions(strata: jax.Array, num_strata: int) -> tuple[jax.Array, ja
 def stratified_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int,
                         key: jax.Array, *, mask_id: int, commit_step: jax.Array | None = None,
                         stratified: StratifiedConfig = StratifiedConfig(),
-                        p_mask_prompt: float = LikelihoodConfig.p_mask_prompt,
-                        strata_batch: int = LikelihoodConfig.strata_batch) -> jax.Array:
+                        p_mask_prompt: float = EstimatorOptions.p_mask_prompt,
+                        strata_batch: int = EstimatorOptions.strata_batch) -> jax.Array:
   """Per-token SML log-probs.
 
   Args:
@@ -186,7 +207,7 @@ def _stratum_pass(logits_fn: Any, params: Any, prompt: jax.Array, comp: jax.Arra
 def stratified_one_pass(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array, *,
                         mask_id: int, pass_index: jax.Array, commit_step: jax.Array | None = None,
                         stratified: StratifiedConfig = StratifiedConfig(),
-                        p_mask_prompt: float = LikelihoodConfig.p_mask_prompt) -> tuple[TokenScores, jax.Array]:
+                        p_mask_prompt: float = EstimatorOptions.p_mask_prompt) -> tuple[TokenScores, jax.Array]:
   """SML's pass ``pass_index`` alone (:mod:`daca_jax.likelihood.passes`): the log-probs of stratum
   ``pass_index`` (0 elsewhere) and bool [B, L] its positions; one forward pass."""
   prompt, comp, strata, positions, valid = _plan(tokens, prompt_len, key, mask_id, commit_step, stratified,

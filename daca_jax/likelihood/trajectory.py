@@ -14,25 +14,46 @@ earlier in the same run.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from daca_jax.contracts import TokenScores, token_scores
-from daca_jax.likelihood.base import estimator, split_key
+from daca_jax.likelihood.base import EstimatorOptions, estimator, split_key
 from daca_jax.likelihood.common import mask_prompt, score_targets
 from daca_jax.likelihood.passes import per_pass
-from daca_jax.config.likelihood import LikelihoodConfig, TrajectoryConfig
+from daca_jax.config.checks import _check_fields, _non_negative
+
+
+@dataclasses.dataclass(frozen=True)
+class TrajectoryConfig:
+  """The sampler's own trajectory likelihood (``rl.likelihood="trajectory"``,
+  :mod:`daca_jax.likelihood.trajectory`).
+
+  Attributes:
+    groups: passes: the S = ``likelihood.trajectory_steps`` steps are split into this many runs of
+      consecutive steps and a token is
+      scored in the state at the start of its commit step's run (0 means S: every token in its own
+      commit state).
+  """
+
+  groups: int = 0
+
+  def validate(self, prefix: str = "likelihood.trajectory") -> "TrajectoryConfig":
+    _check_fields(prefix, self)
+    _non_negative(prefix, self, "groups")
+    return self
 
 
 @estimator("trajectory")
 def trajectory_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
                         *, mask_id: int, commit_step: jax.Array | None = None,
                         trajectory: TrajectoryConfig = TrajectoryConfig(),
-                        trajectory_steps: int = LikelihoodConfig.trajectory_steps,
-                        p_mask_prompt: float = LikelihoodConfig.p_mask_prompt,
-                        strata_batch: int = LikelihoodConfig.strata_batch) -> jax.Array:
+                        trajectory_steps: int = EstimatorOptions.trajectory_steps,
+                        p_mask_prompt: float = EstimatorOptions.p_mask_prompt,
+                        strata_batch: int = EstimatorOptions.strata_batch) -> jax.Array:
   """Per-token log-probs at the tokens' own commit states (float32 [B, L]).
 
   Args:
@@ -81,8 +102,8 @@ def _plan(tokens: jax.Array, prompt_len: int, key: jax.Array, mask_id: int, comm
 def trajectory_one_run(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array, *,
                        mask_id: int, pass_index: jax.Array, commit_step: jax.Array | None = None,
                        trajectory: TrajectoryConfig = TrajectoryConfig(),
-                       trajectory_steps: int = LikelihoodConfig.trajectory_steps,
-                       p_mask_prompt: float = LikelihoodConfig.p_mask_prompt) -> tuple[TokenScores, jax.Array]:
+                       trajectory_steps: int = EstimatorOptions.trajectory_steps,
+                       p_mask_prompt: float = EstimatorOptions.p_mask_prompt) -> tuple[TokenScores, jax.Array]:
   """Run ``pass_index`` alone (:mod:`daca_jax.likelihood.passes`): the log-probs of the tokens
   committed in it (0 elsewhere) and bool [B, L] those tokens; one forward pass."""
   prompt, comp, starts, run = _plan(tokens, prompt_len, key, mask_id, commit_step, trajectory, trajectory_steps,

@@ -90,7 +90,7 @@ def section_rl_iteration(bench: Bench, res: dict[str, Any]) -> None:
   """One RL iteration of the config's recipe per training-rollout mode of ``--rl_modes``, from the SFT'd model:
   rollout, update and iteration seconds, model calls, speed-ups over d1's sampler. Adds its figures to
   ``res``."""
-  from daca_jax.rl import GRPOLearner
+  from daca_jax.rl.learner import GRPOLearner
   from daca_jax.rl.downsample import take_rows
 
   if bench.task is None:

@@ -19,7 +19,7 @@ from daca_jax.models import init_model, make_logits_fn
 
 
 def _learner(bench, likelihood, k, group_size=None, prompts_per_step=None, strata_batch=None):
-  from daca_jax.rl import GRPOLearner
+  from daca_jax.rl.learner import GRPOLearner
 
   cfg = bench.cfg
   rl = dataclasses.replace(cfg.rl, likelihood=likelihood, group_size=group_size or cfg.rl.group_size,

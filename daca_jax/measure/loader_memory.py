@@ -66,7 +66,7 @@ def _child(folder: str, param_dtype: str, fsdp: int) -> None:
   from daca_jax import parallel
   from daca_jax.models import checkpoint_loader
   from daca_jax.models.hf_import import checkpoint_config
-  from daca_jax.config.train import ParallelConfig
+  from daca_jax.config.parallel import ParallelConfig
 
   import numpy as np
 

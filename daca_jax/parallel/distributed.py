@@ -17,7 +17,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from daca_jax.errors import ConfigError
 from daca_jax.parallel.mesh import BATCH_AXES
-from daca_jax.config.train import ParallelConfig
+from daca_jax.config.parallel import ParallelConfig
 
 
 def _env_int(name: str) -> int | None:

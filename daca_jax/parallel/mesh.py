@@ -10,7 +10,7 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 from daca_jax.contracts import ParamSplit
 from daca_jax.contracts.sharding import BATCH_AXES
 from daca_jax.errors import ConfigError
-from daca_jax.config.train import ParallelConfig
+from daca_jax.config.parallel import ParallelConfig
 
 AXES = ("data", "fsdp", "tensor")
 # Sequences are split over ('data', 'fsdp'): FSDP shards hold different rows as well as different

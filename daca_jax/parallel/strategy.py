@@ -19,7 +19,7 @@ from daca_jax.parallel.data_parallel import make_pmap_update, shard_rows
 from daca_jax.parallel.fsdp import fsdp_shardings, make_fsdp_update
 from daca_jax.parallel.mesh import (abstract_placed, batch_shardings, check_batch_size, make_mesh, replicated,
                                     returning_trainable, with_frozen)
-from daca_jax.config.train import ParallelConfig
+from daca_jax.config.parallel import ParallelConfig
 
 
 def wrap_likelihood(estimator: LikelihoodFn, cfg: ParallelConfig) -> LikelihoodFn:

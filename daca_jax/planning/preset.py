@@ -35,7 +35,8 @@ from daca_jax.models import checkpoint_loader
 from daca_jax.models.hf_import import ARCHITECTURE_FIELDS, run_model_config
 from daca_jax.planning.spec import MODELS
 from daca_jax.config.model import ModelConfig
-from daca_jax.config.train import ParallelConfig, TrainConfig
+from daca_jax.config.parallel import ParallelConfig
+from daca_jax.config.train import TrainConfig
 
 # d1's max_prompt_length (dllm-reasoning/d1 @ 837888f diffu-grpo/slurm_scripts/train.yaml): prompts are
 # left-truncated to it there, so it bounds the paper runs' prompt length.

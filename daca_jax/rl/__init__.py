@@ -1,12 +1,13 @@
-"""GRPO-style RL for masked diffusion LMs: the methods (:mod:`daca_jax.rl.methods`, one module each, and
-the ``rl.objective`` registry ``OBJECTIVES``), advantages (registry ``ADVANTAGES``), optimizer, pure
-update-step factories (``make_update``), learner."""
-from daca_jax.rl.advantages import (ADVANTAGES, AdvantageEstimator, advantage_name, group_advantages,
-                                    register_advantage, zero_std_group_fraction)
-from daca_jax.rl.learner import GRPOLearner
-from daca_jax.rl.methods import METHODS, OBJECTIVES, Method
-from daca_jax.rl.methods.base import k3_kl
-from daca_jax.rl.methods.diffu_grpo import diffu_grpo_loss
-from daca_jax.rl.optim import make_optimizer
-from daca_jax.rl.update import make_objective_grad, make_scores_fn, make_update
-from daca_jax.contracts import PolicyBatch
+"""GRPO-style RL for masked diffusion LMs, in two levels.
+
+* The methods (:mod:`daca_jax.rl.methods`, one module each with its option section, and the
+  ``rl.objective`` registry ``OBJECTIVES``) and the advantages (:mod:`daca_jax.rl.advantages`, registry
+  ``ADVANTAGES``): below the composed config, which imports the methods' sections.
+* The update built from a :class:`~daca_jax.config.train.TrainConfig`: the optimizer
+  (:mod:`daca_jax.rl.optim`), the pure update-step factories (:mod:`daca_jax.rl.update`: ``make_update``,
+  ``make_objective_grad``; :mod:`~daca_jax.rl.accumulate`, :mod:`~daca_jax.rl.pass_accum`) and the learner
+  (:mod:`daca_jax.rl.learner`): above it.
+
+So this ``__init__`` imports nothing: importing a method must not load the learner. Import each name from
+the module that defines it (``from daca_jax.rl.learner import GRPOLearner``).
+"""

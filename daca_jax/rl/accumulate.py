@@ -41,12 +41,12 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
+from daca_jax.config.train import TrainConfig
 from daca_jax.contracts import ParamSplit, PolicyBatch, TokenScores, Trajectory, objective_inputs, objective_states
 from daca_jax.errors import ConfigError
 from daca_jax.parallel.mesh import BATCH_AXES
 from daca_jax.rl.advantages import AdvantageEstimator
 from daca_jax.rl.methods import scored_positions
-from daca_jax.config.train import TrainConfig
 
 # (params, micro-batch trajectory, key, row_offset) -> TokenScores of those rows
 RowScoresFn = Callable[[Any, Trajectory, jax.Array, jax.Array], TokenScores]

@@ -18,6 +18,7 @@ import numpy as np
 import optax
 
 from daca_jax import parallel
+from daca_jax.config.train import TrainConfig
 from daca_jax.credit import CREDIT, TAGGERS, CreditInputs, CreditOutput, group_agreement_mask
 from daca_jax.credit.base import RECORDS
 from daca_jax.contracts import ParamSplit, TokenScores, Trajectory, as_model_fns, check_shape
@@ -28,7 +29,6 @@ from daca_jax.rl.advantages import ADVANTAGES, advantage_name
 from daca_jax.rl.methods import check_token_credit
 from daca_jax.rl.optim import make_optimizer
 from daca_jax.rl.update import check_rollout_batch, make_objective_grad, make_update, with_trajectory_steps
-from daca_jax.config.train import TrainConfig
 
 
 class GRPOLearner:

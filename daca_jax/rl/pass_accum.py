@@ -37,11 +37,11 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
+from daca_jax.config.train import TrainConfig
 from daca_jax.contracts import ParamSplit, PolicyBatch, TokenScores, Trajectory, objective_inputs, objective_states
 from daca_jax.errors import ConfigError
 from daca_jax.rl.advantages import ADVANTAGES, AdvantageEstimator, advantage_name
 from daca_jax.rl.methods import method, names_where, scored_positions
-from daca_jax.config.train import TrainConfig
 
 # (params, traj, key, pass_index int32 []) -> (TokenScores with only that pass's log-probs, bool [B, S·L]
 # its targets)

@@ -2,7 +2,7 @@
 
 ``make_objective_grad(logits_fn, cfg, mask_id=...)`` and ``make_update(logits_fn, cfg, optimizer,
 mask_id=...)`` return pure functions of arrays (jit-able, no state besides their arguments), in the
-style of purejaxrl / tunix: a user's own loop can call them without :class:`~daca_jax.rl.GRPOLearner`,
+style of purejaxrl / tunix: a user's own loop can call them without :class:`~daca_jax.rl.learner.GRPOLearner`,
 which builds its ``objective_grad`` and ``update`` from them. The configured pieces are looked up in
 their registries once (``rl.likelihood`` → ``LIKELIHOOD``, ``rl.objective`` → ``OBJECTIVES``,
 ``rl.advantage`` → ``ADVANTAGES``); an unknown name is a one-line :class:`~daca_jax.errors.ConfigError`.
@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import optax
 
 from daca_jax import parallel
+from daca_jax.config.train import TrainConfig
 from daca_jax.contracts import (ParamSplit, PolicyBatch, TokenScores, Trajectory, as_model_fns,
                                 check_optional_shape, check_shape, check_trajectory, objective_inputs,
                                 objective_states)
@@ -29,7 +30,6 @@ from daca_jax.rl.advantages import ADVANTAGES, advantage_name, zero_std_group_fr
 from daca_jax.rl.methods import OBJECTIVES
 from daca_jax.rl.optim import read_grad_agreement
 from daca_jax.rl.pass_accum import make_pass_accumulated_grad
-from daca_jax.config.train import TrainConfig
 
 # Folded into a likelihood key for the model's own training noise (ModelFns.train: LoRA dropout).
 _TRAIN_NOISE_STREAM = 0x4C6F5241

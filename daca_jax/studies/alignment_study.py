@@ -36,7 +36,7 @@ from daca_jax.errors import ConfigError
 from daca_jax.models import init_model, make_logits_fn
 from daca_jax.run.task_views import build_task
 from daca_jax.run.sft_loop import run_sft
-from daca_jax.rl import GRPOLearner
+from daca_jax.rl.learner import GRPOLearner
 from daca_jax.tasks.base import Example, Task
 from daca_jax.config.train import TrainConfig
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from daca_jax.errors import ConfigError, ShapeError
 from daca_jax.models import make_logits_fn
-from daca_jax.rl import GRPOLearner
+from daca_jax.rl.learner import GRPOLearner
 from daca_jax.studies.alignment_study import arm_config
 from daca_jax.tasks.base import Example, Task
 from daca_jax.config.train import TrainConfig

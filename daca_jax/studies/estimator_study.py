@@ -23,7 +23,9 @@ from daca_jax.io_utils import read_json
 from daca_jax.likelihood import LIKELIHOOD, any_order_logprob
 from daca_jax.models import init_model, make_logits_fn
 from daca_jax.tasks.tokenizer import ByteTokenizer
-from daca_jax.config.likelihood import ELBOConfig, LikelihoodConfig, StratifiedConfig
+from daca_jax.config.likelihood import LikelihoodConfig
+from daca_jax.likelihood.elbo import ELBOConfig
+from daca_jax.likelihood.stratified import StratifiedConfig
 from daca_jax.config.model import ModelConfig
 
 LETTERS = "abcd"

@@ -20,7 +20,7 @@ computed in closed form:
 * the expected reward ``J(θ) = mean_q Σ_o p_θ(o | q) R(q, o)`` is differentiated with ``jax.grad``.
 
 Every estimator × credit pair is then run through the real learner
-(:meth:`daca_jax.rl.GRPOLearner.objective_grad`, the direction an update takes before the
+(:meth:`daca_jax.rl.learner.GRPOLearner.objective_grad`, the direction an update takes before the
 optimizer) on independent rollout batches, and the study reports the cosine of the expected update to
 the true gradient (its *bias* in direction), the cosine of one batch's update to it, and the
 agreement between independent batches (the gradient SNR) as the number of rollouts grows. With β > 0
@@ -51,7 +51,10 @@ from daca_jax.models import init_model, make_logits_fn
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.tasks.tokenizer import ByteTokenizer
 from daca_jax.config.credit import CreditConfig
-from daca_jax.config.likelihood import ELBOConfig, LikelihoodConfig, RLDFConfig, StratifiedConfig
+from daca_jax.config.likelihood import LikelihoodConfig
+from daca_jax.likelihood.elbo import ELBOConfig
+from daca_jax.likelihood.rldf import RLDFConfig
+from daca_jax.likelihood.stratified import StratifiedConfig
 from daca_jax.config.model import ModelConfig
 from daca_jax.config.rl import RLConfig
 from daca_jax.config.rollout import RolloutConfig

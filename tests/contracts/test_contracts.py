@@ -21,7 +21,9 @@ from daca_jax.likelihood import LIKELIHOOD, any_order_logprob, token_logprobs
 from daca_jax.likelihood.common import chunked_token_logprobs, score_positions, score_targets
 from daca_jax.rl.methods import OBJECTIVES
 from daca_jax.config.credit import CreditConfig
-from daca_jax.config.likelihood import LikelihoodConfig, RLDFConfig, StratifiedConfig
+from daca_jax.config.likelihood import LikelihoodConfig
+from daca_jax.likelihood.rldf import RLDFConfig
+from daca_jax.likelihood.stratified import StratifiedConfig
 from daca_jax.config.rl import RLConfig
 from daca_jax.config.rollout import RolloutConfig
 from tests import fixed_logit_model
@@ -257,7 +259,7 @@ def test_credit_inputs_are_checked_against_the_trajectory(traj):
 
 
 def test_learner_checks_the_rollout_batch(traj):
-  from daca_jax.rl import GRPOLearner
+  from daca_jax.rl.learner import GRPOLearner
   from daca_jax.config.train import TrainConfig
 
   cfg = TrainConfig(rollout=ROLLOUT, rl=RLConfig(credit="uniform", likelihood="mean_field", group_size=2,
@@ -351,7 +353,7 @@ def test_chunked_gathering_is_taken_for_llada_and_lora_and_through_the_learner(l
   want = LIKELIHOOD.get("mean_field")(make(0), params, tok, P, jax.random.key(0), cfg, mask_id=MASK).logp
   np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
-  from daca_jax.rl import GRPOLearner
+  from daca_jax.rl.learner import GRPOLearner
   from daca_jax.config.train import TrainConfig
 
   tcfg = TrainConfig(model=mcfg, rollout=ROLLOUT, likelihood=cfg,
@@ -370,11 +372,10 @@ def test_chunked_gathering_is_taken_for_llada_and_lora_and_through_the_learner(l
 def test_trajectory_and_policy_batch_keep_their_old_import_paths_and_pytree_behaviour(traj):
   from daca_jax.diffusion import Trajectory as T1
   from daca_jax.diffusion.rollout import Trajectory as T2
-  from daca_jax.rl import PolicyBatch as B1
   from daca_jax.contracts import PolicyBatch as B2
   from daca_jax.contracts import PolicyBatch as B3, Trajectory as T3
 
-  assert T1 is T2 is T3 is Trajectory and B1 is B2 is B3 is PolicyBatch
+  assert T1 is T2 is T3 is Trajectory and B2 is B3 is PolicyBatch
   leaves, tree = jax.tree.flatten(traj)
   back = jax.tree.unflatten(tree, leaves)
   assert back.prompt_len == P and back.mask_id == MASK and back.num_model_calls == ROLLOUT.steps

@@ -19,9 +19,15 @@ from daca_jax.likelihood.stratified import stratified_logprobs
 from daca_jax.rl.methods import OBJECTIVES
 from daca_jax.rl.methods.diffu_grpo import diffu_grpo_loss
 from daca_jax.contracts import PolicyBatch
-from daca_jax.config.likelihood import CoupledConfig, LikelihoodConfig, StratifiedConfig
-from daca_jax.config.credit import CreditConfig, DeltaConfig, DPSConfig, DTCAConfig
-from daca_jax.config.rl import RLConfig, RLDFLossConfig
+from daca_jax.config.likelihood import LikelihoodConfig
+from daca_jax.likelihood.coupled import CoupledConfig
+from daca_jax.likelihood.stratified import StratifiedConfig
+from daca_jax.config.credit import CreditConfig
+from daca_jax.credit.delta import DeltaConfig
+from daca_jax.credit.dps import DPSConfig
+from daca_jax.credit.dtca import DTCAConfig
+from daca_jax.config.rl import RLConfig
+from daca_jax.rl.methods.rldf import RLDFLossConfig
 from daca_jax.config.rollout import RolloutConfig
 from daca_jax.diffusion import make_rollout_fn
 from tests.fixed_logit_model import jax_logits, make_params
@@ -59,6 +65,35 @@ def test_every_registered_algorithm_reads_only_its_own_fields():
   # No algorithm function takes a whole config object.
   for fn in [CREDIT.get(n).fn for n in CREDIT.names()] + [dps_credit, stratified_logprobs, diffu_grpo_loss]:
     assert "cfg" not in inspect.signature(fn).parameters, fn
+
+
+def test_every_declared_option_is_a_field_of_the_composed_section():
+  """An algorithm names its options without importing the composed config (its section lives beside it):
+  each option must still be a field of that config, and a section option's class the field's class, or
+  the registry entry could not hand it over."""
+  from daca_jax.credit import ASSIGNERS
+  from daca_jax.likelihood import ESTIMATORS, PER_PASS
+  from daca_jax.likelihood.base import EstimatorOptions
+  from daca_jax.registry import config_fields
+  from daca_jax.rl.methods import METHODS
+  from daca_jax.rl.methods.base import LossOptions
+
+  kinds = [(ESTIMATORS + PER_PASS, LikelihoodConfig(), EstimatorOptions),
+           (ASSIGNERS, CreditConfig(), None), ([m.loss for m in METHODS], RLConfig(), LossOptions)]
+  seen = 0
+  for fns, composed, shared in kinds:
+    for fn in fns:
+      fn = inspect.unwrap(fn)
+      defaults = {p.name: p.default for p in inspect.signature(fn).parameters.values()}
+      for option in config_fields(fn, shared):
+        seen += 1
+        assert hasattr(composed, option), (fn.__name__, option)
+        if dataclasses.is_dataclass(defaults[option]):
+          assert type(getattr(composed, option)) is type(defaults[option]), (fn.__name__, option)
+          assert getattr(composed, option) == defaults[option], (fn.__name__, option)  # one default
+        else:
+          assert getattr(composed, option) == getattr(shared(), option) == defaults[option], (fn.__name__, option)
+  assert seen > 40  # the check saw the options
 
 
 V, MASK, EOS, P, L = 8, 7, 6, 3, 6

@@ -18,10 +18,13 @@ from daca_jax.diffusion import make_rollout_fn
 from daca_jax.errors import ConfigError, ShapeError
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.likelihood.base import estimator
-from daca_jax.rl import GRPOLearner
+from daca_jax.rl.learner import GRPOLearner
 from daca_jax.rl.methods import OBJECTIVES
 from daca_jax.rl.methods.base import k3_kl
-from daca_jax.config.likelihood import CoupledConfig, LikelihoodConfig, RLDFConfig, StratifiedConfig
+from daca_jax.config.likelihood import LikelihoodConfig
+from daca_jax.likelihood.coupled import CoupledConfig
+from daca_jax.likelihood.rldf import RLDFConfig
+from daca_jax.likelihood.stratified import StratifiedConfig
 from daca_jax.config.credit import CreditConfig
 from daca_jax.config.rl import RLConfig
 from daca_jax.config.rollout import RolloutConfig

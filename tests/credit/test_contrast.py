@@ -11,7 +11,9 @@ import pytest
 from daca_jax.credit import CREDIT, CreditInputs, contrast_credit, dps_raw_scores
 from daca_jax.diffusion import Trajectory
 from daca_jax.errors import ConfigError
-from daca_jax.config.credit import ContrastConfig, CreditConfig, DPSConfig
+from daca_jax.config.credit import CreditConfig
+from daca_jax.credit.contrast import ContrastConfig
+from daca_jax.credit.dps import DPSConfig
 from daca_jax.config.rollout import RolloutConfig
 
 G = 2

@@ -5,7 +5,8 @@ import pytest
 
 from daca_jax.credit import CREDIT, dps_raw_scores, step_progress, zscore_weights
 from daca_jax.diffusion import Trajectory
-from daca_jax.config.credit import CreditConfig, DPSConfig
+from daca_jax.config.credit import CreditConfig
+from daca_jax.credit.dps import DPSConfig
 from daca_jax.config.rollout import RolloutConfig
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from daca_jax.credit import CREDIT, group_agreement_mask
 from daca_jax.errors import ConfigError
-from daca_jax.rl import GRPOLearner
+from daca_jax.rl.learner import GRPOLearner
 from daca_jax.config.credit import CreditConfig
 from daca_jax.config.rl import RLConfig
 from daca_jax.config.rollout import RolloutConfig
@@ -113,7 +113,7 @@ def test_position_value_credit_in_the_learner_update():
   traj = learner.rollout(params, prompts, jax.random.PRNGKey(0))
   out = learner.assign_credit(traj, rewards)
   from daca_jax.credit import position_value_advantages
-  from daca_jax.rl import group_advantages
+  from daca_jax.rl.advantages import group_advantages
   want = position_value_advantages(traj.completion, traj.completion_mask, group_advantages(rewards, 4), 4)
   np.testing.assert_allclose(np.asarray(out.token_advantages), np.asarray(want), rtol=1e-6)
   assert np.abs(np.asarray(want)).sum() > 0
@@ -128,8 +128,8 @@ def test_position_value_credit_in_the_learner_update():
 
 def test_position_value_with_dps_weights_on_top():
   from daca_jax.credit import dps_credit, position_value_advantages
-  from daca_jax.rl import group_advantages
-  from daca_jax.config.credit import PositionValueConfig
+  from daca_jax.rl.advantages import group_advantages
+  from daca_jax.credit.position_value import PositionValueConfig
 
   rollout = RolloutConfig(gen_length=8, block_length=4, steps=4, temperature=1.0)
   rl = RLConfig(credit="position_value", likelihood="mean_field", group_size=4)

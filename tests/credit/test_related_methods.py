@@ -17,8 +17,12 @@ from daca_jax.contracts import PolicyBatch
 from daca_jax.rl.methods import OBJECTIVES
 from daca_jax.rl.methods.base import k3_kl
 from daca_jax.tasks.tokenizer import ByteTokenizer
-from daca_jax.config.credit import CreditConfig, DeltaConfig, DPSConfig, DTCAConfig
-from daca_jax.config.likelihood import LikelihoodConfig, RLDFConfig
+from daca_jax.config.credit import CreditConfig
+from daca_jax.credit.delta import DeltaConfig
+from daca_jax.credit.dps import DPSConfig
+from daca_jax.credit.dtca import DTCAConfig
+from daca_jax.config.likelihood import LikelihoodConfig
+from daca_jax.likelihood.rldf import RLDFConfig
 from daca_jax.config.rl import RLConfig
 from daca_jax.config.rollout import RolloutConfig
 from tests.fixed_logit_model import jax_logits, make_params, np_logits

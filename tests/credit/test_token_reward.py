@@ -9,7 +9,7 @@ from daca_jax.credit import CREDIT, CreditInputs, token_group_advantages
 from daca_jax.diffusion import Trajectory
 from daca_jax.errors import ConfigError
 from daca_jax.models import init_model, make_logits_fn, tiny_config
-from daca_jax.rl import GRPOLearner
+from daca_jax.rl.learner import GRPOLearner
 from daca_jax.contracts import PolicyBatch
 from daca_jax.rl.methods.diffu_grpo import diffu_grpo_loss
 from daca_jax.tasks.sudoku import Sudoku4x4Task, cell_reward

@@ -12,7 +12,7 @@ import pytest
 from daca_jax.diffusion.noise import gumbel_window
 from daca_jax.errors import ConfigError
 from daca_jax.models import init_model, make_logits_fn, tiny_config
-from daca_jax.rl import GRPOLearner
+from daca_jax.rl.learner import GRPOLearner
 from daca_jax.config.rl import RLConfig
 from daca_jax.config.rollout import RolloutConfig
 from daca_jax.config.train import TrainConfig

@@ -8,7 +8,11 @@ import numpy as np
 import pytest
 
 from daca_jax.likelihood import LIKELIHOOD, assign_strata, mask_prompt, stratum_positions
-from daca_jax.config.likelihood import CoupledConfig, ELBOConfig, LikelihoodConfig, StratifiedConfig, TrajectoryConfig
+from daca_jax.config.likelihood import LikelihoodConfig
+from daca_jax.likelihood.coupled import CoupledConfig
+from daca_jax.likelihood.elbo import ELBOConfig
+from daca_jax.likelihood.stratified import StratifiedConfig
+from daca_jax.likelihood.trajectory import TrajectoryConfig
 from tests.fixed_logit_model import jax_logits, make_params, np_logits
 
 V, MASK, P, L, B = 12, 10, 3, 8, 5

@@ -8,7 +8,8 @@ from configs import sudoku_tiny
 from daca_jax.measure import method_costs as mc
 from daca_jax.measure.benchmarking import forward_flops
 from daca_jax.config.configure import train_config_from_dict
-from daca_jax.config.likelihood import RLDFConfig, StratifiedConfig
+from daca_jax.likelihood.rldf import RLDFConfig
+from daca_jax.likelihood.stratified import StratifiedConfig
 
 
 @pytest.mark.parametrize("all_methods", [False, pytest.param(True, marks=pytest.mark.slow)])  # all: 25 s

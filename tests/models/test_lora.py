@@ -98,8 +98,9 @@ def test_one_optimizer_step_changes_only_adapters():
 
 
 def test_grpo_learner_update_with_lora():
-  from daca_jax.rl import GRPOLearner
-  from daca_jax.config.likelihood import LikelihoodConfig, StratifiedConfig
+  from daca_jax.rl.learner import GRPOLearner
+  from daca_jax.config.likelihood import LikelihoodConfig
+  from daca_jax.likelihood.stratified import StratifiedConfig
   from daca_jax.config.rl import RLConfig
   from daca_jax.config.rollout import RolloutConfig
   from daca_jax.config.train import TrainConfig
@@ -127,9 +128,11 @@ def test_grpo_learner_update_with_lora():
 def test_lora_update_returns_adapters_only_and_keeps_the_callers_base(strategy):
   # LORA_SPLIT: the compiled step outputs the adapters, not a copy of the base (one model copy per
   # device less at every update), and the results are those of the step that returns everything.
-  from daca_jax.rl import GRPOLearner
-  from daca_jax.config.likelihood import LikelihoodConfig, StratifiedConfig
-  from daca_jax.config.train import ParallelConfig, TrainConfig
+  from daca_jax.rl.learner import GRPOLearner
+  from daca_jax.config.likelihood import LikelihoodConfig
+  from daca_jax.likelihood.stratified import StratifiedConfig
+  from daca_jax.config.parallel import ParallelConfig
+  from daca_jax.config.train import TrainConfig
   from daca_jax.config.rl import RLConfig
   from daca_jax.config.rollout import RolloutConfig
 
@@ -240,8 +243,9 @@ def test_lora_dropout_only_in_training_passes_and_not_for_the_reference():
 
 
 def test_update_applies_lora_dropout_and_rollouts_do_not():
-  from daca_jax.rl import GRPOLearner
-  from daca_jax.config.likelihood import LikelihoodConfig, StratifiedConfig
+  from daca_jax.rl.learner import GRPOLearner
+  from daca_jax.config.likelihood import LikelihoodConfig
+  from daca_jax.likelihood.stratified import StratifiedConfig
   from daca_jax.config.rl import RLConfig
   from daca_jax.config.rollout import RolloutConfig
   from daca_jax.config.train import TrainConfig
@@ -281,9 +285,11 @@ def test_lora_dropout_per_row_under_gradient_accumulation():
   the estimator with its training passes inside); a mask shared by all rows would not."""
   from daca_jax.likelihood import LIKELIHOOD
   from daca_jax.parallel import per_sequence_keys
-  from daca_jax.rl import GRPOLearner, make_objective_grad
+  from daca_jax.rl.learner import GRPOLearner
+  from daca_jax.rl.update import make_objective_grad
   from daca_jax.rl.update import training_passes
-  from daca_jax.config.likelihood import LikelihoodConfig, StratifiedConfig
+  from daca_jax.config.likelihood import LikelihoodConfig
+  from daca_jax.likelihood.stratified import StratifiedConfig
   from daca_jax.config.rl import RLConfig
   from daca_jax.config.rollout import RolloutConfig
   from daca_jax.config.train import TrainConfig

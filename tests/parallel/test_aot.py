@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from daca_jax.parallel import aot
-from daca_jax.rl import GRPOLearner
-from daca_jax.config.likelihood import LikelihoodConfig, StratifiedConfig
+from daca_jax.rl.learner import GRPOLearner
+from daca_jax.config.likelihood import LikelihoodConfig
+from daca_jax.likelihood.stratified import StratifiedConfig
 from daca_jax.config.rl import RLConfig
 from daca_jax.config.rollout import RolloutConfig
 from daca_jax.config.train import TrainConfig
@@ -80,7 +81,7 @@ _RUN = """
 import json, sys
 import jax, numpy as np
 from daca_jax.parallel import aot
-from daca_jax.rl import GRPOLearner
+from daca_jax.rl.learner import GRPOLearner
 from tests.parallel.test_aot import EOS, MASK, _cfg, _inputs, _iteration, jax_logits
 folder, out = sys.argv[1], sys.argv[2]
 reports = []

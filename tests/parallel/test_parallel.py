@@ -20,8 +20,10 @@ import pytest
 from daca_jax.errors import ConfigError
 from daca_jax.parallel import (fsdp_spec, global_batch, make_mesh, maybe_initialize, mesh_shape,
                                per_sequence_keys, process_slice)
-from daca_jax.config.likelihood import LikelihoodConfig, RLDFConfig, StratifiedConfig
-from daca_jax.config.train import ParallelConfig
+from daca_jax.config.likelihood import LikelihoodConfig
+from daca_jax.likelihood.rldf import RLDFConfig
+from daca_jax.likelihood.stratified import StratifiedConfig
+from daca_jax.config.parallel import ParallelConfig
 
 MESHES = ((8, 1, 1), (2, 4, 1))  # fsdp unsharded, and sharded beside a data axis: the two code paths
 SLOW_MESHES = MESHES + ((1, 8, 1),)  # all FSDP (the slow test; the same path as 2 x 4 x 1)
@@ -89,7 +91,7 @@ def child(meshes=MESHES) -> dict:
   """Runs in the 8-device process: one-device references vs pmap / fsdp learners on every mesh."""
   import dataclasses
 
-  from daca_jax.rl import GRPOLearner
+  from daca_jax.rl.learner import GRPOLearner
 
   assert jax.device_count() == 8, jax.devices()
   cfg, logits_fn, params, prompts = _setup()
@@ -106,7 +108,7 @@ def child(meshes=MESHES) -> dict:
   # per-sequence likelihood keys (the masks pmap draws, whatever the device count).
   refs = {"fsdp": _run(jax.jit(one._update), params, opt0, batch)}
   from daca_jax.likelihood import LIKELIHOOD
-  from daca_jax.rl import make_update
+  from daca_jax.rl.update import make_update
   seq = make_update(logits_fn, one.cfg, one.optimizer, mask_id=cfg.model.mask_token_id,
                     estimator=per_sequence_keys(LIKELIHOOD.get(cfg.rl.likelihood)))
   refs["pmap"] = _run(jax.jit(seq), params, opt0, batch)
@@ -398,8 +400,9 @@ def _pass_accum_child() -> dict:
   import dataclasses
 
   from daca_jax.likelihood import LIKELIHOOD
-  from daca_jax.rl import GRPOLearner, make_update
-  from daca_jax.config.likelihood import ELBOMCConfig
+  from daca_jax.rl.learner import GRPOLearner
+  from daca_jax.rl.update import make_update
+  from daca_jax.likelihood.elbo_mc import ELBOMCConfig
 
   cfg, logits_fn, params, prompts = _setup()
   cfg = dataclasses.replace(

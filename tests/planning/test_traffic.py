@@ -17,8 +17,10 @@ import pytest
 
 from daca_jax.planning import traffic
 from daca_jax.planning.hlo_cost import Collective, collectives
-from daca_jax.config.likelihood import LikelihoodConfig, StratifiedConfig
-from daca_jax.config.train import ParallelConfig, TrainConfig
+from daca_jax.config.likelihood import LikelihoodConfig
+from daca_jax.likelihood.stratified import StratifiedConfig
+from daca_jax.config.parallel import ParallelConfig
+from daca_jax.config.train import TrainConfig
 from daca_jax.config.rl import RLConfig
 from daca_jax.config.rollout import RolloutConfig
 from daca_jax.config.model import tiny_config

@@ -44,7 +44,8 @@ import dataclasses, jax, jax.numpy as jnp, numpy as np
 import daca_jax
 from daca_jax.config import configure
 from daca_jax.config.credit import CreditConfig
-from daca_jax.config.likelihood import LikelihoodConfig, StratifiedConfig
+from daca_jax.config.likelihood import LikelihoodConfig
+from daca_jax.likelihood.stratified import StratifiedConfig
 from daca_jax.config.rl import RLConfig
 from daca_jax.config.rollout import RolloutConfig
 from daca_jax.config.train import TrainConfig

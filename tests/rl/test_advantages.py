@@ -8,9 +8,12 @@ import pytest
 from daca_jax.config import configure
 from daca_jax.errors import ConfigError
 from daca_jax.registry import Registry
-from daca_jax.rl import ADVANTAGES, OBJECTIVES, GRPOLearner, advantage_name
+from daca_jax.rl.advantages import ADVANTAGES, advantage_name
+from daca_jax.rl.learner import GRPOLearner
+from daca_jax.rl.methods import OBJECTIVES
 from daca_jax.config.credit import CreditConfig
-from daca_jax.config.likelihood import LikelihoodConfig, StratifiedConfig
+from daca_jax.config.likelihood import LikelihoodConfig
+from daca_jax.likelihood.stratified import StratifiedConfig
 from daca_jax.config.rl import RLConfig
 from daca_jax.config.rollout import RolloutConfig
 from daca_jax.config.train import TrainConfig

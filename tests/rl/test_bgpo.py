@@ -15,10 +15,14 @@ from daca_jax.contracts import PolicyBatch, Trajectory
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.likelihood.elbo_mc import mc_samples
-from daca_jax.rl import GRPOLearner, make_objective_grad
+from daca_jax.rl.learner import GRPOLearner
+from daca_jax.rl.update import make_objective_grad
 from daca_jax.rl.methods.bgpo import bgpo_loss, bgpo_terms, sample_log_ratios
 from daca_jax.likelihood import PASSES
-from daca_jax.config.likelihood import ELBOConfig, ELBOMCConfig, LikelihoodConfig, StratifiedConfig
+from daca_jax.config.likelihood import LikelihoodConfig
+from daca_jax.likelihood.elbo import ELBOConfig
+from daca_jax.likelihood.elbo_mc import ELBOMCConfig
+from daca_jax.likelihood.stratified import StratifiedConfig
 from daca_jax.config.rl import RLConfig
 from daca_jax.config.rollout import RolloutConfig
 from daca_jax.config.train import TrainConfig

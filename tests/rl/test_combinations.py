@@ -26,7 +26,7 @@ from daca_jax.credit.base import RECORDS
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.models import init_model, make_logits_fn
-from daca_jax.rl import GRPOLearner
+from daca_jax.rl.learner import GRPOLearner
 from daca_jax.rl.methods import OBJECTIVES
 from daca_jax.run.task_views import build_task
 

@@ -17,10 +17,14 @@ from daca_jax.contracts import PolicyBatch, Trajectory
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.likelihood.espo_elbo import espo_counts, espo_elbo_logprobs, exact_count_masks
-from daca_jax.rl import ADVANTAGES, OBJECTIVES, make_objective_grad
+from daca_jax.rl.advantages import ADVANTAGES
+from daca_jax.rl.methods import OBJECTIVES
+from daca_jax.rl.update import make_objective_grad
 from daca_jax.rl.advantages import advantage_name, rloo_advantages
 from daca_jax.rl.methods.espo import espo_loss
-from daca_jax.config.likelihood import ESPOELBOConfig, LikelihoodConfig, SPGBlockConfig
+from daca_jax.config.likelihood import LikelihoodConfig
+from daca_jax.likelihood.espo_elbo import ESPOELBOConfig
+from daca_jax.likelihood.spg_block import SPGBlockConfig
 from daca_jax.config.rl import RLConfig
 from daca_jax.config.rollout import RolloutConfig
 from daca_jax.config.train import TrainConfig

@@ -21,7 +21,7 @@ from daca_jax.config import configure
 from daca_jax.config.configure import train_config_from_dict
 from daca_jax.credit import CREDIT
 from daca_jax.models import init_model, make_logits_fn
-from daca_jax.rl import GRPOLearner
+from daca_jax.rl.learner import GRPOLearner
 from daca_jax.run.task_views import build_task
 from configs import sudoku_tiny
 

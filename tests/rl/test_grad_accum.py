@@ -14,9 +14,15 @@ from daca_jax.contracts import ParamSplit
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.parallel import per_sequence_keys
-from daca_jax.rl import OBJECTIVES, GRPOLearner, make_objective_grad, make_update
+from daca_jax.rl.learner import GRPOLearner
+from daca_jax.rl.methods import OBJECTIVES
+from daca_jax.rl.update import make_objective_grad, make_update
 from daca_jax.rl.accumulate import check_grad_accum
-from daca_jax.config.likelihood import LikelihoodConfig, RLDFConfig, SPGBlockConfig, StepMergeConfig, StratifiedConfig
+from daca_jax.config.likelihood import LikelihoodConfig
+from daca_jax.likelihood.rldf import RLDFConfig
+from daca_jax.likelihood.spg_block import SPGBlockConfig
+from daca_jax.likelihood.stepmerge import StepMergeConfig
+from daca_jax.likelihood.stratified import StratifiedConfig
 from daca_jax.config.rl import RLConfig
 from daca_jax.config.rollout import RolloutConfig
 from daca_jax.config.train import TrainConfig

@@ -58,7 +58,7 @@ _FSDP_SCRIPT = r"""
 import jax, jax.numpy as jnp, optax
 from daca_jax import parallel
 from daca_jax.rl.optim import make_optimizer
-from daca_jax.config.train import ParallelConfig
+from daca_jax.config.parallel import ParallelConfig
 mesh = parallel.make_mesh(ParallelConfig(strategy="fsdp", fsdp=4))
 # A stacked layer weight sharded on its last dimension, as fsdp_spec shards [layers, D, F].
 params = {"w": jax.ShapeDtypeStruct((2, 8, 64), jnp.bfloat16)}

@@ -8,9 +8,13 @@ import optax
 
 from daca_jax.credit import CREDIT
 from daca_jax.likelihood import LIKELIHOOD
-from daca_jax.rl import GRPOLearner, OBJECTIVES, PolicyBatch, group_advantages
+from daca_jax.contracts import PolicyBatch
+from daca_jax.rl.advantages import group_advantages
+from daca_jax.rl.learner import GRPOLearner
+from daca_jax.rl.methods import OBJECTIVES
 from daca_jax.config.credit import CreditConfig
-from daca_jax.config.likelihood import LikelihoodConfig, StratifiedConfig
+from daca_jax.config.likelihood import LikelihoodConfig
+from daca_jax.likelihood.stratified import StratifiedConfig
 from daca_jax.config.rl import RLConfig
 from daca_jax.config.rollout import RolloutConfig
 from daca_jax.config.train import TrainConfig
@@ -62,7 +66,8 @@ def test_pure_update_factory_is_the_learners_update_in_a_users_own_loop():
   import pytest
 
   from daca_jax.errors import ShapeError
-  from daca_jax.rl import make_optimizer, make_update
+  from daca_jax.rl.optim import make_optimizer
+  from daca_jax.rl.update import make_update
 
   rollout = RolloutConfig(gen_length=8, block_length=4, steps=4, temperature=1.0)
   cfg = TrainConfig(rollout=rollout, credit=CreditConfig(), likelihood=LikelihoodConfig(stratified=StratifiedConfig(num_strata=2)),

@@ -16,8 +16,10 @@ from daca_jax.contracts import PolicyBatch
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.rl.methods.map_pg import map_loss
-from daca_jax.config.likelihood import LikelihoodConfig, StepMergeConfig
-from daca_jax.config.rl import MAPConfig, RLConfig
+from daca_jax.config.likelihood import LikelihoodConfig
+from daca_jax.likelihood.stepmerge import StepMergeConfig
+from daca_jax.config.rl import RLConfig
+from daca_jax.rl.methods.map_pg import MAPConfig
 from daca_jax.config.train import TrainConfig
 from tests.fixed_logit_model import make_params, np_logits, jax_logits
 

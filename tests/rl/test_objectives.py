@@ -4,7 +4,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from daca_jax.rl import ADVANTAGES, OBJECTIVES, PolicyBatch, group_advantages, zero_std_group_fraction
+from daca_jax.contracts import PolicyBatch
+from daca_jax.rl.advantages import ADVANTAGES, group_advantages, zero_std_group_fraction
+from daca_jax.rl.methods import OBJECTIVES
 from daca_jax.config.rl import RLConfig
 
 B, L = 6, 5

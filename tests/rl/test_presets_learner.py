@@ -16,7 +16,7 @@ from daca_jax.config.configure import train_config_from_dict
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD
 from daca_jax.models import init_model, make_logits_fn
-from daca_jax.rl import GRPOLearner
+from daca_jax.rl.learner import GRPOLearner
 from daca_jax.run.task_views import build_task, task_kwargs
 from daca_jax.tasks.base import make_task
 from daca_jax.run.presets import config_files

@@ -18,10 +18,13 @@ from daca_jax.contracts import PolicyBatch
 from daca_jax.errors import ConfigError
 from daca_jax.likelihood import LIKELIHOOD, spg_block_masks
 from daca_jax.likelihood.spg_block import spg_block_logprobs
-from daca_jax.rl import OBJECTIVES, make_objective_grad
+from daca_jax.rl.methods import OBJECTIVES
+from daca_jax.rl.update import make_objective_grad
 from daca_jax.rl.methods.spg import spg_loss
-from daca_jax.config.likelihood import LikelihoodConfig, SPGBlockConfig
-from daca_jax.config.rl import RLConfig, SPGConfig
+from daca_jax.config.likelihood import LikelihoodConfig
+from daca_jax.likelihood.spg_block import SPGBlockConfig
+from daca_jax.config.rl import RLConfig
+from daca_jax.rl.methods.spg import SPGConfig
 from daca_jax.config.rollout import RolloutConfig
 from daca_jax.config.train import TrainConfig
 from tests.fixed_logit_model import jax_logits, make_params, np_logits

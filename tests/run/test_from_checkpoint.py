@@ -224,7 +224,8 @@ from daca_jax import parallel
 from daca_jax.models.checkpoint_loader import NAME_MAPS, open_checkpoint
 from daca_jax.models.hf_import import checkpoint_config
 from daca_jax.run import from_checkpoint
-from daca_jax.config.train import ParallelConfig, TrainConfig
+from daca_jax.config.parallel import ParallelConfig
+from daca_jax.config.train import TrainConfig
 ckpt = pathlib.Path(sys.argv[1])
 files = open_checkpoint(ckpt)
 model, family, _ = checkpoint_config(files, param_dtype="bfloat16")

@@ -18,7 +18,7 @@ from daca_jax.models import init_model, make_logits_fn
 from daca_jax.run.task_views import build_task
 from daca_jax.run.pipeline import run_main_job
 from daca_jax.run.sft_loop import run_sft
-from daca_jax.rl import GRPOLearner
+from daca_jax.rl.learner import GRPOLearner
 from tests.smoke_config import smoke
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

@@ -136,7 +136,7 @@ def test_a_resume_reads_the_saved_data_position(straight, tmp_path):
 def ck_target(workdir):
   """The RL state pytree structure, rebuilt the way the pipeline builds it."""
   from daca_jax.models import init_model, make_logits_fn
-  from daca_jax.rl import GRPOLearner
+  from daca_jax.rl.learner import GRPOLearner
   cfg = _smoke_cfg()
   gd, params = init_model(cfg.model, cfg.seed)
   learner = GRPOLearner(make_logits_fn(gd), cfg, mask_id=257, eos_id=258)

@@ -55,7 +55,7 @@ def straight(tmp_path_factory):
 def _final_state(workdir):
   """(step, state) of the latest RL checkpoint, as numpy arrays (whatever devices saved it)."""
   from daca_jax.models import init_model, make_logits_fn
-  from daca_jax.rl import GRPOLearner
+  from daca_jax.rl.learner import GRPOLearner
 
   cfg = _cfg()
   graphdef, params = init_model(cfg.model, cfg.seed)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import jax
 
-from daca_jax.config.train import TrainConfig
 from daca_jax.errors import ConfigError
 from daca_jax.rl.methods import bgpo, diffu_grpo, espo, gspo, map_pg, reinforce_pp, rldf, spg, wd1
-from daca_jax.rl.methods.base import Method, registry_of
+from daca_jax.rl.methods.base import JobConfig, Method, registry_of
+
 
 METHODS: tuple[Method, ...] = (
     diffu_grpo.METHOD,  # d1's diffu-GRPO
@@ -37,14 +37,14 @@ def method(name: str) -> Method:
   return OBJECTIVES.get(name).method
 
 
-def scored_positions(cfg: TrainConfig, completion_mask: jax.Array, weights: jax.Array) -> tuple[jax.Array, jax.Array]:
+def scored_positions(cfg: JobConfig, completion_mask: jax.Array, weights: jax.Array) -> tuple[jax.Array, jax.Array]:
   """The completion positions ``rl.objective``'s loss reads and their credit weights (``Method.positions``:
   ESPO's, with its padding), else ``completion_mask`` (float32 [B, L]) and ``weights`` (float32 [B, L])."""
   positions = method(cfg.rl.objective).positions
   return (completion_mask, weights) if positions is None else positions(cfg, completion_mask, weights)
 
 
-def check_token_credit(cfg: TrainConfig, token_level: bool) -> None:
+def check_token_credit(cfg: JobConfig, token_level: bool) -> None:
   """Refuses a credit that hands out per-token advantages (``token_level``: position_value, contrast,
   token_reward) under a method whose loss reads sequence advantages only (its ratio or bound is per
   sequence, so a per-token advantage has no term to weight; ``Method.token_advantages``).

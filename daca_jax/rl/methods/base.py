@@ -3,9 +3,10 @@ methods share (the clipped surrogate, the k3 KL, token means).
 
 A method's loss is ``fn(logp [B, L], batch: PolicyBatch, *, <the RLConfig fields it reads>) -> (loss,
 aux)``: ``logp`` are the current policy's per-token log-probs (differentiable), ``batch`` the rollout's
-stop-gradient quantities, and the keyword-only arguments the only options it sees, with the defaults
-of :class:`~daca_jax.config.rl.RLConfig` (a whole sub-section such as ``spg`` is one option). The
-learner hands each loss exactly its fields (:func:`daca_jax.registry.config_fields`). Every loss
+stop-gradient quantities, and the keyword-only arguments the only options it sees: fields of
+:class:`LossOptions` (``clip_eps``, ``beta``, ``group_size``, with their defaults) or the method's own
+section, defined in its module (SPG's ``spg: SPGConfig``). The learner hands each loss exactly its
+fields of the composed :class:`~daca_jax.config.rl.RLConfig` (:func:`daca_jax.registry.config_fields`). Every loss
 checks its inputs at trace time (:func:`daca_jax.contracts.check_policy_batch`): a field of the wrong
 shape is a :class:`daca_jax.errors.ShapeError`, never a silent broadcast.
 
@@ -24,22 +25,54 @@ from typing import Any, Callable
 import jax
 import jax.numpy as jnp
 
-from daca_jax.config.rl import RLConfig
-from daca_jax.config.train import TrainConfig
+from daca_jax.config.checks import _check_fields, _non_negative, _positive
 from daca_jax.contracts import PolicyBatch, check_policy_batch
+from daca_jax.errors import ConfigError
 from daca_jax.registry import Registry, check_options, config_fields, registry_from, section_kwargs
+
+# The composed config, named for annotations, not imported: it imports the methods' sections, so it sits
+# above them. JobConfig is the job's TrainConfig (a method's ``check`` and ``positions`` read it), RLSection
+# its ``rl`` section (a registry entry hands each loss its fields of it).
+JobConfig = Any
+RLSection = Any
+
 
 Aux = dict[str, jax.Array]
 ObjectiveFn = Callable[..., tuple[jax.Array, Aux]]
 # (cfg, completion_mask float32 [B, L], credit weights float32 [B, L]) -> (the positions the loss reads,
 # their weights), both float32 [B, L].
-PositionsFn = Callable[[TrainConfig, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
+PositionsFn = Callable[[JobConfig, jax.Array, jax.Array], tuple[jax.Array, jax.Array]]
+
+
+@dataclasses.dataclass(frozen=True)
+class LossOptions:
+  """The fields of the ``rl`` section that any method's loss may read besides its own section; their
+  defaults are :class:`~daca_jax.config.rl.RLConfig`'s, and its ``validate`` checks them here.
+
+  Attributes:
+    clip_eps: ε of the ratio clip (``rl.clip_eps``), >= 0.
+    beta: β of the k3 KL penalty to the reference policy (``rl.beta``), >= 0; 0 skips the reference pass.
+    group_size: G, completions per prompt (``rl.group_size``), >= 2.
+  """
+
+  clip_eps: float = 0.5
+  beta: float = 0.04
+  group_size: int = 8
+
+  def validate(self, prefix: str = "rl") -> "LossOptions":
+    _check_fields(prefix, self)
+    _positive(prefix, self, "group_size")
+    if self.group_size < 2:
+      raise ConfigError(f"{prefix}.group_size", self.group_size, ">= 2 (group advantages)")
+    _non_negative(prefix, self, "clip_eps", "beta")
+    return self
 
 
 def objective(name: str, *, per_group: bool = False) -> Callable[[ObjectiveFn], ObjectiveFn]:
   """Decorator that makes ``fn(logp, batch, *, <RLConfig fields>)`` a checked loss: a direct call
-  (``diffu_grpo_loss(logp, batch, clip_eps=0.2, beta=0.04)``) checks its options against
-  :class:`~daca_jax.config.rl.RLConfig` (an unknown option is a TypeError, a bad value a ConfigError)
+  (``diffu_grpo_loss(logp, batch, clip_eps=0.2, beta=0.04)``) checks its options, the shared ones by
+  :class:`LossOptions` and a section by its own ``validate`` (an unknown option is a TypeError, a bad
+  value a ConfigError)
   and ``(logp, batch)`` with :func:`~daca_jax.contracts.check_policy_batch` (with ``per_group``: B a
   multiple of the ``group_size`` option, which the loss must then declare). Registers nothing: a
   method enters the library through :data:`daca_jax.rl.methods.METHODS`.
@@ -52,7 +85,7 @@ def objective(name: str, *, per_group: bool = False) -> Callable[[ObjectiveFn], 
   """
 
   def deco(fn: ObjectiveFn) -> ObjectiveFn:
-    reads = config_fields(fn, RLConfig)
+    reads = config_fields(fn, LossOptions)
     signature = inspect.signature(fn)
     if per_group and "group_size" not in reads:
       raise TypeError(f"objective {name!r} is per_group: it must declare the keyword-only group_size")
@@ -65,7 +98,7 @@ def objective(name: str, *, per_group: bool = False) -> Callable[[ObjectiveFn], 
 
     @functools.wraps(fn)
     def checked(logp: jax.Array, batch: PolicyBatch, **options: Any) -> tuple[jax.Array, Aux]:
-      check_options(RLConfig, options, fn.__name__, reads)
+      check_options(fn, options, fn.__name__, LossOptions)
       return run(logp, batch, options)
 
     checked.objective_name, checked.reads, checked.run = name, reads, run
@@ -104,7 +137,7 @@ class Method:
   sequence_reason: str = "its loss is per sequence, so a per-token advantage has no term to weight"
   pass_local: bool = False
   advantage: str = ""
-  check: Callable[[TrainConfig], None] | None = None
+  check: Callable[[JobConfig], None] | None = None
   positions: PositionsFn | None = None
   aliases: tuple[str, ...] = ()
 
@@ -113,12 +146,12 @@ class Method:
     """``rl.objective`` of this method."""
     return self.loss.objective_name
 
-  def entry(self) -> Callable[[jax.Array, PolicyBatch, RLConfig], tuple[jax.Array, Aux]]:
+  def entry(self) -> Callable[[jax.Array, PolicyBatch, RLSection], tuple[jax.Array, Aux]]:
     """The registry entry ``entry(logp, batch, rl_cfg)``: the loss with its own fields of the validated
     section ``rl_cfg``; carries ``reads``, ``reads_old`` and ``method``."""
     loss = self.loss
 
-    def entry(logp: jax.Array, batch: PolicyBatch, cfg: RLConfig) -> tuple[jax.Array, Aux]:
+    def entry(logp: jax.Array, batch: PolicyBatch, cfg: RLSection) -> tuple[jax.Array, Aux]:
       return loss.run(logp, batch, section_kwargs(cfg, loss.reads))
 
     entry.reads, entry.reads_old, entry.method = loss.reads, self.reads_old, self

@@ -28,9 +28,8 @@ import jax.numpy as jnp
 
 from daca_jax.contracts import PolicyBatch
 from daca_jax.errors import ConfigError
-from daca_jax.rl.methods.base import Aux, Method, clipped_surrogate, k3_kl, objective, sequence_advantages_only, token_mean
-from daca_jax.config.rl import RLConfig
-from daca_jax.config.train import TrainConfig
+from daca_jax.rl.methods.base import Aux, JobConfig, LossOptions, Method, clipped_surrogate, k3_kl, objective, sequence_advantages_only, token_mean
+
 
 
 def sample_log_ratios(logp: jax.Array, batch: PolicyBatch) -> jax.Array:
@@ -65,8 +64,8 @@ def bgpo_terms(log_ratios: jax.Array, advantages: jax.Array, clip_eps: float) ->
 
 
 @objective("bgpo")
-def bgpo_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig.clip_eps,
-              beta: float = RLConfig.beta) -> tuple[jax.Array, Aux]:
+def bgpo_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = LossOptions.clip_eps,
+              beta: float = LossOptions.beta) -> tuple[jax.Array, Aux]:
   """BGPO's linear lower bound of the ELBO-ratio objective (module docstring), to minimise.
 
   ``loss = −mean_b (1/n) Σ_j min(r_bj A_b, clip(r_bj, 1 ± ε) A_b) + β · k3-KL token mean``, with
@@ -104,7 +103,7 @@ BGPO_LIKELIHOODS = ("elbo_mc", "stratified", "mean_field", "trajectory")
 SAMPLE_PER_PASS = ("elbo_mc",)
 
 
-def check_bgpo(cfg: TrainConfig) -> None:
+def check_bgpo(cfg: JobConfig) -> None:
   """Refuses ``rl.objective="bgpo"`` with an estimator whose contexts are not equally weighted
   samples of the sequence likelihood (one line, with the reason).
 

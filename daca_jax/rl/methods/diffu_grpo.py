@@ -6,15 +6,14 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from daca_jax.config.rl import RLConfig
 from daca_jax.contracts import PolicyBatch
-from daca_jax.rl.methods.base import Aux, Method, clipped_surrogate, k3_kl, objective, token_advantages
+from daca_jax.rl.methods.base import Aux, LossOptions, Method, clipped_surrogate, k3_kl, objective, token_advantages
 
 
 @objective("diffu_grpo")
 def diffu_grpo_loss(logp: jax.Array, batch: PolicyBatch, *,
-                    clip_eps: float = RLConfig.clip_eps,
-                    beta: float = RLConfig.beta) -> tuple[jax.Array, Aux]:
+                    clip_eps: float = LossOptions.clip_eps,
+                    beta: float = LossOptions.beta) -> tuple[jax.Array, Aux]:
   """diffu-GRPO (d1, Zhao et al. 2025, Eq. 3) with token credit.
 
   Per token: ``ρ = exp(logp − logp_old)``, ``Â = w·A``,

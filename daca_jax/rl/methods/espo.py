@@ -36,9 +36,8 @@ import jax.numpy as jnp
 
 from daca_jax.contracts import PolicyBatch
 from daca_jax.errors import ConfigError, ShapeError
-from daca_jax.rl.methods.base import Aux, Method, clipped_surrogate, objective, sequence_advantages_only
-from daca_jax.config.rl import RLConfig
-from daca_jax.config.train import TrainConfig
+from daca_jax.rl.methods.base import Aux, JobConfig, LossOptions, Method, clipped_surrogate, objective, sequence_advantages_only
+
 
 ESPO_REFUSED_LIKELIHOODS = {
     "rldf": "its targets are (rollout state, position) pairs, not one likelihood term per token",
@@ -47,8 +46,8 @@ ESPO_REFUSED_LIKELIHOODS = {
 
 
 @objective("espo")
-def espo_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig.clip_eps,
-              beta: float = RLConfig.beta) -> tuple[jax.Array, Aux]:
+def espo_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = LossOptions.clip_eps,
+              beta: float = LossOptions.beta) -> tuple[jax.Array, Aux]:
   """ESPO's clipped sequence-level ELBO-ratio loss with the k2 KL (module docstring).
 
   Args:
@@ -80,7 +79,7 @@ def espo_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig
   return loss, aux
 
 
-def espo_positions(cfg: TrainConfig, completion_mask: jax.Array, weights: jax.Array) -> tuple[jax.Array, jax.Array]:
+def espo_positions(cfg: JobConfig, completion_mask: jax.Array, weights: jax.Array) -> tuple[jax.Array, jax.Array]:
   """The completion positions ESPO's loss reads and their credit weights (``Method.positions``): all L
   when it scores the padding (``likelihood.espo_elbo.padding="score"``, ESPO's ``compute_loss``), the
   padding's weight 1 (a credit assigner weighs only the completion's tokens); else ``completion_mask``
@@ -90,7 +89,7 @@ def espo_positions(cfg: TrainConfig, completion_mask: jax.Array, weights: jax.Ar
   return completion_mask, weights
 
 
-def check_espo_config(cfg: TrainConfig) -> None:
+def check_espo_config(cfg: JobConfig) -> None:
   """Refuses the ESPO combinations that are not meaningful (one-line ConfigError with the reason).
 
   Args:

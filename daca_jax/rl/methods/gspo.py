@@ -13,15 +13,14 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from daca_jax.config.rl import RLConfig
 from daca_jax.contracts import PolicyBatch
-from daca_jax.rl.methods.base import Aux, Method, clipped_surrogate, k3_kl, objective, sequence_advantages_only, token_mean
+from daca_jax.rl.methods.base import Aux, LossOptions, Method, clipped_surrogate, k3_kl, objective, sequence_advantages_only, token_mean
 
 
 @objective("gspo")
 def gspo_loss(logp: jax.Array, batch: PolicyBatch, *,
-              clip_eps: float = RLConfig.clip_eps,
-              beta: float = RLConfig.beta) -> tuple[jax.Array, Aux]:
+              clip_eps: float = LossOptions.clip_eps,
+              beta: float = LossOptions.beta) -> tuple[jax.Array, Aux]:
   """GSPO (Zheng et al. 2025, "Group Sequence Policy Optimization"), sequence-level clipping.
 
   ``s_b = exp(Σ_i m w (logp − logp_old) / Σ_i m)`` (the length-normalised sequence ratio; with credit

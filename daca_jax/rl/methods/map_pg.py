@@ -19,14 +19,35 @@ includes the first EOS), so that is the mean over rows.
 """
 from __future__ import annotations
 
+import dataclasses
 import jax
 import jax.numpy as jnp
 
 from daca_jax.contracts import PolicyBatch
 from daca_jax.errors import ConfigError
-from daca_jax.rl.methods.base import Aux, Method, clipped_surrogate, k3_kl, objective, sequence_advantages_only, token_mean
-from daca_jax.config.rl import MAPConfig, RLConfig
-from daca_jax.config.train import TrainConfig
+from daca_jax.rl.methods.base import Aux, JobConfig, LossOptions, Method, clipped_surrogate, k3_kl, objective, sequence_advantages_only, token_mean
+from daca_jax.config.checks import _check_fields, _non_negative
+
+
+
+@dataclasses.dataclass(frozen=True)
+class MAPConfig:
+  """MAP's options (``rl.objective="map"``, :mod:`daca_jax.rl.methods.map_pg`; Haran71/mask-aware-policy-gradients
+  ``map/configs/gsm8k.yaml``).
+
+  Attributes:
+    clip_eps_high: upper clip 1 + ε_high of MAP's sequence-level ratios (0: ``rl.clip_eps``; the lower clip
+      is always 1 − ``rl.clip_eps``; MAP: ``clip_eps_high`` 4e-4).
+    position_weight: λ of MAP's position loss (``position_likelihood_lambda``, 1.0).
+  """
+
+  clip_eps_high: float = 0.0
+  position_weight: float = 1.0
+
+  def validate(self, prefix: str = "rl.map") -> "MAPConfig":
+    _check_fields(prefix, self)
+    _non_negative(prefix, self, "clip_eps_high", "position_weight")
+    return self
 
 
 def gspo_terms(logp: jax.Array, old: jax.Array, mask: jax.Array, weights: jax.Array, advantages: jax.Array,
@@ -39,8 +60,8 @@ def gspo_terms(logp: jax.Array, old: jax.Array, mask: jax.Array, weights: jax.Ar
 
 
 @objective("map")
-def map_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig.clip_eps,
-             beta: float = RLConfig.beta, map: MAPConfig = MAPConfig()) -> tuple[jax.Array, Aux]:  # noqa: A002
+def map_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = LossOptions.clip_eps,
+             beta: float = LossOptions.beta, map: MAPConfig = MAPConfig()) -> tuple[jax.Array, Aux]:  # noqa: A002
   """MAP's loss (module docstring) on the token | position log-probs of ``stepmerge``.
 
   Args:
@@ -72,7 +93,7 @@ def map_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig.
   return pg + map.position_weight * pos + beta * kl, aux
 
 
-def check_map(cfg: TrainConfig) -> None:
+def check_map(cfg: JobConfig) -> None:
   """Refuses MAP's pieces where they do not fit (one line, with the reason).
 
   Raises:

@@ -5,14 +5,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from daca_jax.config.rl import RLConfig
 from daca_jax.contracts import PolicyBatch
-from daca_jax.rl.methods.base import Aux, Method, clipped_surrogate, objective, sequence_advantages_only, token_mean
+from daca_jax.rl.methods.base import Aux, LossOptions, Method, clipped_surrogate, objective, sequence_advantages_only, token_mean
 
 
 @objective("reinforce_pp")
 def reinforce_pp_loss(logp: jax.Array, batch: PolicyBatch, *,
-                      clip_eps: float = RLConfig.clip_eps) -> tuple[jax.Array, Aux]:
+                      clip_eps: float = LossOptions.clip_eps) -> tuple[jax.Array, Aux]:
   """REINFORCE++ (Hu 2025): no critic, no group baseline, token-level PPO clip.
 
   Per token ``ℓ = −min(ρ wA, clip(ρ, 1±ε) wA)``, token mean over the batch; no KL term in the loss:

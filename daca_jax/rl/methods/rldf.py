@@ -2,18 +2,38 @@
 rebuilt denoising states, with a clean-state clip."""
 from __future__ import annotations
 
+import dataclasses
 import jax
 import jax.numpy as jnp
 
-from daca_jax.config.rl import RLConfig, RLDFLossConfig
 from daca_jax.contracts import PolicyBatch
-from daca_jax.rl.methods.base import Aux, Method, objective
+from daca_jax.rl.methods.base import Aux, LossOptions, Method, objective
 from daca_jax.rl.methods.diffu_grpo import diffu_grpo_loss
+from daca_jax.config.checks import _check_fields
+from daca_jax.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class RLDFLossConfig:
+  """RLDF's clean-state clip (``rl.objective="rldf"``, :mod:`daca_jax.rl.methods.rldf`).
+
+  Attributes:
+    tau: a (state, position) target whose probability under the rollout policy is below ``tau`` is
+      dropped unless the position was committed at that state (0.6).
+  """
+
+  tau: float = 0.6
+
+  def validate(self, prefix: str = "rl.rldf") -> "RLDFLossConfig":
+    _check_fields(prefix, self)
+    if not 0.0 <= self.tau <= 1.0:
+      raise ConfigError(f"{prefix}.tau", self.tau, "a probability in [0, 1]")
+    return self
 
 
 @objective("rldf")
-def rldf_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = RLConfig.clip_eps,
-              beta: float = RLConfig.beta, rldf: RLDFLossConfig = RLDFLossConfig()) -> tuple[jax.Array, Aux]:
+def rldf_loss(logp: jax.Array, batch: PolicyBatch, *, clip_eps: float = LossOptions.clip_eps,
+              beta: float = LossOptions.beta, rldf: RLDFLossConfig = RLDFLossConfig()) -> tuple[jax.Array, Aux]:
   """RLDF (Reinforcement Learning from Denoising Feedback) on rebuilt rollout states.
 
   With ``rl.likelihood="rldf"`` every (state, position) pair is a target; the clean-state clip drops

@@ -46,14 +46,40 @@ to 0 (``loss_mask = per_token_avg_ps > 0``), the log-sum-exp here keeps it (equa
 """
 from __future__ import annotations
 
+import dataclasses
 import jax
 import jax.numpy as jnp
 
 from daca_jax.contracts import PolicyBatch
 from daca_jax.errors import ConfigError
-from daca_jax.rl.methods.base import Aux, Method, objective, sequence_advantages_only
-from daca_jax.config.rl import SPGConfig
-from daca_jax.config.train import TrainConfig
+from daca_jax.rl.methods.base import Aux, JobConfig, Method, objective, sequence_advantages_only
+from daca_jax.config.checks import _check_fields
+
+
+
+@dataclasses.dataclass(frozen=True)
+class SPGConfig:
+  """SPG's sandwiched bound (``rl.objective="spg"``, :mod:`daca_jax.rl.methods.spg`; facebookresearch/SPG
+  ``spg/spg_trainer.py`` ``SPGTrainer._get_per_seq_logps``).
+
+  Attributes:
+    eubo_beta: β > 0 of the upper bound's power mean ``(1/β) log E[p^β / t]`` (SPG ``eubo_beta``:
+      1.5 for GSM8K and MATH, 2.0 for Countdown, 1.0 for Sudoku).
+    mix_weight: ω in [0, 1], the upper bound's share of a negative-advantage sequence's bound,
+      ``ω·EUBO + (1−ω)·ELBO`` (SPG ``mix_weight`` 0.5 with ``logp_estimation="mix"``; 1 is its
+      ``"eubo"``, 0 its ``"elbo"``). Positive-advantage sequences always use the ELBO.
+  """
+
+  eubo_beta: float = 1.5
+  mix_weight: float = 0.5
+
+  def validate(self, prefix: str = "rl.spg") -> "SPGConfig":
+    _check_fields(prefix, self)
+    if not self.eubo_beta > 0:
+      raise ConfigError(f"{prefix}.eubo_beta", self.eubo_beta, "a number > 0")
+    if not 0.0 <= self.mix_weight <= 1.0:
+      raise ConfigError(f"{prefix}.mix_weight", self.mix_weight, "a number in [0, 1]")
+    return self
 
 # Estimators SPG refuses, and why (check_spg_config).
 SPG_REFUSED_LIKELIHOODS = {
@@ -124,7 +150,7 @@ def spg_loss(logp: jax.Array, batch: PolicyBatch, *, spg: SPGConfig = SPGConfig(
   return loss, aux
 
 
-def check_spg_config(cfg: TrainConfig) -> None:
+def check_spg_config(cfg: JobConfig) -> None:
   """Refuses the SPG combinations that are not meaningful (one-line ConfigError with the reason).
 
   Args:

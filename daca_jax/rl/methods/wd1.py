@@ -5,15 +5,14 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from daca_jax.config.rl import RLConfig
 from daca_jax.contracts import PolicyBatch
-from daca_jax.rl.methods.base import Aux, Method, k3_kl, objective, sequence_advantages_only, token_mean
+from daca_jax.rl.methods.base import Aux, LossOptions, Method, k3_kl, objective, sequence_advantages_only, token_mean
 
 
 @objective("wd1", per_group=True)
 def wd1_loss(logp: jax.Array, batch: PolicyBatch, *,
-             group_size: int = RLConfig.group_size,
-             beta: float = RLConfig.beta) -> tuple[jax.Array, Aux]:
+             group_size: int = LossOptions.group_size,
+             beta: float = LossOptions.beta) -> tuple[jax.Array, Aux]:
   """wd1 (Tang et al. 2025, "wd1: Weighted Policy Optimization for Reasoning in Diffusion LMs").
 
   Ratio-free weighted likelihood: with the sequence log-likelihood ``ℓ_b = Σ_i m w logp`` and, within
