@@ -19,6 +19,7 @@ import errno
 import json
 import os
 import pathlib
+import re
 import shutil
 import tempfile
 from typing import Any, Callable
@@ -111,6 +112,30 @@ def read_json_cache(path: str | os.PathLike, log: Callable[[str], None] = print,
   return value
 
 
+# ``scheme://...``: an object-store (gs://, s3://) or other URL, not a path of this machine's file system.
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+URL_NOT_SUPPORTED = ("a folder of this machine's file system (object storage such as gs:// is not read or "
+                     "written directly yet: the job's files, checkpoints included, go through the local file "
+                     "system; write to a local disk and copy the folder to the bucket, or copy it down to read it)")
+
+
+def is_url(path: str | os.PathLike | None) -> bool:
+  """Whether ``path`` is a URL (``gs://bucket/run``, ``s3://...``, ``file://...``) rather than a file path."""
+  return path is not None and bool(_URL.match(str(path).strip()))
+
+
+def check_local_path(path: str | os.PathLike | None, flag: str) -> None:
+  """Refuses a URL where a path of this machine is needed (:func:`is_url`); ``pathlib`` would otherwise
+  read ``gs://bucket/run`` as the relative folders ``gs:/bucket/run``.
+
+  Raises:
+    ConfigError: naming ``flag``, the URL and what is allowed.
+  """
+  if is_url(path):
+    raise ConfigError(flag, str(path), URL_NOT_SUPPORTED)
+
+
 def check_dir_path(path: str | os.PathLike | None, flag: str) -> pathlib.Path:
   """The absolute path of a folder a command writes into (made if missing, added to if there),
   checked before any work starts, so that a bad path costs nothing and no output lands elsewhere.
@@ -119,9 +144,10 @@ def check_dir_path(path: str | os.PathLike | None, flag: str) -> pathlib.Path:
     path: the folder, as given.
     flag: its flag or field (``--workdir``), named in the error.
   Raises:
-    ConfigError: ``path`` is empty (it would be the current directory), a file, or under a file (or
-      is, or is under, a symlink loop).
+    ConfigError: ``path`` is empty (it would be the current directory), a URL (``gs://...``,
+      :func:`check_local_path`), a file, or under a file (or is, or is under, a symlink loop).
   """
+  check_local_path(path, flag)
   if path is None or not str(path).strip():
     raise ConfigError(flag, "" if path is None else str(path), "a folder path (an empty one would write into "
                       "the current directory; give '.' for that)")

@@ -26,6 +26,9 @@ flags.mark_flags_as_required(["tfds_dir"])
 def main(argv):
   del argv
   with reported_errors():
+    from daca_jax.io_utils import check_local_path
+    check_local_path(_TFDS_DIR.value, "--tfds_dir")  # array_record writes and reads local files only
+    check_local_path(_DATA_DIR.value, "--data_dir")
     from daca_jax.data import sources
     sources.require_tfds()  # one line, before TFDS's own import errors
     from daca_jax.data import tfds_builders

@@ -325,7 +325,7 @@ def test_core_import_loads_no_application_dependency():
   heavy = sorted(m for m in loaded if m.split(".")[0] in _HEAVY)
   assert not heavy, f"the core loads {heavy}"
   allowed = ("daca_jax.contracts", "daca_jax.diffusion", "daca_jax.credit", "daca_jax.likelihood", "daca_jax.rl",
-             "daca_jax.models", "daca_jax.parallel", "daca_jax.config", "daca_jax.errors",
+             "daca_jax.models", "daca_jax.parallel", "daca_jax.config", "daca_jax.errors", "daca_jax.io_utils",
              "daca_jax.registry")
   ours = sorted(m for m in loaded if m.startswith("daca_jax.") and not m.startswith(allowed))
   assert not ours, f"the core loads {ours}"

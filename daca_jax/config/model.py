@@ -8,6 +8,7 @@ from typing import Any
 
 from daca_jax.config.checks import DTYPES, _LORA_TARGETS, _REMAT, _check_fields, _one_of, _positive
 from daca_jax.errors import ConfigError
+from daca_jax.io_utils import check_local_path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,6 +111,7 @@ class ModelConfig:
     is left to the checkpoint's config.json, which replaces it (the run's tiny-model values of those
     fields are placeholders then, and their relations to each other mean nothing)."""
     _check_fields(prefix, self)
+    check_local_path(self.init_checkpoint, f"{prefix}.init_checkpoint")
     if not self.init_checkpoint:
       self.validate_architecture(prefix)
     _one_of(prefix, self, "dtype", tuple(DTYPES))

@@ -26,7 +26,7 @@ import pathlib
 from typing import Callable
 
 from daca_jax.errors import ConfigError, DataError
-from daca_jax.io_utils import atomic_directory, atomic_write_json, check_output_dir, read_json_cache
+from daca_jax.io_utils import atomic_directory, atomic_write_json, check_local_path, check_output_dir, read_json_cache
 from daca_jax.models import checkpoint_folder, hf_export
 from daca_jax.models.hf_fingerprint import check_source, read_record
 from daca_jax.run.eval_models import read_trained_params, run_config
@@ -131,6 +131,8 @@ def export_workdir(workdir: str | os.PathLike, output_dir: str | os.PathLike, *,
       a finished checkpoint; a source whose tensors do not fit the trained parameters.
     CorruptCheckpointError: the checkpoint's parameters differ from those saved.
   """
+  check_local_path(workdir, "--workdir")
+  check_local_path(source, "--source")
   wd = pathlib.Path(workdir).expanduser().resolve()
   cfg = run_config(wd)
   if not cfg.model.init_checkpoint:

@@ -4,6 +4,7 @@ file; a damaged or non-object JSON input; a --configs / --study file that does n
 wrong thing; a bad flag of any script (not absl's "FATAL Flags parsing error" or a usage dump, exit 1)."""
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -186,3 +187,46 @@ def test_a_workdir_that_is_a_link_leading_nowhere_yet_gets_its_target_made(tmp_p
   assert check_dir_path(link, "--workdir") == link
   assert make_dir(link) == link and (tmp_path / "elsewhere" / "run").is_dir() and link.is_dir()
   assert make_dir(link) == link  # an existing folder: nothing to do
+
+
+URLS = ("gs://bucket/run", "s3://bucket/run", " GS://Bucket/x", "file:///tmp/run")
+
+
+@pytest.mark.parametrize("url", URLS)
+def test_an_object_store_url_is_refused_where_a_local_path_is_read_or_written(url, tmp_path, monkeypatch):
+  """``pathlib`` reads ``gs://bucket/run`` as the relative folders ``gs:/bucket/run``: the run went into a local
+  folder named ``gs:`` and its TensorBoard writer failed with a traceback at the end. Every gate of a path the
+  job reads or writes refuses a URL in one line, before any work, creating nothing."""
+  from daca_jax.config.model import ModelConfig
+  from daca_jax.config.train import DataConfig, TrainConfig
+  from daca_jax.io_utils import check_dir_path, check_output_dir, is_url
+  from daca_jax.run.eval_models import load_model, run_config
+  from daca_jax.run.export import export_workdir
+  from daca_jax.run.pipeline import run_main_job
+
+  monkeypatch.chdir(tmp_path)
+  expected = r"is not allowed: expected a folder of this machine's file system \(object storage such as gs://"
+  assert is_url(url) and not is_url("runs/gs:x") and not is_url("/tmp/a://b") and not is_url("")
+  for call, field in ((lambda: check_dir_path(url, "--workdir"), "--workdir"),
+                      (lambda: check_output_dir(url, overwrite=True), "--output_dir"),
+                      (lambda: run_main_job(TrainConfig(), url, show_progress=False, log=lambda *_: None), "workdir"),
+                      (lambda: DataConfig(data_dir=url).validate(), "data.data_dir"),
+                      (lambda: DataConfig(source="tfds", tfds_dir=url).validate(), "data.tfds_dir"),
+                      (lambda: ModelConfig(init_checkpoint=url).validate(), "model.init_checkpoint"),
+                      (lambda: run_config(url), "--workdir"),
+                      (lambda: load_model(hf_checkpoint=url), "--hf_checkpoint"),
+                      (lambda: load_model(workdir=str(tmp_path), data_dir=url), "--data_dir"),
+                      (lambda: export_workdir(url, tmp_path / "out"), "--workdir")):
+    with pytest.raises(ConfigError, match=rf"^{field}={re.escape(repr(url))} {expected}"):
+      call()
+  assert not list(tmp_path.iterdir())  # nothing written, no local folder named "gs:"
+
+
+def test_train_py_refuses_a_gs_workdir_in_one_line_and_writes_nothing(tmp_path):
+  env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")
+  proc = subprocess.run([sys.executable, str(REPO / "experiments/train.py"), f"--config={REPO}/configs/sudoku_tiny.py:smoke",
+                         "--workdir=gs://bucket/run"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 2, proc.stderr[-2000:]
+  assert proc.stderr.strip().splitlines()[-1].startswith("error: --workdir='gs://bucket/run' is not allowed: expected a "
+                                                         "folder of this machine's file system")
+  assert "Traceback" not in proc.stderr and not list(tmp_path.iterdir())
