@@ -1,6 +1,7 @@
 """The fields every task config starts from: a tiny byte-level LLaDA-architecture model and DACA-GRPO
 (diffu-GRPO + DPS + SML). Each field's meaning is documented here and in the dataclasses of
-``daca_jax/config/`` (a module per section); a task config (``configs/<task>_tiny.py``) imports this and changes what its task
+``daca_jax/config/`` (a module per section; a method's own sub-section, e.g. ``credit.dps``, in the method's
+module, ``daca_jax/credit/dps.py``); a task config (``configs/<task>_tiny.py``) imports this and changes what its task
 needs. Not a runnable config by itself (no task settings).
 """
 import ml_collections

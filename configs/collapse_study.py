@@ -31,6 +31,14 @@ does the library):
 
   python experiments/reproduce.py --workdir=runs/collapse_beta --preset=standard \\
       --study=configs/collapse_study.py:beta --num_val_examples=500 --seeds=0,1,2,3
+
+The variant ``paired`` puts those arms beside the grid's d1 + SML (the main job's recipe, :data:`ANCHOR`)
+rerun from the same warm starts on the same machine, so that each is a paired comparison rather than one
+against the grid's cells from another machine. It reuses the finished cells of the two variants above when
+their folders are copied into its workdir (a cell's folder is named by its overrides):
+
+  python experiments/reproduce.py --workdir=runs/collapse_lr --preset=standard \\
+      --study=configs/collapse_study.py:paired --num_val_examples=500 --seeds=0,1,2,3
 """
 from __future__ import annotations
 
@@ -66,13 +74,16 @@ LR_BASES = ("map", "spg", "spg + SML")
 # β = 0 as their references do, and they are the two that collapse or lose. SPG has no KL term.
 BETA = 0.04
 BETA_BASES = ("map",)
-VARIANTS = ("", "lr", "beta")
+# The grid arm every arm of the variant ``paired`` is compared with: the main job's recipe.
+ANCHOR = "d1 + SML"
+VARIANTS = ("", "lr", "beta", "paired")
 
 
 def get_arms(variant: str = "") -> dict[str, list[tuple[str, object]]]:
   """Arm name → overrides: per collapsed base, the grid's cell, an RL replicate, one field each; in the
   order they run, the cheap ones first (μ > 1 multiplies a cell's update time). Variant ``lr``: each of
-  :data:`LR_BASES` at :data:`LEARNING_RATE`; ``beta``: each of :data:`BETA_BASES` at the KL weight :data:`BETA`.
+  :data:`LR_BASES` at :data:`LEARNING_RATE`; ``beta``: each of :data:`BETA_BASES` at the KL weight :data:`BETA`;
+  ``paired``: the grid's :data:`ANCHOR` (first), then the arms of ``lr`` and ``beta``.
 
   Raises:
     ValueError: an unknown variant.
@@ -85,6 +96,8 @@ def get_arms(variant: str = "") -> dict[str, list[tuple[str, object]]]:
             for base in LR_BASES}
   if variant == "beta":
     return {f"{base}, rl.beta={BETA}": [*grid[base], ("rl.beta", BETA)] for base in BETA_BASES}
+  if variant == "paired":
+    return {f"{ANCHOR} (grid)": grid[ANCHOR], **get_arms("beta"), **get_arms("lr")}
   arms = {}
   for base in COLLAPSED:
     arms[f"{base} (grid)"] = grid[base]

@@ -119,5 +119,9 @@ def test_collapse_study_arms_change_one_field_of_their_grid_cell():
   assert collapse_study.get_arms("beta") == {"map, rl.beta=0.04": grid["map"] + [("rl.beta", 0.04)]}
   beta = rr.requested_cells(configs, [2], bases=[], arms=[], study=str(ROOT / "configs/collapse_study.py") + ":beta")
   assert [c.arm for c in beta] == ["map, rl.beta=0.04"]  # a valid config (SPG refuses β != 0)
+  paired = collapse_study.get_arms("paired")  # the lr and beta arms beside the main job's recipe, rerun here
+  assert paired == {"d1 + SML (grid)": grid["d1 + SML"], **collapse_study.get_arms("beta"), **lr}
+  cells = rr.requested_cells(configs, [0], bases=[], arms=[], study=str(ROOT / "configs/collapse_study.py") + ":paired")
+  assert [c.arm for c in cells] == list(paired)
   with pytest.raises(ValueError, match="variant 'mu' is not one of"):
     collapse_study.get_arms("mu")
