@@ -112,8 +112,11 @@ def read_json_cache(path: str | os.PathLike, log: Callable[[str], None] = print,
   return value
 
 
-# ``scheme://...``: an object-store (gs://, s3://) or other URL, not a path of this machine's file system.
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+# ``scheme://...``: an object-store (gs://, s3://) or other URL, not a path of this machine's file system. A
+# scheme has two letters or more, so that a Windows drive (``C:/x``, ``C://x``) is a path. ``pathlib.Path``
+# folds ``gs://b`` into ``gs:/b``, so a path object is matched with one slash.
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
+_FOLDED_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
 
 URL_NOT_SUPPORTED = ("a folder of this machine's file system (object storage such as gs:// is not read or "
                      "written directly yet: the job's files, checkpoints included, go through the local file "
@@ -121,8 +124,12 @@ URL_NOT_SUPPORTED = ("a folder of this machine's file system (object storage suc
 
 
 def is_url(path: str | os.PathLike | None) -> bool:
-  """Whether ``path`` is a URL (``gs://bucket/run``, ``s3://...``, ``file://...``) rather than a file path."""
-  return path is not None and bool(_URL.match(str(path).strip()))
+  """Whether ``path`` is a URL (``gs://bucket/run``, ``s3://...``, ``file://...``, also as a ``pathlib.Path``,
+  which reads it as ``gs:/bucket/run``) rather than a file path."""
+  if path is None:
+    return False
+  pattern = _FOLDED_URL if isinstance(path, os.PathLike) else _URL
+  return bool(pattern.match(os.fspath(path).strip() if isinstance(path, os.PathLike) else str(path).strip()))
 
 
 def check_local_path(path: str | os.PathLike | None, flag: str) -> None:
@@ -200,8 +207,9 @@ def check_file_path(path: str | os.PathLike, flag: str) -> pathlib.Path:
   """The absolute path of a file a command writes at its end, checked before any work starts.
 
   Raises:
-    ConfigError: ``path`` is empty, a folder, or under a file.
+    ConfigError: ``path`` is empty, a URL (:func:`check_local_path`), a folder, or under a file.
   """
+  check_local_path(path, flag)
   if not str(path).strip():
     raise ConfigError(flag, str(path), "a file path")
   out = pathlib.Path(path).expanduser().absolute()

@@ -113,6 +113,17 @@ def _is_section(value: object) -> bool:
   return dataclasses.is_dataclass(value) and not isinstance(value, type) and hasattr(value, "validate")
 
 
+def _concrete_number(value: object) -> object:
+  """The Python number of a concrete one-element array (numpy or jax), else None (a tracer, or an array of
+  several elements)."""
+  if getattr(value, "size", None) != 1 or "Tracer" in type(value).__name__:
+    return None
+  try:
+    return value.item()  # a jax tracer has no concrete value: it raises instead
+  except Exception:  # noqa: BLE001 - any array type that cannot give one value is the caller's
+    return None
+
+
 def config_fields(fn: Callable[..., object], shared: type | None = None) -> tuple[str, ...]:
   """The config options ``fn`` reads: its keyword-only parameters that are either a whole section (their
   default is the section, e.g. ``stratified: StratifiedConfig = StratifiedConfig()``) or a field of
@@ -132,6 +143,28 @@ def config_fields(fn: Callable[..., object], shared: type | None = None) -> tupl
                if p.kind is inspect.Parameter.KEYWORD_ONLY and (p.name in names or _is_section(p.default)))
 
 
+def declared_options(fn: Callable[..., object], shared: type | None = None, inputs: tuple[str, ...] = ()) -> tuple[str, ...]:
+  """:func:`config_fields` of ``fn``, refusing a keyword-only parameter that is neither an option nor one of the
+  algorithm's ``inputs`` (``mask_id``, row inputs): the registry entry would never set it from the config,
+  so its value in the config would be ignored without a word.
+
+  Raises:
+    TypeError: naming the parameters and what an option must be.
+  """
+  import inspect
+
+  reads = config_fields(fn, shared)
+  stray = [p.name for p in inspect.signature(fn).parameters.values()
+           if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in reads and p.name not in inputs]
+  if stray:
+    shared_names = [] if shared is None else [f.name for f in __import__("dataclasses").fields(shared)]
+    raise TypeError(f"{getattr(fn, '__qualname__', fn)}: keyword-only parameters {stray} are not options the "
+                    f"registry can hand over: an option is a field every algorithm of its kind shares "
+                    f"({shared_names}) or the algorithm's own section, given as the parameter's default "
+                    f"(``name: MyConfig = MyConfig()``, a field of the composed config)")
+  return reads
+
+
 def section_kwargs(cfg: object, fields: tuple[str, ...]) -> dict[str, object]:
   """``{field: getattr(cfg, field)}`` for the fields an algorithm declared (:func:`config_fields`)."""
   return {name: getattr(cfg, name) for name in fields}
@@ -144,7 +177,8 @@ def check_options(fn: Callable[..., object], options: dict[str, object], where: 
   ``validate``, and the shared fields must pass ``shared(...).validate``, so a bad value is a one-line
   :class:`~daca_jax.errors.ConfigError` naming ``<where>.<field>``, not silent garbage.
 
-  Array-valued options (e.g. a traced ``beta``) are the caller's to check; the others are validated.
+  Traced options (a ``beta`` inside ``jax.jit``) and arrays of more than one element are the caller's to
+  check; a concrete one-element array (``np.float64(-1)``, ``jnp.float32(0.1)``) is checked as its number.
 
   Raises:
     TypeError: an option ``fn`` does not read (names it and the ones it does).
@@ -163,7 +197,9 @@ def check_options(fn: Callable[..., object], options: dict[str, object], where: 
   scalars = {}
   for name, value in options.items():
     if hasattr(value, "shape"):
-      continue
+      value = _concrete_number(value)
+      if value is None:
+        continue
     if _is_section(defaults[name]):
       kind = type(defaults[name])
       if not isinstance(value, kind):

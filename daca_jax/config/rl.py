@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from daca_jax.config.checks import DOWNSAMPLE_RULES, LR_SCHEDULES, _check_fields, _non_negative, _one_of, _positive
+from daca_jax.config.checks import DOWNSAMPLE_RULES, LR_SCHEDULES, _check_sections, _non_negative, _one_of, _positive
 from daca_jax.errors import ConfigError
 from daca_jax.rl.methods.base import LossOptions
 from daca_jax.rl.methods.map_pg import MAPConfig
@@ -112,10 +112,7 @@ class RLConfig:
   pass_accum: bool = False
 
   def validate(self, prefix: str = "rl") -> "RLConfig":
-    _check_fields(prefix, self)
-    self.spg.validate(f"{prefix}.spg")
-    self.map.validate(f"{prefix}.map")
-    self.rldf.validate(f"{prefix}.rldf")
+    _check_sections(prefix, self)  # the fields' types, then each method's section (rl.spg, ...)
     if self.advantage:
       if self.normalize_adv_std and self.advantage != "group_std":
         raise ConfigError(f"{prefix}.normalize_adv_std", self.normalize_adv_std,

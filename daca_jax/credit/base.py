@@ -21,7 +21,7 @@ import jax.numpy as jnp
 
 from daca_jax.contracts import Trajectory, check_optional_shape, check_trajectory
 from daca_jax.errors import ShapeError
-from daca_jax.registry import Registry, check_options, config_fields, registry_from, section_kwargs
+from daca_jax.registry import Registry, check_options, config_fields, declared_options, registry_from, section_kwargs
 from daca_jax.config.rollout import RolloutConfig
 
 # The composed ``credit`` section (:class:`~daca_jax.config.credit.CreditConfig`), named for annotations, not
@@ -207,7 +207,10 @@ def credit_assigner(name: str, records: Callable[..., frozenset[str]] | None = N
   """
 
   def deco(fn: CreditFn) -> CreditFn:
-    assigner = CreditAssigner(fn, config_fields(fn), records or _no_records, needs_categories,
+    declared_options(records or _no_records)  # a records / init_state option must be a section too
+    if init_state is not None:
+      declared_options(init_state)
+    assigner = CreditAssigner(fn, declared_options(fn), records or _no_records, needs_categories,
                               needs_advantages, init_state, needs_token_rewards, token_level or needs_token_rewards)
 
     @functools.wraps(fn)

@@ -28,7 +28,7 @@ from daca_jax.contracts import (TokenScores, as_model_fns, check_completion_rows
                                 token_scores)
 from daca_jax.config.checks import _check_fields, _non_negative
 from daca_jax.errors import ConfigError
-from daca_jax.registry import Registry, check_options, config_fields, registry_from, section_kwargs
+from daca_jax.registry import Registry, check_options, declared_options, registry_from, section_kwargs
 
 # The composed ``likelihood`` section (:class:`~daca_jax.config.likelihood.LikelihoodConfig`), named for annotations, not
 # imported: it imports the algorithms' sections, so it sits above them.
@@ -36,6 +36,8 @@ LikelihoodSection = Any
 
 
 LikelihoodFn = Callable[..., TokenScores]
+# The keyword-only inputs an estimator may take besides its options: the mask id and the rollout's rows.
+ESTIMATOR_INPUTS = ("mask_id", "commit_step", "commit_conf", "completion_mask")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,7 +126,7 @@ def estimator(name: str) -> Callable[[Callable[..., Any]], LikelihoodFn]:
 
   def deco(fn: Callable[..., Any]) -> LikelihoodFn:
     declared = frozenset(inspect.signature(fn).parameters)
-    reads = config_fields(fn, EstimatorOptions)
+    reads = declared_options(fn, EstimatorOptions, ESTIMATOR_INPUTS)
 
     def run(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array, mask_id: int,
             rows: dict[str, jax.Array | None], options: dict[str, Any]) -> TokenScores:

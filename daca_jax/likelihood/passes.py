@@ -18,8 +18,8 @@ from typing import Any, Callable, NamedTuple
 import jax
 
 from daca_jax.contracts import TokenScores, as_model_fns, check_token_scores
-from daca_jax.likelihood.base import EstimatorOptions, LikelihoodSection, check_estimator_inputs
-from daca_jax.registry import config_fields, section_kwargs
+from daca_jax.likelihood.base import ESTIMATOR_INPUTS, EstimatorOptions, LikelihoodSection, check_estimator_inputs
+from daca_jax.registry import declared_options, section_kwargs
 
 
 
@@ -40,7 +40,7 @@ def per_pass(name: str, num_passes: Callable[[LikelihoodSection], int]) -> Calla
 
   def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
     declared = frozenset(inspect.signature(fn).parameters)
-    reads = config_fields(fn, EstimatorOptions)
+    reads = declared_options(fn, EstimatorOptions, (*ESTIMATOR_INPUTS, "pass_index"))
 
     def run(logits_fn: Any, params: Any, tokens: jax.Array, prompt_len: int, key: jax.Array,
             cfg: LikelihoodSection, *, mask_id: int, pass_index: jax.Array, commit_step: jax.Array | None = None,

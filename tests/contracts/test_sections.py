@@ -204,3 +204,40 @@ def test_direct_calls_validate_their_options_as_the_config_would():
     dps_credit(traj, ROLLOUT, dps=DPSConfig(w_min=3.0, w_max=2.0))
   with pytest.raises(TypeError, match=r"dps_credit takes the options \['dps'\], not \['dtca'\]"):
     dps_credit(traj, ROLLOUT, dtca=DTCAConfig())
+  # A concrete one-element array is checked as its number (np.float64(-1) passed unchecked before).
+  for bad in (np.float64(-1.0), jnp.float32(-1.0)):
+    with pytest.raises(ConfigError, match=r"diffu_grpo_loss\.beta=-1\.0 is not allowed"):
+      diffu_grpo_loss(logp, batch, beta=bad)
+  # A section of another method's class, even one of the same name, is refused (rldf_loss took the
+  # likelihood's RLDFConfig without a word, and spg_loss crashed on a dict).
+  from daca_jax.likelihood.rldf import RLDFConfig
+  from daca_jax.rl.methods.rldf import rldf_loss
+  with pytest.raises(ConfigError, match=r"rldf_loss\.rldf=RLDFConfig\(.*\) is not allowed: expected a RLDFLossConfig section"):
+    rldf_loss(logp, batch, rldf=RLDFConfig())
+
+
+def test_an_algorithm_parameter_the_registry_cannot_set_is_refused_when_it_is_declared():
+  """An option is a shared field or the algorithm's own section; any other keyword-only parameter (here
+  ``rl.num_iterations``, ``likelihood.elbo_terms``, ``credit.drop_agreed``) would never be set from the
+  config, so its config value would be ignored without a word."""
+  from daca_jax.credit.base import credit_assigner
+  from daca_jax.likelihood.base import estimator
+  from daca_jax.rl.methods.base import objective
+
+  with pytest.raises(TypeError, match=r"keyword-only parameters \['num_iterations'\] are not options"):
+    objective("_probe")(lambda logp, batch, *, beta=0.04, num_iterations=1: (logp, {}))
+  with pytest.raises(TypeError, match=r"\['elbo_terms'\] are not options"):
+    estimator("_probe")(lambda fns, params, tokens, prompt_len, key, *, mask_id, elbo_terms="summed": tokens)
+  with pytest.raises(TypeError, match=r"\['drop_agreed'\] are not options"):
+    credit_assigner("_probe")(lambda traj, rollout_cfg, inputs=None, *, drop_agreed=False: None)
+  # what the registries hold passes: a section as the default, the shared fields, the estimators' inputs
+  assert objective("_probe")(lambda logp, batch, *, beta=0.04, rldf=RLDFLossConfig(): (logp, {})).reads == ("beta", "rldf")
+  assert estimator("_probe")(lambda fns, params, tokens, prompt_len, key, *, mask_id, commit_step=None,
+                             p_mask_prompt=0.0: tokens).entry.reads == ("p_mask_prompt",)
+
+
+def test_a_config_section_of_the_wrong_type_is_a_config_error():
+  from daca_jax.errors import ConfigError
+
+  with pytest.raises(ConfigError, match=r"^rl\.spg=3 is not allowed: expected a SPGConfig section"):
+    RLConfig(spg=3).validate()

@@ -199,16 +199,18 @@ def test_an_object_store_url_is_refused_where_a_local_path_is_read_or_written(ur
   job reads or writes refuses a URL in one line, before any work, creating nothing."""
   from daca_jax.config.model import ModelConfig
   from daca_jax.config.train import DataConfig, TrainConfig
-  from daca_jax.io_utils import check_dir_path, check_output_dir, is_url
+  from daca_jax.io_utils import check_dir_path, check_file_path, check_output_dir, is_url
   from daca_jax.run.eval_models import load_model, run_config
   from daca_jax.run.export import export_workdir
   from daca_jax.run.pipeline import run_main_job
 
   monkeypatch.chdir(tmp_path)
   expected = r"is not allowed: expected a folder of this machine's file system \(object storage such as gs://"
-  assert is_url(url) and not is_url("runs/gs:x") and not is_url("/tmp/a://b") and not is_url("")
+  assert is_url(url) and is_url(pathlib.Path(url.strip())) and not is_url("runs/gs:x") and not is_url("/tmp/a://b")
+  assert not is_url("") and not is_url("C://x") and not is_url("C:/x") and not is_url(pathlib.Path("runs/gs:/x"))
   for call, field in ((lambda: check_dir_path(url, "--workdir"), "--workdir"),
                       (lambda: check_output_dir(url, overwrite=True), "--output_dir"),
+                      (lambda: check_file_path(url + "/plan.json", "--json"), "--json"),
                       (lambda: run_main_job(TrainConfig(), url, show_progress=False, log=lambda *_: None), "workdir"),
                       (lambda: DataConfig(data_dir=url).validate(), "data.data_dir"),
                       (lambda: DataConfig(source="tfds", tfds_dir=url).validate(), "data.tfds_dir"),
@@ -217,8 +219,11 @@ def test_an_object_store_url_is_refused_where_a_local_path_is_read_or_written(ur
                       (lambda: load_model(hf_checkpoint=url), "--hf_checkpoint"),
                       (lambda: load_model(workdir=str(tmp_path), data_dir=url), "--data_dir"),
                       (lambda: export_workdir(url, tmp_path / "out"), "--workdir")):
-    with pytest.raises(ConfigError, match=rf"^{field}={re.escape(repr(url))} {expected}"):
+    given = url + "/plan.json" if field == "--json" else url
+    with pytest.raises(ConfigError, match=rf"^{field}={re.escape(repr(given))} {expected}"):
       call()
+  with pytest.raises(ConfigError, match=rf"^--workdir='gs:/b/r' {expected}"):  # pathlib folds gs:// into gs:/
+    check_dir_path(pathlib.Path("gs://b/r"), "--workdir")
   assert not list(tmp_path.iterdir())  # nothing written, no local folder named "gs:"
 
 

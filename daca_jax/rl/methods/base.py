@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from daca_jax.config.checks import _check_fields, _non_negative, _positive
 from daca_jax.contracts import PolicyBatch, check_policy_batch
 from daca_jax.errors import ConfigError
-from daca_jax.registry import Registry, check_options, config_fields, registry_from, section_kwargs
+from daca_jax.registry import Registry, check_options, declared_options, registry_from, section_kwargs
 
 # The composed config, named for annotations, not imported: it imports the methods' sections, so it sits
 # above them. JobConfig is the job's TrainConfig (a method's ``check`` and ``positions`` read it), RLSection
@@ -85,7 +85,7 @@ def objective(name: str, *, per_group: bool = False) -> Callable[[ObjectiveFn], 
   """
 
   def deco(fn: ObjectiveFn) -> ObjectiveFn:
-    reads = config_fields(fn, LossOptions)
+    reads = declared_options(fn, LossOptions)
     signature = inspect.signature(fn)
     if per_group and "group_size" not in reads:
       raise TypeError(f"objective {name!r} is per_group: it must declare the keyword-only group_size")
