@@ -9,11 +9,19 @@ import pathlib
 
 import pytest
 
-from daca_jax.reports.variants import read_variants, variants_table
+from daca_jax.reports.variants import METRICS, read_variants, variants_table
 
 RESULTS = pathlib.Path(__file__).resolve().parents[2] / "docs" / "results"
+
+
+def _lists(path: pathlib.Path) -> dict[str, list]:
+  """The lists of runs of a variants file (``runs``: Sudoku, ``countdown_runs``), by key."""
+  data = json.loads(path.read_text())
+  return {k: v for k, v in data.items() if k in METRICS and isinstance(v, list)} if "runs" in data else {}
+
+
 WITH_OUTCOMES = sorted(p for p in RESULTS.glob("*.json")
-                       if any("outcomes" in r for r in json.loads(p.read_text()).get("runs", [])))
+                       if any("outcomes" in r for runs in _lists(p).values() for r in runs))
 
 
 def _mean(path: pathlib.Path, metric: str) -> float:
@@ -28,14 +36,14 @@ def test_some_committed_studies_carry_outcomes():
 
 @pytest.mark.parametrize("path", WITH_OUTCOMES, ids=lambda p: p.name)
 def test_each_runs_score_is_the_mean_of_its_outcomes(path):
-  runs = json.loads(path.read_text())["runs"]
-  checked = 0
-  for run in runs:
-    for split, rel in run.get("outcomes", {}).items():
-      assert run[split] is not None, (run["arm"], split)
-      assert _mean(RESULTS / rel, "strict_solved") == pytest.approx(run[split], abs=5e-4), (run["arm"], split)
-      checked += 1
-  assert checked >= len(runs)
+  for key, runs in _lists(path).items():
+    checked = 0
+    for run in runs:
+      for split, rel in run.get("outcomes", {}).items():
+        assert run[split] is not None, (run["arm"], split)
+        assert _mean(RESULTS / rel, METRICS[key]) == pytest.approx(run[split], abs=5e-4), (key, run["arm"], split)
+        checked += 1
+    assert checked >= len(runs), key
 
 
 def test_the_collapse_tables_cells_follow_from_the_outcomes():
@@ -47,3 +55,38 @@ def test_the_collapse_tables_cells_follow_from_the_outcomes():
   row = next(line for line in variants_table(read_variants(str(path), "runs"), "map (grid)").splitlines()
              if line.startswith("| map (grid) |"))
   assert row.split(" | ")[2] == change
+
+
+def _countdown_runs() -> dict[tuple[str, int], dict]:
+  return {(r["arm"], r["seed"]): r
+          for r in read_variants(str(RESULTS / "sota_countdown_runs.json"), "countdown_runs")}
+
+
+def test_the_countdown_grids_cells_follow_from_the_outcomes():
+  """The Countdown grid's table (``--table_from=docs/results/sota_countdown.json``): MAP's score after RL and its
+  paired difference with d1's base, recomputed from the committed per-example outcomes."""
+  runs = _countdown_runs()
+  grid = json.loads((RESULTS / "sota_countdown.json").read_text())
+  row = next(r for r in grid["rows"] if r["arm"] == "map")
+  after = {s: _mean(RESULTS / runs[("map", s)]["outcomes"]["test_after"], "accuracy") for s in row["seeds"]}
+  base = {s: _mean(RESULTS / runs[("base", s)]["outcomes"]["test_after"], "accuracy") for s in row["seeds"]}
+  assert row["seeds"] == [0, 1, 2, 3]
+  assert row["mean"] == pytest.approx(sum(after.values()) / 4, abs=1e-9)
+  assert row["vs_base_mean"] == pytest.approx(sum(after[s] - base[s] for s in after) / 4, abs=1e-9)
+
+
+def test_the_countdown_solved_set_counts_in_the_results_follow_from_the_outcomes():
+  """docs/results.md's counts of the items on which MAP's, BGPO's and d1's base's solved sets differ."""
+  runs = _countdown_runs()
+
+  def solved(arm: str, seed: int) -> set[str]:
+    return {k for k, v in runs[(arm, seed)]["per_example"]["test"].items() if v > 0}
+
+  diff = lambda a, b, s: len(solved(a, s) ^ solved(b, s))
+  text = (RESULTS.parent / "results.md").read_text()
+  map_bgpo = [diff("map", "bgpo", s) for s in (0, 2, 3)]
+  assert f"MAP's and BGPO's solved sets differ by {map_bgpo[0]}, {map_bgpo[1]} and {map_bgpo[2]} items" in text
+  assert max(diff(a, "base", s) for a in ("map", "bgpo") for s in (0, 2, 3)) == 6  # "at most 6"
+  assert solved("map", 3) == solved("bgpo", 3) == solved("base", 3) and len(solved("map", 3)) == 53
+  seed1 = (diff("map", "bgpo", 1), diff("map", "base", 1), diff("bgpo", "base", 1))
+  assert f"differ by {seed1[0]} items (MAP vs BGPO), {seed1[1]} (MAP vs d1's base) and {seed1[2]}" in text
