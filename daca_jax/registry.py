@@ -6,6 +6,8 @@ name; an unknown name raises :class:`daca_jax.errors.ConfigError` that lists the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import inspect
 from typing import Callable, Generic, Iterable, Iterator, TypeVar
 
 T = TypeVar("T")
@@ -108,7 +110,6 @@ def registry_from(kind: str, field: str, entries: Iterable[tuple[str, T]],
 
 def _is_section(value: object) -> bool:
   """``value`` is a config section: a dataclass instance with a ``validate(prefix)`` method."""
-  import dataclasses
 
   return dataclasses.is_dataclass(value) and not isinstance(value, type) and hasattr(value, "validate")
 
@@ -135,8 +136,6 @@ def config_fields(fn: Callable[..., object], shared: type | None = None) -> tupl
   options of another method, and needs neither the composed config nor its module: the sections live
   beside their algorithms, and the composed config (``daca_jax.config``) imports them.
   """
-  import dataclasses
-  import inspect
 
   names = {f.name for f in dataclasses.fields(shared)} if shared is not None else set()
   return tuple(p.name for p in inspect.signature(fn).parameters.values()
@@ -151,13 +150,12 @@ def declared_options(fn: Callable[..., object], shared: type | None = None, inpu
   Raises:
     TypeError: naming the parameters and what an option must be.
   """
-  import inspect
 
   reads = config_fields(fn, shared)
   stray = [p.name for p in inspect.signature(fn).parameters.values()
            if p.kind is inspect.Parameter.KEYWORD_ONLY and p.name not in reads and p.name not in inputs]
   if stray:
-    shared_names = [] if shared is None else [f.name for f in __import__("dataclasses").fields(shared)]
+    shared_names = [] if shared is None else [f.name for f in dataclasses.fields(shared)]
     raise TypeError(f"{getattr(fn, '__qualname__', fn)}: keyword-only parameters {stray} are not options the "
                     f"registry can hand over: an option is a field every algorithm of its kind shares "
                     f"({shared_names}) or the algorithm's own section, given as the parameter's default "
@@ -184,8 +182,6 @@ def check_options(fn: Callable[..., object], options: dict[str, object], where: 
     TypeError: an option ``fn`` does not read (names it and the ones it does).
     ConfigError: an option outside what its section allows.
   """
-  import dataclasses
-  import inspect
 
   from daca_jax.errors import ConfigError
 
