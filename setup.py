@@ -54,6 +54,10 @@ WANDB = ["wandb>=0.16"]  # optional W&B dashboards (--config.log.wandb=<project>
 # reads them as ArrayRecord without TensorFlow. A builder resolves its code path with importlib_resources,
 # which tfds imports but does not declare (a fresh environment without it fails the build).
 TFDS = ["tensorflow-datasets>=4.9.7", "array-record>=0.5", "etils[epath]>=1.7", "importlib_resources>=5.0"]
+# A workdir in a Google Cloud Storage bucket (--workdir=gs://bucket/folder; daca_jax/storage.py): gcsfs for the
+# job's files (etils.epath, which orbax uses for its own, reads gs:// through it too), google-cloud-storage for
+# TensorBoard's event files (tensorboardX's GCS writer). Checkpoint arrays go through TensorStore (orbax's).
+GCS = ["gcsfs>=2024.2", "etils[epath]>=1.7", "google-cloud-storage>=2.14"]
 # XLA's own TPU and GPU compilers, which compile a run's programs for a TPU slice or a GPU node on any machine
 # (experiments/plan.py --target, experiments/train.py --compile_only; daca_jax/planning/targets.py). jax's own
 # extras pin the compiler to the jax installed (jax[tpu] -> libtpu, jax[cuda12] -> the CUDA 12 plugin and
@@ -64,7 +68,8 @@ GPU = ["jax[cuda12]>=0.10"]
 # part of sphinx); Markdown pages through myst-parser. autodoc imports every module of the API reference,
 # the application layer's included (the TFDS builders too), so the site needs [run]'s and [tfds]'s packages.
 DOCS = RUN + TFDS + ["sphinx>=8.1", "myst-parser>=4.0", "sphinx-book-theme>=1.1.3"]
-TEST = RUN + DOCS + TPU + GPU + TFDS + ["pytest>=8", "hypothesis>=6",
+TEST = RUN + DOCS + TPU + GPU + TFDS + GCS + ["pytest>=8", "hypothesis>=6",
+                     "gcp-storage-emulator>=2024.1",  # the local GCS server of tests/gcs_server.py
                      "pytest-xdist>=3.5",  # the suite runs on every core (-n auto), a file per worker
                      "tensorboard>=2.15",  # reads the event files back
                      "filelock>=3.12"]  # JAX's locked compilation cache, shared by the tests' processes
@@ -91,10 +96,11 @@ setup(
         "hf": HF,
         "wandb": WANDB,
         "tfds": TFDS,
+        "gcs": GCS,
         "tpu": TPU,
         "gpu": GPU,
         "docs": DOCS,
-        "all": sorted(set(RUN + HF + WANDB + DOCS + TFDS)),
+        "all": sorted(set(RUN + HF + WANDB + DOCS + TFDS + GCS)),
         "test": TEST,
     },
 )

@@ -24,6 +24,7 @@ import shutil
 import tempfile
 from typing import Any, Callable
 
+from daca_jax import storage
 from daca_jax.errors import ConfigError, DataError
 
 
@@ -38,19 +39,9 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-  """Replaces ``path`` with ``data`` atomically (as :func:`atomic_write_text`; raises as it does)."""
-  path = pathlib.Path(path)
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-  try:
-    with os.fdopen(fd, "wb") as f:
-      f.write(data)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    with contextlib.suppress(OSError):
-      os.unlink(tmp)
-    raise
+  """Replaces ``path`` with ``data`` atomically (as :func:`atomic_write_text`; raises as it does). On a
+  ``gs://`` path, one object upload (:func:`daca_jax.storage.write_bytes`)."""
+  storage.write_bytes(path, data)
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any, **dumps_kwargs: Any) -> None:
@@ -58,7 +49,7 @@ def atomic_write_json(path: str | os.PathLike, obj: Any, **dumps_kwargs: Any) ->
   atomic_write_text(path, json.dumps(obj, **{"indent": 2, **dumps_kwargs}))
 
 
-def _load(path: pathlib.Path) -> Any:
+def _load(path: Any) -> Any:
   """``json.loads`` of the file; raises ValueError (JSON or UTF-8) with a short reason."""
   try:
     return json.loads(path.read_text(encoding="utf-8"))
@@ -81,7 +72,7 @@ def read_json(path: str | os.PathLike, *, fix: str, kind: type | None = dict) ->
     DataError: the file is a folder, not valid JSON (e.g. cut short by a killed write) or not of
       ``kind``; the message names the file and says what to do.
   """
-  path = pathlib.Path(path)
+  path = storage.as_path(path)
   if path.is_dir():  # else IsADirectoryError, an OSError: exit status 1 and no word on what to give
     raise DataError(f"{path} is a folder, not a JSON file; {fix}")
   try:
@@ -99,7 +90,7 @@ def read_json_cache(path: str | os.PathLike, log: Callable[[str], None] = print,
 
   A damaged file is left in place; the caller recomputes it and overwrites it.
   """
-  path = pathlib.Path(path)
+  path = storage.as_path(path)
   if not path.exists():
     return None
   try:
@@ -118,9 +109,9 @@ def read_json_cache(path: str | os.PathLike, log: Callable[[str], None] = print,
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
 _FOLDED_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
 
-URL_NOT_SUPPORTED = ("a folder of this machine's file system (object storage such as gs:// is not read or "
-                     "written directly yet: the job's files, checkpoints included, go through the local file "
-                     "system; write to a local disk and copy the folder to the bucket, or copy it down to read it)")
+URL_NOT_SUPPORTED = ("a path of this machine's file system (this one is read or written locally; a run's "
+                     "--workdir may be gs://bucket/folder, other URLs nowhere)")
+WORKDIR_URLS = "a folder path, or a gs://bucket/folder URL (the only URL scheme a workdir may have)"
 
 
 def is_url(path: str | os.PathLike | None) -> bool:
@@ -166,12 +157,52 @@ def check_dir_path(path: str | os.PathLike | None, flag: str) -> pathlib.Path:
   return out
 
 
+def check_workdir_path(path: str | os.PathLike | None, flag: str) -> Any:
+  """A run's workdir as a path object, checked before any work: a local folder as :func:`check_dir_path`
+  checks it (a ``pathlib.Path``), or a ``gs://bucket/folder`` URL (an ``etils.epath.Path``; the bucket is
+  not contacted here).
+
+  Raises:
+    ConfigError: naming ``flag``: a local path refused by :func:`check_dir_path`, a URL of another scheme, a
+      ``gs://`` URL that is not a folder in a bucket, or ``gs://`` without gcsfs installed.
+  """
+  if storage.is_remote(path):
+    problem = storage.remote_problem(os.fspath(path))
+    if problem is not None:
+      raise ConfigError(flag, str(path), problem)
+    try:
+      return storage.as_path(path)
+    except ImportError:
+      raise ConfigError(flag, str(path), f"a local folder, or gs:// with gcsfs installed "
+                        f"({storage.REMOTE_EXTRA})") from None
+  if is_url(path):
+    raise ConfigError(flag, str(path), WORKDIR_URLS)
+  return check_dir_path(path, flag)
+
+
+def existing_workdir(path: str | os.PathLike, flag: str = "--workdir") -> Any:
+  """The workdir of a run to read (an evaluation, an export): a local folder, resolved, or a ``gs://`` one
+  (:func:`check_workdir_path`'s rules; whether it holds a run is for the reader to say).
+
+  Raises:
+    ConfigError: naming ``flag``: a URL of another scheme or a malformed ``gs://`` one.
+  """
+  if storage.is_remote(path):
+    return check_workdir_path(path, flag)
+  if is_url(path):
+    raise ConfigError(flag, str(path), WORKDIR_URLS)
+  return pathlib.Path(path).expanduser().resolve()
+
+
 def make_dir(path: str | os.PathLike) -> pathlib.Path:
   """Makes the folder ``path`` and its parents where missing; returns ``path``.
 
   A symlink that leads nowhere yet is followed and its target made, as the writers of whole folders
-  (:func:`atomic_directory`) do; ``Path.mkdir`` would raise FileExistsError on the link itself.
+  (:func:`atomic_directory`) do; ``Path.mkdir`` would raise FileExistsError on the link itself. A ``gs://``
+  folder is a key prefix: nothing to make.
   """
+  if storage.is_remote(path):
+    return storage.as_path(path)
   path = pathlib.Path(path)
   pathlib.Path(os.path.realpath(path)).mkdir(parents=True, exist_ok=True)
   return path

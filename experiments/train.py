@@ -26,7 +26,7 @@ from daca_jax.run.cli_errors import reported_errors
 from daca_jax.run.pipeline import run_main_job
 from daca_jax.run.presets import presets_help
 from daca_jax.config.configure import train_config_from_dict
-from daca_jax.io_utils import check_dir_path
+from daca_jax.io_utils import check_workdir_path
 
 _CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:preset]).")
 _WORKDIR = flags.DEFINE_string("workdir", None, "Output directory (checkpoints, metrics, results).")
@@ -46,7 +46,7 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # keep JAX's backend-probing INFO lines out of the output
   with reported_errors():  # bad input, a diverging run, a full/read-only disk: `error: <one line>`
-    check_dir_path(_WORKDIR.value, "--workdir")  # '' would write the run into the current directory
+    check_workdir_path(_WORKDIR.value, "--workdir")  # '' would write the run into the current directory
     if _COMPILE_ONLY.value or _TARGET.value:
       _preflight()
       return

@@ -229,7 +229,7 @@ def test_core_does_not_import_the_application_layer(core):
 
 # The layers of the package, lowest first (top-level packages and modules, without the ``daca_jax.`` prefix).
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("core", frozenset({"contracts", "config", "errors", "registry", "io_utils", "diffusion", "credit",
+    ("core", frozenset({"contracts", "config", "errors", "registry", "io_utils", "storage", "diffusion", "credit",
                         "likelihood", "rl", "models", "parallel"})),
     ("composed config", frozenset(m.removeprefix("daca_jax.") for m in COMPOSED_CONFIG)),
     ("the update", frozenset(m.removeprefix("daca_jax.") for m in UPDATE)),
@@ -256,8 +256,8 @@ def test_no_module_imports_a_higher_layer():
 
   1. **core**: the algorithms (``contracts``, ``diffusion``, ``credit``, ``likelihood``, ``rl``, ``models``,
      ``parallel``, each method's option section beside it) with ``config``'s core sections (``checks``,
-     ``model``, ``rollout``, ``parallel``), ``errors``, ``registry`` and ``io_utils`` (which ``models`` reads
-     files with);
+     ``model``, ``rollout``, ``parallel``), ``errors``, ``registry``, ``io_utils`` (which ``models`` reads
+     files with) and ``storage`` (the file layer under it, local or ``gs://``);
   2. **composed config**: ``config.likelihood``, ``config.credit``, ``config.rl`` and ``config.train``, which
      gather the algorithms' sections into the job's ``TrainConfig`` (the algorithms never import it, not even
      for annotations);
@@ -326,7 +326,7 @@ def test_core_import_loads_no_application_dependency():
   assert not heavy, f"the core loads {heavy}"
   allowed = ("daca_jax.contracts", "daca_jax.diffusion", "daca_jax.credit", "daca_jax.likelihood", "daca_jax.rl",
              "daca_jax.models", "daca_jax.parallel", "daca_jax.config", "daca_jax.errors", "daca_jax.io_utils",
-             "daca_jax.registry")
+             "daca_jax.storage", "daca_jax.registry")
   ours = sorted(m for m in loaded if m.startswith("daca_jax.") and not m.startswith(allowed))
   assert not ours, f"the core loads {ours}"
   assert "daca_jax.rl.learner" in loaded and "flax" in loaded  # the check saw a real import

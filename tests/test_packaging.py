@@ -16,7 +16,11 @@ from tests.test_import_graph import import_graph
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 CORE_PACKAGES = ("daca_jax.diffusion", "daca_jax.credit", "daca_jax.likelihood", "daca_jax.rl")
 # Imported inside a function for an optional backend that no extra installs (a user opts in).
-OPTIONAL = {"spacy": "credit.taggers.spacy_pos_fn, an optional POS backend (the default tagger is rule-based)"}
+OPTIONAL = {"spacy": "credit.taggers.spacy_pos_fn, an optional POS backend (the default tagger is rule-based)",
+            # imported inside daca_jax.storage's functions only for a gs:// path (the [gcs] extra; a local workdir
+            # never imports them, and a gs:// one without them is a one-line error naming the extra)
+            "gcsfs": "daca_jax.storage, for gs:// workdirs", "fsspec": "daca_jax.storage, for gs:// workdirs",
+            "etils": "daca_jax.storage, for gs:// workdirs"}
 
 
 def _setup_kwargs(monkeypatch) -> dict:

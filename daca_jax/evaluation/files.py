@@ -7,6 +7,7 @@ import os
 import pathlib
 from typing import Any, Sequence
 
+from daca_jax import storage
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.io_utils import atomic_write_json, atomic_write_text, read_json
 from daca_jax.tasks.base import Example
@@ -22,7 +23,7 @@ def read_generations(path: str | os.PathLike) -> list[dict[str, Any]]:
   Raises:
     DataError: a damaged line other than the last (names the file and line).
   """
-  p = pathlib.Path(path)
+  p = storage.as_path(path)
   if not p.exists():
     return []
   lines = p.read_text().split("\n")
@@ -66,10 +67,7 @@ def write_rows(path: pathlib.Path, rows: Sequence[dict[str, Any]], mode: str) ->
   if mode != "a":
     atomic_write_text(path, text)
     return
-  with open(path, "a") as f:  # a row cut short by a kill is dropped by read_generations
-    f.write(text)
-    f.flush()
-    os.fsync(f.fileno())
+  storage.append_bytes(path, text.encode("utf-8"))  # a row cut short by a kill is dropped by read_generations
 
 
 def check_fingerprint(path: pathlib.Path, fingerprint: dict[str, Any], gen_path: pathlib.Path) -> None:

@@ -23,7 +23,7 @@ import os
 import pathlib
 from typing import Any, Sequence
 
-from daca_jax import io_utils
+from daca_jax import io_utils, storage
 from daca_jax.errors import DataError
 from daca_jax.tasks.base import Example, Task
 
@@ -32,7 +32,7 @@ SUFFIX = ".outcomes.jsonl"
 
 def outcomes_path(path: str | os.PathLike) -> pathlib.Path:
   """The outcomes file of an evaluation whose cache (or generations file) is ``path``."""
-  path = pathlib.Path(path)
+  path = storage.as_path(path)
   return path.with_name(path.name.split(".", 1)[0] + SUFFIX)
 
 
@@ -74,7 +74,7 @@ def read_outcomes(path: str | os.PathLike, metric: str) -> dict[str, float]:
     DataError: a line that is not a JSON object with ``key`` and ``metric`` (the file, line and the
       columns there named), or a key twice.
   """
-  path = pathlib.Path(path)
+  path = storage.as_path(path)
   out: dict[str, float] = {}
   text = (gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()).decode("utf-8")
   for n, line in enumerate(text.splitlines(), 1):
@@ -98,7 +98,7 @@ def outcomes_from_generations(task: Task, generations: str | os.PathLike,
   """Writes the outcomes of a cached evaluation from its ``.generations.jsonl`` (no decoding), when
   that file holds one row per example with the examples' prompts; returns the outcomes file, or None
   (no such file, or it does not match)."""
-  generations = pathlib.Path(generations)
+  generations = storage.as_path(generations)
   if not generations.exists():
     return None
   try:

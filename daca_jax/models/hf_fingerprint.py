@@ -25,6 +25,7 @@ import os
 import pathlib
 from typing import Any
 
+from daca_jax import storage
 from daca_jax.errors import DataError
 from daca_jax.io_utils import atomic_write_json, read_json
 from daca_jax.models import checkpoint_folder
@@ -70,7 +71,7 @@ def record_source(workdir: str | os.PathLike, path: str | os.PathLike) -> dict[s
   Called once when a run starts from ``model.init_checkpoint`` (process 0 only); returns the record.
   """
   record = {"path": str(pathlib.Path(path).expanduser().resolve()), "files": fingerprint(path)}
-  atomic_write_json(pathlib.Path(workdir) / RECORD_FILE, record)
+  atomic_write_json(storage.as_path(workdir) / RECORD_FILE, record)
   return record
 
 
@@ -80,7 +81,7 @@ def read_record(workdir: str | os.PathLike) -> dict[str, Any]:
   Raises:
     DataError: no record (the message names the file and what writes it), or a damaged one.
   """
-  file = pathlib.Path(workdir) / RECORD_FILE
+  file = storage.as_path(workdir) / RECORD_FILE
   if not file.is_file():
     raise DataError(f"{file} is missing: the run did not record which checkpoint folder it started from "
                     "(training writes it when it loads model.init_checkpoint), so its source cannot be verified")

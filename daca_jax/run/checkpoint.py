@@ -39,14 +39,13 @@ from __future__ import annotations
 import json
 import logging
 import os
-import pathlib
-import shutil
 from typing import Any, Mapping
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from daca_jax import storage
 from daca_jax.run import checkpoint_noise
 from daca_jax.run.checkpoint_files import (TMP_MARKER, check_json, is_committed, orbax_errors, remove_unfinished,
                                            short_error)
@@ -89,8 +88,8 @@ class Checkpointer:
   ):
     if max_to_keep is not None and max_to_keep < 1:
       raise ValueError(f"max_to_keep must be >= 1 or None, got {max_to_keep}")
-    self.directory = os.path.abspath(os.fspath(directory))
-    os.makedirs(self.directory, exist_ok=True)
+    self.directory = storage.absolute(directory)
+    storage.makedirs(self.directory)
     if jax.process_index() == 0:  # multi-host: one process tidies the shared directory
       remove_unfinished(self.directory)
     sync_processes("checkpointer_open")
@@ -107,7 +106,7 @@ class Checkpointer:
   # --- queries -------------------------------------------------------------------------------
 
   def _step_path(self, step: int) -> str:
-    return os.path.join(self.directory, str(step))
+    return storage.join(self.directory, str(step))
 
   def all_steps(self) -> list[int]:
     """Steps of all finished checkpoints, ascending (waits for pending async saves first)."""
@@ -173,8 +172,8 @@ class Checkpointer:
         return False
       with orbax_errors(self.directory):
         self._mgr.delete(step)
-    if os.path.exists(path) and jax.process_index() == 0:  # unfinished: orbax would refuse it
-      shutil.rmtree(path)
+    if jax.process_index() == 0 and storage.exists(path):  # unfinished: orbax would refuse it
+      storage.rmtree(path)
     sync_processes("checkpoint_save_tidy")  # no process starts writing before the tidy-up ends
     # ``force=True`` bypasses orbax's save-interval policy, which silently skips any step
     # <= the latest one; we decide above whether a step is to be saved.
@@ -288,7 +287,7 @@ class Checkpointer:
 
 def pytree_exists(path: str | os.PathLike) -> bool:
   """Whether ``path`` holds a finished :func:`save_pytree` checkpoint."""
-  return is_committed(os.path.abspath(os.fspath(path)))
+  return is_committed(storage.absolute(path))
 
 
 def save_pytree(path: str | os.PathLike, state: PyTree, *, force: bool = False) -> None:
@@ -307,19 +306,18 @@ def save_pytree(path: str | os.PathLike, state: PyTree, *, force: bool = False) 
     FileExistsError: ``path`` holds a finished checkpoint and ``force`` is False, or ``path``
       exists and is not a directory.
   """
-  path = os.path.abspath(os.fspath(path))
-  parent = os.path.dirname(path)
-  os.makedirs(parent, exist_ok=True)
-  base = os.path.basename(path)
-  for name in os.listdir(parent):
+  path = storage.absolute(path)
+  parent, base = path.rsplit("/", 1) if storage.is_remote(path) else os.path.split(path)
+  storage.makedirs(parent)
+  for name in storage.listdir(parent):
     if name.startswith(base + TMP_MARKER):
-      shutil.rmtree(os.path.join(parent, name), ignore_errors=True)
-  if os.path.exists(path):
-    if not os.path.isdir(path):
-      raise FileExistsError(f"{path} exists and is not a directory")
+      storage.rmtree(storage.join(parent, name))
+  if storage.is_file(path):
+    raise FileExistsError(f"{path} exists and is not a directory")
+  if storage.exists(path):
     if is_committed(path) and not force:
       raise FileExistsError(f"A checkpoint already exists at {path} (use force=True to replace)")
-    shutil.rmtree(path)
+    storage.rmtree(path)
   checkpointer = ocp.Checkpointer(ocp.StandardCheckpointHandler())
   try:
     with orbax_errors(path):
@@ -344,7 +342,7 @@ def load_pytree(path: str | os.PathLike, target: PyTree) -> PyTree:
     CorruptCheckpointError: the checkpoint's files cannot be read or decoded (one line).
     OSError: the OS refused the read.
   """
-  path = os.path.abspath(os.fspath(path))
+  path = storage.absolute(path)
   if not is_committed(path):
     raise FileNotFoundError(f"No finished checkpoint at {path}")
   checkpointer = ocp.Checkpointer(ocp.StandardCheckpointHandler())
@@ -376,14 +374,14 @@ def load_entry(path: str | os.PathLike, key: str) -> PyTree:
     CorruptCheckpointError: the checkpoint's files cannot be read or decoded (one line).
     OSError: the OS refused the read.
   """
-  path = os.path.abspath(os.fspath(path))
+  path = storage.absolute(path)
   if not is_committed(path):
     raise FileNotFoundError(f"No finished checkpoint at {path}")
   handler = ocp.PyTreeCheckpointHandler()
   checkpointer = ocp.Checkpointer(handler)
   try:
     with orbax_errors(path):
-      saved = handler.metadata(pathlib.Path(path)).tree  # the saved tree's structure, no array read
+      saved = handler.metadata(storage.as_path(path)).tree  # the saved tree's structure, no array read
       if not isinstance(saved, Mapping) or key not in saved:
         raise KeyError(f"checkpoint {path} holds no {key!r} (entries: {sorted(saved or {})})")
       item = {key: saved[key]}
@@ -412,11 +410,11 @@ def verify_entry(step_dir: str | os.PathLike, key: str, tree: PyTree) -> bool:
   Raises:
     CorruptCheckpointError: the values differ from those saved, or the metadata cannot be read.
   """
-  step_dir = os.path.abspath(os.fspath(step_dir))
+  step_dir = storage.absolute(step_dir)
   checkpointer = ocp.Checkpointer(ocp.JsonCheckpointHandler())
   try:
     with orbax_errors(step_dir):
-      metadata = checkpointer.restore(os.path.join(step_dir, "metadata"))
+      metadata = checkpointer.restore(storage.join(step_dir, "metadata"))
   except OSError:
     raise
   except Exception as e:  # a damaged or missing metadata item

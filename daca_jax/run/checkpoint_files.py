@@ -13,8 +13,9 @@ import json
 import logging
 import os
 import re
-import shutil
 from typing import Any, Iterator
+
+from daca_jax import storage
 
 # Orbax writes this file into a step directory right before the atomic rename.
 COMMIT_FILE = "commit_success.txt"
@@ -62,7 +63,7 @@ def orbax_errors(directory: str) -> Iterator[None]:
 
 def is_committed(path: str) -> bool:
   """Whether ``path`` is a finished orbax checkpoint directory."""
-  return os.path.isfile(os.path.join(path, COMMIT_FILE))
+  return storage.is_file(storage.join(path, COMMIT_FILE))
 
 
 def check_json(metadata: dict[str, Any]) -> None:
@@ -82,12 +83,12 @@ def remove_unfinished(directory: str) -> list[str]:
   (decimal names) without ``commit_success.txt``.
   """
   removed = []
-  for name in sorted(os.listdir(directory)):
-    path = os.path.join(directory, name)
-    if not os.path.isdir(path):
+  for name in sorted(storage.listdir(directory)):
+    path = storage.join(directory, name)
+    if not storage.is_dir(path):
       continue
     if TMP_MARKER in name or (STEP_DIR_RE.match(name) and not is_committed(path)):
-      shutil.rmtree(path, ignore_errors=True)
+      storage.rmtree(path)
       removed.append(name)
   if removed:
     _log.warning("Removed unfinished checkpoint directories in %s: %s", directory, removed)

@@ -18,12 +18,12 @@ from __future__ import annotations
 import importlib.util
 import numbers
 import os
-import pathlib
 import time
 from typing import Any, Mapping
 
 import numpy as np
 
+from daca_jax import storage
 from daca_jax.errors import ConfigError
 from daca_jax.config.train import LogConfig
 
@@ -119,12 +119,14 @@ class Dashboard:
 
   def __init__(self, workdir: str | os.PathLike, cfg: LogConfig, run_config: Mapping[str, Any] | None = None):
     check_log_config(cfg)
-    self.workdir, self.cfg = pathlib.Path(workdir), cfg
+    self.workdir, self.cfg = storage.as_path(workdir), cfg
     self._wandb = None
     if cfg.wandb:
       import wandb
 
-      self._wandb = wandb.init(project=cfg.wandb, name=self.workdir.name, dir=str(self.workdir),
+      # W&B keeps its own files in a local folder: the workdir, or its temporary folder for a gs:// one
+      local = None if storage.is_remote(self.workdir) else str(self.workdir)
+      self._wandb = wandb.init(project=cfg.wandb, name=self.workdir.name, dir=local,
                                config=dict(run_config or {}))
       for phase in PHASES:
         self._wandb.define_metric(f"{phase}/*", step_metric=f"{phase}/step")

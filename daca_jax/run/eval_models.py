@@ -21,7 +21,7 @@ import jax
 from daca_jax.config.configure import train_config_from_dict, upgrade_config_dict
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.evaluation.model import EvalModel, context_length, model_from_hf
-from daca_jax.io_utils import check_local_path, read_json
+from daca_jax.io_utils import check_local_path, existing_workdir, read_json
 from daca_jax.models import make_logits_fn
 from daca_jax.models.llada import Transformer
 from daca_jax.config.model import ModelConfig
@@ -49,8 +49,7 @@ def run_config(workdir: str | os.PathLike) -> TrainConfig:
     DataError: no or a damaged ``config.json``; the message names ``--workdir``.
     ConfigError: a value today's config refuses.
   """
-  check_local_path(workdir, "--workdir")
-  wd = pathlib.Path(workdir).expanduser().resolve()
+  wd = existing_workdir(workdir, "--workdir")
   if not (wd / "config.json").is_file():
     raise DataError(f"--workdir={workdir}: no config.json (expected a workdir of experiments/train.py)")
   return train_config_from_dict(upgrade_config_dict(read_json(wd / "config.json", fix=(
@@ -99,7 +98,7 @@ def read_trained_params(workdir: str | os.PathLike, phase: str = "latest") -> Tr
   """
   from daca_jax.run.checkpoint import load_entry, verify_entry
 
-  wd = pathlib.Path(workdir).expanduser().resolve()
+  wd = existing_workdir(workdir, "--workdir")
   if phase not in ("latest", "rl", "sft"):
     raise ConfigError("--phase", phase, "one of ['latest', 'rl', 'sft']")
   cfg = run_config(workdir)
@@ -230,8 +229,10 @@ def load_model(*, workdir: str = "", phase: str = "latest", hf_checkpoint: str =
   Raises:
     ConfigError: none or several checkpoint sources (names the flags).
   """
-  for flag, path in (("--workdir", workdir), ("--hf_checkpoint", hf_checkpoint), ("--tokenizer", tokenizer),
-                     ("--data_dir", data_dir), ("--tfds_dir", tfds_dir)):
+  if workdir:
+    existing_workdir(workdir, "--workdir")  # a local folder or gs://bucket/folder
+  for flag, path in (("--hf_checkpoint", hf_checkpoint), ("--tokenizer", tokenizer), ("--data_dir", data_dir),
+                     ("--tfds_dir", tfds_dir)):
     check_local_path(path, flag)  # gs://... would be read as the local folders gs:/...
   given = [f for f, v in (("--workdir", workdir), ("--hf_checkpoint", hf_checkpoint),
                           ("--random_init", random_init is not None)) if v]

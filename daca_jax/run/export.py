@@ -25,8 +25,10 @@ import os
 import pathlib
 from typing import Callable
 
+from daca_jax import storage
 from daca_jax.errors import ConfigError, DataError
-from daca_jax.io_utils import atomic_directory, atomic_write_json, check_local_path, check_output_dir, read_json_cache
+from daca_jax.io_utils import (atomic_directory, atomic_write_json, check_local_path, check_output_dir, existing_workdir,
+                               read_json_cache)
 from daca_jax.models import checkpoint_folder, hf_export
 from daca_jax.models.hf_fingerprint import check_source, read_record
 from daca_jax.run.eval_models import read_trained_params, run_config
@@ -72,7 +74,8 @@ def check_export_dir(output_dir: str | os.PathLike, workdir: pathlib.Path,
   """
   out = check_output_dir(output_dir, overwrite=True)  # a file is refused; emptiness is decided here
   real = out.resolve()
-  for name, folder in (("the run's workdir", workdir),) + tuple(("the source checkpoint", s) for s in sources):
+  local_workdir = () if storage.is_remote(workdir) else (("the run's workdir", workdir),)  # a bucket holds no local folder
+  for name, folder in local_workdir + tuple(("the source checkpoint", s) for s in sources):
     if checkpoint_folder.inside(real, folder) or checkpoint_folder.inside(folder, real):
       raise ConfigError("--output_dir", str(output_dir), f"a folder that neither is, holds nor lies inside "
                         f"{name} {folder} (the export must not replace or change it)")
@@ -131,9 +134,8 @@ def export_workdir(workdir: str | os.PathLike, output_dir: str | os.PathLike, *,
       a finished checkpoint; a source whose tensors do not fit the trained parameters.
     CorruptCheckpointError: the checkpoint's parameters differ from those saved.
   """
-  check_local_path(workdir, "--workdir")
+  wd = existing_workdir(workdir, "--workdir")
   check_local_path(source, "--source")
-  wd = pathlib.Path(workdir).expanduser().resolve()
   cfg = run_config(wd)
   if not cfg.model.init_checkpoint:
     raise ConfigError("model.init_checkpoint", "", f"a Hugging Face checkpoint folder: run {wd} trained the "

@@ -18,6 +18,10 @@ stopped renewing: a hung or suspended process) stops at its next step without sa
 (:func:`check_held`). A run releases its lease when it ends, however it ends short of ``kill -9``
 (finished, an error, SIGTERM's checkpoint-and-exit). In a multi-process run process 0 holds the lease
 for the whole run and tells the other processes whether they may go on.
+
+On a ``gs://`` workdir the two files are objects (:mod:`daca_jax.storage`): the mutex is an upload that GCS
+performs only if no such object exists (``ifGenerationMatch=0``), the lease a whole-object write, and a
+holder's age its renewal record (or the object's update time).
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ import time
 import uuid
 from typing import Any, Callable, Iterator
 
+from daca_jax import storage
 from daca_jax.errors import ConfigError
 from daca_jax.io_utils import atomic_write_json
 
@@ -93,13 +98,21 @@ def _alive(holder: dict[str, Any]) -> bool | None:
   return True
 
 
-def _read(path: pathlib.Path) -> dict[str, Any] | None:
+def _read(path: Any) -> dict[str, Any] | None:
   """The lease at ``path``: None when there is none, ``{}`` when it is unreadable (cut short, another format,
   too long).
 
   Raises:
     ConfigError: ``path`` is not a regular file (a folder, a symlink, a pipe): nothing a run wrote.
   """
+  if storage.is_remote(path):  # an object: no links or pipes, and a folder is a prefix beside it
+    try:
+      data = storage.read_bytes(path, limit=MAX_BYTES)
+    except FileNotFoundError:
+      return None
+    except (IsADirectoryError, OSError):
+      return {}
+    return _parse(data)
   try:
     info = os.lstat(path)
   except FileNotFoundError:
@@ -115,6 +128,11 @@ def _read(path: pathlib.Path) -> dict[str, Any] | None:
     return {}
   with os.fdopen(fd, "rb") as f:
     data = f.read(MAX_BYTES + 1)
+  return _parse(data)
+
+
+def _parse(data: bytes) -> dict[str, Any]:
+  """A lease file's record, ``{}`` when it is not one."""
   try:
     holder = json.loads(data.decode("utf-8")) if len(data) <= MAX_BYTES else None
   except (ValueError, UnicodeDecodeError):
@@ -130,10 +148,10 @@ def _renewed(holder: dict[str, Any], path: pathlib.Path, now: float) -> float:
       renewed <= now + CLOCK_SKEW_S):
     return float(renewed)
   try:
-    mtime = os.lstat(path).st_mtime
+    mtime = storage.mtime(path)
   except OSError:
     return 0.0
-  return mtime if mtime <= now + CLOCK_SKEW_S else 0.0
+  return mtime if mtime is not None and mtime <= now + CLOCK_SKEW_S else 0.0
 
 
 def _describe(holder: dict[str, Any], path: pathlib.Path, now: float) -> str:
@@ -158,8 +176,9 @@ def _refusal(workdir: pathlib.Path, holder: dict[str, Any], lapse_s: float) -> C
 
 
 @contextlib.contextmanager
-def _mutex(workdir: pathlib.Path, run_id: str) -> Iterator[None]:
-  """Holds ``workdir/lease.lock`` (created only if absent) around one read-decide-write of the lease.
+def _mutex(workdir: Any, run_id: str) -> Iterator[None]:
+  """Holds ``workdir/lease.lock`` (created only if absent: ``O_EXCL`` locally, an upload with the precondition
+  "no such object" on ``gs://``) around one read-decide-write of the lease.
 
   Raises:
     ConfigError: another run holds it (it is taking or releasing the lease).
@@ -167,24 +186,22 @@ def _mutex(workdir: pathlib.Path, run_id: str) -> Iterator[None]:
   path = workdir / MUTEX_FILE
   for attempt in range(20):
     try:
-      fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+      storage.create_new(path, run_id.encode("ascii"))
     except FileExistsError:
-      try:
-        if time.time() - os.lstat(path).st_mtime > MUTEX_STALE_S:  # left by a process killed inside
-          with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
-          continue
-      except FileNotFoundError:
+      made = storage.mtime(path)
+      if made is None:
+        continue
+      if time.time() - made > MUTEX_STALE_S:  # left by a process killed inside
+        with contextlib.suppress(FileNotFoundError):
+          storage.remove(path)
         continue
       time.sleep(0.05 * (attempt + 1))
       continue
-    os.write(fd, run_id.encode("ascii"))
-    os.close(fd)
     try:
       yield
     finally:
       with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+        storage.remove(path)
     return
   raise ConfigError("--workdir", str(workdir), f"a workdir no other run is using: another run is taking or "
                     f"releasing its lease ({path}); try again in a minute")
@@ -202,7 +219,7 @@ class WorkdirLease:
 
   def __init__(self, workdir: str | os.PathLike, log: Callable[[str], None] = print, *,
                lapse_s: float = LAPSE_S, renew_s: float = RENEW_S):
-    self.workdir = pathlib.Path(workdir)
+    self.workdir = storage.as_path(workdir)
     self.path = self.workdir / LEASE_FILE
     self.log, self.lapse_s, self.renew_s = log, lapse_s, renew_s
     self.run_id = uuid.uuid4().hex[:12]
@@ -268,7 +285,7 @@ class WorkdirLease:
       holder = _read(self.path)
       if holder is not None and holder.get("run_id") == self.run_id:
         with contextlib.suppress(FileNotFoundError):
-          self.path.unlink()
+          storage.remove(self.path)
 
   def __enter__(self) -> "WorkdirLease":
     self.acquire()
@@ -288,7 +305,7 @@ def check_free(workdir: str | os.PathLike, lapse_s: float = LAPSE_S) -> None:
   Raises:
     ConfigError: as :meth:`WorkdirLease.acquire` would.
   """
-  workdir = pathlib.Path(workdir)
+  workdir = storage.as_path(workdir)
   holder = _read(workdir / LEASE_FILE)
   refusal = None if holder is None else _refusal(workdir, holder, lapse_s)
   if refusal is not None:

@@ -9,6 +9,7 @@ back into floats.
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import numbers
@@ -17,6 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from daca_jax import storage
 from daca_jax.errors import DataError
 from daca_jax.io_utils import atomic_write_text
 
@@ -110,8 +112,31 @@ def read_metrics(path: str | os.PathLike, log: Callable[[str], None] | None = No
       an integer ``"step"`` field; the message names the file and line.
   """
   path = os.fspath(path)
-  with open(path, encoding="utf-8", errors="replace") as f:
-    return [_from_json(r) for _, r in _parse_lines(f.read(), path, log)]
+  text = storage.read_bytes(path).decode("utf-8", errors="replace")
+  return [_from_json(r) for _, r in _parse_lines(text, path, log)]
+
+
+class _RemoteAppend:
+  """A text "file" opened for appending on GCS: each flushed write appends to the object
+  (:func:`daca_jax.storage.append_bytes`)."""
+
+  def __init__(self, path: str):
+    self.path, self.closed, self._pending = path, False, ""
+    if not storage.exists(path):  # as open(path, "a") makes the file
+      storage.write_bytes(path, b"")
+
+  def write(self, text: str) -> None:
+    self._pending += text
+
+  def flush(self) -> None:
+    if self._pending:
+      storage.append_bytes(self.path, self._pending.encode("utf-8"))
+      self._pending = ""
+
+  def close(self) -> None:
+    if not self.closed:
+      self.flush()
+      self.closed = True
 
 
 class MetricsWriter:
@@ -132,16 +157,22 @@ class MetricsWriter:
 
   def __init__(self, path: str | os.PathLike, log: Callable[[str], None] = print,
                mirror: Callable[[int, dict[str, Any]], None] | None = None):
-    self.path = os.fspath(path)
+    self.path = storage.absolute(path)
     self._log = log
     self._mirror = mirror
-    parent = os.path.dirname(os.path.abspath(self.path))
-    os.makedirs(parent, exist_ok=True)
+    self._remote = storage.is_remote(self.path)
+    if not self._remote:
+      os.makedirs(os.path.dirname(self.path), exist_ok=True)
     self._drop_partial_last_line()
-    self._file = open(self.path, "a", encoding="utf-8")
+    self._file = _RemoteAppend(self.path) if self._remote else open(self.path, "a", encoding="utf-8")
 
   def _drop_partial_last_line(self) -> None:
-    if not os.path.exists(self.path):
+    if not storage.exists(self.path):
+      return
+    if self._remote:
+      data = storage.read_bytes(self.path)
+      if data and not data.endswith(b"\n"):
+        storage.write_bytes(self.path, data[:data.rfind(b"\n") + 1])
       return
     with open(self.path, "rb+") as f:
       data = f.read()
@@ -186,11 +217,10 @@ class MetricsWriter:
     atomically.
     """
     self._file.close()
-    with open(self.path, encoding="utf-8", errors="replace") as f:
-      text = f.read()
+    text = storage.read_bytes(self.path).decode("utf-8", errors="replace")
     kept = [line for line, r in _parse_lines(text, self.path, self._log) if r["step"] <= step]
     atomic_write_text(self.path, "".join(line + "\n" for line in kept))
-    self._file = open(self.path, "a", encoding="utf-8")
+    self._file = _RemoteAppend(self.path) if self._remote else open(self.path, "a", encoding="utf-8")
 
   def close(self) -> None:
     """Closes the file (idempotent)."""
@@ -269,9 +299,14 @@ def plot_curves(
     ax.set_yticks([])
   if title:
     ax.set_title(title, fontsize=10)
-  png_path = os.fspath(png_path)
-  os.makedirs(os.path.dirname(os.path.abspath(png_path)), exist_ok=True)
-  fig.savefig(png_path, format="png", bbox_inches="tight")
+  png_path = storage.absolute(png_path)
+  if storage.is_remote(png_path):
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", bbox_inches="tight")
+    storage.write_bytes(png_path, buffer.getvalue())
+  else:
+    os.makedirs(os.path.dirname(png_path), exist_ok=True)
+    fig.savefig(png_path, format="png", bbox_inches="tight")
   return fig
 
 

@@ -29,7 +29,8 @@ from jax.sharding import Mesh
 from daca_jax import parallel
 from daca_jax.credit import CREDIT, TAGGERS
 from daca_jax.errors import ConfigError
-from daca_jax.io_utils import check_dir_path, make_dir
+from daca_jax import storage
+from daca_jax.io_utils import check_workdir_path, make_dir
 from daca_jax.models import count_params, init_model, lora, make_logits_fn
 from daca_jax.rl.learner import GRPOLearner
 from daca_jax.parallel import aot
@@ -85,9 +86,13 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     FileNotFoundError: an explicitly configured data path that does not exist.
     DataError: a checkpoint folder (``model.init_checkpoint``) with missing or malformed files.
   """
-  check_dir_path(workdir, "workdir")  # '' (the current directory), a file: refused before any work
-  workdir = pathlib.Path(workdir)
+  workdir = check_workdir_path(workdir, "workdir")  # '', a file, a bad URL: refused before any work
   if parallel.is_primary():
+    if storage.is_remote(workdir):
+      try:
+        storage.probe_write(workdir)  # a missing or unwritable bucket: refused before any work
+      except OSError as e:
+        raise ConfigError("workdir", str(workdir), f"a gs:// folder this machine can write: {e}") from None
     lease.check_free(workdir)  # a workdir in use: refused before any device or weight is touched
   if cfg.model.require_checkpoint and not cfg.model.init_checkpoint:
     raise ConfigError("model.init_checkpoint", "", "the folder of a pretrained LLaDA / Dream checkpoint in the "
@@ -145,7 +150,7 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
     try:
       return _run_phases(cfg, views, JobData(train_examples, val_examples, eval_examples, source, val_source),
                          JobModel(graphdef, params, logits_fn, mesh),
-                         JobIO(workdir, pathlib.Path(sft_dir) if sft_dir is not None else workdir / "sft",
+                         JobIO(workdir, storage.as_path(sft_dir) if sft_dir is not None else workdir / "sft",
                                show_progress, log, dashboard))
     finally:
       if dashboard is not None:

@@ -38,6 +38,8 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from daca_jax import storage
+
 # sysexits.h EX_TEMPFAIL: stopped on request with a checkpoint of the current step; rerun to resume.
 EXIT_PREEMPTED = 75
 
@@ -50,7 +52,7 @@ class Preempted(Exception):
   """
 
   def __init__(self, phase: str, step: int, directory: str | pathlib.Path):
-    self.phase, self.step, self.directory = phase, step, pathlib.Path(directory)
+    self.phase, self.step, self.directory = phase, step, storage.as_path(directory)
     super().__init__(f"stopped by SIGTERM after {phase} step {step}; its checkpoint is in {self.directory}. "
                      f"Run the same command to resume (exit status {EXIT_PREEMPTED})")
 

@@ -27,7 +27,7 @@ import pathlib
 import time
 from typing import Any, Callable, NamedTuple
 
-from daca_jax import io_utils, parallel
+from daca_jax import io_utils, parallel, storage
 from daca_jax.data import loader
 from daca_jax.config import configure
 from daca_jax.errors import ConfigError, DataError
@@ -147,7 +147,7 @@ def open_phase(directory: pathlib.Path, state: dict[str, Any], max_to_keep: int,
           "before it.")
       ckpt.close()
       if parallel.is_primary():
-        (directory / str(step)).rename(aside)
+        storage.move_tree(directory / str(step), aside)
       parallel.sync_processes("checkpoint_set_aside")
       ckpt = Checkpointer(directory, max_to_keep=max_to_keep)  # re-list the steps without it
   if steps:

@@ -195,8 +195,9 @@ URLS = ("gs://bucket/run", "s3://bucket/run", " GS://Bucket/x", "file:///tmp/run
 @pytest.mark.parametrize("url", URLS)
 def test_an_object_store_url_is_refused_where_a_local_path_is_read_or_written(url, tmp_path, monkeypatch):
   """``pathlib`` reads ``gs://bucket/run`` as the relative folders ``gs:/bucket/run``: the run went into a local
-  folder named ``gs:`` and its TensorBoard writer failed with a traceback at the end. Every gate of a path the
-  job reads or writes refuses a URL in one line, before any work, creating nothing."""
+  folder named ``gs:`` and its TensorBoard writer failed with a traceback at the end. Every gate of a path read
+  or written locally refuses a URL in one line, before any work, creating nothing; a run's workdir takes
+  ``gs://`` (tests/run/test_gcs_workdir.py) and refuses every other scheme."""
   from daca_jax.config.model import ModelConfig
   from daca_jax.config.train import DataConfig, TrainConfig
   from daca_jax.io_utils import check_dir_path, check_file_path, check_output_dir, is_url
@@ -205,33 +206,39 @@ def test_an_object_store_url_is_refused_where_a_local_path_is_read_or_written(ur
   from daca_jax.run.pipeline import run_main_job
 
   monkeypatch.chdir(tmp_path)
-  expected = r"is not allowed: expected a folder of this machine's file system \(object storage such as gs://"
+  expected = r"is not allowed: expected a path of this machine's file system \(this one is read or written locally"
+  other_scheme = r"is not allowed: expected a folder path, or a gs://bucket/folder URL \(the only URL scheme"
   assert is_url(url) and is_url(pathlib.Path(url.strip())) and not is_url("runs/gs:x") and not is_url("/tmp/a://b")
   assert not is_url("") and not is_url("C://x") and not is_url("C:/x") and not is_url(pathlib.Path("runs/gs:/x"))
-  for call, field in ((lambda: check_dir_path(url, "--workdir"), "--workdir"),
-                      (lambda: check_output_dir(url, overwrite=True), "--output_dir"),
-                      (lambda: check_file_path(url + "/plan.json", "--json"), "--json"),
-                      (lambda: run_main_job(TrainConfig(), url, show_progress=False, log=lambda *_: None), "workdir"),
-                      (lambda: DataConfig(data_dir=url).validate(), "data.data_dir"),
-                      (lambda: DataConfig(source="tfds", tfds_dir=url).validate(), "data.tfds_dir"),
-                      (lambda: ModelConfig(init_checkpoint=url).validate(), "model.init_checkpoint"),
-                      (lambda: run_config(url), "--workdir"),
-                      (lambda: load_model(hf_checkpoint=url), "--hf_checkpoint"),
-                      (lambda: load_model(workdir=str(tmp_path), data_dir=url), "--data_dir"),
-                      (lambda: export_workdir(url, tmp_path / "out"), "--workdir")):
+  local_gates = ((lambda: check_dir_path(url, "--workdir"), "--workdir"),
+                 (lambda: check_output_dir(url, overwrite=True), "--output_dir"),
+                 (lambda: check_file_path(url + "/plan.json", "--json"), "--json"),
+                 (lambda: DataConfig(data_dir=url).validate(), "data.data_dir"),
+                 (lambda: DataConfig(source="tfds", tfds_dir=url).validate(), "data.tfds_dir"),
+                 (lambda: ModelConfig(init_checkpoint=url).validate(), "model.init_checkpoint"),
+                 (lambda: load_model(hf_checkpoint=url), "--hf_checkpoint"),
+                 (lambda: load_model(workdir=str(tmp_path), data_dir=url), "--data_dir"))
+  workdir_gates = ((lambda: run_main_job(TrainConfig(), url, show_progress=False, log=lambda *_: None), "workdir"),
+                   (lambda: run_config(url), "--workdir"),
+                   (lambda: load_model(workdir=url), "--workdir"),
+                   (lambda: export_workdir(url, tmp_path / "out"), "--workdir"))
+  gates = [(call, field, expected) for call, field in local_gates]
+  if not url.startswith("gs://"):  # gs:// is a workdir the bucket is asked about (tests/run/test_gcs_workdir.py)
+    gates += [(call, field, other_scheme) for call, field in workdir_gates]
+  for call, field, says in gates:
     given = url + "/plan.json" if field == "--json" else url
-    with pytest.raises(ConfigError, match=rf"^{field}={re.escape(repr(given))} {expected}"):
+    with pytest.raises(ConfigError, match=rf"^{field}={re.escape(repr(given))} {says}"):
       call()
   with pytest.raises(ConfigError, match=rf"^--workdir='gs:/b/r' {expected}"):  # pathlib folds gs:// into gs:/
     check_dir_path(pathlib.Path("gs://b/r"), "--workdir")
   assert not list(tmp_path.iterdir())  # nothing written, no local folder named "gs:"
 
 
-def test_train_py_refuses_a_gs_workdir_in_one_line_and_writes_nothing(tmp_path):
+def test_train_py_refuses_another_url_scheme_in_one_line_and_writes_nothing(tmp_path):
   env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")
   proc = subprocess.run([sys.executable, str(REPO / "experiments/train.py"), f"--config={REPO}/configs/sudoku_tiny.py:smoke",
-                         "--workdir=gs://bucket/run"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+                         "--workdir=s3://bucket/run"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 2, proc.stderr[-2000:]
-  assert proc.stderr.strip().splitlines()[-1].startswith("error: --workdir='gs://bucket/run' is not allowed: expected a "
-                                                         "folder of this machine's file system")
+  assert proc.stderr.strip().splitlines()[-1].startswith("error: --workdir='s3://bucket/run' is not allowed: expected a "
+                                                         "folder path, or a gs://bucket/folder URL")
   assert "Traceback" not in proc.stderr and not list(tmp_path.iterdir())

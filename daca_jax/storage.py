@@ -1,0 +1,297 @@
+"""The run's file layer: one set of file operations over a local folder or a Google Cloud Storage prefix.
+
+A pod's hosts share no disk, so a run's workdir may be ``gs://bucket/path``. Everything the job, the
+evaluation and the export read or write in a workdir goes through these functions (paths as ``str`` or path
+objects), which act on the local file system for a path and on the bucket, through ``gcsfs`` (the fsspec
+backend that ``etils.epath`` and orbax also use), for a ``gs://`` URL. Checkpoints' arrays go through orbax,
+which writes ``gs://`` with TensorStore.
+
+What each operation guarantees:
+
+* :func:`write_bytes`: a reader sees the old content or the new one, never a part. Locally a temporary file
+  beside the target, fsync, rename; on GCS one object upload (an object is replaced whole, there is no rename).
+* :func:`create_new`: creates a file only if it is absent (``O_CREAT | O_EXCL`` locally; on GCS an upload with
+  the precondition ``ifGenerationMatch=0``, which the server enforces). The workdir lease's mutex is built on it.
+* :func:`append_bytes`: locally an append, flushed and fsynced; on GCS (which cannot append) the object is
+  read and written back whole, so each append is atomic and its cost grows with the file (the job's appended
+  files are its metrics and generation logs, a few MB at most).
+* Listing and stat never come from a cache: gcsfs's listings cache is turned off for ``gs``, because other
+  writers (orbax's TensorStore, another host, a second run) change the bucket behind it.
+
+Other URL schemes (``s3://``, ``file://``) are refused where a workdir is given
+(:func:`daca_jax.io_utils.check_workdir_path`).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import pathlib
+import re
+import shutil
+import tempfile
+import time
+from typing import Any
+
+REMOTE_PREFIX = "gs://"
+# A bucket name (GCS's rules: 3-63 characters of lower-case letters, digits, '-', '_' and '.', starting and
+# ending with a letter or digit).
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+REMOTE_EXTRA = "pip install -e '.[gcs]'"
+
+
+def is_remote(path: str | os.PathLike | None) -> bool:
+  """Whether ``path`` names a GCS object or prefix (``gs://bucket/...``, a string or an ``epath`` path)."""
+  return path is not None and os.fspath(path).strip().startswith(REMOTE_PREFIX)
+
+
+def remote_problem(path: str) -> str | None:
+  """What a ``gs://`` URL must be to name a folder of a run, when ``path`` is not that (None when it is)."""
+  rest = path.strip()[len(REMOTE_PREFIX):]
+  bucket, _, key = rest.partition("/")
+  if not _BUCKET.match(bucket):
+    return (f"gs://<bucket>/<folder> whose bucket name has 3-63 lower-case letters, digits, '-', '_' and '.' "
+            f"({bucket!r} has not)")
+  parts = [p for p in key.split("/") if p]
+  if not parts:
+    return "a folder inside the bucket (gs://bucket/folder), not the bucket itself"
+  if any(p in (".", "..") for p in parts) or "//" in key.rstrip("/"):
+    return "a folder path without '.', '..' or empty segments"
+  return None
+
+
+def _fs() -> Any:
+  """The ``gcsfs`` file system, without a listings cache (module docstring).
+
+  Raises:
+    ImportError: gcsfs is not installed (the message names the extra).
+  """
+  try:
+    import fsspec
+    import gcsfs  # noqa: F401  (registers the gs protocol's implementation)
+  except ImportError as e:
+    raise ImportError(f"a gs:// path needs gcsfs: {REMOTE_EXTRA}") from e
+  fsspec.config.conf.setdefault("gs", {})["use_listings_cache"] = False  # also for epath's and orbax's instance
+  return fsspec.filesystem("gs", use_listings_cache=False)
+
+
+def _key(path: str | os.PathLike) -> str:
+  """``bucket/key`` of a ``gs://`` path, without a trailing slash."""
+  return os.fspath(path).strip()[len(REMOTE_PREFIX):].rstrip("/")
+
+
+def as_path(path: str | os.PathLike) -> Any:
+  """A path object for ``path``: ``pathlib.Path`` for a local one, ``etils.epath.Path`` for ``gs://``
+  (both have ``/``, ``name``, ``parent``, ``exists``, ``glob``, ``read_text``)."""
+  if is_remote(path):
+    _fs()  # the gs defaults set before epath makes its own instance
+    from etils import epath
+    return epath.Path(REMOTE_PREFIX + _key(path))
+  return pathlib.Path(path)
+
+
+def join(base: str | os.PathLike, *names: str) -> str:
+  """``base/name/...`` as a string (a URL stays one)."""
+  if is_remote(base):
+    return "/".join([REMOTE_PREFIX + _key(base), *names])
+  return os.path.join(os.fspath(base), *names)
+
+
+def absolute(path: str | os.PathLike) -> str:
+  """The absolute form of a local path; a ``gs://`` URL without its trailing slash."""
+  return REMOTE_PREFIX + _key(path) if is_remote(path) else os.path.abspath(os.fspath(path))
+
+
+def exists(path: str | os.PathLike) -> bool:
+  if is_remote(path):
+    return _fs().exists(_key(path))
+  return os.path.exists(path)
+
+
+def is_dir(path: str | os.PathLike) -> bool:
+  """Whether ``path`` is a folder (on GCS: a prefix with objects below it)."""
+  if is_remote(path):
+    return _fs().isdir(_key(path))
+  return os.path.isdir(path)
+
+
+def is_file(path: str | os.PathLike) -> bool:
+  if is_remote(path):
+    return _fs().isfile(_key(path))
+  return os.path.isfile(path)
+
+
+def listdir(path: str | os.PathLike) -> list[str]:
+  """The names in folder ``path`` (on GCS, ``[]`` for a prefix with nothing below it)."""
+  if is_remote(path):
+    fs = _fs()
+    try:
+      entries = fs.ls(_key(path), detail=False)
+    except FileNotFoundError:
+      return []
+    return sorted({e.rstrip("/").rsplit("/", 1)[-1] for e in entries if e.rstrip("/") != _key(path)})
+  return os.listdir(path)
+
+
+def makedirs(path: str | os.PathLike) -> None:
+  """Makes folder ``path`` and its parents (nothing to make on GCS, whose folders are key prefixes)."""
+  if not is_remote(path):
+    os.makedirs(path, exist_ok=True)
+
+
+def rmtree(path: str | os.PathLike) -> None:
+  """Deletes folder ``path`` and everything in it; a missing one is not an error."""
+  if is_remote(path):
+    fs = _fs()
+    with contextlib.suppress(FileNotFoundError):
+      fs.rm(_key(path), recursive=True)
+    return
+  shutil.rmtree(path, ignore_errors=True)
+
+
+def remove(path: str | os.PathLike) -> None:
+  """Deletes file ``path``.
+
+  Raises:
+    FileNotFoundError: there is none.
+  """
+  if is_remote(path):
+    _fs().rm_file(_key(path))
+    return
+  os.unlink(path)
+
+
+def move_tree(src: str | os.PathLike, dst: str | os.PathLike) -> None:
+  """Moves folder ``src`` to ``dst`` (locally a rename; on GCS a copy of each object, then the deletes)."""
+  if is_remote(src):
+    fs = _fs()
+    fs.copy(_key(src), _key(dst), recursive=True)
+    fs.rm(_key(src), recursive=True)
+    return
+  os.rename(src, dst)
+
+
+def mtime(path: str | os.PathLike) -> float | None:
+  """When ``path`` was last written (seconds since the epoch; None when it does not exist). A local symlink's
+  own time, not its target's."""
+  if is_remote(path):
+    try:
+      info = _fs().info(_key(path))
+    except FileNotFoundError:
+      return None
+    updated = info.get("updated") or info.get("mtime")
+    if updated is None:
+      return None
+    if isinstance(updated, str):
+      import datetime
+      updated = datetime.datetime.fromisoformat(updated.replace("Z", "+00:00"))
+    return updated.timestamp()
+  try:
+    return os.lstat(path).st_mtime
+  except FileNotFoundError:
+    return None
+
+
+def read_bytes(path: str | os.PathLike, limit: int | None = None) -> bytes:
+  """The content of file ``path`` (its first ``limit + 1`` bytes at most when ``limit`` is given, so that a
+  caller can tell a file longer than ``limit``).
+
+  Raises:
+    FileNotFoundError: there is no such file.
+    IsADirectoryError: it is a folder.
+  """
+  if is_remote(path):
+    fs = _fs()
+    key = _key(path)
+    if limit is None:
+      return fs.cat_file(key)
+    return fs.cat_file(key, start=0, end=limit + 1)
+  with open(path, "rb") as f:
+    return f.read() if limit is None else f.read(limit + 1)
+
+
+def write_bytes(path: str | os.PathLike, data: bytes) -> None:
+  """Replaces file ``path`` with ``data`` atomically (module docstring).
+
+  Raises:
+    OSError: the folder is not writable, the disk is full, ... (the target is left unchanged and no
+      temporary file remains).
+  """
+  if is_remote(path):
+    _fs().pipe_file(_key(path), data)
+    return
+  path = pathlib.Path(path)
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+  try:
+    with os.fdopen(fd, "wb") as f:
+      f.write(data)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    with contextlib.suppress(OSError):
+      os.unlink(tmp)
+    raise
+
+
+def create_new(path: str | os.PathLike, data: bytes) -> None:
+  """Creates file ``path`` holding ``data`` only if no file is there (module docstring).
+
+  Raises:
+    FileExistsError: ``path`` exists (another writer created it first).
+  """
+  if is_remote(path):
+    try:
+      _fs().pipe_file(_key(path), data, mode="create")
+    except FileExistsError:  # gcsfs's, naming the upload URL
+      raise FileExistsError(os.fspath(path)) from None
+    except OSError as e:  # gcsfs reports the failed precondition (HTTP 412) as an HttpError
+      if getattr(e, "code", None) == 412 or "412" in str(e)[:200]:
+        raise FileExistsError(os.fspath(path)) from None
+      raise
+    return
+  fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+  try:
+    os.write(fd, data)
+  finally:
+    os.close(fd)
+
+
+def probe_write(folder: str | os.PathLike) -> None:
+  """Writes and deletes an empty object in ``gs://`` folder ``folder``, so that a bucket that is missing,
+  unwritable with this machine's credentials or unreachable is found before any work.
+
+  Raises:
+    OSError: naming the bucket and what the server or the network answered.
+  """
+  bucket = _key(folder).split("/", 1)[0]
+  probe = join(folder, f".write_probe-{os.getpid()}-{time.time_ns()}")
+  try:
+    write_bytes(probe, b"")
+    remove(probe)
+  except FileNotFoundError:
+    raise OSError(f"bucket {bucket!r} does not exist or is not visible with this machine's credentials") from None
+  except Exception as e:  # noqa: BLE001  (gcsfs, aiohttp and google-auth raise many types)
+    reason = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+    raise OSError(f"bucket {bucket!r} cannot be written from here ({type(e).__name__}: {reason})") from None
+
+
+def append_bytes(path: str | os.PathLike, data: bytes) -> None:
+  """Appends ``data`` to file ``path`` (made if missing), durably (module docstring)."""
+  if is_remote(path):
+    fs = _fs()
+    key = _key(path)
+    try:
+      old = fs.cat_file(key)
+    except FileNotFoundError:
+      old = b""
+    fs.pipe_file(key, old + data)
+    return
+  with open(path, "ab") as f:
+    f.write(data)
+    f.flush()
+    os.fsync(f.fileno())
+
+
+__all__ = ["REMOTE_EXTRA", "REMOTE_PREFIX", "absolute", "append_bytes", "as_path", "create_new", "exists", "is_dir",
+           "is_file", "is_remote", "join", "listdir", "makedirs", "move_tree", "mtime", "probe_write", "read_bytes", "remote_problem",
+           "remove", "rmtree", "write_bytes"]

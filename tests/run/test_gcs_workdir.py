@@ -1,0 +1,234 @@
+"""A workdir on Google Cloud Storage, against a local GCS server (tests/gcs_server.py, started here).
+
+The file layer (daca_jax.storage) on gs://, the workdir lease with real processes, and the main job: a smoke
+run on gs:// is killed (SIGKILL), resumed by the same command, and ends with the metrics, evaluations and
+final parameters of the same run on local disk; evaluate.py reads that workdir.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from tests.gcs_server import client_env
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BUCKET = "daca-test"
+_MISSING = [m for m in ("gcsfs", "gcp_storage_emulator", "etils") if importlib.util.find_spec(m) is None]
+pytestmark = pytest.mark.skipif(bool(_MISSING), reason=f"needs {_MISSING} (pip install -e '.[test]')")
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def gcs(tmp_path_factory):
+  """The server's environment, set in this process too (the subprocesses get it through ``os.environ``)."""
+  port = _free_port()
+  log = tmp_path_factory.mktemp("gcs") / "server.log"  # a file: a pipe nobody reads would fill and stall it
+  server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "gcs_server.py"), str(port), BUCKET],
+                            stdout=subprocess.DEVNULL, stderr=log.open("w"))
+  deadline = time.time() + 60
+  while True:
+    try:
+      socket.create_connection(("127.0.0.1", port), timeout=1).close()
+      break
+    except OSError:
+      if server.poll() is not None or time.time() > deadline:
+        server.kill()
+        pytest.fail(f"the GCS test server did not start: {log.read_text()[-2000:]}")
+      time.sleep(0.1)
+  env = client_env(port)
+  saved = {k: os.environ.get(k) for k in env}
+  os.environ.update(env)
+  try:
+    yield env
+  finally:
+    for k, v in saved.items():
+      if v is None:
+        os.environ.pop(k, None)
+      else:
+        os.environ[k] = v
+    server.terminate()
+    server.wait(timeout=30)
+
+
+def test_the_file_layer_on_gcs(gcs):
+  from daca_jax import storage
+
+  base = f"gs://{BUCKET}/layer"
+  storage.write_bytes(f"{base}/a.json", b"{}")
+  storage.write_bytes(f"{base}/a.json", b'{"x": 1}')  # replaced whole
+  assert storage.read_bytes(f"{base}/a.json") == b'{"x": 1}'
+  assert storage.read_bytes(f"{base}/a.json", limit=2) == b'{"x'
+  storage.append_bytes(f"{base}/m.jsonl", b"1\n")
+  storage.append_bytes(f"{base}/m.jsonl", b"2\n")
+  assert storage.read_bytes(f"{base}/m.jsonl") == b"1\n2\n"
+  storage.write_bytes(f"{base}/sub/b", b"b")
+  assert storage.listdir(base) == ["a.json", "m.jsonl", "sub"] and storage.is_dir(f"{base}/sub")
+  assert storage.is_file(f"{base}/a.json") and not storage.is_file(f"{base}/sub")
+  assert abs(storage.mtime(f"{base}/a.json") - time.time()) < 60 and storage.mtime(f"{base}/none") is None
+  storage.move_tree(f"{base}/sub", f"{base}/moved")
+  assert storage.listdir(base) == ["a.json", "m.jsonl", "moved"] and storage.read_bytes(f"{base}/moved/b") == b"b"
+  # created only if absent, also when several writers race: exactly one wins
+  winners = []
+
+  def create(i):
+    try:
+      storage.create_new(f"{base}/lock", str(i).encode())
+      winners.append(i)
+    except FileExistsError:
+      pass
+
+  threads = [threading.Thread(target=create, args=(i,)) for i in range(6)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  assert len(winners) == 1 and storage.read_bytes(f"{base}/lock") == str(winners[0]).encode()
+  with pytest.raises(FileExistsError, match="lock"):
+    storage.create_new(f"{base}/lock", b"again")
+  storage.rmtree(base)
+  assert storage.listdir(base) == [] and not storage.exists(f"{base}/a.json")
+  with pytest.raises(OSError, match="bucket 'no-such-bucket' does not exist"):
+    storage.probe_write("gs://no-such-bucket/run")
+
+
+HOLDER = r"""
+import sys, time
+from daca_jax.run.lease import WorkdirLease
+WorkdirLease(sys.argv[1]).acquire()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_lease_on_gcs_is_refused_while_held_and_taken_over_from_a_killed_holder(gcs):
+  from daca_jax import storage
+  from daca_jax.errors import ConfigError
+  from daca_jax.run import lease as lease_mod
+
+  workdir = f"gs://{BUCKET}/leased"
+  holder = subprocess.Popen([sys.executable, "-c", HOLDER, workdir], stdout=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "JAX_PLATFORMS": "cpu"})
+  try:
+    assert holder.stdout.readline().strip() == "held"
+    with pytest.raises(ConfigError, match=rf"--workdir=.*run \w+ \(host .*pid {holder.pid}.*holds it"):
+      lease_mod.WorkdirLease(workdir).acquire()
+    with pytest.raises(ConfigError, match=f"pid {holder.pid}"):
+      lease_mod.check_free(workdir)
+  finally:
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+  said = []
+  with lease_mod.WorkdirLease(workdir, said.append) as lease:  # kill -9 left the lease: its process is gone
+    record = json.loads(storage.read_bytes(f"{workdir}/{lease_mod.LEASE_FILE}"))
+    assert record["run_id"] == lease.run_id and record["pid"] == os.getpid()
+  assert len(said) == 1 and "taking over" in said[0] and "its process is gone" in said[0]
+  assert storage.listdir(workdir) == []  # released, and no mutex left
+
+
+RL_STEPS = 6
+FIELDS = {"rl.steps": RL_STEPS, "checkpoint.every": 2, "task.num_eval_examples": 8, "eval.batch_size": 8,
+          "sft.steps": 10, "sft.num_train_examples": 40}
+FLAGS = ["--config=configs/sudoku_tiny.py:smoke", "--progress=false"] + [f"--config.{k}={v}" for k, v in FIELDS.items()]
+TIMING = {"rollout_s", "update_s", "rollout_tokens_per_s", "includes_compile"}
+
+
+def _untimed(tree):
+  """``tree`` without its wall-clock entries (``seconds``, ``decode_seconds``, ``tokens_per_s``)."""
+  if isinstance(tree, dict):
+    return {k: _untimed(v) for k, v in tree.items() if k not in ("seconds", "decode_seconds", "tokens_per_s")}
+  return tree
+
+
+def _final_params(workdir) -> tuple[int, list[np.ndarray]]:
+  from daca_jax.run.eval_models import read_trained_params
+
+  trained = read_trained_params(workdir, "rl")
+  return trained.step, [np.asarray(x) for x in jax.tree.leaves(trained.base)]
+
+
+def test_a_run_on_gcs_killed_and_resumed_equals_the_run_on_local_disk(gcs, tmp_path):
+  from daca_jax import storage
+  from daca_jax.run.metrics import read_metrics
+
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  local, remote = tmp_path / "local", f"gs://{BUCKET}/run"
+  done = subprocess.run([sys.executable, "experiments/train.py", f"--workdir={local}"] + FLAGS, cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=240)
+  assert done.returncode == 0, done.stderr[-3000:]
+  cmd = [sys.executable, "experiments/train.py", f"--workdir={remote}"] + FLAGS
+  killed = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  deadline = time.time() + 600
+  while killed.poll() is None and time.time() < deadline:  # kill -9 once iteration 3 is logged on the bucket
+    try:  # (and the asynchronous save of iteration 2 committed, so that there is something to resume)
+      if (len(storage.read_bytes(f"{remote}/metrics.jsonl").splitlines()) >= 3
+          and storage.exists(f"{remote}/rl/2/commit_success.txt")):
+        break
+    except FileNotFoundError:
+      pass
+    time.sleep(0.02)
+  assert killed.poll() is None, "the run ended before it could be killed: " + killed.communicate()[1][-2000:]
+  killed.send_signal(signal.SIGKILL)
+  killed.communicate()
+  assert not storage.exists(f"{remote}/results.json")
+  again = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert "its process is gone" in again.stdout and "RL: resuming from iteration" in again.stdout, again.stdout[-2000:]
+  # the same run: metrics (timings aside), the SFT log, the evaluations with their outcomes, the final weights
+  a, b = read_metrics(local / "metrics.jsonl"), read_metrics(f"{remote}/metrics.jsonl")
+  assert [r["step"] for r in b] == list(range(1, RL_STEPS + 1))
+  assert [{k: v for k, v in r.items() if k not in TIMING} for r in a] == \
+      [{k: v for k, v in r.items() if k not in TIMING} for r in b]
+  assert read_metrics(local / "sft_metrics.jsonl") == read_metrics(f"{remote}/sft_metrics.jsonl")
+  res_local = json.loads((local / "results.json").read_text())
+  res_remote = json.loads(storage.read_bytes(f"{remote}/results.json"))
+  for k in ("eval_before", "eval_after"):
+    assert res_local[k] == res_remote[k], k
+  for name in ("eval_before.outcomes.jsonl", "eval_after.outcomes.jsonl"):
+    assert (local / name).read_bytes() == storage.read_bytes(f"{remote}/{name}")
+  (step_a, want), (step_b, got) = _final_params(local), _final_params(remote)
+  assert step_a == step_b == RL_STEPS
+  for x, y in zip(want, got, strict=True):
+    np.testing.assert_array_equal(x, y)
+  assert storage.listdir(f"{remote}/tb") == ["eval", "rl", "sft"]  # TensorBoard wrote there too
+  assert not storage.exists(f"{remote}/lease.json")
+  # evaluate.py reads the bucket's workdir as it reads the local one
+  summaries = []
+  for workdir, out in ((local, tmp_path / "ev_local"), (remote, tmp_path / "ev_remote")):
+    ev = subprocess.run([sys.executable, "experiments/evaluate.py", f"--workdir={workdir}", "--tasks=sudoku4x4",
+                         f"--output_dir={out}", "--num_examples=4", "--gen_lengths=32", "--progress=false"],
+                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    summaries.append(json.loads((out / "summary.json").read_text()))
+  assert _untimed(summaries[0]["tasks"]) == _untimed(summaries[1]["tasks"])
+  assert summaries[1]["checkpoint"]["path"] == remote and summaries[1]["checkpoint"]["step"] == RL_STEPS
+
+
+@pytest.mark.parametrize("workdir, says", [
+    ("gs://no-such-bucket/run", "bucket 'no-such-bucket' does not exist"),
+    ("gs://Bad_Bucket/run", "'Bad_Bucket' has not"),
+    (f"gs://{BUCKET}", "not the bucket itself"),
+    ("s3://bucket/run", "the only URL scheme a workdir may have"),
+])
+def test_a_bad_bucket_workdir_is_one_line_before_any_work(gcs, workdir, says):
+  run = subprocess.run([sys.executable, "experiments/train.py", f"--workdir={workdir}"] + FLAGS, cwd=ROOT,
+                       env={**os.environ, "JAX_PLATFORMS": "cpu"}, capture_output=True, text=True, timeout=300)
+  errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
+  assert run.returncode == 2 and len(errors) == 1 and says in errors[0], run.stderr[-2000:]
+  assert "Traceback" not in run.stderr
