@@ -232,3 +232,36 @@ def test_a_bad_bucket_workdir_is_one_line_before_any_work(gcs, workdir, says):
   errors = [line for line in run.stderr.splitlines() if line.startswith("error:")]
   assert run.returncode == 2 and len(errors) == 1 and says in errors[0], run.stderr[-2000:]
   assert "Traceback" not in run.stderr
+
+
+def _upload(folder: pathlib.Path, url: str) -> None:
+  """Copies local ``folder`` into the bucket at ``url``, object by object."""
+  from daca_jax import storage
+
+  for path in sorted(folder.rglob("*")):
+    if path.is_file():
+      storage.write_bytes(f"{url}/{path.relative_to(folder).as_posix()}", path.read_bytes())
+
+
+def test_export_hf_reads_a_workdir_in_a_bucket(gcs, tmp_path):
+  """A run from a Hugging Face checkpoint, its workdir in a bucket: the export equals the export of the same
+  workdir on local disk, file for file (the provenance record names each its own workdir)."""
+  pytest.importorskip("safetensors.numpy")
+  pytest.importorskip("tokenizers")
+  from daca_jax.run.export import PROVENANCE_FILE, export_workdir
+  from tests.run.test_export_hf import _source, _workdir
+
+  ckpt = _source(tmp_path / "src", "llada")
+  local, _, _ = _workdir(tmp_path / "wd", ckpt, lora_rank=2)
+  remote = f"gs://{BUCKET}/hf_run"
+  _upload(local, remote)
+  exports = {}
+  for name, workdir in (("local", local), ("remote", remote)):
+    out = tmp_path / f"export_{name}"
+    export_workdir(workdir, out, log=lambda *_: None)
+    exports[name] = {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+  assert set(exports["local"]) == set(exports["remote"]) and len(exports["local"]) > 3
+  for name in exports["local"]:
+    if name != PROVENANCE_FILE:
+      assert exports["local"][name] == exports["remote"][name], name
+  assert json.loads(exports["remote"][PROVENANCE_FILE])["workdir"] == remote
