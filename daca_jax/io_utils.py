@@ -180,6 +180,21 @@ def check_workdir_path(path: str | os.PathLike | None, flag: str) -> Any:
   return check_dir_path(path, flag)
 
 
+def check_folder_or_bucket(path: str | os.PathLike | None, flag: str) -> None:
+  """Refuses what is neither a local path nor a ``gs://bucket/folder`` URL (a folder that may be in a bucket:
+  a workdir, a TFDS data directory).
+
+  Raises:
+    ConfigError: naming ``flag``: a URL of another scheme, or a malformed ``gs://`` one.
+  """
+  if storage.is_remote(path):
+    problem = storage.remote_problem(os.fspath(path))
+    if problem is not None:
+      raise ConfigError(flag, str(path), problem)
+  elif is_url(path):
+    raise ConfigError(flag, str(path), WORKDIR_URLS)
+
+
 def existing_workdir(path: str | os.PathLike, flag: str = "--workdir") -> Any:
   """The workdir of a run to read (an evaluation, an export): a local folder, resolved, or a ``gs://`` one
   (:func:`check_workdir_path`'s rules; whether it holds a run is for the reader to say).

@@ -3,6 +3,8 @@
 
   # every benchmark dataset, from the default local folder ($DACA_DATA_DIR or ../shared/data):
   python experiments/build_tfds.py --tfds_dir=~/tensorflow_datasets
+  # into a bucket folder (built in a local copy, then uploaded; the [gcs] extra), for the hosts of a pod:
+  python experiments/build_tfds.py --tfds_dir=gs://my-bucket/tfds
   # two of them, from a given folder:
   python experiments/build_tfds.py --tfds_dir=/data/tfds --data_dir=/data/benchmarks \
       --datasets=daca_sudoku4x4_d1,daca_countdown_d1
@@ -26,8 +28,8 @@ flags.mark_flags_as_required(["tfds_dir"])
 def main(argv):
   del argv
   with reported_errors():
-    from daca_jax.io_utils import check_local_path
-    check_local_path(_TFDS_DIR.value, "--tfds_dir")  # array_record writes and reads local files only
+    from daca_jax.io_utils import check_folder_or_bucket, check_local_path
+    check_folder_or_bucket(_TFDS_DIR.value, "--tfds_dir")  # gs://: built locally, then uploaded
     check_local_path(_DATA_DIR.value, "--data_dir")
     from daca_jax.data import sources
     sources.require_tfds()  # one line, before TFDS's own import errors

@@ -14,7 +14,7 @@ from daca_jax.config.parallel import ParallelConfig
 from daca_jax.config.rl import RLConfig
 from daca_jax.config.rollout import RolloutConfig
 from daca_jax.errors import ConfigError
-from daca_jax.io_utils import check_local_path
+from daca_jax.io_utils import check_folder_or_bucket, check_local_path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,8 +132,8 @@ class DataConfig:
   def validate(self, prefix: str = "data") -> "DataConfig":
     _check_fields(prefix, self)
     _one_of(prefix, self, "source", DATA_SOURCES)
-    for name in ("data_dir", "tfds_dir"):
-      check_local_path(getattr(self, name), f"{prefix}.{name}")
+    check_local_path(self.data_dir, f"{prefix}.data_dir")
+    check_folder_or_bucket(self.tfds_dir, f"{prefix}.tfds_dir")  # gs://: each host reads a local copy
     if self.source == "tfds" and not self.tfds_dir:
       raise ConfigError(f"{prefix}.tfds_dir", self.tfds_dir,
                         "the TFDS data directory the datasets were built into (data.source='tfds'; "

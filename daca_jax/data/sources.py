@@ -18,8 +18,13 @@ import os
 import pathlib
 from typing import Any, Protocol
 
+from daca_jax import storage
 from daca_jax.data import catalog, local
 from daca_jax.errors import DataError
+
+# Where the datasets of a gs:// data.tfds_dir are copied on each host (``$DACA_TFDS_CACHE``, else the user's
+# cache folder), one folder per bucket path.
+CACHE_ENV = "DACA_TFDS_CACHE"
 
 class BenchmarkSource(Protocol):
   """What a task reads its benchmark files through."""
@@ -106,6 +111,13 @@ class TFDSFiles:
     if not str(data_dir):
       raise DataError("data.source='tfds' needs data.tfds_dir: the folder the TFDS datasets were built "
                       "into (python experiments/build_tfds.py --tfds_dir=...)")
+    self.remote = storage.absolute(data_dir) if storage.is_remote(data_dir) else None
+    if self.remote is not None:  # array_record opens local files only: each dataset is read from a local copy
+      if not storage.is_dir(self.remote):
+        raise DataError(f"data.tfds_dir={self.remote!r} holds no datasets (build them with python "
+                        f"experiments/build_tfds.py --tfds_dir={self.remote})")
+      data_dir = mirror_root(self.remote)
+      data_dir.mkdir(parents=True, exist_ok=True)
     self.data_dir = pathlib.Path(data_dir).expanduser().absolute()
     if not self.data_dir.is_dir():
       raise DataError(f"data.tfds_dir={str(data_dir)!r}: {str(self.data_dir)!r} is not a folder (build the "
@@ -114,8 +126,13 @@ class TFDSFiles:
     self._texts: dict[str, list[str]] = {}
     self._builders: dict[str, Any] = {}
 
+  @property
+  def shown(self) -> str:
+    """The folder as the user gave it: the ``gs://`` URL, not this host's copy of it."""
+    return self.remote or str(self.data_dir)
+
   def __repr__(self) -> str:
-    return f"TFDSFiles({str(self.data_dir)!r})"
+    return f"TFDSFiles({self.shown!r})"
 
   def has(self, rel: str) -> bool:
     """Whether ``rel`` is a catalogue file (its dataset must then be built here).
@@ -133,6 +150,8 @@ class TFDSFiles:
   def _builder(self, entry: catalog.BenchmarkFile) -> Any:
     """The checked builder of ``entry``'s dataset, read once per dataset (:func:`check_dataset`)."""
     if entry.dataset not in self._builders:
+      if self.remote is not None:
+        mirror_dataset(self.remote, self.data_dir, entry.dataset)
       self._builders[entry.dataset] = check_dataset(self.data_dir, entry)
     builder = self._builders[entry.dataset]
     if entry.split not in builder.info.splits:
@@ -144,9 +163,9 @@ class TFDSFiles:
       entry = catalog.benchmark_file(rel)
     except DataError:
       under = sorted({f.dataset for f in catalog.FILES if f.rel.startswith(rel.rstrip("/") + "/")})
-      return (f"TFDS {', '.join(under)} in {self.data_dir}" if under
-              else f"{rel} (no TFDS dataset of this library holds it) in {self.data_dir}")
-    return f"TFDS {entry.dataset}:{catalog.DATASETS[entry.dataset].version} split {entry.split!r} in {self.data_dir}"
+      return (f"TFDS {', '.join(under)} in {self.shown}" if under
+              else f"{rel} (no TFDS dataset of this library holds it) in {self.shown}")
+    return f"TFDS {entry.dataset}:{catalog.DATASETS[entry.dataset].version} split {entry.split!r} in {self.shown}"
 
   def _records(self, rel: str, layout: tuple[str, ...]) -> list[tuple[str, Any]]:
     """``(where, record)`` of each record of ``rel``'s split, parsed afresh (callers may keep them)."""
@@ -186,6 +205,42 @@ class TFDSFiles:
         raise DataError(f"{where}: expected a file name and its text (or null), got {record!r:.120}")
       out.append((name, text))
     return out
+
+
+def mirror_root(url: str) -> pathlib.Path:
+  """The local folder that holds this host's copy of the datasets under ``gs://`` folder ``url``."""
+  cache = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "daca_jax", "tfds")
+  return pathlib.Path(cache) / url[len(storage.REMOTE_PREFIX):].strip("/")
+
+
+def mirror_dataset(url: str, root: pathlib.Path, dataset: str) -> None:
+  """Copies the objects of ``url/<dataset>/`` to ``root/<dataset>/`` where the local copy is missing or
+  differs (size, or MD5 where GCS gives one), each file written atomically; a read then checks the records
+  against the digest the build stored (:func:`read_split`), as for a local folder.
+
+  Raises:
+    DataError: the bucket cannot be read (names the folder and the reason).
+  """
+  import base64
+
+  fs = storage._fs()  # noqa: SLF001  (the file layer's one gcsfs instance)
+  base = url[len(storage.REMOTE_PREFIX):].rstrip("/") + "/" + dataset
+  try:
+    infos = fs.find(base, detail=True) if fs.exists(base) else {}
+    for key, info in sorted(infos.items()):
+      if info.get("type") != "file":
+        continue
+      rel = key[len(base):].lstrip("/")
+      local_path = root / dataset / rel
+      md5 = info.get("md5Hash")
+      if local_path.is_file() and local_path.stat().st_size == int(info.get("size", -1)) and (
+          md5 is None or base64.b64encode(hashlib.md5(local_path.read_bytes()).digest()).decode() == md5):
+        continue
+      local_path.parent.mkdir(parents=True, exist_ok=True)
+      storage.write_bytes(local_path, fs.cat_file(key))
+  except OSError as e:
+    raise DataError(f"data.tfds_dir={url!r}: {dataset} cannot be copied from the bucket to {root} "
+                    f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None
 
 
 def _check_type(record: Any, kind: type, where: str, what: str) -> None:

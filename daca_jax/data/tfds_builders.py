@@ -27,6 +27,7 @@ import numpy as np
 from absl import logging as absl_logging
 import tensorflow_datasets as tfds
 
+from daca_jax import storage
 from daca_jax.data import catalog, sources
 from daca_jax.errors import DataError
 
@@ -140,6 +141,8 @@ def build(names: list[str] | tuple[str, ...], tfds_dir: str | pathlib.Path, data
   unknown = sorted(set(names) - set(catalog.DATASETS))
   if unknown:
     raise DataError(f"unknown benchmark datasets {unknown}; the known ones are {sorted(catalog.DATASETS)}")
+  if storage.is_remote(tfds_dir):
+    return _build_into_bucket(names, storage.absolute(tfds_dir), data_dir, overwrite, log)
   files = sources.open_benchmarks(data_dir)
   if files is None:
     raise DataError("no local benchmark folder: set --data_dir or $DACA_DATA_DIR (the default "
@@ -172,6 +175,29 @@ def build(names: list[str] | tuple[str, ...], tfds_dir: str | pathlib.Path, data
     check_built(tfds_dir, files, name)
     log(f"{name}: {', '.join(f'{e.split} {e.rows}' for e in catalog.dataset_files(name))} -> {folder}")
     out[name] = folder
+  return out
+
+
+def _build_into_bucket(names: list[str], url: str, data_dir: str, overwrite: bool, log: Any) -> dict[str, Any]:
+  """:func:`build` for a ``gs://`` ``tfds_dir``: array_record writes local files only, so each dataset is built
+  (or, already in the bucket, copied and checked) in this host's local copy of the folder
+  (:func:`daca_jax.data.sources.mirror_root`), then uploaded file by file with ``dataset_info.json`` last: a
+  reader finds the dataset complete or not built, never a part of it (a rebuild deletes the old one first)."""
+  staging = sources.mirror_root(url)
+  for name in names:
+    if not overwrite and storage.exists(f"{url}/{name}/{catalog.DATASETS[name].version}/dataset_info.json"):
+      sources.mirror_dataset(url, staging, name)  # built already: checked below by reading it back
+  built = build(names, staging, data_dir, overwrite=overwrite, log=lambda line: log(line.replace(str(staging), url)))
+  out = {}
+  for name, folder in built.items():
+    target = f"{url}/{name}/{catalog.DATASETS[name].version}"
+    if overwrite or not storage.exists(f"{target}/dataset_info.json"):
+      storage.rmtree(target)
+      files = sorted((p for p in folder.rglob("*") if p.is_file()), key=lambda p: p.name == "dataset_info.json")
+      for path in files:
+        storage.write_bytes(f"{target}/{path.relative_to(folder).as_posix()}", path.read_bytes())
+      log(f"{name}: uploaded to {target}")
+    out[name] = storage.as_path(target)
   return out
 
 

@@ -21,7 +21,7 @@ import jax
 from daca_jax.config.configure import train_config_from_dict, upgrade_config_dict
 from daca_jax.errors import ConfigError, DataError
 from daca_jax.evaluation.model import EvalModel, context_length, model_from_hf
-from daca_jax.io_utils import check_local_path, existing_workdir, read_json
+from daca_jax.io_utils import check_folder_or_bucket, check_local_path, existing_workdir, read_json
 from daca_jax.models import make_logits_fn
 from daca_jax.models.llada import Transformer
 from daca_jax.config.model import ModelConfig
@@ -231,8 +231,8 @@ def load_model(*, workdir: str = "", phase: str = "latest", hf_checkpoint: str =
   """
   if workdir:
     existing_workdir(workdir, "--workdir")  # a local folder or gs://bucket/folder
-  for flag, path in (("--hf_checkpoint", hf_checkpoint), ("--tokenizer", tokenizer), ("--data_dir", data_dir),
-                     ("--tfds_dir", tfds_dir)):
+  check_folder_or_bucket(tfds_dir, "--tfds_dir")
+  for flag, path in (("--hf_checkpoint", hf_checkpoint), ("--tokenizer", tokenizer), ("--data_dir", data_dir)):
     check_local_path(path, flag)  # gs://... would be read as the local folders gs:/...
   given = [f for f, v in (("--workdir", workdir), ("--hf_checkpoint", hf_checkpoint),
                           ("--random_init", random_init is not None)) if v]

@@ -197,7 +197,7 @@ def test_an_object_store_url_is_refused_where_a_local_path_is_read_or_written(ur
   """``pathlib`` reads ``gs://bucket/run`` as the relative folders ``gs:/bucket/run``: the run went into a local
   folder named ``gs:`` and its TensorBoard writer failed with a traceback at the end. Every gate of a path read
   or written locally refuses a URL in one line, before any work, creating nothing; a run's workdir takes
-  ``gs://`` (tests/run/test_gcs_workdir.py) and refuses every other scheme."""
+  ``gs://`` (tests/run/test_gcs_workdir.py), and so does a TFDS folder; they refuse every other scheme."""
   from daca_jax.config.model import ModelConfig
   from daca_jax.config.train import DataConfig, TrainConfig
   from daca_jax.io_utils import check_dir_path, check_file_path, check_output_dir, is_url
@@ -214,14 +214,14 @@ def test_an_object_store_url_is_refused_where_a_local_path_is_read_or_written(ur
                  (lambda: check_output_dir(url, overwrite=True), "--output_dir"),
                  (lambda: check_file_path(url + "/plan.json", "--json"), "--json"),
                  (lambda: DataConfig(data_dir=url).validate(), "data.data_dir"),
-                 (lambda: DataConfig(source="tfds", tfds_dir=url).validate(), "data.tfds_dir"),
                  (lambda: ModelConfig(init_checkpoint=url).validate(), "model.init_checkpoint"),
                  (lambda: load_model(hf_checkpoint=url), "--hf_checkpoint"),
                  (lambda: load_model(workdir=str(tmp_path), data_dir=url), "--data_dir"))
   workdir_gates = ((lambda: run_main_job(TrainConfig(), url, show_progress=False, log=lambda *_: None), "workdir"),
                    (lambda: run_config(url), "--workdir"),
                    (lambda: load_model(workdir=url), "--workdir"),
-                   (lambda: export_workdir(url, tmp_path / "out"), "--workdir"))
+                   (lambda: export_workdir(url, tmp_path / "out"), "--workdir"),
+                   (lambda: DataConfig(source="tfds", tfds_dir=url).validate(), "data.tfds_dir"))
   gates = [(call, field, expected) for call, field in local_gates]
   if not url.startswith("gs://"):  # gs:// is a workdir the bucket is asked about (tests/run/test_gcs_workdir.py)
     gates += [(call, field, other_scheme) for call, field in workdir_gates]

@@ -265,3 +265,42 @@ def test_export_hf_reads_a_workdir_in_a_bucket(gcs, tmp_path):
     if name != PROVENANCE_FILE:
       assert exports["local"][name] == exports["remote"][name], name
   assert json.loads(exports["remote"][PROVENANCE_FILE])["workdir"] == remote
+
+
+def test_tfds_datasets_built_into_a_bucket_read_as_the_local_files(gcs, tmp_path, monkeypatch):
+  """build_tfds into gs:// (built in a local copy, uploaded), then a host with an empty cache reads the bucket's
+  datasets: the same task examples as the local files. A dataset cut short in the bucket is refused in one line."""
+  pytest.importorskip("tensorflow_datasets")
+  pytest.importorskip("array_record")
+  from daca_jax import storage
+  from daca_jax.data import sources, tfds_builders
+  from daca_jax.errors import DataError
+  from daca_jax.tasks.base import make_task
+  from tests.tiny_data import shared_data
+
+  shared = shared_data()
+  if shared is None:
+    pytest.skip("../shared/data is absent")
+  url = f"gs://{BUCKET}/tfds"
+  monkeypatch.setenv(sources.CACHE_ENV, str(tmp_path / "builder_cache"))
+  said = []
+  tfds_builders.build(["daca_sudoku4x4_d1", "daca_gsm8k"], url, str(shared), log=said.append)
+  assert sum("uploaded to" in s for s in said) == 2
+  assert storage.exists(f"{url}/daca_gsm8k/{sources.catalog.DATASETS['daca_gsm8k'].version}/dataset_info.json")
+  monkeypatch.setenv(sources.CACHE_ENV, str(tmp_path / "host_cache"))  # another host: nothing local yet
+  digest = lambda examples: [(e.prompt, e.target) for e in examples]  # noqa: E731
+  for name in ("sudoku4x4", "gsm8k"):
+    local = make_task(name, data_dir=str(shared))
+    remote = make_task(name, data_dir=sources.TFDSFiles(url))
+    assert digest(local.eval_examples()[0]) == digest(remote.eval_examples()[0])
+  assert (tmp_path / "host_cache" / BUCKET / "tfds" / "daca_gsm8k").is_dir()
+  # a records file cut in half in the bucket: the host's copy is refreshed, and the read refuses it
+  version = sources.catalog.DATASETS["daca_sudoku4x4_d1"].version
+  folder = f"{url}/daca_sudoku4x4_d1/{version}"
+  records = [n for n in storage.listdir(folder) if "array_record" in n][0]
+  data = storage.read_bytes(f"{folder}/{records}")
+  storage.write_bytes(f"{folder}/{records}", data[:len(data) // 2])
+  with pytest.raises(DataError, match="daca_sudoku4x4_d1.*cannot be read|daca_sudoku4x4_d1.*records"):
+    sources.TFDSFiles(url).sudoku_rows("sudoku/d1_test.csv")
+  with pytest.raises(DataError, match="holds no datasets"):
+    sources.TFDSFiles(f"gs://{BUCKET}/empty")
