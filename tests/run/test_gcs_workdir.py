@@ -304,3 +304,48 @@ def test_tfds_datasets_built_into_a_bucket_read_as_the_local_files(gcs, tmp_path
     sources.TFDSFiles(url).sudoku_rows("sudoku/d1_test.csv")
   with pytest.raises(DataError, match="holds no datasets"):
     sources.TFDSFiles(f"gs://{BUCKET}/empty")
+
+
+@pytest.mark.slow  # 1-2 min; the one-process run on gs:// above covers the file layer
+def test_two_processes_on_a_bucket_equal_one_process_on_local_disk(gcs, tmp_path):
+  """A pod's layout: 2 processes x 2 CPU devices, the workdir and the TFDS datasets in the bucket (process 0
+  writes the files and holds the lease; both read checkpoints from it), against 1 process x 4 devices on
+  local disk reading the files: the same metrics and evaluations."""
+  pytest.importorskip("tensorflow_datasets")
+  from daca_jax import storage
+  from daca_jax.data import tfds_builders
+  from daca_jax.run.metrics import read_metrics
+  from tests.parallel.test_parallel import _free_port
+  from tests.tiny_data import shared_data
+
+  if shared_data() is None:
+    pytest.skip("../shared/data is absent")
+  url = f"gs://{BUCKET}/pod"
+  env = dict(os.environ, JAX_PLATFORMS="cpu", DACA_TFDS_CACHE=str(tmp_path / "cache"))
+  tfds_builders.build(["daca_sudoku4x4_d1"], f"{url}/tfds", str(shared_data()), log=lambda _: None)
+  flags = ["--config=configs/sudoku_tiny.py:smoke", "--progress=false", "--config.parallel.strategy=pmap",
+           "--config.rl.steps=2", "--config.sft.steps=10", "--config.task.num_eval_examples=8",
+           "--config.eval.batch_size=8"]
+  cmd = [sys.executable, "experiments/train.py"] + flags
+  multi = dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+               JAX_COORDINATOR_ADDRESS=f"localhost:{_free_port()}", JAX_NUM_PROCESSES="2")
+  procs = [subprocess.Popen(cmd + [f"--workdir={tmp_path / 'one'}"], cwd=ROOT, text=True,
+                            env=dict(env, XLA_FLAGS="--xla_force_host_platform_device_count=4"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)]
+  procs += [subprocess.Popen(cmd + [f"--workdir={url}/run", "--config.data.source=tfds",
+                                    f"--config.data.tfds_dir={url}/tfds"], cwd=ROOT, text=True,
+                             env=dict(multi, JAX_PROCESS_ID=str(i)), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for i in range(2)]
+  outs = [p.communicate(timeout=600) for p in procs]
+  for p, (_, err) in zip(procs, outs):
+    assert p.returncode == 0, err[-3000:]
+  one, two = read_metrics(tmp_path / "one" / "metrics.jsonl"), read_metrics(f"{url}/run/metrics.jsonl")
+  assert [r["step"] for r in two] == [1, 2]
+  for a, b in zip(one, two):
+    assert a["reward_mean"] == b["reward_mean"]
+    for k in ("loss", "kl", "grad_norm"):
+      assert b[k] == pytest.approx(a[k], rel=1e-5, abs=1e-7), k
+  res_one = json.loads((tmp_path / "one" / "results.json").read_text())
+  res_two = json.loads(storage.read_bytes(f"{url}/run/results.json"))
+  assert res_one["eval_before"] == res_two["eval_before"] and res_one["eval_after"] == res_two["eval_after"]
+  assert not storage.exists(f"{url}/run/lease.json")
