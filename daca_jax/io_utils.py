@@ -166,6 +166,7 @@ def check_workdir_path(path: str | os.PathLike | None, flag: str) -> Any:
     ConfigError: naming ``flag``: a local path refused by :func:`check_dir_path`, a URL of another scheme, a
       ``gs://`` URL that is not a folder in a bucket, or ``gs://`` without gcsfs installed.
   """
+  _check_one_slash(path, flag)
   if storage.is_remote(path):
     problem = storage.remote_problem(os.fspath(path))
     if problem is not None:
@@ -180,6 +181,12 @@ def check_workdir_path(path: str | os.PathLike | None, flag: str) -> Any:
   return check_dir_path(path, flag)
 
 
+def _check_one_slash(path: str | os.PathLike | None, flag: str) -> None:
+  """Refuses ``gs:/bucket/x`` (one slash), which would be the local folders ``gs:/bucket/x``."""
+  if path is not None and not isinstance(path, os.PathLike) and re.match(r"^\s*gs:/(?!/)", str(path), re.I):
+    raise ConfigError(flag, str(path), "a gs://bucket/folder URL (two slashes after 'gs:'), or a local folder path")
+
+
 def check_folder_or_bucket(path: str | os.PathLike | None, flag: str) -> None:
   """Refuses what is neither a local path nor a ``gs://bucket/folder`` URL (a folder that may be in a bucket:
   a workdir, a TFDS data directory).
@@ -187,6 +194,7 @@ def check_folder_or_bucket(path: str | os.PathLike | None, flag: str) -> None:
   Raises:
     ConfigError: naming ``flag``: a URL of another scheme, or a malformed ``gs://`` one.
   """
+  _check_one_slash(path, flag)
   if storage.is_remote(path):
     problem = storage.remote_problem(os.fspath(path))
     if problem is not None:
@@ -204,6 +212,7 @@ def existing_workdir(path: str | os.PathLike, flag: str = "--workdir") -> Any:
   """
   if storage.is_remote(path):
     return check_workdir_path(path, flag)
+  _check_one_slash(path, flag)
   if is_url(path):
     raise ConfigError(flag, str(path), WORKDIR_URLS)
   return pathlib.Path(path).expanduser().resolve()

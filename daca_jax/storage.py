@@ -36,6 +36,9 @@ REMOTE_PREFIX = "gs://"
 # A bucket name (GCS's rules: 3-63 characters of lower-case letters, digits, '-', '_' and '.', starting and
 # ending with a letter or digit).
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+# The characters a folder under the bucket may have: TensorStore reads '?' and '#' as a URL's query and
+# fragment (the arrays of gs://b/q?a would go to gs://b/q), gcsfs reads '*' and '[' as a glob.
+_KEY_CHARS = re.compile(r"^[A-Za-z0-9._~=+,@/-]*$")
 REMOTE_EXTRA = "pip install -e '.[gcs]'"
 
 
@@ -54,8 +57,12 @@ def remote_problem(path: str) -> str | None:
   parts = [p for p in key.split("/") if p]
   if not parts:
     return "a folder inside the bucket (gs://bucket/folder), not the bucket itself"
-  if any(p in (".", "..") for p in parts) or "//" in key.rstrip("/"):
+  if any(p in (".", "..") for p in parts) or key.startswith("/") or "//" in key.rstrip("/"):
     return "a folder path without '.', '..' or empty segments"
+  if not _KEY_CHARS.match(key):
+    bad = sorted({c for c in key if not _KEY_CHARS.match(c)})
+    return (f"a folder path of letters, digits and . _ ~ = + , @ - / only (it has {bad}: '?' and '#' would "
+            "split the checkpoints' URL, '*' and '[' are globs)")
   return None
 
 

@@ -70,7 +70,7 @@ def _preflight():
   targets.check_process(_TARGET.value)
   target = targets.target(_TARGET.value)
   result, _ = preflight(_CONFIG.value, target, usable_fraction=_USABLE.value,
-                        executables_dir=_pathlib.Path(_WORKDIR.value) / "executables")
+                        executables_dir=check_workdir_path(_WORKDIR.value, "--workdir") / "executables")
   print(result.line)
 
 

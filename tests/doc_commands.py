@@ -8,7 +8,8 @@ flag, left out. A ``for ...; do ...; done`` line is run by bash as written.
 
 :func:`plan` decides what happens to a command, from the table below (data: extend it here):
 
-* :data:`SKIPS`: commands not run, each with its reason (matched by the start of the command);
+* :data:`SKIPS`: commands not run, each with its reason (matched by the start of the command), and any
+  command naming a ``gs://`` bucket (:data:`BUCKET_SKIP`);
 * :data:`RULES`: per script, the rewrites that shrink its commands to CPU size and whether they run
   in the default suite (the others are slow-marked; every script keeps a fast one);
 * placeholders filled by the test: ``{shared}`` is ``../shared/data`` (skipped without it) and ``{tfds}`` a
@@ -43,6 +44,11 @@ SKIPS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("hf", "download"), "downloads a released checkpoint (the tests never download: /ckpt/<name> in other "
                          "commands becomes a tiny checkpoint in the release layout)"),
 )
+
+
+# A command that names a gs:// bucket would need Google Cloud: tests/run/test_gcs_workdir.py runs the same
+# scripts on gs:// paths against a local GCS server instead.
+BUCKET_SKIP = "reads or writes a gs:// bucket (tests/run/test_gcs_workdir.py runs it against a local GCS server)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,6 +289,8 @@ def plan(cmd: DocCommand) -> Plan:
   for prefix, reason in SKIPS:
     if cmd.argv[:len(prefix)] == prefix:
       return Plan(skip=reason)
+  if any(re.search(r"(^|=)gs://", w) for w in cmd.argv):
+    return Plan(skip=BUCKET_SKIP)
   script = cmd.argv[1] if len(cmd.argv) > 1 and cmd.argv[0] == "python" else ""
   rule = RULES.get(script)
   if rule is None:

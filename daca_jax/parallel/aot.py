@@ -26,6 +26,8 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import jax
 
+from daca_jax import storage
+
 MANIFEST = "manifest.json"
 PROGRAMS = ("rollout", "update")
 
@@ -130,9 +132,10 @@ def write(folder: str | pathlib.Path, programs: Mapping[str, tuple[Any, str]], *
 
   from daca_jax.io_utils import atomic_write_json
 
-  folder = pathlib.Path(folder)
-  folder.mkdir(parents=True, exist_ok=True)
-  (folder / MANIFEST).unlink(missing_ok=True)  # a half-written folder has no manifest: nothing is offered
+  folder = storage.as_path(folder)
+  storage.makedirs(folder)
+  with contextlib.suppress(FileNotFoundError):  # a half-written folder has no manifest: nothing is offered
+    storage.remove(folder / MANIFEST)
   first, _ = next(iter(programs.values()))
   devices = {d for sh in jax.tree.leaves(first.input_shardings) for d in sh.device_set}
   one = next(iter(devices))
@@ -141,7 +144,7 @@ def write(folder: str | pathlib.Path, programs: Mapping[str, tuple[Any, str]], *
               "jaxlib": _jaxlib_version(), "programs": {}}
   for name, (compiled, sha) in programs.items():
     payload, _, _ = serialize_executable.serialize(compiled)
-    (folder / f"{name}.xla").write_bytes(payload)
+    storage.write_bytes(folder / f"{name}.xla", payload)
     manifest["programs"][name] = {"file": f"{name}.xla", "lowered_sha256": sha,
                                   "bytes_sha256": hashlib.sha256(payload).hexdigest()}
   atomic_write_json(folder / MANIFEST, manifest)
@@ -169,7 +172,7 @@ def attach(folder: str | pathlib.Path, slots: Mapping[str, Slot], log: Callable[
   manifest or file that is not what :func:`write` writes is one line and the program compiles as usual;
   nothing outside ``folder`` is read. Returns whether any executable was offered (each still checks its
   program at its first call)."""
-  folder = pathlib.Path(folder)
+  folder = storage.as_path(folder)  # a gs:// workdir's executables are read from the bucket
   path = folder / MANIFEST
   try:
     if not path.is_file():
@@ -194,13 +197,16 @@ def attach(folder: str | pathlib.Path, slots: Mapping[str, Slot], log: Callable[
     else:
       try:
         target = folder / file
-        if not target.is_file() or target.is_symlink():
+        remote = storage.is_remote(target)  # an object: no links, and its size comes with the capped read
+        if not target.is_file() or (not remote and target.is_symlink()):
           problem = f"{file} is not a file there"
-        elif target.stat().st_size > MAX_EXECUTABLE_BYTES:
+        elif not remote and target.stat().st_size > MAX_EXECUTABLE_BYTES:
           problem = f"{file} is larger than {MAX_EXECUTABLE_BYTES} bytes"
         else:
-          payload = target.read_bytes()
-          if hashlib.sha256(payload).hexdigest() != entry.get("bytes_sha256"):
+          payload = storage.read_bytes(target, limit=MAX_EXECUTABLE_BYTES)
+          if len(payload) > MAX_EXECUTABLE_BYTES:
+            problem = f"{file} is larger than {MAX_EXECUTABLE_BYTES} bytes"
+          elif hashlib.sha256(payload).hexdigest() != entry.get("bytes_sha256"):
             problem = f"{file} is not the file the manifest names"
       except OSError as e:
         problem = f"{file} cannot be read ({e.strerror or type(e).__name__})"

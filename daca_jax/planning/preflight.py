@@ -110,7 +110,9 @@ def preflight(config: Mapping[str, Any] | Any, target: Target, *, usable_fractio
 
     from daca_jax.run import lease
 
-    workdir = pathlib.Path(executables_dir).parent
+    from daca_jax import storage
+
+    workdir = storage.as_path(executables_dir).parent
     if workdir.is_dir():
       lease.check_free(workdir)  # a run training there now: its executables are not replaced under it
       check_workdir_config(workdir, run_cfg, write=False)

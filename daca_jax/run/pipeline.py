@@ -93,6 +93,8 @@ def run_main_job(cfg: TrainConfig, workdir: str | pathlib.Path, *, show_progress
         storage.probe_write(workdir)  # a missing or unwritable bucket: refused before any work
       except OSError as e:
         raise ConfigError("workdir", str(workdir), f"a gs:// folder this machine can write: {e}") from None
+      if storage.is_file(workdir):  # GCS would let a folder of that name sit beside the object
+        raise ConfigError("workdir", str(workdir), "a folder; it is an object of the bucket")
     lease.check_free(workdir)  # a workdir in use: refused before any device or weight is touched
   if cfg.model.require_checkpoint and not cfg.model.init_checkpoint:
     raise ConfigError("model.init_checkpoint", "", "the folder of a pretrained LLaDA / Dream checkpoint in the "

@@ -242,3 +242,25 @@ def test_train_py_refuses_another_url_scheme_in_one_line_and_writes_nothing(tmp_
   assert proc.stderr.strip().splitlines()[-1].startswith("error: --workdir='s3://bucket/run' is not allowed: expected a "
                                                          "folder path, or a gs://bucket/folder URL")
   assert "Traceback" not in proc.stderr and not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("url, says", [
+    ("gs://bucket/q?a", "it has ['?']"),  # TensorStore would write the arrays of gs://bucket/q?a into gs://bucket/q
+    ("gs://bucket/x#y", "it has ['#']"),
+    ("gs://bucket/a*b", "it has ['*']"),
+    ("gs://bucket/c\x01d", "it has ['\\x01']"),
+    ("gs://bucket//x", "without '.', '..' or empty segments"),
+    ("gs://bucket/a/../b", "without '.', '..' or empty segments"),
+    ("gs:/bucket/x", "two slashes after 'gs:'"),  # else the local folders gs:/bucket/x
+    ("GS:/bucket/x", "two slashes after 'gs:'"),
+])
+def test_a_bucket_url_that_would_be_misread_is_refused_before_the_bucket_is_asked(url, says, tmp_path, monkeypatch):
+  """Checked on the text alone (no bucket is contacted), for every flag that takes a bucket folder."""
+  from daca_jax.io_utils import check_folder_or_bucket, check_workdir_path, existing_workdir
+
+  monkeypatch.chdir(tmp_path)
+  for check, flag in ((check_workdir_path, "--workdir"), (existing_workdir, "--workdir"),
+                      (check_folder_or_bucket, "data.tfds_dir")):
+    with pytest.raises(ConfigError, match=rf"^{flag}={re.escape(repr(url))} is not allowed: expected .*{re.escape(says)}"):
+      check(url, flag)
+  assert not list(tmp_path.iterdir())

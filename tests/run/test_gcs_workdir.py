@@ -63,7 +63,7 @@ def gcs(tmp_path_factory):
         os.environ.pop(k, None)
       else:
         os.environ[k] = v
-    server.terminate()
+    server.kill()  # in memory: nothing to save (it does not stop on SIGTERM while a client holds a connection)
     server.wait(timeout=30)
 
 
@@ -349,3 +349,37 @@ def test_two_processes_on_a_bucket_equal_one_process_on_local_disk(gcs, tmp_path
   res_two = json.loads(storage.read_bytes(f"{url}/run/results.json"))
   assert res_one["eval_before"] == res_two["eval_before"] and res_one["eval_after"] == res_two["eval_after"]
   assert not storage.exists(f"{url}/run/lease.json")
+
+
+def test_executables_compiled_ahead_into_a_bucket_are_loaded_from_it(gcs):
+  """train.py --compile_only writes a gs:// workdir's executables into the bucket, and the run loads them there
+  (the learner and programs of tests/parallel/test_aot.py)."""
+  from daca_jax import storage
+  from daca_jax.parallel import aot
+  from daca_jax.rl.learner import GRPOLearner
+  from tests.parallel.test_aot import EOS, MASK, _cfg, _compile_ahead, _inputs, _iteration, jax_logits
+
+  folder = f"gs://{BUCKET}/aot_run/executables"
+  _compile_ahead(folder, _cfg())
+  assert storage.listdir(folder) == [aot.MANIFEST, "rollout.xla", "update.xla"]
+  lines = []
+  learner = GRPOLearner(jax_logits, _cfg(), mask_id=MASK, eos_id=EOS)
+  assert aot.attach(folder, learner.aot_slots, lines.append)
+  got = jax.tree.leaves(_iteration(learner, *_inputs()))
+  assert lines == ["rollout: running the executable compiled ahead of time (no compile)",
+                   "update: running the executable compiled ahead of time (no compile)"]
+  want = jax.tree.leaves(_iteration(GRPOLearner(jax_logits, _cfg(), mask_id=MASK, eos_id=EOS), *_inputs()))
+  for a, b in zip(got, want, strict=True):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_workdir_that_is_an_object_of_the_bucket_is_refused(gcs):
+  from daca_jax import storage
+  from daca_jax.config.train import TrainConfig
+  from daca_jax.errors import ConfigError
+  from daca_jax.run.pipeline import run_main_job
+
+  storage.write_bytes(f"gs://{BUCKET}/an_object", b"x")
+  with pytest.raises(ConfigError, match=r"^workdir='gs://daca-test/an_object' .*a folder; it is an object"):
+    run_main_job(TrainConfig(), f"gs://{BUCKET}/an_object", show_progress=False, log=lambda *_: None)
+  assert storage.listdir(f"gs://{BUCKET}/an_object") == []  # nothing written beside it
