@@ -199,6 +199,11 @@ def check_folder_or_bucket(path: str | os.PathLike | None, flag: str) -> None:
     problem = storage.remote_problem(os.fspath(path))
     if problem is not None:
       raise ConfigError(flag, str(path), problem)
+    try:
+      storage.as_path(path)
+    except ImportError:
+      raise ConfigError(flag, str(path), f"a local folder, or gs:// with gcsfs installed "
+                        f"({storage.REMOTE_EXTRA})") from None
   elif is_url(path):
     raise ConfigError(flag, str(path), WORKDIR_URLS)
 

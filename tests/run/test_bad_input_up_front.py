@@ -264,3 +264,19 @@ def test_a_bucket_url_that_would_be_misread_is_refused_before_the_bucket_is_aske
     with pytest.raises(ConfigError, match=rf"^{flag}={re.escape(repr(url))} is not allowed: expected .*{re.escape(says)}"):
       check(url, flag)
   assert not list(tmp_path.iterdir())
+
+
+def test_a_bucket_folder_without_gcsfs_names_the_extra(monkeypatch):
+  """Without the [gcs] extra a gs:// workdir or TFDS folder is one line naming it, before any work."""
+  from daca_jax import storage
+  from daca_jax.config.train import DataConfig
+  from daca_jax.io_utils import check_workdir_path
+
+  def missing():
+    raise ImportError(f"a gs:// path needs gcsfs: {storage.REMOTE_EXTRA}")
+
+  monkeypatch.setattr(storage, "_fs", missing)
+  for call, flag in ((lambda: check_workdir_path("gs://bucket/run", "--workdir"), "--workdir"),
+                     (lambda: DataConfig(source="tfds", tfds_dir="gs://bucket/tfds").validate(), "data.tfds_dir")):
+    with pytest.raises(ConfigError, match=rf"^{re.escape(flag)}='gs://bucket/.*gcsfs installed \(pip install -e '\.\[gcs\]'\)"):
+      call()
