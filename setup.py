@@ -57,7 +57,8 @@ TFDS = ["tensorflow-datasets>=4.9.7", "array-record>=0.5", "etils[epath]>=1.7", 
 # A workdir in a Google Cloud Storage bucket (--workdir=gs://bucket/folder; daca_jax/storage.py): gcsfs for the
 # job's files (etils.epath, which orbax uses for its own, reads gs:// through it too), google-cloud-storage for
 # TensorBoard's event files (tensorboardX's GCS writer). Checkpoint arrays go through TensorStore (orbax's).
-GCS = ["gcsfs>=2024.2", "etils[epath]>=1.7", "google-cloud-storage>=2.14"]
+GCS = ["gcsfs>=2025.5",  # create-only uploads (pipe_file mode="create")
+       "etils[epath]>=1.7", "google-cloud-storage>=2.14"]
 # XLA's own TPU and GPU compilers, which compile a run's programs for a TPU slice or a GPU node on any machine
 # (experiments/plan.py --target, experiments/train.py --compile_only; daca_jax/planning/targets.py). jax's own
 # extras pin the compiler to the jax installed (jax[tpu] -> libtpu, jax[cuda12] -> the CUDA 12 plugin and
