@@ -70,7 +70,7 @@ GPU = ["jax[cuda12]>=0.10"]
 # the application layer's included (the TFDS builders too), so the site needs [run]'s and [tfds]'s packages.
 DOCS = RUN + TFDS + ["sphinx>=8.1", "myst-parser>=4.0", "sphinx-book-theme>=1.1.3"]
 TEST = RUN + DOCS + TPU + GPU + TFDS + GCS + ["pytest>=8", "hypothesis>=6",
-                     "gcp-storage-emulator>=2024.1",  # the local GCS server of tests/gcs_server.py
+                     "gcp-storage-emulator>=2026.7.19,<2027",  # tests/gcs_server.py patches its handlers
                      "pytest-xdist>=3.5",  # the suite runs on every core (-n auto), a file per worker
                      "tensorboard>=2.15",  # reads the event files back
                      "filelock>=3.12"]  # JAX's locked compilation cache, shared by the tests' processes
