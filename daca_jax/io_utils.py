@@ -157,70 +157,53 @@ def check_dir_path(path: str | os.PathLike | None, flag: str) -> pathlib.Path:
   return out
 
 
-def check_workdir_path(path: str | os.PathLike | None, flag: str) -> Any:
-  """A run's workdir as a path object, checked before any work: a local folder as :func:`check_dir_path`
-  checks it (a ``pathlib.Path``), or a ``gs://bucket/folder`` URL (an ``etils.epath.Path``; the bucket is
-  not contacted here).
+def check_folder_or_bucket(path: str | os.PathLike | None, flag: str) -> Any | None:
+  """Refuses what is neither a local path nor a ``gs://bucket/folder`` URL (a folder that may be in a bucket:
+  a workdir, a TFDS data directory); the bucket is not contacted.
 
+  Returns:
+    The ``gs://`` folder as an ``etils.epath.Path``; None for a local path (the caller checks it).
   Raises:
-    ConfigError: naming ``flag``: a local path refused by :func:`check_dir_path`, a URL of another scheme, a
-      ``gs://`` URL that is not a folder in a bucket, or ``gs://`` without gcsfs installed.
+    ConfigError: naming ``flag``: ``gs:/`` with one slash, a URL of another scheme, a ``gs://`` URL that is not
+      a folder in a bucket, or ``gs://`` without gcsfs installed.
   """
-  _check_one_slash(path, flag)
-  if storage.is_remote(path):
-    problem = storage.remote_problem(os.fspath(path))
-    if problem is not None:
-      raise ConfigError(flag, str(path), problem)
-    try:
-      return storage.as_path(path)
-    except ImportError:
-      raise ConfigError(flag, str(path), f"a local folder, or gs:// with gcsfs installed "
-                        f"({storage.REMOTE_EXTRA})") from None
-  if is_url(path):
-    raise ConfigError(flag, str(path), WORKDIR_URLS)
-  return check_dir_path(path, flag)
-
-
-def _check_one_slash(path: str | os.PathLike | None, flag: str) -> None:
-  """Refuses ``gs:/bucket/x`` (one slash), which would be the local folders ``gs:/bucket/x``."""
   if path is not None and not isinstance(path, os.PathLike) and re.match(r"^\s*gs:/(?!/)", str(path), re.I):
     raise ConfigError(flag, str(path), "a gs://bucket/folder URL (two slashes after 'gs:'), or a local folder path")
+  if not storage.is_remote(path):
+    if is_url(path):
+      raise ConfigError(flag, str(path), WORKDIR_URLS)
+    return None
+  problem = storage.remote_problem(os.fspath(path))
+  if problem is not None:
+    raise ConfigError(flag, str(path), problem)
+  try:
+    return storage.as_path(path)
+  except ImportError:
+    raise ConfigError(flag, str(path), f"a local folder, or gs:// with gcsfs installed "
+                      f"({storage.REMOTE_EXTRA})") from None
 
 
-def check_folder_or_bucket(path: str | os.PathLike | None, flag: str) -> None:
-  """Refuses what is neither a local path nor a ``gs://bucket/folder`` URL (a folder that may be in a bucket:
-  a workdir, a TFDS data directory).
+def check_workdir_path(path: str | os.PathLike | None, flag: str) -> Any:
+  """A run's workdir as a path object, checked before any work: a ``gs://bucket/folder`` URL
+  (:func:`check_folder_or_bucket`; an ``etils.epath.Path``), or a local folder as :func:`check_dir_path`
+  checks it (a ``pathlib.Path``).
 
   Raises:
-    ConfigError: naming ``flag``: a URL of another scheme, or a malformed ``gs://`` one.
+    ConfigError: naming ``flag``: see :func:`check_folder_or_bucket` and :func:`check_dir_path`.
   """
-  _check_one_slash(path, flag)
-  if storage.is_remote(path):
-    problem = storage.remote_problem(os.fspath(path))
-    if problem is not None:
-      raise ConfigError(flag, str(path), problem)
-    try:
-      storage.as_path(path)
-    except ImportError:
-      raise ConfigError(flag, str(path), f"a local folder, or gs:// with gcsfs installed "
-                        f"({storage.REMOTE_EXTRA})") from None
-  elif is_url(path):
-    raise ConfigError(flag, str(path), WORKDIR_URLS)
+  remote = check_folder_or_bucket(path, flag)
+  return remote if remote is not None else check_dir_path(path, flag)
 
 
 def existing_workdir(path: str | os.PathLike, flag: str = "--workdir") -> Any:
   """The workdir of a run to read (an evaluation, an export): a local folder, resolved, or a ``gs://`` one
-  (:func:`check_workdir_path`'s rules; whether it holds a run is for the reader to say).
+  (:func:`check_folder_or_bucket`); whether it holds a run is for the reader to say.
 
   Raises:
-    ConfigError: naming ``flag``: a URL of another scheme or a malformed ``gs://`` one.
+    ConfigError: naming ``flag``: see :func:`check_folder_or_bucket`.
   """
-  if storage.is_remote(path):
-    return check_workdir_path(path, flag)
-  _check_one_slash(path, flag)
-  if is_url(path):
-    raise ConfigError(flag, str(path), WORKDIR_URLS)
-  return pathlib.Path(path).expanduser().resolve()
+  remote = check_folder_or_bucket(path, flag)
+  return remote if remote is not None else pathlib.Path(path).expanduser().resolve()
 
 
 def make_dir(path: str | os.PathLike) -> pathlib.Path:

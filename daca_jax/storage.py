@@ -146,13 +146,16 @@ def makedirs(path: str | os.PathLike) -> None:
 
 
 def rmtree(path: str | os.PathLike) -> None:
-  """Deletes folder ``path`` and everything in it; a missing one is not an error."""
-  if is_remote(path):
-    fs = _fs()
-    with contextlib.suppress(FileNotFoundError):
-      fs.rm(_key(path), recursive=True)
-    return
-  shutil.rmtree(path, ignore_errors=True)
+  """Deletes folder ``path`` and everything in it; a missing one is not an error.
+
+  Raises:
+    OSError: something in it could not be deleted (permissions, a busy file).
+  """
+  with contextlib.suppress(FileNotFoundError):
+    if is_remote(path):
+      _fs().rm(_key(path), recursive=True)
+    else:
+      shutil.rmtree(path)
 
 
 def remove(path: str | os.PathLike) -> None:
@@ -175,6 +178,26 @@ def move_tree(src: str | os.PathLike, dst: str | os.PathLike) -> None:
     fs.rm(_key(src), recursive=True)
     return
   os.rename(src, dst)
+
+
+def list_files(folder: str | os.PathLike) -> dict[str, tuple[int, str | None]]:
+  """Every file under ``gs://`` folder ``folder``: ``{path relative to it: (size in bytes, base64 MD5 or None)}``
+  (``{}`` when nothing is there)."""
+  fs, base = _fs(), _key(folder)
+  infos = fs.find(base, detail=True) if fs.exists(base) else {}
+  return {key[len(base):].lstrip("/"): (int(info.get("size", -1)), info.get("md5Hash"))
+          for key, info in infos.items() if info.get("type") == "file"}
+
+
+def size(path: str | os.PathLike) -> int:
+  """The size of file ``path`` in bytes (a local symlink's target's).
+
+  Raises:
+    FileNotFoundError: there is no such file.
+  """
+  if is_remote(path):
+    return int(_fs().info(_key(path))["size"])
+  return os.stat(path).st_size
 
 
 def mtime(path: str | os.PathLike) -> float | None:
@@ -300,5 +323,5 @@ def append_bytes(path: str | os.PathLike, data: bytes) -> None:
 
 
 __all__ = ["REMOTE_EXTRA", "REMOTE_PREFIX", "absolute", "append_bytes", "as_path", "create_new", "exists", "is_dir",
-           "is_file", "is_remote", "join", "listdir", "makedirs", "move_tree", "mtime", "probe_write", "read_bytes", "remote_problem",
-           "remove", "rmtree", "write_bytes"]
+           "is_file", "is_remote", "join", "list_files", "listdir", "makedirs", "move_tree", "mtime", "probe_write",
+           "read_bytes", "remote_problem", "remove", "rmtree", "size", "write_bytes"]

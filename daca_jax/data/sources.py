@@ -223,21 +223,15 @@ def mirror_dataset(url: str, root: pathlib.Path, dataset: str) -> None:
   """
   import base64
 
-  fs = storage._fs()  # noqa: SLF001  (the file layer's one gcsfs instance)
-  base = url[len(storage.REMOTE_PREFIX):].rstrip("/") + "/" + dataset
+  folder = storage.join(url, dataset)
   try:
-    infos = fs.find(base, detail=True) if fs.exists(base) else {}
-    for key, info in sorted(infos.items()):
-      if info.get("type") != "file":
-        continue
-      rel = key[len(base):].lstrip("/")
+    for rel, (size, md5) in sorted(storage.list_files(folder).items()):
       local_path = root / dataset / rel
-      md5 = info.get("md5Hash")
-      if local_path.is_file() and local_path.stat().st_size == int(info.get("size", -1)) and (
+      if local_path.is_file() and local_path.stat().st_size == size and (
           md5 is None or base64.b64encode(hashlib.md5(local_path.read_bytes()).digest()).decode() == md5):
         continue
       local_path.parent.mkdir(parents=True, exist_ok=True)
-      storage.write_bytes(local_path, fs.cat_file(key))
+      storage.write_bytes(local_path, storage.read_bytes(storage.join(folder, rel)))
   except OSError as e:
     raise DataError(f"data.tfds_dir={url!r}: {dataset} cannot be copied from the bucket to {root} "
                     f"({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})") from None

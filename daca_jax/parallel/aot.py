@@ -197,16 +197,13 @@ def attach(folder: str | pathlib.Path, slots: Mapping[str, Slot], log: Callable[
     else:
       try:
         target = folder / file
-        remote = storage.is_remote(target)  # an object: no links, and its size comes with the capped read
-        if not target.is_file() or (not remote and target.is_symlink()):
+        if not target.is_file() or (not storage.is_remote(target) and target.is_symlink()):  # an object is no link
           problem = f"{file} is not a file there"
-        elif not remote and target.stat().st_size > MAX_EXECUTABLE_BYTES:
+        elif storage.size(target) > MAX_EXECUTABLE_BYTES:
           problem = f"{file} is larger than {MAX_EXECUTABLE_BYTES} bytes"
         else:
-          payload = storage.read_bytes(target, limit=MAX_EXECUTABLE_BYTES)
-          if len(payload) > MAX_EXECUTABLE_BYTES:
-            problem = f"{file} is larger than {MAX_EXECUTABLE_BYTES} bytes"
-          elif hashlib.sha256(payload).hexdigest() != entry.get("bytes_sha256"):
+          payload = storage.read_bytes(target)
+          if hashlib.sha256(payload).hexdigest() != entry.get("bytes_sha256"):
             problem = f"{file} is not the file the manifest names"
       except OSError as e:
         problem = f"{file} cannot be read ({e.strerror or type(e).__name__})"

@@ -108,9 +108,8 @@ def preflight(config: Mapping[str, Any] | Any, target: Target, *, usable_fractio
   if executables_dir is not None:  # a workdir holding another run: refused as that run's resume would be
     from daca_jax.run.workdir import check_workdir_config
 
-    from daca_jax.run import lease
-
     from daca_jax import storage
+    from daca_jax.run import lease
 
     workdir = storage.as_path(executables_dir).parent
     if workdir.is_dir():

@@ -36,6 +36,7 @@ It stays one module over 350 lines on purpose: it is the only module that import
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -307,11 +308,12 @@ def save_pytree(path: str | os.PathLike, state: PyTree, *, force: bool = False) 
       exists and is not a directory.
   """
   path = storage.absolute(path)
-  parent, base = path.rsplit("/", 1) if storage.is_remote(path) else os.path.split(path)
+  parent, base = os.path.split(path)  # also for gs://bucket/a/b
   storage.makedirs(parent)
   for name in storage.listdir(parent):
     if name.startswith(base + TMP_MARKER):
-      storage.rmtree(storage.join(parent, name))
+      with contextlib.suppress(OSError):  # a leftover of an interrupted save: best effort
+        storage.rmtree(storage.join(parent, name))
   if storage.is_file(path):
     raise FileExistsError(f"{path} exists and is not a directory")
   if storage.exists(path):

@@ -88,7 +88,8 @@ def remove_unfinished(directory: str) -> list[str]:
     if not storage.is_dir(path):
       continue
     if TMP_MARKER in name or (STEP_DIR_RE.match(name) and not is_committed(path)):
-      storage.rmtree(path)
+      with contextlib.suppress(OSError):  # best effort: what stays is never listed as a step
+        storage.rmtree(path)
       removed.append(name)
   if removed:
     _log.warning("Removed unfinished checkpoint directories in %s: %s", directory, removed)

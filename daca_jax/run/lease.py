@@ -110,7 +110,7 @@ def _read(path: Any) -> dict[str, Any] | None:
       data = storage.read_bytes(path, limit=MAX_BYTES)
     except FileNotFoundError:
       return None
-    except (IsADirectoryError, OSError):
+    except OSError:  # a prefix of that name, an unreachable bucket: unreadable
       return {}
     return _parse(data)
   try:
