@@ -226,6 +226,10 @@ def mirror_dataset(url: str, root: pathlib.Path, dataset: str) -> None:
   folder = storage.join(url, dataset)
   try:
     for rel, (size, md5) in sorted(storage.list_files(folder).items()):
+      parts = rel.split("/")
+      if any(p in ("", ".", "..") for p in parts):  # an object name that would land outside this host's copy
+        raise DataError(f"data.tfds_dir={url!r}: {dataset} holds an object named {rel!r}, which is no file of a "
+                        "dataset build (rebuild it with build_tfds.py --overwrite)")
       local_path = root / dataset / rel
       if local_path.is_file() and local_path.stat().st_size == size and (
           md5 is None or base64.b64encode(hashlib.md5(local_path.read_bytes()).digest()).decode() == md5):

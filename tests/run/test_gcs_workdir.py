@@ -304,6 +304,12 @@ def test_tfds_datasets_built_into_a_bucket_read_as_the_local_files(gcs, tmp_path
     sources.TFDSFiles(url).sudoku_rows("sudoku/d1_test.csv")
   with pytest.raises(DataError, match="holds no datasets"):
     sources.TFDSFiles(f"gs://{BUCKET}/empty")
+  # an object whose name climbs out of the dataset's folder (GCS allows such names; the local server does not
+  # store them, so the listing is stood in for) is refused, and nothing is written outside the copy
+  monkeypatch.setattr(storage, "list_files", lambda folder: {"1.0.0/../../../escape": (1, None)})
+  with pytest.raises(DataError, match=r"daca_gsm8k holds an object named '1\.0\.0/\.\./\.\./\.\./escape'"):
+    sources.mirror_dataset(url, tmp_path / "host_cache" / "x", "daca_gsm8k")
+  assert not list(tmp_path.rglob("escape"))
 
 
 @pytest.mark.slow  # 1-2 min; the one-process run on gs:// above covers the file layer
