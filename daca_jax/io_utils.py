@@ -108,6 +108,12 @@ def read_json_cache(path: str | os.PathLike, log: Callable[[str], None] = print,
 # folds ``gs://b`` into ``gs:/b``, so a path object is matched with one slash.
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
 _FOLDED_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+:/")
+# An object store's or a web scheme without its slashes (``gs:bucket/run``): a typo of a URL, which the file
+# system would take as a local folder named ``gs:bucket``.
+_BARE_SCHEME = re.compile(r"^(gs|gcs|s3|s3a|s3n|file|https?|hdfs|az|abfss?|wasbs?|ftp|sftp|hf)\s*:", re.I)
+# Linux's limits: a name in a folder (NAME_MAX) and a whole path (PATH_MAX); a run writes its own files up to
+# about 250 characters deep below its folder, so a longer folder fails at its first checkpoint, not here.
+_NAME_MAX, _PATH_MAX, _BELOW = 255, 4096, 256
 
 URL_NOT_SUPPORTED = ("a path of this machine's file system (this one is read or written locally; a run's "
                      "--workdir may be gs://bucket/folder, other URLs nowhere)")
@@ -120,7 +126,34 @@ def is_url(path: str | os.PathLike | None) -> bool:
   if path is None:
     return False
   pattern = _FOLDED_URL if isinstance(path, os.PathLike) else _URL
-  return bool(pattern.match(os.fspath(path).strip() if isinstance(path, os.PathLike) else str(path).strip()))
+  text = os.fspath(path).strip() if isinstance(path, os.PathLike) else str(path).strip()
+  return bool(pattern.match(text) or _BARE_SCHEME.match(text))
+
+
+def _local(path: str | os.PathLike, flag: str) -> pathlib.Path:
+  """``path`` with ``~`` and ``~user`` expanded, made absolute, checked for what the file system would refuse
+  only later (or misread).
+
+  Raises:
+    ConfigError: naming ``flag``: leading or trailing white space (`` /tmp/x`` is the folder ``' '`` of the
+      current directory), ``~user`` of no user of this machine, a name longer than 255 bytes, a path too long to
+      hold a run's files.
+  """
+  text = os.fspath(path)
+  if text != text.strip():
+    raise ConfigError(flag, text, "a path without leading or trailing white space")
+  try:
+    out = pathlib.Path(text).expanduser().absolute()
+  except RuntimeError:  # pathlib: "Could not determine home directory."
+    raise ConfigError(flag, text, "a path whose '~user' names a user of this machine") from None
+  long = [n for n in out.parts if len(n.encode(errors="surrogateescape")) > _NAME_MAX]
+  if long:
+    raise ConfigError(flag, text, f"a path whose names have at most {_NAME_MAX} bytes each ({long[0][:40]!r}... "
+                      f"has {len(long[0].encode(errors='surrogateescape'))})")
+  if len(os.fsencode(out)) > _PATH_MAX - _BELOW:
+    raise ConfigError(flag, text, f"a path of at most {_PATH_MAX - _BELOW} bytes (this one has "
+                      f"{len(os.fsencode(out))}; the files written below it need the rest of {_PATH_MAX})")
+  return out
 
 
 def check_local_path(path: str | os.PathLike | None, flag: str) -> None:
@@ -149,7 +182,7 @@ def check_dir_path(path: str | os.PathLike | None, flag: str) -> pathlib.Path:
   if path is None or not str(path).strip():
     raise ConfigError(flag, "" if path is None else str(path), "a folder path (an empty one would write into "
                       "the current directory; give '.' for that)")
-  out = pathlib.Path(path).expanduser().absolute()
+  out = _local(path, flag)
   blocker = _file_at_or_above(out)
   if blocker is not None:
     raise ConfigError(flag, str(path), "a folder; " + ("it is " if blocker == out else f"{blocker} is ")
@@ -167,12 +200,14 @@ def check_folder_or_bucket(path: str | os.PathLike | None, flag: str) -> Any | N
     ConfigError: naming ``flag``: ``gs:/`` with one slash, a URL of another scheme, a ``gs://`` URL that is not
       a folder in a bucket, or ``gs://`` without gcsfs installed.
   """
-  if path is not None and not isinstance(path, os.PathLike) and re.match(r"^\s*gs:/(?!/)", str(path), re.I):
+  if path is not None and not isinstance(path, os.PathLike) and re.match(r"^\s*gs\s*:(?!//)", str(path), re.I):
     raise ConfigError(flag, str(path), "a gs://bucket/folder URL (two slashes after 'gs:'), or a local folder path")
   if not storage.is_remote(path):
     if is_url(path):
       raise ConfigError(flag, str(path), WORKDIR_URLS)
     return None
+  if not isinstance(path, os.PathLike) and str(path) != str(path).strip():
+    raise ConfigError(flag, str(path), "a gs://bucket/folder URL without leading or trailing white space")
   problem = storage.remote_problem(os.fspath(path))
   if problem is not None:
     raise ConfigError(flag, str(path), problem)
@@ -203,7 +238,7 @@ def existing_workdir(path: str | os.PathLike, flag: str = "--workdir") -> Any:
     ConfigError: naming ``flag``: see :func:`check_folder_or_bucket`.
   """
   remote = check_folder_or_bucket(path, flag)
-  return remote if remote is not None else pathlib.Path(path).expanduser().resolve()
+  return remote if remote is not None else _local(path, flag).resolve()
 
 
 def make_dir(path: str | os.PathLike) -> pathlib.Path:
@@ -255,7 +290,7 @@ def check_file_path(path: str | os.PathLike, flag: str) -> pathlib.Path:
   check_local_path(path, flag)
   if not str(path).strip():
     raise ConfigError(flag, str(path), "a file path")
-  out = pathlib.Path(path).expanduser().absolute()
+  out = _local(path, flag)
   if out.is_dir():
     raise ConfigError(flag, str(path), "a file path; it is a folder")
   blocker = _file_at_or_above(out.parent)

@@ -28,8 +28,8 @@ flags.mark_flags_as_required(["tfds_dir"])
 def main(argv):
   del argv
   with reported_errors():
-    from daca_jax.io_utils import check_folder_or_bucket, check_local_path
-    check_folder_or_bucket(_TFDS_DIR.value, "--tfds_dir")  # gs://: built locally, then uploaded
+    from daca_jax.io_utils import check_local_path, check_workdir_path
+    check_workdir_path(_TFDS_DIR.value, "--tfds_dir")  # a folder written into; gs://: built locally, then uploaded
     check_local_path(_DATA_DIR.value, "--data_dir")
     from daca_jax.data import sources
     sources.require_tfds()  # one line, before TFDS's own import errors

@@ -152,10 +152,10 @@ class TFDSFiles:
     if entry.dataset not in self._builders:
       if self.remote is not None:
         mirror_dataset(self.remote, self.data_dir, entry.dataset)
-      self._builders[entry.dataset] = check_dataset(self.data_dir, entry)
+      self._builders[entry.dataset] = check_dataset(self.data_dir, entry, shown=self.shown)
     builder = self._builders[entry.dataset]
     if entry.split not in builder.info.splits:
-      check_dataset(self.data_dir, entry)  # raises: the split is missing
+      check_dataset(self.data_dir, entry, shown=self.shown)  # raises: the split is missing
     return builder
 
   def where(self, rel: str) -> str:
@@ -173,7 +173,7 @@ class TFDSFiles:
     if entry.layout not in layout:
       raise DataError(f"{rel} is a {entry.layout} file, not one of {list(layout)}")
     if rel not in self._texts:
-      self._texts[rel] = read_split(self.data_dir, entry, self._builder(entry))
+      self._texts[rel] = read_split(self.data_dir, entry, self._builder(entry), shown=self.shown)
     out, here = [], self.where(rel)
     for i, text in enumerate(self._texts[rel]):
       where = f"{here}: record {i}"
@@ -209,8 +209,9 @@ class TFDSFiles:
 
 def mirror_root(url: str) -> pathlib.Path:
   """The local folder that holds this host's copy of the datasets under ``gs://`` folder ``url``."""
-  cache = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "daca_jax", "tfds")
-  return pathlib.Path(cache) / url[len(storage.REMOTE_PREFIX):].strip("/")
+  cache = os.environ.get(CACHE_ENV) or os.path.join("~", ".cache", "daca_jax", "tfds")
+  # Expanded here, before anything is made: a literal '~' folder in the current directory invites `rm -rf ~`.
+  return pathlib.Path(cache).expanduser().absolute() / url[len(storage.REMOTE_PREFIX):].strip("/")
 
 
 def mirror_dataset(url: str, root: pathlib.Path, dataset: str) -> None:
@@ -264,13 +265,15 @@ def records_digest(texts: list[str]) -> str:
   return digest.hexdigest()
 
 
-def _what(data_dir: pathlib.Path, entry: catalog.BenchmarkFile) -> str:
+def _what(data_dir: pathlib.Path | str, entry: catalog.BenchmarkFile) -> str:
   return f"TFDS dataset {entry.dataset}:{catalog.DATASETS[entry.dataset].version} split {entry.split!r} in {data_dir}"
 
 
-def check_dataset(data_dir: pathlib.Path, entry: catalog.BenchmarkFile) -> Any:
+def check_dataset(data_dir: pathlib.Path, entry: catalog.BenchmarkFile, *, shown: str | None = None) -> Any:
   """The TFDS builder of ``entry``'s dataset under ``data_dir``, once it is known to be that dataset, at the
-  version this library reads, with ``entry``'s split.
+  version this library reads, with ``entry``'s split. ``shown`` names the folder in messages and in the build
+  command they suggest, where it is not ``data_dir`` (a ``gs://`` folder that ``data_dir`` is this host's copy
+  of: a dataset built into the copy would never reach the bucket).
 
   Raises:
     DataError: not built there (names the versions that are), unreadable, or another dataset, version
@@ -279,8 +282,8 @@ def check_dataset(data_dir: pathlib.Path, entry: catalog.BenchmarkFile) -> Any:
   tfds = require_tfds()
   dataset = catalog.DATASETS[entry.dataset]
   folder = data_dir / entry.dataset / dataset.version
-  what = _what(data_dir, entry)
-  build = (f"python experiments/build_tfds.py --tfds_dir={data_dir} --datasets={entry.dataset}")
+  what = _what(shown or data_dir, entry)
+  build = (f"python experiments/build_tfds.py --tfds_dir={shown or data_dir} --datasets={entry.dataset}")
   try:
     built = folder.is_dir() and (folder / "dataset_info.json").is_file()
     others = sorted(p.name for p in (data_dir / entry.dataset).iterdir() if p.is_dir()) \
@@ -303,7 +306,8 @@ def check_dataset(data_dir: pathlib.Path, entry: catalog.BenchmarkFile) -> Any:
   return builder
 
 
-def read_split(data_dir: pathlib.Path, entry: catalog.BenchmarkFile, builder: Any = None) -> list[str]:
+def read_split(data_dir: pathlib.Path, entry: catalog.BenchmarkFile, builder: Any = None, *,
+               shown: str | None = None) -> list[str]:
   """The records of ``entry``'s split as JSON texts, in the file's order, read through
   ``tfds.data_source`` from the dataset built under ``data_dir`` (``builder``: its builder, already
   checked by :func:`check_dataset`; None checks it here).
@@ -312,8 +316,8 @@ def read_split(data_dir: pathlib.Path, entry: catalog.BenchmarkFile, builder: An
     DataError: see :func:`check_dataset`; also a split that cannot be read, whose record count is not
       the file's, or whose records are not the ones the build wrote (their digest differs).
   """
-  builder = check_dataset(data_dir, entry) if builder is None else builder
-  what = _what(data_dir, entry)
+  builder = check_dataset(data_dir, entry, shown=shown) if builder is None else builder
+  what = _what(shown or data_dir, entry)
   try:
     source = builder.as_data_source(split=entry.split)
     texts = [_text(source[i]["record"]) for i in range(len(source))]

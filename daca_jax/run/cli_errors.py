@@ -12,7 +12,8 @@ error                                              exit  examples
                                                           lead back to themselves
 :class:`~daca_jax.errors.NonFiniteError`            3     a diverging run (NaN/inf loss, gradient,
                                                           parameters)
-other ``OSError``                                   1     a read-only or full disk, no permission
+other ``OSError``, a bucket client's error          1     a read-only or full disk, no permission, a
+(gcsfs, google-auth, aiohttp)                             bucket that answers 5xx or cannot be reached
 :class:`~daca_jax.errors.WorkerDied`                1     a grid's worker process killed (out of
                                                           memory) with ``reproduce.py --jobs``
 :class:`~daca_jax.errors.DoesNotFit`                1     ``train.py --compile_only --target``: the
@@ -40,6 +41,7 @@ import traceback
 import warnings
 from typing import Any, Callable, Iterator, Sequence
 
+from daca_jax import storage
 from daca_jax.config.checks import INT_MAX
 from daca_jax.errors import ConfigError, DataError, DoesNotFit, NonFiniteError, WorkerDied
 from daca_jax.run.preemption import EXIT_PREEMPTED, Preempted
@@ -79,6 +81,11 @@ def one_line(e: BaseException) -> str:
     hint = _OS_HINTS.get(e.errno or 0)
     return f"{e.strerror}{where}" + (f" ({hint})" if hint else "")
   text = " ".join(line.strip() for line in str(e).strip().splitlines() if line.strip())
+  if storage.is_transport_error(e):  # raised past daca_jax.storage (orbax, TensorStore, epath)
+    code = getattr(e, "code", None)
+    text = storage.transport_reason(e)
+    return (f"a bucket operation failed ({type(e).__name__}{f' {code}' if isinstance(code, int) else ''}"
+            f"{': ' + text[:300] if text else ''}); run the same command again once the bucket answers")
   return text or type(e).__name__
 
 
@@ -92,7 +99,7 @@ def exit_code(e: BaseException) -> int | None:
     return EXIT_OS_ERROR
   if isinstance(e, Preempted):
     return EXIT_PREEMPTED
-  if isinstance(e, OSError):
+  if isinstance(e, OSError) or storage.is_transport_error(e):
     return EXIT_OS_ERROR
   return None
 

@@ -110,8 +110,10 @@ def _read(path: Any) -> dict[str, Any] | None:
       data = storage.read_bytes(path, limit=MAX_BYTES)
     except FileNotFoundError:
       return None
-    except OSError:  # a prefix of that name, an unreachable bucket: unreadable
+    except IsADirectoryError:  # a prefix of that name: nothing a run wrote
       return {}
+    # Any other OSError (the bucket unreachable, a 5xx) propagates: it says nothing about who holds the lease,
+    # and a renewal that read it as "unreadable" would give the lease up.
     return _parse(data)
   try:
     info = os.lstat(path)
@@ -254,6 +256,7 @@ class WorkdirLease:
     self._thread.start()
 
   def _renew(self) -> None:
+    failing_since: float | None = None
     while not self._stop.wait(self.renew_s):
       try:
         with _mutex(self.workdir, self.run_id):
@@ -263,8 +266,17 @@ class WorkdirLease:
             self.log(f"Workdir lease: {self.path} was taken over by {self.lost}; this run stops at its next step.")
             return
           atomic_write_json(self.path, {**holder, "renewed": time.time()})
-      except (ConfigError, OSError):
-        pass  # a busy mutex, a full disk: the next round tries again (the lapse is 20 renewals)
+        if failing_since is not None:
+          self.log(f"Workdir lease: renewed again after {time.time() - failing_since:.0f} s of failures.")
+        failing_since = None
+      except Exception as e:  # noqa: BLE001  (the thread must outlive any one failure: the next round retries)
+        # A busy mutex, a full disk, a bucket's 5xx or a dropped connection: the lapse is 20 renewals. The first
+        # failure of a streak is logged, so a lease that stops being renewed never goes unnoticed.
+        if failing_since is None:
+          failing_since = time.time()
+          if not isinstance(e, ConfigError):
+            self.log(f"Workdir lease: renewing {self.path} failed ({type(e).__name__}: "
+                     f"{(str(e).strip().splitlines() or [''])[0][:200]}); retrying every {self.renew_s:.0f} s.")
 
   def check(self) -> None:
     """Raises if another run took this run's lease over (it must stop without saving).
@@ -281,11 +293,17 @@ class WorkdirLease:
     self._stop.set()
     if self._thread is not None:
       self._thread.join()
-    with contextlib.suppress(ConfigError), _mutex(self.workdir, self.run_id):
-      holder = _read(self.path)
-      if holder is not None and holder.get("run_id") == self.run_id:
-        with contextlib.suppress(FileNotFoundError):
-          storage.remove(self.path)
+    try:
+      with _mutex(self.workdir, self.run_id):
+        holder = _read(self.path)
+        if holder is not None and holder.get("run_id") == self.run_id:
+          with contextlib.suppress(FileNotFoundError):
+            storage.remove(self.path)
+    except ConfigError:
+      pass  # the mutex stayed busy: the lease lapses by itself
+    except OSError as e:  # the bucket unreachable at the end: not worth failing a finished run for
+      self.log(f"Workdir lease: could not remove {self.path} ({e}); it lapses {self.lapse_s:.0f} s after its "
+               "last renewal.")
 
   def __enter__(self) -> "WorkdirLease":
     self.acquire()

@@ -253,6 +253,14 @@ def test_train_py_refuses_another_url_scheme_in_one_line_and_writes_nothing(tmp_
     ("gs://bucket/a/../b", "without '.', '..' or empty segments"),
     ("gs:/bucket/x", "two slashes after 'gs:'"),  # else the local folders gs:/bucket/x
     ("GS:/bucket/x", "two slashes after 'gs:'"),
+    ("gs:bucket/x", "two slashes after 'gs:'"),  # else the local folder ./gs:bucket/x
+    ("gs://bucket\n/x", "('bucket\\n' has not)"),  # a regex's '$' matches before a final newline
+    (" gs://bucket/x", "without leading or trailing white space"),
+    ("gs://bucket/x\n", "without leading or trailing white space"),
+    ("gs://192.168.5.4/x", "not an IP address"),
+    ("gs://goog-data/x", "not starting with 'goog'"),
+    ("gs://a..b/x", "each part starting and ending with a letter or digit"),
+    ("gs://bucket/" + "d" * 800, "at most 768 characters (this one has 800"),  # GCS: 1024-byte object names
 ])
 def test_a_bucket_url_that_would_be_misread_is_refused_before_the_bucket_is_asked(url, says, tmp_path, monkeypatch):
   """Checked on the text alone (no bucket is contacted), for every flag that takes a bucket folder."""
@@ -264,6 +272,53 @@ def test_a_bucket_url_that_would_be_misread_is_refused_before_the_bucket_is_aske
     with pytest.raises(ConfigError, match=rf"^{flag}={re.escape(repr(url))} is not allowed: expected .*{re.escape(says)}"):
       check(url, flag)
   assert not list(tmp_path.iterdir())
+
+
+def test_gcs_bucket_names_the_rules_allow_pass_the_check():
+  from daca_jax import storage
+
+  for url in ("gs://abc/x", "gs://my_bucket-1/run", "gs://data." + "x" * 60 + ".example.com/run",
+              "gs://bucket/" + "d" * 768):
+    assert storage.remote_problem(url) is None, url
+
+
+@pytest.mark.parametrize("path, says", [
+    ("~no-such-user-of-this-machine/run", "a path whose '~user' names a user of this machine"),
+    (" /tmp/run", "a path without leading or trailing white space"),  # else the folder ' ' of the current one
+    ("runs/" + "n" * 300, "names have at most 255 bytes each"),
+    ("/tmp/" + "/".join(["d" * 200] * 20), "a path of at most 3840 bytes"),
+    ("gs:bucket/run", "two slashes after 'gs:'"),
+    ("S3:bucket/run", "the only URL scheme a workdir may have"),
+])
+def test_a_local_folder_the_file_system_would_misread_or_refuse_later_is_refused_first(path, says, tmp_path,
+                                                                                       monkeypatch):
+  """pathlib raised a RuntimeError traceback for an unknown ~user, read ' /tmp/x' as a folder named ' ', and
+  took 'gs:bucket/run' as a local folder: the run wrote ./gs:bucket/run. Each is one line naming the flag, and
+  nothing is made."""
+  from daca_jax.io_utils import check_file_path, check_workdir_path, existing_workdir
+
+  monkeypatch.chdir(tmp_path)
+  file_says = "a path of this machine's file system" if path.lower().startswith(("gs:", "s3:")) else says
+  for check, expected in ((check_workdir_path, says), (existing_workdir, says), (check_file_path, file_says)):
+    with pytest.raises(ConfigError, match=rf"^--x={re.escape(repr(path))} is not allowed: expected .*"
+                                          rf"{re.escape(expected)}"):
+      check(path, "--x")
+  assert not list(tmp_path.iterdir())
+  assert check_workdir_path("exp:lr=1e-4", "--x") == tmp_path / "exp:lr=1e-4"  # a colon in a name is fine
+
+
+def test_build_tfds_refuses_an_empty_or_blocked_folder_in_one_line(tmp_path):
+  """An empty --tfds_dir built into the current folder without a word; a folder under a file said only
+  'Not a directory'."""
+  (tmp_path / "file").write_text("x")
+  env = dict(os.environ, PYTHONPATH=str(REPO), JAX_PLATFORMS="cpu")
+  for value, says in (("", "expected a folder path (an empty one would write into the current directory"),
+                      (str(tmp_path / "file" / "sub"), "expected a folder; ")):
+    proc = subprocess.run([sys.executable, str(REPO / "experiments/build_tfds.py"), f"--tfds_dir={value}"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"error: --tfds_dir={value!r} is not allowed: {says}")
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
 
 
 def test_a_bucket_folder_without_gcsfs_names_the_extra(monkeypatch):

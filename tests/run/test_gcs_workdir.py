@@ -108,6 +108,30 @@ def test_the_file_layer_on_gcs(gcs):
     storage.probe_write("gs://no-such-bucket/run")
 
 
+APPENDER = r"""
+import sys
+from daca_jax import storage
+for i in range(int(sys.argv[3])):
+  storage.append_bytes(sys.argv[1], f"{sys.argv[2]}-{i}\n".encode())
+"""
+
+
+def test_appends_from_concurrent_writers_on_gcs_are_all_kept(gcs):
+  """GCS cannot append: an append reads the object and writes it back whole. Four processes appending at once
+  keep every line, each once (the write-back is conditional on the generation that was read)."""
+  from daca_jax import storage
+
+  path, writers, lines = f"gs://{BUCKET}/append/log.jsonl", 4, 6
+  procs = [subprocess.Popen([sys.executable, "-c", APPENDER, path, str(w), str(lines)], env=os.environ.copy(),
+                            stderr=subprocess.PIPE, text=True) for w in range(writers)]
+  for proc in procs:
+    assert proc.wait(timeout=300) == 0, proc.stderr.read()[-2000:]
+  got = storage.read_bytes(path).decode().splitlines()
+  assert sorted(got) == sorted(f"{w}-{i}" for w in range(writers) for i in range(lines))
+  for w in range(writers):  # each writer's lines in its own order
+    assert [x for x in got if x.startswith(f"{w}-")] == [f"{w}-{i}" for i in range(lines)]
+
+
 HOLDER = r"""
 import sys, time
 from daca_jax.run.lease import WorkdirLease
@@ -304,6 +328,12 @@ def test_tfds_datasets_built_into_a_bucket_read_as_the_local_files(gcs, tmp_path
     sources.TFDSFiles(url).sudoku_rows("sudoku/d1_test.csv")
   with pytest.raises(DataError, match="holds no datasets"):
     sources.TFDSFiles(f"gs://{BUCKET}/empty")
+  # a dataset the bucket lacks: the message and the build command it suggests name the bucket, not this host's
+  # copy (a build into the copy would never reach the other hosts)
+  with pytest.raises(DataError) as missing:
+    sources.TFDSFiles(url).json_records("mbpp/test.json")
+  assert f"in {url}: not built there (build it: python experiments/build_tfds.py --tfds_dir={url} " \
+         "--datasets=daca_mbpp)" in str(missing.value) and "host_cache" not in str(missing.value)
   # an object whose name climbs out of the dataset's folder (GCS allows such names; the local server does not
   # store them, so the listing is stood in for) is refused, and nothing is written outside the copy
   monkeypatch.setattr(storage, "list_files", lambda folder: {"1.0.0/../../../escape": (1, None)})
