@@ -32,6 +32,7 @@ from absl import flags, logging
 
 from daca_jax.errors import ConfigError
 from daca_jax.io_utils import check_file_path
+from daca_jax.reports import grid_findings
 from daca_jax.reports import reproduce as rp
 from daca_jax.reports import reproduce_run as rr
 from daca_jax.run import cli_errors, preemption
@@ -64,6 +65,8 @@ _VARIANTS = flags.DEFINE_string("variants", None, "Also write the finished cells
                                 "compressed, into the folder <file stem>/ beside it.")
 _SEALED = flags.DEFINE_bool("sealed_test", False, "With --variants: null test scores and no test outcomes (a study "
                             "that reads its test set only after its decision).")
+_FINDINGS_FROM = flags.DEFINE_string("findings_from", None, "Print the paired verdicts of a grid's results.json as "
+                                     "sentences (Holm over the table's family; daca_jax.reports.grid_findings).")
 _TABLE_FROM = flags.DEFINE_string("table_from", None, "Print the markdown table of a grid's results.json "
                                   "(e.g. the committed docs/results/credit_study.json) and exit.")
 _DEVIATIONS = flags.DEFINE_bool("deviations", False, "With --study (a file with get_bases()): print, per arm, each "
@@ -86,6 +89,9 @@ def main(argv):
 def run():
   if _TABLE_FROM.value:
     print(rp.markdown(rp.read_rows(_TABLE_FROM.value)))
+    return
+  if _FINDINGS_FROM.value:
+    print(grid_findings.findings(rp.read_results(_FINDINGS_FROM.value)))
     return
   if _DEVIATIONS.value:
     print(rr.recipe_deviations(_STUDY.value, _CONFIGS.value[0], _PRESET.value))

@@ -110,7 +110,7 @@ RULES: dict[str, Rule] = {
     "experiments/reproduce.py": Rule(default={"--configs": "configs/sudoku_tiny.py", "--bases": "diffu_grpo",
                                               "--arms": "base"}, smoke=("--configs",),
                                      replace={"--preset": "quick", "--num_val_examples": "8"}, set={"--seeds": "0"},
-                                     first=("--bases", "--arms"), fast={"--table_from": None}),
+                                     first=("--bases", "--arms"), fast={"--table_from": None, "--findings_from": None}),
     "experiments/alignment_study.py": Rule(smoke=("--config",), set={"--num_batches": "2", "--preset": "quick"},
                                            fast={"--table_from": None}),
     "experiments/gradient_study.py": Rule(set={"--num_batches": "2", "--train_steps": "24", "--num_prompts": "2",

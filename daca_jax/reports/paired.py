@@ -285,6 +285,11 @@ def interval_p_value(mean: float, half_width: float, n: int) -> float:
   return float(2 * stats.t.sf(abs(mean) / (half_width / t975), n - 1))
 
 
+def p_text(p: float) -> str:
+  """A p-value as the tables print it: three decimals, "<0.001" below that."""
+  return "<0.001" if p < 0.001 else f"{p:.3f}"
+
+
 ALPHA = 0.05  # a family's error rate: a comparison separates when its Holm-adjusted p-value is below it
 
 
@@ -302,4 +307,5 @@ def holm(p_values: Sequence[float]) -> list[float]:
 
 
 __all__ = ["ALPHA", "BOOTSTRAP_SEED", "NUM_RESAMPLES", "Outcomes", "PairedInterval", "bootstrap_means", "design", "holm",
-           "interval_p_value", "mean_ci95", "paired_bootstrap", "paired_differences", "seed_t_interval", "t_p_value"]
+           "interval_p_value", "mean_ci95", "p_text", "paired_bootstrap", "paired_differences", "seed_t_interval",
+           "t_p_value"]

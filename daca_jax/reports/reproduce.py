@@ -21,7 +21,7 @@ from daca_jax.config.configure import train_config_from_dict, with_overrides  # 
 from daca_jax.errors import DataError
 from daca_jax.io_utils import read_json, read_json_cache
 from daca_jax.run.metrics import read_metrics, reward_trend
-from daca_jax.reports.paired import ALPHA, holm, interval_p_value, mean_ci95
+from daca_jax.reports.paired import ALPHA, holm, interval_p_value, mean_ci95, p_text
 from daca_jax.run import preemption
 from daca_jax.run.pipeline import run_main_job
 from daca_jax.run.results import shape_error
@@ -199,18 +199,26 @@ def run_cell(cfg: TrainConfig, cdir: pathlib.Path, sft_dir: pathlib.Path,
   return results, time.perf_counter() - t0
 
 
-def read_rows(path: str | pathlib.Path) -> list[dict[str, Any]]:
-  """The summary rows of a grid's ``results.json`` (as ``experiments/reproduce.py`` writes it).
+def read_results(path: str | pathlib.Path) -> dict[str, Any]:
+  """A grid's ``results.json`` (as ``experiments/reproduce.py`` writes it): ``rows``, and ``cells`` by key.
 
   Raises:
     FileNotFoundError: no such file.
-    DataError: the file is not JSON or not a grid's results (no ``rows`` list); the file named.
+    DataError: the file is not JSON or not a grid's results (no ``rows`` list, ``cells`` not an object); the
+      file named.
   """
   fix = "give a grid's results.json (experiments/reproduce.py --workdir=DIR writes DIR/results.json)"
   data = read_json(path, fix=fix, kind=None)
-  if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
-    raise DataError(f"{path}: not a grid's results.json (expected an object with a 'rows' list); {fix}")
-  return data["rows"]
+  if not isinstance(data, dict) or not isinstance(data.get("rows"), list) or not isinstance(data.get("cells", {}),
+                                                                                            dict):
+    raise DataError(f"{path}: not a grid's results.json (expected an object with a 'rows' list and a 'cells' "
+                    f"object); {fix}")
+  return data
+
+
+def read_rows(path: str | pathlib.Path) -> list[dict[str, Any]]:
+  """The summary rows of a grid's ``results.json`` (:func:`read_results`; its errors)."""
+  return read_results(path)["rows"]
 
 
 def summarize(cells: Sequence[Cell], results: dict[str, dict[str, Any]],
@@ -281,7 +289,7 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
       m, ci = r["vs_base_mean"], r["vs_base_ci95"]
       paired = f"{m:+.3f} ± {ci:.3f}"
       if not math.isnan(raw[i]):
-        paired += f" (p {_p(raw[i])}, Holm {_p(adjusted[i])}" + ("; **separates**" if adjusted[i] < ALPHA else "") + ")"
+        paired += f" (p {p_text(raw[i])}, Holm {p_text(adjusted[i])}" + ("; **separates**" if adjusted[i] < ALPHA else "") + ")"
       paired += f" vs {r['reference']}" if other else ""
     cells = [r["task"], r["metric"], r["base"], r["arm"], f"{r['mean']:.3f} ± {r['ci95']:.3f}",
              f"{r['delta_mean']:+.3f} ± {r['delta_ci95']:.3f}", paired]
@@ -291,10 +299,6 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
     cells.append(str(len(r["seeds"])))
     lines.append("| " + " | ".join(cells) + " |")
   return "\n".join(lines)
-
-
-def _p(p: float) -> str:
-  return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
 def plot(rows: Sequence[dict[str, Any]], png_path: str | pathlib.Path) -> None:

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 from daca_jax.errors import DataError
 from daca_jax.io_utils import read_json
 from daca_jax.evaluation.outcomes import read_outcomes
-from daca_jax.reports.paired import ALPHA, holm, mean_ci95, paired_bootstrap, t_p_value
+from daca_jax.reports.paired import ALPHA, holm, mean_ci95, p_text, paired_bootstrap, t_p_value
 
 # RL wall time of a run (seconds), measured only when two runs shared a 2-core machine one core each;
 # null when the run shared it with anything else or was resumed (the only layout whose times compare).
@@ -248,11 +248,7 @@ def holm_cell(interval: str, p: float, adjusted: float) -> str:
   if math.isnan(p):
     return interval + ")"
   verdict = "; **separates**" if adjusted < ALPHA else ""
-  return f"{interval}; p {_p(p)}, Holm {_p(adjusted)}{verdict})"
-
-
-def _p(p: float) -> str:
-  return "<0.001" if p < 0.001 else f"{p:.3f}"
+  return f"{interval}; p {p_text(p)}, Holm {p_text(adjusted)}{verdict})"
 
 
 def _bootstrap_cell(arm_runs: Sequence[dict[str, Any]], ref_runs: Sequence[dict[str, Any]], split: str,
