@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping, Sequence
 
-from daca_jax.reports.paired import ALPHA, holm, interval_p_value, mean_ci95, p_text
-from daca_jax.reports.reproduce import Cell
+from daca_jax.reports.paired import ALPHA, mean_ci95, p_text
+from daca_jax.reports.reproduce import Cell, paired_p_values
 
 
 def _pp(x: float) -> str:
@@ -65,14 +65,7 @@ def findings(results: Mapping[str, Any]) -> str:
   """The verdict lines of a grid's ``results.json`` (``{"rows": [...], "cells": {...}}``), one per paired row,
   in the table's order (module docstring); "" when the grid has no paired comparison."""
   rows, cells = results["rows"], results.get("cells", {})
-  raw = [interval_p_value(r["vs_base_mean"], r["vs_base_ci95"], r.get("vs_base_n", len(r["seeds"])))
-         if "vs_base_mean" in r else math.nan for r in rows]
-  adjusted, families = [math.nan] * len(rows), {}
-  for i, r in enumerate(rows):
-    families.setdefault((r["task"], r["metric"]), []).append(i)
-  for members in families.values():
-    for i, q in zip(members, holm([raw[i] for i in members])):
-      adjusted[i] = q
+  raw, adjusted, families = paired_p_values(rows)  # the table's own, so that the two never disagree
   lines = []
   for i, row in enumerate(rows):
     ref = _reference_row(rows, row) if "vs_base_mean" in row else None

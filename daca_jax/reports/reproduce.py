@@ -259,6 +259,22 @@ def summarize(cells: Sequence[Cell], results: dict[str, dict[str, Any]],
   return rows
 
 
+def paired_p_values(rows: Sequence[Mapping[str, Any]]) -> tuple[list[float], list[float],
+                                                                 dict[tuple[str, str], list[int]]]:
+  """Each row's paired comparison's p-value (Student t over seeds, from its interval) and its Holm-adjusted
+  p-value over its family (the rows of the same task and metric); NaN for a row without one. Also the
+  families: ``{(task, metric): [row index, ...]}``."""
+  raw = [interval_p_value(r["vs_base_mean"], r["vs_base_ci95"], r.get("vs_base_n", len(r["seeds"])))
+         if "vs_base_mean" in r else math.nan for r in rows]
+  adjusted, families = [math.nan] * len(rows), {}
+  for i, r in enumerate(rows):
+    families.setdefault((r["task"], r["metric"]), []).append(i)
+  for members in families.values():
+    for i, q in zip(members, holm([raw[i] for i in members])):
+      adjusted[i] = q
+  return raw, adjusted, families
+
+
 def markdown(rows: Sequence[dict[str, Any]]) -> str:
   """The grid as a table; "arm − base" is the paired difference (same seed and warm start) with its
   95% CI, its p-value and its Holm-adjusted p-value over the table's paired comparisons of the same task
@@ -269,14 +285,7 @@ def markdown(rows: Sequence[dict[str, Any]]) -> str:
   the last 20 iterations minus the first 20)."""
   extra = any("val_delta_mean" in r for r in rows)
   other = any(r.get("reference", "base") != "base" for r in rows)
-  raw = [interval_p_value(r["vs_base_mean"], r["vs_base_ci95"], r.get("vs_base_n", len(r["seeds"])))
-         if "vs_base_mean" in r else math.nan for r in rows]
-  adjusted, families = [math.nan] * len(rows), {}
-  for i, r in enumerate(rows):
-    families.setdefault((r["task"], r["metric"]), []).append(i)
-  for members in families.values():
-    for i, q in zip(members, holm([raw[i] for i in members])):
-      adjusted[i] = q
+  raw, adjusted, families = paired_p_values(rows)
   sizes = {k: sum(not math.isnan(raw[i]) for i in v) for k, v in families.items()}
   family = ", ".join(f"{n} on {t}" for (t, _), n in sizes.items() if n)
   head = ["task", "metric", "base", "arm", "after RL (mean ± 95% CI)", "change vs warm start",
