@@ -31,7 +31,8 @@ import pathlib
 from absl import flags, logging
 
 from daca_jax.errors import ConfigError
-from daca_jax.io_utils import check_file_path
+from daca_jax import storage
+from daca_jax.io_utils import check_file_path, check_local_path
 from daca_jax.reports import grid_findings
 from daca_jax.reports import reproduce as rp
 from daca_jax.reports import reproduce_run as rr
@@ -87,6 +88,10 @@ def main(argv):
 
 
 def run():
+  for flag, value in (("--table_from", _TABLE_FROM.value), ("--findings_from", _FINDINGS_FROM.value)):
+    if value and not storage.is_file(check_local_path(value, flag) or value):
+      raise ConfigError(flag, value, "a grid's results.json that exists (reproduce.py --workdir=DIR writes "
+                        "DIR/results.json; committed ones are in docs/results/)")
   if _TABLE_FROM.value:
     print(rp.markdown(rp.read_rows(_TABLE_FROM.value)))
     return

@@ -109,6 +109,10 @@ def reported_errors() -> Iterator[None]:
   """Turns the errors of the table into ``error: <one line>`` on stderr and ``sys.exit(code)``."""
   try:
     yield
+  except BrokenPipeError:  # the reader of the output went away (`... | head`): nothing to say, nobody to say it to
+    with contextlib.suppress(OSError):
+      os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the exit's flush does not fail again
+    sys.exit(EXIT_OS_ERROR)
   except Exception as e:
     code = exit_code(e)
     if code is None:

@@ -78,3 +78,18 @@ def test_the_committed_grids_sentences_agree_with_their_tables(name):
     assert ("**separates**" in line) == ("**separates**" in paired), (line, row)
     task = row.split(" | ")[0].lstrip("| ")
     assert f"({task}): " in line and f"Holm over {family[task]} " in line, (line, family)
+
+
+def test_a_missing_results_file_is_one_line_naming_the_flag(tmp_path):
+  import os
+  import subprocess
+  import sys
+
+  root = RESULTS.parents[1]
+  for flag in ("--findings_from", "--table_from"):
+    proc = subprocess.run([sys.executable, str(root / "experiments/reproduce.py"), f"{flag}={tmp_path}/none.json"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=str(root), JAX_PLATFORMS="cpu"))
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"error: {flag}='{tmp_path}/none.json' is not allowed: expected a grid's results.json that exists "
+        "(reproduce.py --workdir=DIR writes DIR/results.json; committed ones are in docs/results/)"], proc.stderr

@@ -182,3 +182,10 @@ def test_a_symlink_loop_is_bad_input_in_one_line(tmp_path):
     assert cli_errors.one_line(e) == (f"{loop}: a symlink loop (its links lead back to themselves); give a path "
                                       "to a real file or folder")
   assert cli_errors.exit_code(RuntimeError("something else")) is None  # a bug keeps its traceback
+
+
+def test_a_reader_that_went_away_is_no_error_line(capsys):
+  """`reproduce.py --table_from=... | head -1`: the closed pipe is not the user's error and gets no line."""
+  with pytest.raises(SystemExit) as ended, cli_errors.reported_errors():
+    raise BrokenPipeError(32, "Broken pipe")
+  assert ended.value.code == cli_errors.EXIT_OS_ERROR and capsys.readouterr().err == ""
