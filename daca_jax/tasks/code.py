@@ -30,7 +30,10 @@ The candidate never sees the tests or the expected values, and the verdict is wr
 alone, so printing, exiting early, introspection or objects with their own ``__eq__`` cannot pass.
 The tests' checks are strict (:func:`daca_jax.tasks.sandbox.judge.rewrite_test`): ``==`` needs values
 of the same kind (``True`` is not ``1``; ``int``/``float`` compare numerically), an ``assert`` needs
-a real ``bool``, NaN compares to nothing. Only the standard library can be imported by candidate
+a real ``bool``, NaN compares to nothing. So a predicate that returns ``1``/``0`` fails a test written
+``assert f(x) == True``, which MBPP's own harness passes: 56 of the 498 MBPP test problems (62 of the 472
+train ones) are written that way, so pass@1 here is not comparable, problem by problem, with numbers from
+MBPP's harness; it is a lower bound of it. Only the standard library can be imported by candidate
 code (the sandbox's read view). Rewards: ``1.0`` if the tests pass, plus ``format_weight`` (default
 0.1, chat style only) if the completion holds a complete python code fence; a completion scores >= 1
 iff it is correct, which keeps the trainer's ``accuracy = reward >= 1`` meaningful. Metric

@@ -16,8 +16,10 @@ Answer extraction (:func:`extract_expression`, both styles), d1's evaluation par
 
 1. the content of the last closed, non-empty ``\\boxed{...}``; else the last complete, non-empty
    ``<answer>...</answer>`` span; else the whole completion (cut at the first end-of-text marker);
-2. ``\\times``, ``\\cdot`` and ``×`` are read as ``*``, ``\\div`` and ``÷`` as ``/``;
-3. an equation ``E = N`` is decided as d1 does: the left side is the answer. Precisely, the first
+2. ``\\times``, ``\\cdot`` and ``×`` are read as ``*``, ``\\div`` and ``÷`` as ``/``, the minus sign U+2212 as
+   ``-``; ``\\left``, ``\\right`` and ``$`` are dropped (``$\\left(93 - 100\\right) + 30$``);
+3. ``x = E`` (a name, then one ``=``) and ``23 = E`` (a number first) grade ``E``;
+4. any other equation ``E = N`` is decided as d1 does: the left side is the answer. Precisely, the first
    maximal run of characters ``0-9 + - * / ( )`` and spaces that is followed by ``=`` and then a
    digit, ``.`` or space is taken (so ``92 / 2 = 46`` and ``Answer: 92 / 2 = 46`` grade ``92 / 2``;
    whatever the right side says is ignored). Any other text with ``=`` is malformed.
@@ -49,7 +51,9 @@ knowingly:
 * the last box is the last CLOSED one (d1: the last ``\\boxed``, and when it is unclosed the answer
   span); empty boxes are skipped; the answer span is the last non-empty one (d1's evaluation parser
   reads the first span, its training reward the last; they agree when there is one); ``×``/``÷``
-  are read as operators (d1 reads only the LaTeX forms).
+  are read as operators (d1 reads only the LaTeX forms), and so is U+2212; ``\\left``/``\\right`` and ``$``
+  are dropped and ``x = E`` / ``23 = E`` grade ``E`` (d1 scores these right answers 0: its equation rule
+  reads the empty left side, or the target as the answer).
 * text after the first end-of-text marker is ignored.
 
 Why one module (about 350 lines, at the bound): its generator, solver and grader are small and serve only this
@@ -59,6 +63,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 from typing import Any, Collection, Sequence
 
 import numpy as np
@@ -88,7 +93,9 @@ SYSTEM_PROMPT = (
     "here\n</reasoning>\n<answer>\n\\boxed{...}\n</answer>")
 
 _OPERATOR_SPELLINGS = (("\\div", "/"), ("\\times", "*"), ("\\cdot", "*"), ("\u00d7", "*"),
-                       ("\u00f7", "/"))
+                       ("\u00f7", "/"), ("\u2212", "-"), ("\\left", ""), ("\\right", ""), ("$", ""))
+# ``x = E`` (a name for the answer) and ``23 = E`` (the target first): the right side is the answer.
+_NAMED = re.compile(r"\s*(?:[A-Za-z]\w{0,15}|\d{1,4})\s*=([^=]*)")
 _EQUATION_LEFT = frozenset("0123456789+-*/() ")  # d1's [0-9+\-*/() ] before "="
 _EQUATION_RIGHT = frozenset("0123456789. ")  # d1's [0-9. ] right after "="
 
@@ -126,6 +133,9 @@ def extract_expression(completion: str, prompt_style: str = "chat") -> str | Non
     answer = text
   for spelling, operator in _OPERATOR_SPELLINGS:
     answer = answer.replace(spelling, operator)
+  named = _NAMED.fullmatch(answer)
+  if named is not None and named.group(1).strip():
+    return named.group(1).strip()
   left = _left_of_equation(answer)
   return (left if left is not None else answer).strip()
 

@@ -17,6 +17,10 @@ GSM8K: the answer is a number, read by :func:`extract_gsm8k_answer` with d1's ev
 last ``####``. Correctness is exact rational comparison (``fractions.Fraction``), so ``18``, ``18.0``,
 ``$18.`` and ``18.00`` all equal ``18``.
 
+Kept from d1 on purpose, so that accuracies compare with d1's: the first box decides, and a box holding more
+than a number reads its first number (``\\boxed{\\frac{18}{5}}`` reads 18, ``\\boxed{3 \\times 6 = 18}`` reads 3, a
+box in the reasoning outranks the answer span's). A completion cannot gain by hedging: only one number is read.
+
 Where this differs from d1's parser, and why:
 
 * an empty ``\\boxed{}`` directly followed by a number (``\\boxed{}101``) reads that number: the
@@ -27,8 +31,11 @@ Where this differs from d1's parser, and why:
 * an empty answer span is skipped for an earlier non-empty one; d1 reads only the first span
   (``re.search``), and when it is empty returns nothing. Taking the last span follows d1's own
   training reward (``extract_xml_answer``); a completion with one span reads the same either way;
-* numbers: thousands separators (``1,234``), ``$`` and a trailing period are understood (d1 reads
-  ``1,234`` as 1) and scientific notation is not (d1's ``float`` reads ``1e3``); at most
+* numbers: thousands separators in groups of three (``1,234``, ``1 234``, and LaTeX's ``1{,}234``,
+  ``1\\,234``, ``1,\\!234``), ``$`` and ``\\$`` on either side of the sign, the minus sign U+2212, a bare
+  decimal part (``.5``) and a trailing period are understood (d1 reads ``1,234`` and ``70{,}000`` as 1 and
+  70, ``\u22125`` as 5 and ``.5`` as 5); ``2, 5`` and ``18,5`` are not one number (their first number is
+  read); scientific notation is not understood (d1's ``float`` reads ``1e3``); at most
   :data:`MAX_NUMBER_DIGITS` digits; comparison is exact instead of float equality;
 * the completion is cut at the first end-of-text marker, and texts longer than
   :data:`daca_jax.tasks.text_scan.MAX_COMPLETION_CHARS` are not graded (bound hit, reward 0).
@@ -67,19 +74,36 @@ MAX_NUMBER_DIGITS = 64
 # Longest extracted MATH answer that is handed to math-verify (gold MATH500 answers are <= 53 chars).
 MAX_MATH_ANSWER_CHARS = 1000
 
-_NUMBER_RE = re.compile(r"-?\$?\s?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?")
+# A number in running text: a sign and a dollar sign in either order, digits with or without comma groups of
+# three, a decimal part, or a bare decimal part (``.5``).
+_NUMBER_RE = re.compile(r"(?:-?\$|\$?-)?\s?(?:(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+)")
+# A whole answer: as above, groups of three also separated by single spaces, a leading '+'.
+_WHOLE_NUMBER_RE = re.compile(r"[+-]?(?:(?:\d{1,3}(?:,\d{3})+|\d{1,3}(?: \d{3})+|\d+)(?:\.\d+)?|\.\d+)")
+# LaTeX's ways of writing a thousands separator (``70{,}000``, ``70\,000``, ``70,\!000``) and a minus sign
+# (U+2212), read as ``,`` and ``-``; ``\$`` is a dollar sign.
+_LATEX_GROUP_RE = re.compile(r"(?<=\d)(?:\{,\}|,\\!|\\,|\\ |\\!)(?=\d{3}(?!\d))")
+
+
+def normalize_numbers(text: str) -> str:
+  """``text`` with LaTeX thousands separators as ``,``, U+2212 as ``-`` and ``\\$`` as ``$`` (linear time)."""
+  return _LATEX_GROUP_RE.sub(",", text.replace("\u2212", "-").replace("\\$", "$"))
 
 
 def parse_number(text: str) -> fractions.Fraction | None:
-  """Exact value of a number written as in GSM8K (``-1,234.50``, ``$18``, ``18.``), else None.
+  """Exact value of a number written as in GSM8K (``-1,234.50``, ``$18``, ``18.``, ``.5``, ``70{,}000``,
+  ``1 234``), else None.
 
-  Thousands separators, ``$``, spaces and one trailing period are dropped; at most
-  :data:`MAX_NUMBER_DIGITS` digits.
+  Thousands separators (groups of three only: ``2, 5`` and ``18,5`` are not one number), ``$``, a sign and
+  one trailing period are understood (:func:`normalize_numbers` first); at most :data:`MAX_NUMBER_DIGITS`
+  digits.
   """
-  s = text.strip().replace(",", "").replace("$", "").replace(" ", "").rstrip(".")
-  if not re.fullmatch(r"-?\d+(?:\.\d+)?", s) or sum(c.isdigit() for c in s) > MAX_NUMBER_DIGITS:
+  s = normalize_numbers(text).strip()
+  s = s[:-1] if s.endswith(".") and not s.endswith("..") else s
+  s = re.sub(r"^([+-]?)\s*\$\s*", r"\1", s)  # $18, -$18, - $ 18
+  s = re.sub(r"^\$\s*([+-])\s*", r"\1", s)  # $-18
+  if not _WHOLE_NUMBER_RE.fullmatch(s) or sum(c.isdigit() for c in s) > MAX_NUMBER_DIGITS:
     return None
-  return fractions.Fraction(s)
+  return fractions.Fraction(s.replace(",", "").replace(" ", "").lstrip("+"))
 
 
 def _numbers(text: str) -> list[str]:
@@ -134,7 +158,7 @@ def extract_gsm8k_answer(completion: str, prompt_style: str = "chat",
   """
   if text_scan.over_limit(completion):
     return None
-  text = fmt.clean_completion(completion)
+  text = normalize_numbers(fmt.clean_completion(completion))
   if prompt_style == "plain" and "####" in text:
     after = _numbers(text.rsplit("####", 1)[1])
     return parse_number(after[0]) if after else None

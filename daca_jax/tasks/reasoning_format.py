@@ -46,7 +46,7 @@ GENERATION_PREFIX = "<reasoning>"
 
 # End-of-text markers that an HF decode may leave in a completion; everything from the first one on
 # is ignored by the graders.
-_EOT_MARKERS = ("<|eot_id|>", "<|endoftext|>", "<|end_of_text|>")
+_EOT_MARKERS = ("<|eot_id|>", "<|endoftext|>", "<|end_of_text|>", "<|im_end|>")  # LLaMA-3, GPT-2/LLaDA, Qwen/Dream
 
 _STRICT_HEAD = "<reasoning>\n"
 _STRICT_MIDDLE = "\n</reasoning>\n<answer>\n"

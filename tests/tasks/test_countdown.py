@@ -178,6 +178,16 @@ NUMS, TARGET = (30, 100, 93), 23  # first d1 item
     ("<answer>30+93-100", "chat", 0.0),       # unclosed tag
     ("<answer>30+93-100</answer><|eot_id|><answer>1</answer>", "chat", 1.0),  # after EOT ignored
     ("<answer>30+93-100<|eot_id|></answer>", "chat", 0.0),
+    # how chat models write a right answer that d1's parser scores 0: a Unicode minus, LaTeX delimiters and
+    # math mode, a name or the target on the left of '='
+    ("<answer>\\boxed{93 \u2212 100 + 30}</answer>", "chat", 1.0),
+    ("<answer>\\boxed{\\left(93 - 100\\right) + 30}</answer>", "chat", 1.0),
+    ("<answer>$93 - 100 + 30$</answer>", "chat", 1.0),
+    ("<answer>\\boxed{x = 93 - 100 + 30}</answer>", "chat", 1.0),
+    ("<answer>23 = 93 - 100 + 30</answer>", "chat", 1.0),
+    ("<answer>x = 93 - 100 + 31</answer>", "chat", 0.1),  # ... and a wrong one stays wrong
+    ("<answer>x = y = 23</answer>", "chat", 0.0),
+    ("<answer>\\boxed{93 \u2212 100 + 31}</answer>", "chat", 0.1),
 ])
 def test_reward_hand_cases(completion, style, expected):
   assert countdown_reward(completion, NUMS, TARGET, style) == expected
@@ -232,8 +242,8 @@ def test_bad_prompt_style_is_a_config_error():
     ("<answer>\\boxed{30 + 93 - 100 = 24}</answer>", 1.0),   # ... whatever the right side says (d1)
     ("<answer>30 + 93 - 100 = 23</answer>", 1.0),
     ("<answer>Answer: 30 + 93 - 100 = 23</answer>", 1.0),      # the expression run before "="
-    ("<answer>23 = 30 + 93 - 100</answer>", 0.1),              # d1 takes "23": a wrong expression
-    ("<answer>\\boxed{x = 30 + 93 - 100}</answer>", 0.0),    # d1's rule leaves "" here
+    ("<answer>23 = 30 + 93 - 100</answer>", 1.0),              # d1 takes "23" (0.1); here the expression
+    ("<answer>\\boxed{x = 30 + 93 - 100}</answer>", 1.0),    # d1's rule leaves "" (0.0); here the expression
     ("\\boxed{30 + 93 - 100} and later \\boxed{1 + 2}", 0.1),  # the last box
     ("\\boxed{30 + 93 - 100} then a cut-off \\boxed{1 +", 1.0),  # an unclosed last box is skipped
     ("<answer>\\boxed{}</answer> 30 + 93 - 100", 0.0),       # empty box skipped; the span is "\boxed{}"

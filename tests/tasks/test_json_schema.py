@@ -49,6 +49,13 @@ def _fresh_is_valid(schema, instance):
     ("[" * 65 + "]" * 65, False, None),  # deeper than MAX_JSON_DEPTH
     ('"' + "[" * 100 + '"', True, "[" * 100),  # brackets inside a string do not count
     ("1" * 5000, False, None),  # beyond Python's int-digit limit: ValueError, caught
+    ('{"a": "x", "a": 1}', False, None),  # a repeated key: json.loads keeps the last, a first-wins reader the first
+    ('{"a": {"b": 1, "b": 2}}', False, None),
+    ('{"a": 1, "b": {"a": 2}}', True, {"a": 1, "b": {"a": 2}}),  # the same key in two objects is fine
+    ("-1e400", False, None),  # overflows to -inf: would pass {"maximum": 10}
+    ('[1e308, 2.5]', True, [1e308, 2.5]),
+    ('{"a": 1}<|eot_id|>', True, {"a": 1}),  # cut at the end-of-text marker, as every grader cuts
+    ('```json\n{"a": 1}\n```<|im_end|>', True, {"a": 1}),
 ])
 def test_parse_json(text, ok, value):
   assert js.parse_json(text) == (ok, value)

@@ -125,6 +125,22 @@ def test_parse_number():
   assert parse_number("1,234.50") == Fraction(2469, 2)
   assert parse_number("$-3") == -3 and parse_number("-3.") == -3
   assert parse_number("1.2.3") is None and parse_number("") is None
+  assert parse_number("1 234") == 1234 and parse_number("+18") == 18 and parse_number(".5") == Fraction(1, 2)
+  for not_one_number in ("2, 5", "1 2 3", "18,5", "1,23", "1234,567", "12 34"):  # groups of three only
+    assert parse_number(not_one_number) is None, not_one_number
+
+
+@pytest.mark.parametrize("boxed,expected", [
+    ("70{,}000", 70000), ("70\\,000", 70000), ("70,\\!000", 70000),  # LaTeX thousands separators
+    ("1{,}234{,}567", 1234567),
+    ("\u22125", -5), ("-\\$5", -5), ("\\$-5", -5), (".5", Fraction(1, 2)),  # U+2212, an escaped dollar, no 0
+    ("2, 5", 2), ("1 2 3", 1), ("18,5", 18),  # not one number: the first number, as d1 reads the box
+    ("1,234", 1234), ("1 234", 1234), ("$18", 18), ("18.00", 18),
+])
+def test_gsm8k_reads_the_number_forms_chat_models_write(boxed, expected):
+  """`70{,}000` read as 70: 131 of GSM8K's 1319 test answers are >= 1000, and a gold of 70 credited
+  `70{,}000`; `2, 5` read as 25."""
+  assert extract_gsm8k_answer(f"<answer>\\boxed{{{boxed}}}</answer>") == expected
 
 
 def test_format_rewards_match_multiline_reasoning_and_handle_trailing_text():
