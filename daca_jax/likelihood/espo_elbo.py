@@ -14,8 +14,9 @@ same way instead (``x_m = round(k + m(L+1)/M) mod (L+1)``), which keeps the mask
 under ``rl.grad_accum`` and data parallelism).
 
 The counts span all L completion positions, the padding after the first EOS included, as ESPO's do;
-ESPO also *scores* the padding (it applies no completion mask to the ELBO), whereas the learner keeps
-only the targets inside the completion mask, as for every estimator here.
+ESPO also *scores* the padding (it applies no completion mask to the ELBO); ``padding="score"`` (the ESPO
+presets) does the same, and ``"mask"`` keeps only the targets inside the completion mask, the learner's rule
+for every other estimator.
 """
 from __future__ import annotations
 
