@@ -93,3 +93,21 @@ def test_a_missing_results_file_is_one_line_naming_the_flag(tmp_path):
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
         f"error: {flag}='{tmp_path}/none.json' is not allowed: expected a grid's results.json that exists "
         "(reproduce.py --workdir=DIR writes DIR/results.json; committed ones are in docs/results/)"], proc.stderr
+
+
+def test_the_sota_grids_interpretation_quotes_its_file():
+  """The numbers the hand-written reading of the strongest-bases grid quotes (docs/results.md), recomputed from
+  docs/results/sota_grid.json: a rerun that moves them fails here until the reading is rewritten."""
+  cells = json.loads((RESULTS / "sota_grid.json").read_text())["cells"]
+  text = (RESULTS.parent / "results.md").read_text()
+
+  def score(key, split):
+    return f"{cells[f'sudoku4x4/{key}/seed2'][split]['strict_solved']:g}"
+
+  agreement = [cells[f"sudoku4x4/map/map/seed{s}"]["grad_agreement"]["mean_cos"] for s in range(4)]
+  others = [a for s, a in enumerate(agreement) if s != 2]
+  assert (f"MAP ({score('map/map', 'eval_before')} → {score('map/map', 'eval_after')}) and SPG +\n  SML "
+          f"({score('spg/spg_plus_SML', 'eval_before')} → {score('spg/spg_plus_SML', 'eval_after')}) both collapse "
+          "on seed 2") in text
+  assert (f"MAP's gradient agreement there is\n  {agreement[2]:.3f}".replace("-", "−") + f", against "
+          f"{min(others):.3f}-{max(others):.3f} on its other seeds") in text
