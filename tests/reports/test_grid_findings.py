@@ -111,3 +111,13 @@ def test_the_sota_grids_interpretation_quotes_its_file():
           "on seed 2") in text
   assert (f"MAP's gradient agreement there is\n  {agreement[2]:.3f}".replace("-", "−") + f", against "
           f"{min(others):.3f}-{max(others):.3f} on its other seeds") in text
+
+
+def test_the_readmes_grid_numbers_are_the_generated_ones():
+  """README.md quotes the strongest-bases grid's paired differences: each is the generated sentence's."""
+  said = {m.group(1): m.group(2) for m in re.finditer(r"^- \*\*(.+?)\*\* \(sudoku4x4\): [^:]+: (\S+ ± \S+) test",
+                                                       findings(json.loads((RESULTS / "sota_grid.json").read_text())),
+                                                       re.M)}
+  readme = (RESULTS.parents[1] / "README.md").read_text()
+  for arm in ("d1 + SML", "espo", "bgpo", "espo + SML", "bgpo + SML", "spg + SML"):
+    assert said[arm] in readme, (arm, said[arm])
