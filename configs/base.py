@@ -152,6 +152,7 @@ def get_config() -> ml_collections.ConfigDict:
   c.rl.spg.eubo_beta = 1.5  # spg: β of the upper bound's power mean (SPG: 1.5; Sudoku 1.0).
   c.rl.spg.mix_weight = 0.5  # spg: ω, the upper bound's share for A <= 0 (1: EUBO only, 0: ELBO only).
   c.rl.pass_accum = False  # Accumulate the gradient one likelihood pass at a time (BGPO; pass-local objectives).
+  c.rl.mask_seed_reuse = False  # The μ inner updates' mask seeds as d1's/SPG's/MAP's trainers index them.
   c.rl.map = ml_collections.ConfigDict()
   c.rl.map.clip_eps_high = 0.0  # map: upper clip 1 + eps_high of the sequence ratios (0: clip_eps).
   c.rl.map.position_weight = 1.0  # map: lambda of the position loss.

@@ -187,6 +187,10 @@ def _d1(c: ml_collections.ConfigDict, task: str) -> None:
   c.rl.adam_b2 = 0.99  # train.yaml adam_beta2
   c.rl.adam_eps = 1e-8  # transformers TrainingArguments default adam_epsilon (train.yaml sets none)
   c.rl.grad_accum = 2  # train.yaml gradient_accumulation_steps
+  # diffu_grpo_trainer.py compute_loss: mask seed `self._step % num_iterations`, _step counting accumulation
+  # micro-steps (a micro-batch sees 6 of the 12 seeds); the presets built on this one reset it unless their
+  # trainer was read to index the same way
+  c.rl.mask_seed_reuse = True
   c.rl.rollout_batch = 48  # train.yaml generation_batch_size 6 rows per GPU x 8 GPUs
   c.sft.steps = 0  # the *_base.sbatch runs start RL from LLaDA-8B-Instruct (no s1K SFT)
   pool, val = _POOL[task]
@@ -220,6 +224,7 @@ def _d1(c: ml_collections.ConfigDict, task: str) -> None:
 def _wd1(c: ml_collections.ConfigDict, task: str) -> None:
   """wd1 (``run/wll_NP_<task>.sh``: RL from LLaDA-8B-Instruct without SFT), on d1's train.yaml."""
   _d1(c, task)
+  c.rl.mask_seed_reuse = False  # wd1's trainer not read for its mask-seed indexing: a new draw per update
   c.rl.objective = "wd1"  # run_train.py trainer_type wll_d1_neg: RevDiffuGRPOTrainer (softmax(±A)-weighted log-likelihood)
   c.rl.beta = 0.0  # trainers/rev_grpo_trainer.py compute_loss has no KL term (train.yaml's beta 0.04 is unused)
   # wll_NP_*.sh --num_processes 4: 6 per GPU x 4 GPUs x gradient_accumulation_steps 2 = 48 = 8 prompts.
@@ -238,6 +243,7 @@ def _gdpo(c: ml_collections.ConfigDict, task: str) -> None:
   """GDPO (Rojas et al. 2025), as NVIDIA-NeMo/RL's port states its published recipe; the rest d1's
   (GDPO's README: "built on top of the D1 repository")."""
   _d1(c, task)
+  c.rl.mask_seed_reuse = False  # NeMo's GDPO trainer was not read for its mask-seed indexing: a new draw per update
   c.rl.objective = "gdpo"  # gdpo_llada_8b.yaml loss_fn: one length-normalised sequence ratio, clipped
   c.rl.likelihood = "elbo"  # gdpo_llada_8b.yaml likelihood type sdmc (semi-deterministic Monte Carlo ELBO)
   c.likelihood.elbo.nodes = 3  # gdpo_llada_8b.yaml quadrature gauss-3, mc_samples 1 ("the published recipe uses three", README)
@@ -271,6 +277,8 @@ def _spg(c: ml_collections.ConfigDict, task: str) -> None:
   """SPG (facebookresearch/SPG, the ``spg_mix`` runs): d1's train.yaml (SPG's ``spg/slurm_scripts/train.yaml``
   is d1's, same values) with SPG's sbatch flags on top."""
   _d1(c, task)
+  # spg_trainer.py compute_loss: d1's `self._step % num_iterations` (Sudoku: a micro-batch keeps one seed)
+  c.rl.mask_seed_reuse = True
   c.rl.objective = "spg"  # sbatch --trainer spg (spg_trainer.py SPGTrainer)
   c.rl.likelihood = "spg_block"  # sbatch --forward_type block_random
   c.likelihood.spg_block.num_t = 2  # sbatch --num_t 2
@@ -311,6 +319,7 @@ _ESPO_STEPS = {"gsm8k": 256, "math500": 256, "countdown": 128, "sudoku": 128, "h
 def _espo(c: ml_collections.ConfigDict, task: str) -> None:
   """ESPO (ML-GSAI/ESPO ``recipes/run_<task>_llada.sh`` on ``recipes/train.yaml``) from LLaDA-8B-Instruct."""
   _d1(c, task)  # then every RL value ESPO sets differently
+  c.rl.mask_seed_reuse = False  # espo_trainer.py: seed ((_step - 1) % (mu * GA)) // GA, a new one per inner update
   c.rl.objective = "espo"  # espo_train.py ESPOTrainer: sequence ELBO ratio / L, clipped, k2 KL
   c.rl.likelihood = "espo_elbo"  # espo_trainer.py _get_elbo: stratified counts, coupled complement
   c.likelihood.elbo_terms = "summed"  # the ratio and KL are on the sequence ELBO (ESPOTrainer.compute_loss)
@@ -377,6 +386,7 @@ def _bgpo(c: ml_collections.ConfigDict, task: str) -> None:
   back-propagated one sample at a time; its training steps, and on the code tasks its model card's
   lengths and learning rate; everything else its sources do not state (offline) is d1's."""
   _d1(c, task)
+  c.rl.mask_seed_reuse = False  # BGPO's code could not be read (and mu = 1): a new draw per update
   c.rl.objective = "bgpo"  # arXiv 2510.11683: Taylor bound for A >= 0, Jensen bound for A < 0 (daca_jax.rl.methods.bgpo)
   c.rl.likelihood = "elbo_mc"  # arXiv 2510.11683: the ELBO by Monte-Carlo samples (t, masked y_t), one pass each
   c.likelihood.elbo_mc.samples = 16  # bgpo-code: n_t 16 (unsourced for the other tasks: their cards are not readable offline)
@@ -410,6 +420,8 @@ def _map(c: ml_collections.ConfigDict, task: str) -> None:
   """Mask-Aware Policy Gradient (map/configs/gsm8k.yaml; math.yaml for MATH500), on d1's trainer
   settings where the yaml repeats them (its trainer is d1's diffu-GRPO trainer, adapted)."""
   _d1(c, task)
+  # map/trainer.py compute_loss: d1's `self._step % num_iterations` (a row sees 3 of the 12 segment draws)
+  c.rl.mask_seed_reuse = True
   c.rl.objective = "map"  # gsm8k.yaml loss_type gspo, position_loss_type gspo, use_position_likelihood true
   c.rl.likelihood = "stepmerge"  # gsm8k.yaml use_stepmerge true
   c.likelihood.stepmerge.segments = 32  # gsm8k.yaml num_stepmerge_blocks 32

@@ -78,6 +78,12 @@ class RLConfig:
       objective that is a sum of per-pass terms (BGPO's bound, the token-level objectives) is
       accumulated one likelihood pass at a time inside a ``lax.scan``, each pass's graph dropped, so
       memory stays that of one pass whatever the number of passes (BGPO's n_t, SML's K).
+    mask_seed_reuse: the likelihood's masks of the μ inner updates as d1's, SPG's and MAP's trainers index
+      them (False: a new draw for every inner update). Those trainers draw μ mask seeds per rollout batch and
+      pick one by ``self._step % μ``, with ``_step`` counting gradient-accumulation micro-steps, so micro-batch
+      k of inner update g uses seed (g·M + k + 1) mod μ (M = ``grad_accum``): a micro-batch sees only
+      μ / gcd(M, μ) of the seeds, and may keep its masks across updates (SPG's Sudoku recipe, M = μ = 4: all four).
+      With ``grad_accum = 1`` the two rules draw alike (a new seed per update).
   """
 
   objective: str = "diffu_grpo"
@@ -110,6 +116,7 @@ class RLConfig:
   map: MAPConfig = MAPConfig()
   rldf: RLDFLossConfig = RLDFLossConfig()
   pass_accum: bool = False
+  mask_seed_reuse: bool = False
 
   def validate(self, prefix: str = "rl") -> "RLConfig":
     _check_sections(prefix, self)  # the fields' types, then each method's section (rl.spg, ...)

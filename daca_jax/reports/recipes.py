@@ -19,7 +19,7 @@ RECIPE_FIELDS = ("rl.num_iterations", "rl.learning_rate", "rl.lr_schedule", "rl.
                  "rl.sample_group_size", "rl.grad_accum", "rl.advantage", "rl.beta", "rl.clip_eps",
                  "rollout.temperature", "likelihood.p_mask_prompt", "likelihood.spg_block.num_t",
                  "likelihood.spg_block.block_length", "likelihood.elbo_mc.samples", "likelihood.stepmerge.segments",
-                 "likelihood.stepmerge.sample", "likelihood.espo_elbo.padding", "rl.steps")
+                 "likelihood.stepmerge.sample", "likelihood.espo_elbo.padding", "rl.mask_seed_reuse", "rl.steps")
 # Why a field differs (the grid's shared recipe, chosen on the main job's validation split at CPU scale).
 WHY = {
     "rl.num_iterations": "the shared recipe's one update per rollout batch (μ > 1 costs a CPU cell μ times the "
@@ -42,6 +42,8 @@ WHY = {
     "likelihood.stepmerge.sample": "2 of the 5 segments sampled per update",
     "likelihood.espo_elbo.padding": "the cells ran before the setting existed, with the library's rule: only "
                                     "positions inside the completion mask",
+    "rl.mask_seed_reuse": "the cells ran before the setting existed; with μ = 1 and one micro-batch both rules "
+                          "draw a new seed for every update",
     "rl.steps": "the shared budget: 200 iterations",
 }
 

@@ -109,13 +109,15 @@ def make_accumulated_grad(scores_fn: RowScoresFn, objective: Callable[..., Any],
     b = traj.tokens.shape[0] // num
     parts = micro_batches(traj, num, cfg.parallel.strategy)
     index = jnp.arange(num, dtype=jnp.int32)
+    # rl.mask_seed_reuse: ``key`` holds one key per micro-batch (make_update), else one for all of them
+    key_of = (lambda k: key[k]) if rl.mask_seed_reuse else (lambda k: key)
 
     def logp_of(scores: TokenScores, completion_mask: jax.Array) -> jax.Array:
       return objective_inputs(scores, completion_mask, completion_mask, None, elbo_terms)[0]
 
     def sweep(prm: Any) -> TokenScores:
       """The whole batch's scores under ``prm``, a micro-batch at a time, no gradient."""
-      out = jax.lax.map(lambda kp: scores_fn(prm, kp[1], key, kp[0] * b), (index, parts))
+      out = jax.lax.map(lambda kp: scores_fn(prm, kp[1], key_of(kp[0]), kp[0] * b), (index, parts))
       return jax.lax.stop_gradient(jax.tree.map(_rows, out))
 
     old_scores = sweep(params if old_params is None else old_params)
@@ -140,7 +142,7 @@ def make_accumulated_grad(scores_fn: RowScoresFn, objective: Callable[..., Any],
         return pass_step(acc, k, part)
 
       def loss(t: Any) -> tuple[jax.Array, jax.Array]:
-        live = logp_of(scores_fn(replace(params, t), part, key, k * b), part.completion_mask)
+        live = logp_of(scores_fn(replace(params, t), part, key_of(k), k * b), part.completion_mask)
         return objective(_rows(filler.at[k].set(live)), batch, rl)[0], live
 
       (_, live), g = jax.value_and_grad(loss, has_aux=True)(trainable(params))
@@ -154,7 +156,7 @@ def make_accumulated_grad(scores_fn: RowScoresFn, objective: Callable[..., Any],
         acc, live_sum = carry
 
         def loss(t: Any) -> tuple[jax.Array, jax.Array]:
-          scores, here = pass_scores(replace(params, t), part, key, k * b, j)
+          scores, here = pass_scores(replace(params, t), part, key_of(k), k * b, j)
           lp = logp_of(scores, part.completion_mask)
           live = jnp.where(here, lp, filler[k])
           return objective(_rows(filler.at[k].set(live)), batch, rl)[0], jnp.where(here, lp, 0.0)

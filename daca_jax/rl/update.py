@@ -255,6 +255,23 @@ def _row_keyed_passes(logits_fn: Any, cfg: TrainConfig, mask_id: int) -> tuple[C
   return pass_scores, form.num_passes(cfg.likelihood)
 
 
+def mask_seed_indices(j: jax.Array | int, grad_accum: int, num_iterations: int) -> jax.Array:
+  """int32 [grad_accum]: the mask seed each micro-batch k of inner update ``j`` uses under
+  ``rl.mask_seed_reuse``, (j·M + k + 1) mod μ, as d1's, SPG's and MAP's ``self._step % num_iterations`` picks
+  it (``_step`` counts accumulation micro-steps and is incremented before it is read)."""
+  k = jnp.arange(grad_accum, dtype=jnp.int32)
+  return (j * grad_accum + k + 1) % num_iterations
+
+
+def inner_update_key(key: jax.Array, j: jax.Array | int, rl: Any) -> jax.Array:
+  """Inner update ``j``'s likelihood key: ``fold_in(key, j)``; with ``rl.mask_seed_reuse`` and
+  ``rl.grad_accum > 1`` one key per micro-batch, ``fold_in(key, seed)`` for each of :func:`mask_seed_indices`
+  (stacked on a leading axis of size ``rl.grad_accum``)."""
+  if not (rl.mask_seed_reuse and rl.grad_accum > 1):
+    return jax.random.fold_in(key, j)
+  return jax.vmap(lambda i: jax.random.fold_in(key, i))(mask_seed_indices(j, rl.grad_accum, rl.num_iterations))
+
+
 def make_update(logits_fn: Any, cfg: TrainConfig, optimizer: optax.GradientTransformation, *,
                 mask_id: int, estimator: LikelihoodFn | None = None,
                 param_split: ParamSplit | None = None) -> UpdateFn:
@@ -263,7 +280,7 @@ def make_update(logits_fn: Any, cfg: TrainConfig, optimizer: optax.GradientTrans
   The returned ``update(params, opt_state, ref_params, traj, rewards, weights, key) -> (params,
   opt_state, metrics)`` takes θ (also θ_old, the rollout policy, at entry), the optimizer state, the
   frozen θ_ref, the rollout, rewards float32 [B], weights as in :func:`make_objective_grad`, and a key
-  (inner iteration j uses ``fold_in(key, j)``); the advantages are computed once for the μ updates
+  (inner iteration j uses :func:`inner_update_key`: ``fold_in(key, j)`` unless ``rl.mask_seed_reuse``); the advantages are computed once for the μ updates
   (except REINFORCE++'s, which read each update's KL). Inner iterations 2..μ run in one ``lax.scan``.
   The metrics are the objective's, averaged over the μ iterations, with ``grad_norm``,
   ``zero_std_groups``, ``weight_std``, ``adv_std`` and (with ``rl.grad_agreement``) ``grad_cos``.
@@ -280,13 +297,16 @@ def make_update(logits_fn: Any, cfg: TrainConfig, optimizer: optax.GradientTrans
   def update(params: Any, opt_state: optax.OptState, ref_params: Any, traj: Trajectory, rewards: jax.Array,
              weights: Any, key: jax.Array) -> tuple[Any, optax.OptState, dict[str, jax.Array]]:
     old_params = params
+
+    def inner_key(j: jax.Array | int) -> jax.Array:
+      return inner_update_key(key, j, rl)
     adv = None if advantage.needs_kl else advantage(rewards, rl.group_size)
 
     def inner(carry, j, first: bool = False):
       params, opt_state = carry
       # At the first inner iteration θ = θ_old, so logp_old is the policy's own (stop-gradient)
       # log-prob under the same masks: no separate θ_old pass is needed.
-      grads, aux = grad_fn(params, ref_params, traj, rewards, weights, jax.random.fold_in(key, j),
+      grads, aux = grad_fn(params, ref_params, traj, rewards, weights, inner_key(j),
                            old_params=None if first else old_params, advantages=adv)
       updates, opt_state = optimizer.update(grads, opt_state, params)
       params = optax.apply_updates(params, updates)
@@ -313,5 +333,5 @@ def make_update(logits_fn: Any, cfg: TrainConfig, optimizer: optax.GradientTrans
   return update
 
 
-__all__ = ["ObjectiveGradFn", "UpdateFn", "check_rollout_batch", "make_objective_grad", "make_scores_fn",
-           "make_update", "with_trajectory_steps"]
+__all__ = ["ObjectiveGradFn", "UpdateFn", "check_rollout_batch", "inner_update_key", "make_objective_grad",
+           "make_scores_fn", "make_update", "mask_seed_indices", "with_trajectory_steps"]

@@ -173,3 +173,36 @@ def test_grad_accum_must_leave_whole_groups():
     RLConfig(grad_accum=0).validate()
   with pytest.raises(ConfigError, match=r"rl\.rollout_batch=3.*32 rows"):
     RLConfig(prompts_per_step=4, group_size=8, rollout_batch=3).validate()
+
+
+def test_the_references_mask_seed_indexing():
+  """d1's, SPG's and MAP's trainers pick seed ``_step % μ`` with ``_step`` counting accumulation micro-steps."""
+  from daca_jax.rl.update import mask_seed_indices
+
+  seeds = lambda ga, mu: np.array([np.asarray(mask_seed_indices(g, ga, mu)) for g in range(mu)])  # [update, k]
+  assert seeds(4, 4).tolist() == [[1, 2, 3, 0]] * 4  # SPG's Sudoku: each micro-batch keeps its masks
+  per_micro_batch = lambda s: [len(np.unique(col)) for col in s.T]
+  assert per_micro_batch(seeds(2, 12)) == [6, 6] and per_micro_batch(seeds(2, 8)) == [4, 4]  # d1: 6 of 12, 4 of 8
+  assert sorted(set(seeds(4, 12)[:, 0].tolist())) == [1, 5, 9]  # MAP: a row's micro-batch uses 3 of 12
+  assert seeds(1, 5)[:, 0].tolist() == [1, 2, 3, 4, 0]  # one micro-batch: a new seed every update
+
+
+def test_mask_seed_reuse_is_the_accumulated_gradient_under_the_references_keys():
+  """μ = 2 SGD updates with M = 2 micro-batches and rl.mask_seed_reuse: each micro-batch scores with the same
+  masks at both updates (seeds 1 and 0). The oracle applies the accumulated gradient twice under those keys."""
+  params, ref, old, traj, rewards, weights = _batch()
+  sgd, key = optax.sgd(0.5), jax.random.PRNGKey(9)
+  cfg = _cfg("diffu_grpo", "stratified", 2, num_iterations=2, grad_agreement=False, mask_seed_reuse=True)
+  got, _, _ = jax.jit(make_update(jax_logits, cfg, sgd, mask_id=MASK))(params, sgd.init(params), ref, traj, rewards,
+                                                                      weights, key)
+  grad = jax.jit(make_objective_grad(jax_logits, cfg, mask_id=MASK), static_argnames=())
+  keys = jnp.stack([jax.random.fold_in(key, 1), jax.random.fold_in(key, 0)])  # micro-batch 0: seed 1, 1: seed 0
+  g0, _ = grad(params, ref, traj, rewards, weights, keys)
+  p1 = optax.apply_updates(params, sgd.update(g0, sgd.init(params), params)[0])
+  g1, _ = grad(p1, ref, traj, rewards, weights, keys, old_params=params)
+  want = optax.apply_updates(p1, sgd.update(g1, sgd.init(params), p1)[0])
+  assert _max_diff(got, want) < 1e-6 * _max_diff(want, params)
+  fresh = _cfg("diffu_grpo", "stratified", 2, num_iterations=2, grad_agreement=False)
+  other, _, _ = jax.jit(make_update(jax_logits, fresh, sgd, mask_id=MASK))(params, sgd.init(params), ref, traj,
+                                                                          rewards, weights, key)
+  assert _max_diff(other, got) > 1e-4 * _max_diff(want, params)  # a new draw per update is another update
