@@ -57,6 +57,11 @@ REMOTE_EXTRA = "pip install -e '.[gcs]'"
 _APPEND_TRIES = 8  # conflicting writers of one appended object, re-read and retried before giving up
 
 
+# The bucket clients' own error types live in these packages (google's protobuf, say, is not one of them).
+_TRANSPORT_MODULES = ("gcsfs.", "aiohttp.", "google.auth.", "google.api_core.", "google.cloud.",
+                      "google.resumable_media.", "requests.", "urllib3.")
+
+
 class RemoteError(OSError):
   """A bucket operation failed: the server's answer (HTTP ``code``), the network or the credentials.
 
@@ -72,8 +77,8 @@ class RemoteError(OSError):
 def is_transport_error(e: BaseException) -> bool:
   """Whether ``e`` comes from a bucket client's transport (gcsfs, aiohttp, google-auth, requests) rather than
   from this library: such an error is the bucket's or the network's, not a bug."""
-  return isinstance(e, Exception) and type(e).__module__.split(".", 1)[0] in ("gcsfs", "aiohttp", "google",
-                                                                              "requests")
+  module = type(e).__module__ + "."
+  return isinstance(e, Exception) and module.startswith(_TRANSPORT_MODULES)
 
 
 def transport_reason(e: BaseException) -> str:

@@ -138,3 +138,13 @@ def test_a_release_that_cannot_reach_the_bucket_does_not_fail_the_finished_run(t
   monkeypatch.undo()
   with pytest.raises(ConfigError):  # and the lease file is still there, held by a live process: refused
     lease.WorkdirLease(tmp_path).acquire()
+
+
+def test_only_the_bucket_clients_errors_count_as_the_buckets():
+  """A protobuf or any other library's error past the file layer is a bug: it keeps its traceback."""
+  import google.auth.exceptions  # gcsfs's dependency
+
+  DecodeError = pytest.importorskip("google.protobuf.message").DecodeError
+  assert storage.is_transport_error(_http_error(503)) and storage.is_transport_error(
+      google.auth.exceptions.RefreshError("expired"))
+  assert not storage.is_transport_error(DecodeError("x")) and not storage.is_transport_error(ValueError("x"))
