@@ -81,7 +81,9 @@ def make_accumulated_grad(scores_fn: RowScoresFn, objective: Callable[..., Any],
   """``grad(params, ref_params, traj, rewards, weights, token_adv, key, old_params=None, advantages=None)
   -> (grads, aux)`` over ``cfg.rl.grad_accum`` micro-batches (module docstring), with the arguments and
   results of :func:`daca_jax.rl.update.make_objective_grad`'s (its ``weights`` split into ``weights``
-  and ``token_adv``, the token advantages or None; the caller checks shapes).
+  and ``token_adv``, the token advantages or None; the caller checks shapes). ``key`` is one key for every
+  micro-batch, or ``grad_accum`` keys stacked on a leading axis, one per micro-batch
+  (:func:`daca_jax.rl.update.inner_update_key` under ``rl.mask_seed_reuse``).
 
   Args:
     scores_fn: the configured estimator on a micro-batch whose first row is row ``row_offset`` of the
@@ -109,8 +111,10 @@ def make_accumulated_grad(scores_fn: RowScoresFn, objective: Callable[..., Any],
     b = traj.tokens.shape[0] // num
     parts = micro_batches(traj, num, cfg.parallel.strategy)
     index = jnp.arange(num, dtype=jnp.int32)
-    # rl.mask_seed_reuse: ``key`` holds one key per micro-batch (make_update), else one for all of them
-    key_of = (lambda k: key[k]) if rl.mask_seed_reuse else (lambda k: key)
+    # One key for every micro-batch, or one per micro-batch stacked on a leading axis (make_update under
+    # rl.mask_seed_reuse: the references' seed of each micro-batch); told apart by shape, statically.
+    typed = jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key)
+    key_of = (lambda k: key[k]) if key.ndim == (1 if typed else 2) else (lambda k: key)
 
     def logp_of(scores: TokenScores, completion_mask: jax.Array) -> jax.Array:
       return objective_inputs(scores, completion_mask, completion_mask, None, elbo_terms)[0]

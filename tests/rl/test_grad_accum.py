@@ -206,3 +206,13 @@ def test_mask_seed_reuse_is_the_accumulated_gradient_under_the_references_keys()
   other, _, _ = jax.jit(make_update(jax_logits, fresh, sgd, mask_id=MASK))(params, sgd.init(params), ref, traj,
                                                                           rewards, weights, key)
   assert _max_diff(other, got) > 1e-4 * _max_diff(want, params)  # a new draw per update is another update
+
+
+def test_the_objective_gradient_alone_takes_one_key_under_mask_seed_reuse():
+  """Outside make_update (a user's own loop, the learner's objective_grad) one key serves every micro-batch,
+  as without the setting."""
+  params, ref, old, traj, rewards, weights = _batch()
+  key = jax.random.PRNGKey(3)
+  got = [make_objective_grad(jax_logits, _cfg("diffu_grpo", "stratified", 2, mask_seed_reuse=reuse), mask_id=MASK)(
+      params, ref, traj, rewards, weights, key, old_params=old)[0] for reuse in (True, False)]
+  assert _max_diff(got[0], got[1]) == 0.0
