@@ -21,9 +21,10 @@ from daca_jax.reports.paired import ALPHA, mean_ci95, p_text
 from daca_jax.reports.reproduce import Cell, paired_p_values
 
 
-def _pp(x: float) -> str:
-  """A fraction in points, rounded as the table rounds the fraction (``+0.110`` is ``+11.0``, never ``+10.9``)."""
-  text = f"{float(f'{x:.3f}') * 100:+.1f}"
+def _pp(x: float, sign: str = "+") -> str:
+  """A fraction in points, rounded as the table rounds the fraction (``+0.110`` is ``+11.0``, never ``+10.9``);
+  ``sign=""`` for an interval's half-width."""
+  text = f"{float(f'{x:.3f}') * 100:{sign}.1f}"
   return "0.0" if text in ("+0.0", "-0.0") else text
 
 
@@ -78,16 +79,15 @@ def findings(results: Mapping[str, Any]) -> str:
     m, ci = mean_ci95(diffs)
     family = families[(row["task"], row["metric"])]
     size = sum(not math.isnan(raw[j]) for j in family)
-    shared = sum(rows[j]["arm"] == row["arm"] for j in family) > 1  # "+SML" of several bases: name the base
-    name = f"{row['base']} {row['arm']}" if shared else row["arm"]
-    ref_name = f"{ref['base']} {ref['arm']}" if sum(rows[j]["arm"] == ref["arm"] for j in family) > 1 else ref["arm"]
-    text = (f"- **{name}** ({row['task']}): {_verdict(diffs, adjusted[i], ref_name)}: {_pp(m)} ± "
-            f"{float(f'{ci:.3f}') * 100:.1f} test points ({' / '.join(_pp(d) for d in diffs)}; p {p_text(raw[i])}, Holm over {size} "
-            f"{p_text(adjusted[i])})")
+    # an arm name several bases share ("+SML") is named with its base
+    name = lambda r: f"{r['base']} {r['arm']}" if sum(rows[j]["arm"] == r["arm"] for j in family) > 1 else r["arm"]
+    text = (f"- **{name(row)}** ({row['task']}): {_verdict(diffs, adjusted[i], name(ref))}: {_pp(m)} ± "
+            f"{_pp(ci, '')} test points ({' / '.join(_pp(d) for d in diffs)}; p {p_text(raw[i])}, Holm over "
+            f"{size} {p_text(adjusted[i])})")
     val = _validation(cells, row, ref)
     if val is not None:
       vm, vci = mean_ci95(val)
-      text += f"; validation {_pp(vm)} ± {float(f'{vci:.3f}') * 100:.1f} ({' / '.join(_pp(d) for d in val)})"
+      text += f"; validation {_pp(vm)} ± {_pp(vci, '')} ({' / '.join(_pp(d) for d in val)})"
     lines.append(text + ".")
   return "\n".join(lines)
 

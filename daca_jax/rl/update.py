@@ -280,7 +280,8 @@ def make_update(logits_fn: Any, cfg: TrainConfig, optimizer: optax.GradientTrans
   The returned ``update(params, opt_state, ref_params, traj, rewards, weights, key) -> (params,
   opt_state, metrics)`` takes θ (also θ_old, the rollout policy, at entry), the optimizer state, the
   frozen θ_ref, the rollout, rewards float32 [B], weights as in :func:`make_objective_grad`, and a key
-  (inner iteration j uses :func:`inner_update_key`: ``fold_in(key, j)`` unless ``rl.mask_seed_reuse``); the advantages are computed once for the μ updates
+  (inner iteration j uses :func:`inner_update_key`: ``fold_in(key, j)`` unless ``rl.mask_seed_reuse``); the
+  advantages are computed once for the μ updates
   (except REINFORCE++'s, which read each update's KL). Inner iterations 2..μ run in one ``lax.scan``.
   The metrics are the objective's, averaged over the μ iterations, with ``grad_norm``,
   ``zero_std_groups``, ``weight_std``, ``adv_std`` and (with ``rl.grad_agreement``) ``grad_cos``.
@@ -297,16 +298,13 @@ def make_update(logits_fn: Any, cfg: TrainConfig, optimizer: optax.GradientTrans
   def update(params: Any, opt_state: optax.OptState, ref_params: Any, traj: Trajectory, rewards: jax.Array,
              weights: Any, key: jax.Array) -> tuple[Any, optax.OptState, dict[str, jax.Array]]:
     old_params = params
-
-    def inner_key(j: jax.Array | int) -> jax.Array:
-      return inner_update_key(key, j, rl)
     adv = None if advantage.needs_kl else advantage(rewards, rl.group_size)
 
     def inner(carry, j, first: bool = False):
       params, opt_state = carry
       # At the first inner iteration θ = θ_old, so logp_old is the policy's own (stop-gradient)
       # log-prob under the same masks: no separate θ_old pass is needed.
-      grads, aux = grad_fn(params, ref_params, traj, rewards, weights, inner_key(j),
+      grads, aux = grad_fn(params, ref_params, traj, rewards, weights, inner_update_key(key, j, rl),
                            old_params=None if first else old_params, advantages=adv)
       updates, opt_state = optimizer.update(grads, opt_state, params)
       params = optax.apply_updates(params, updates)
