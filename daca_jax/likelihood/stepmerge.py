@@ -29,9 +29,12 @@ segments) for the objective ``map``, S = 1 without.
 
 Conventions (where the references differ): MAP's recorded ``unmask_steps`` count from 0 and its
 segment n covers ``(n·T/N, (n+1)·T/N]`` in the state after step ``n·T/N``, so tokens committed at
-step 0 are never scored and its last segment has T/N − 1 steps; here, as in d2, segment g covers
-``[start_g, start_{g+1})`` in the state before ``start_g`` — MAP's computation with ``unmask_steps =
-commit_step + 1`` (the oracle test transcribes it so). Confidences are over the proposable ids (MAP:
+step 0 are never scored and its last segment has T/N − 1 steps; by default (``segment_convention="d2"``),
+as in d2, segment g covers ``[start_g, start_{g+1})`` in the state before ``start_g`` — MAP's computation
+with ``unmask_steps = commit_step + 1``. ``segment_convention="map"`` is MAP's computation with
+``unmask_steps = commit_step`` and MAP's segments of ⌊S/N⌋ steps: the library's with every commit step one
+lower, the step-0 tokens in no segment (never targets, never masked, never competitors), nor those after
+step N·⌊S/N⌋ when N does not divide S. The oracle tests transcribe MAP both ways. Confidences are over the proposable ids (MAP:
 the whole vocabulary, [MASK] included); the prompt is not masked (as MAP's StepMerge; d2's masks it
 with ``p_mask_prompt``).
 """
@@ -66,6 +69,8 @@ class StepMergeConfig:
     position_confidence: "max_logit" or "top_prob" (the competitors' confidence).
     position_source: "gt" (the committed token's logit / probability) or "max" (as the competitors').
     position_temperature: tau of the position scores (> 0).
+    segment_convention: "d2" (segment g scores the steps ``[⌊gS/N⌋, ⌊(g+1)S/N⌋)``) or "map" (MAP's
+      ``(g⌊S/N⌋, (g+1)⌊S/N⌋]``, counted from step 0, which never scores the step-0 tokens).
   """
 
   segments: int = 32
@@ -76,6 +81,7 @@ class StepMergeConfig:
   position_confidence: str = "max_logit"
   position_source: str = "gt"
   position_temperature: float = 1.0
+  segment_convention: str = "d2"
 
   def validate(self, prefix: str = "likelihood.stepmerge") -> "StepMergeConfig":
     _check_fields(prefix, self)
@@ -87,6 +93,7 @@ class StepMergeConfig:
     _one_of(prefix, self, "position_scope", ("segment", "position"))
     _one_of(prefix, self, "position_confidence", ("max_logit", "top_prob"))
     _one_of(prefix, self, "position_source", ("gt", "max"))
+    _one_of(prefix, self, "segment_convention", ("d2", "map"))
     if not self.position_temperature > 0:
       raise ConfigError(f"{prefix}.position_temperature", self.position_temperature, "a number > 0")
     return self
@@ -189,9 +196,18 @@ def stepmerge_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_le
   length = total - prompt_len
   valid = jnp.ones((b, length), jnp.float32) if completion_mask is None else completion_mask
   prompt, comp = tokens[:, :prompt_len], tokens[:, prompt_len:]
-  seg = token_segments(commit_step, steps, n)
+  if stepmerge.segment_convention == "map":
+    # MAP: block n scores unmask steps (n·⌊S/N⌋, (n+1)·⌊S/N⌋] counted from 0, in the state after step n·⌊S/N⌋;
+    # with every step one lower that is [start, next) in the state before start, and the step-0 tokens (and
+    # those past N·⌊S/N⌋ when N does not divide S) fall in no segment.
+    size = steps // n
+    commit_step = commit_step - 1
+    seg = jnp.where((commit_step >= 0) & (commit_step < n * size), commit_step // size, -1).astype(jnp.int32)
+    starts = jnp.arange(n + 1, dtype=jnp.int32) * size
+  else:
+    seg = token_segments(commit_step, steps, n)
+    starts = jnp.asarray(segment_starts(steps, n))
   chosen = sample_segments(key, seg, valid, n, stepmerge.sample)  # [B, K]
-  starts = jnp.asarray(segment_starts(steps, n))
   fns = as_model_fns(logits_fn)
   later_step = commit_step[:, None, :] > commit_step[:, :, None]  # [B, i, j]: j committed after i
   not_self = ~jnp.eye(length, dtype=bool)[None]
@@ -205,7 +221,9 @@ def stepmerge_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_le
     use_prob = stepmerge.position_confidence == "top_prob"
     all_conf = top_prob if use_prob else top_logit
     own_conf = all_conf if stepmerge.position_source == "max" else (own_prob if use_prob else own_logit)
-    competitor = (seg > g[:, None])[:, None, :]  # later segments, [B, 1, L]
+    # Still masked after the segment, [B, 1, L]: the later segments (and, under MAP's count, the steps past
+    # its last block, which no segment scores).
+    competitor = (commit_step >= starts[g + 1][:, None])[:, None, :]
     if stepmerge.position_scope == "position":
       competitor = competitor | ((seg == g[:, None])[:, None, :] & later_step)
     pos = position_logprobs(own_conf, all_conf, competitor & not_self, stepmerge.position_method,

@@ -19,7 +19,8 @@ RECIPE_FIELDS = ("rl.num_iterations", "rl.learning_rate", "rl.lr_schedule", "rl.
                  "rl.sample_group_size", "rl.grad_accum", "rl.advantage", "rl.beta", "rl.clip_eps",
                  "rollout.temperature", "likelihood.p_mask_prompt", "likelihood.spg_block.num_t",
                  "likelihood.spg_block.block_length", "likelihood.elbo_mc.samples", "likelihood.stepmerge.segments",
-                 "likelihood.stepmerge.sample", "likelihood.espo_elbo.padding", "rl.mask_seed_reuse", "rl.steps")
+                 "likelihood.stepmerge.sample", "likelihood.stepmerge.segment_convention",
+                 "likelihood.espo_elbo.padding", "rl.mask_seed_reuse", "rl.steps")
 # Why a field differs (the grid's shared recipe, chosen on the main job's validation split at CPU scale).
 WHY = {
     "rl.num_iterations": "the shared recipe's one update per rollout batch (μ > 1 costs a CPU cell μ times the "
@@ -40,6 +41,8 @@ WHY = {
     "likelihood.elbo_mc.samples": "as many passes as SML's K = 4",
     "likelihood.stepmerge.segments": "Sudoku's 10 denoising steps make 5 segments of 2 (the reference: 32 of 4)",
     "likelihood.stepmerge.sample": "2 of the 5 segments sampled per update",
+    "likelihood.stepmerge.segment_convention": "the cells ran before the setting existed, with d2's segments "
+                                               "[start, next), which also score the step-0 tokens",
     "likelihood.espo_elbo.padding": "the cells ran before the setting existed, with the library's rule: only "
                                     "positions inside the completion mask",
     "rl.mask_seed_reuse": "the cells ran before the setting existed; with μ = 1 and one micro-batch both rules "

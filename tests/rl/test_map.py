@@ -50,16 +50,16 @@ def _ref_block(logits, transition, unmask, target, t_start, t_end, method, scope
   return out
 
 
-def _ref_stepmerge(params, tokens, commit_step, method, scope, conf_type, tau, source):
-  """``_get_per_token_logps_stepmerge`` over all N blocks, with ``unmask_steps = commit_step + 1``
-  (the reference counts steps from 0 and scores block n's tokens in the state after step n·T/N; the
-  library's segment [start, next) in the state before start is that with steps counted from 1), and
-  [MASK] excluded from the softmax (the library's policy)."""
+def _ref_stepmerge(params, tokens, commit_step, method, scope, conf_type, tau, source, unmask_from=1, n_blocks=N):
+  """``_get_per_token_logps_stepmerge`` over all N blocks, with ``unmask_steps = commit_step +
+  unmask_from`` (the reference counts steps from 0, ``unmask_from=0``, and scores block n's tokens in the
+  state after step n·T/N; the library's default segment [start, next) in the state before start is that
+  with steps counted from 1), and [MASK] excluded from the softmax (the library's policy)."""
   b = tokens.shape[0]
-  unmask = commit_step + 1
-  bs = S // N
+  unmask = commit_step + unmask_from
+  bs = S // n_blocks
   tok_lp, pos_lp = np.zeros((b, L)), np.zeros((b, L))
-  for n, r in itertools.product(range(N), range(b)):
+  for n, r in itertools.product(range(n_blocks), range(b)):
     t_start, t_end = n * bs, (n + 1) * bs
     x = tokens[r:r + 1].copy()
     x[0, P:][unmask[r] > t_start] = MASK
@@ -81,22 +81,28 @@ def _inputs(seed=0, b=3):
   return tokens, commit_step
 
 
-@pytest.mark.parametrize("method,scope,conf_type,source", [
-    ("softmax", "segment", "max_logit", "gt"),  # MAP's gsm8k/math recipe
-    ("softmax", "position", "top_prob", "gt"),
-    ("bradley_terry", "segment", "max_logit", "max"),
-    ("bradley_terry", "position", "top_prob", "max")])
-def test_stepmerge_token_and_position_logprobs_match_the_reference(method, scope, conf_type, source):
+@pytest.mark.parametrize("method,scope,conf_type,source,convention,n", [
+    ("softmax", "segment", "max_logit", "gt", "d2", N),  # MAP's gsm8k/math recipe
+    ("softmax", "position", "top_prob", "gt", "d2", N),
+    ("bradley_terry", "segment", "max_logit", "max", "d2", N),
+    ("bradley_terry", "position", "top_prob", "max", "d2", N),
+    ("softmax", "segment", "max_logit", "gt", "map", N),  # MAP's recipe with its own step count
+    ("bradley_terry", "position", "top_prob", "max", "map", 3)])  # 3 blocks of 2 steps: steps 7-8 unscored
+def test_stepmerge_token_and_position_logprobs_match_the_reference(method, scope, conf_type, source, convention, n):
   params = make_params(P + L, V, seed=2)
   tokens, commit_step = _inputs()
-  sm = StepMergeConfig(segments=N, position_method=method, position_scope=scope, position_confidence=conf_type,
-                       position_source=source, position_temperature=0.7)
+  sm = StepMergeConfig(segments=n, position_method=method, position_scope=scope, position_confidence=conf_type,
+                       position_source=source, position_temperature=0.7, segment_convention=convention)
   cfg = LikelihoodConfig(stepmerge=sm, trajectory_steps=S)
   scores = jax.jit(lambda prm: LIKELIHOOD.get("stepmerge")(  # compiled: op by op took several times as long
       jax_logits, prm, jnp.asarray(tokens), P, jax.random.PRNGKey(0), cfg, mask_id=MASK,
       commit_step=jnp.asarray(commit_step)))(jax.tree.map(jnp.asarray, params))
-  tok, pos = _ref_stepmerge(params, tokens, commit_step, method, scope, conf_type, 0.7, source)
-  assert scores.num_states == 2 and float(jnp.min(scores.mask)) == 1.0  # every segment scored (sample = 0)
+  unmask = commit_step + (1 if convention == "d2" else 0)
+  tok, pos = _ref_stepmerge(params, tokens, commit_step, method, scope, conf_type, 0.7, source,
+                            unmask_from=unmask - commit_step, n_blocks=n)
+  # Every segment is scored (sample = 0): every token under d2; under MAP's count, those in (0, n·⌊S/n⌋].
+  np.testing.assert_array_equal(np.asarray(scores.mask[:, :L]), 1.0 * ((unmask > 0) & (unmask <= n * (S // n))))
+  assert scores.num_states == 2 and (convention == "d2") == (float(jnp.min(scores.mask)) == 1.0)
   np.testing.assert_allclose(np.asarray(scores.logp[:, :L]), tok, rtol=1e-4, atol=1e-5)
   np.testing.assert_allclose(np.asarray(scores.logp[:, L:]), pos, rtol=1e-4, atol=1e-5)
 
@@ -184,8 +190,8 @@ def test_map_presets_carry_the_recipe():
   cfg = train_config_from_dict(paper.get_config("map_gsm8k"))
   sm, rl = cfg.likelihood.stepmerge, cfg.rl
   assert (rl.objective, rl.likelihood, sm.segments, sm.sample, sm.position) == ("map", "stepmerge", 32, 12, True)
-  assert (sm.position_method, sm.position_scope, sm.position_confidence, sm.position_source) == (
-      "softmax", "segment", "max_logit", "gt")
+  assert (sm.position_method, sm.position_scope, sm.position_confidence, sm.position_source, sm.segment_convention) == (
+      "softmax", "segment", "max_logit", "gt", "map")
   assert (rl.clip_eps, rl.map.clip_eps_high, rl.beta, rl.num_iterations, rl.map.position_weight) == (3e-4, 4e-4, 0.0, 12, 1.0)
   assert (rl.group_size, rl.prompts_per_step, rl.grad_accum, rl.learning_rate) == (4, 8, 4, 3e-6)
   assert train_config_from_dict(paper.get_config("map_math500")).likelihood.stepmerge.sample == 8
