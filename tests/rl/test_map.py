@@ -200,6 +200,10 @@ def test_refused_combinations():
   with pytest.raises(ConfigError, match="segments of at least one step"):
     configure.validate(TrainConfig(rl=RLConfig(objective="map", likelihood="stepmerge"),
                                    likelihood=LikelihoodConfig(stepmerge=StepMergeConfig(segments=64))))
+  with pytest.raises(ConfigError, match=r"likelihood\.stepmerge\.segment_convention.*'MAP'.*'d2', 'map'"):
+    StepMergeConfig(segment_convention="MAP").validate()
+  with pytest.raises(ConfigError, match=r"likelihood\.stepmerge\.shared_draw"):
+    StepMergeConfig(shared_draw="yes").validate()
 
 
 def test_map_presets_carry_the_recipe():
