@@ -90,3 +90,23 @@ def test_the_countdown_solved_set_counts_in_the_results_follow_from_the_outcomes
   assert solved("map", 3) == solved("bgpo", 3) == solved("base", 3) and len(solved("map", 3)) == 53
   seed1 = (diff("map", "bgpo", 1), diff("map", "base", 1), diff("bgpo", "base", 1))
   assert f"differ by {seed1[0]} items (MAP vs BGPO), {seed1[1]} (MAP vs d1's base) and {seed1[2]}" in text
+
+
+def test_the_sudoku_grids_cells_follow_from_the_outcomes():
+  """The strongest-bases grid's table (``--table_from=docs/results/sota_grid.json``): each rerun cell whose
+  outcomes are committed (``docs/results/sota_grid_runs.json``) scores the grid's value for its arm and seed,
+  and d1 + SML's row (its score after RL, its change from the warm start and its paired difference with
+  d1's base) is recomputed from the outcomes of its 4 seeds and of base's."""
+  runs = {(r["arm"], r["seed"]): r for r in read_variants(str(RESULTS / "sota_grid_runs.json"), "runs")}
+  rows = {r["arm"]: r for r in json.loads((RESULTS / "sota_grid.json").read_text())["rows"]}
+  score = lambda arm, s: _mean(RESULTS / runs[(arm, s)]["outcomes"]["test_after"], "strict_solved")
+  for (arm, seed), run in runs.items():
+    assert score(arm, seed) == pytest.approx(rows[arm]["values"][rows[arm]["seeds"].index(seed)], abs=1e-9)
+  row = rows["d1 + SML"]
+  assert row["seeds"] == [0, 1, 2, 3] and row["reference"] == "base"
+  after = [score("d1 + SML", s) for s in row["seeds"]]
+  assert row["mean"] == pytest.approx(sum(after) / 4, abs=1e-9)
+  assert row["delta_mean"] == pytest.approx(sum(a - runs[("d1 + SML", s)]["test_before"]
+                                                for a, s in zip(after, row["seeds"])) / 4, abs=1e-9)
+  assert row["vs_base_mean"] == pytest.approx(sum(a - score("base", s) for a, s in zip(after, row["seeds"])) / 4,
+                                              abs=1e-9)
