@@ -118,7 +118,6 @@ def get_config() -> ml_collections.ConfigDict:
   c.likelihood.stepmerge.position_source = "gt"  # stepmerge: the token's own: gt (its logit / prob) | max.
   c.likelihood.stepmerge.position_temperature = 1.0  # stepmerge: tau of the position scores.
   c.likelihood.stepmerge.segment_convention = "d2"  # stepmerge: d2 [start, next) | map (start, next], from step 0.
-  c.likelihood.stepmerge.shared_draw = False  # stepmerge: one segment draw for every row (MAP's) | one per row.
 
   c.rl = ml_collections.ConfigDict()
   c.rl.objective = "diffu_grpo"  # Base method: diffu_grpo | wd1 | gdpo | gspo | reinforce_pp | rldf | spg | espo.

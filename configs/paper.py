@@ -434,8 +434,6 @@ def _map(c: ml_collections.ConfigDict, task: str) -> None:
   c.likelihood.stepmerge.position_temperature = 1.0  # gsm8k.yaml position_likelihood_temperature
   # map/trainer.py _get_per_token_logps_stepmerge: block n scores unmask steps (n·T//N, (n+1)·T//N], counted from 0
   c.likelihood.stepmerge.segment_convention = "map"
-  # _generate_and_score_completions: one draw per (global_step, iteration) seed, the same for every row and device
-  c.likelihood.stepmerge.shared_draw = True
   c.likelihood.strata_batch = 1  # gsm8k.yaml stepmerge_blocks_per_microbatch 1
   c.rl.map.position_weight = 1.0  # gsm8k.yaml position_likelihood_lambda
   c.rl.clip_eps = 3e-4  # gsm8k.yaml clip_eps_low and position_clip_eps_low 0.0003

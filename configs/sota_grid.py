@@ -76,15 +76,13 @@ def scaled(base: str, overrides: list[tuple[str, object]], rollout_steps: int = 
   # ESPO: the grid's cells ran with the library's padding rule (targets inside the completion mask), before
   # the ESPO presets took ESPO's own (likelihood.espo_elbo.padding="score"); pinned so the committed cells
   # stay this grid's, and listed among its deviations.
-  # MAP: likewise with d2's segments and a draw per row (the defaults), before the MAP presets took MAP's own
-  # step count and shared draw.
+  # MAP: likewise with d2's segments (the default), before the MAP presets took MAP's own step count.
   fix = {"spg": {"likelihood.spg_block.num_t": 1, "likelihood.spg_block.block_length": 0},
          "espo": {"likelihood.espo_elbo.padding": "mask"},
          "bgpo": {"likelihood.elbo_mc.samples": MC_PASSES},
          "map": {"likelihood.stepmerge.segments": rollout_steps // 2, "likelihood.stepmerge.sample": 2}}
   out = {**dict(overrides), **fix.get(base, {})}
   out.pop("likelihood.stepmerge.segment_convention", None)
-  out.pop("likelihood.stepmerge.shared_draw", None)
   return list(out.items())
 
 

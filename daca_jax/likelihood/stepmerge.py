@@ -19,12 +19,10 @@ committed in the segment is scored (MAP ``map/trainer.py`` ``DiffuGRPOTrainer._g
   the positions still to be unmasked — or ``bradley_terry``: ``Σ_{j∈C_i} log σ((c_i − a_j)/τ)``.
 
 Each update scores K sampled segments (``stepmerge.sample``; 0: all N), drawn per row among the
-segments holding a valid token; per-row draws keep rows independent for gradient accumulation. MAP
-samples K per batch among segments valid in any row (``_generate_and_score_completions``, its recipes'
-batch being one row per device) under a seed every device shares; ``stepmerge.shared_draw`` shares one
-draw among the rows likewise (common random numbers), each row still taking K of its own valid
-segments, where MAP's row scores fewer when a drawn segment holds none of its tokens. Each inner update
-draws anew under its own key, as MAP draws per iteration.
+segments holding a valid token (MAP samples K per batch among segments valid in any row,
+``_generate_and_score_completions``, its recipes' batch being one row per device; per-row draws keep
+rows independent for gradient accumulation). Each inner update draws anew under its own key, as MAP
+draws per iteration.
 Tokens of the other segments are not targets (mask 0). The output has S = 2 contexts with
 ``position`` (``logp[:, :L]`` token terms, ``logp[:, L:]`` position terms, both masked by the sampled
 segments) for the objective ``map``, S = 1 without.
@@ -73,9 +71,6 @@ class StepMergeConfig:
     position_temperature: tau of the position scores (> 0).
     segment_convention: "d2" (segment g scores the steps ``[⌊gS/N⌋, ⌊(g+1)S/N⌋)``) or "map" (MAP's
       ``(g⌊S/N⌋, (g+1)⌊S/N⌋]``, counted from step 0, which never scores the step-0 tokens).
-    shared_draw: one segment draw per update for every row (MAP's: its seed is the same on every device
-      and micro-batch), each row taking the K first of its own valid segments in that draw's order;
-      False: an independent draw per row.
   """
 
   segments: int = 32
@@ -87,7 +82,6 @@ class StepMergeConfig:
   position_source: str = "gt"
   position_temperature: float = 1.0
   segment_convention: str = "d2"
-  shared_draw: bool = False
 
   def validate(self, prefix: str = "likelihood.stepmerge") -> "StepMergeConfig":
     _check_fields(prefix, self)
@@ -118,17 +112,14 @@ def token_segments(commit_step: jax.Array, steps: int, segments: int) -> jax.Arr
   return jnp.sum(jnp.clip(commit_step, 0, steps - 1)[..., None] >= starts, axis=-1).astype(jnp.int32) - 1
 
 
-def sample_segments(key: jax.Array, seg: jax.Array, valid: jax.Array, segments: int, sample: int,
-                    shared: bool = False) -> jax.Array:
+def sample_segments(key: jax.Array, seg: jax.Array, valid: jax.Array, segments: int, sample: int) -> jax.Array:
   """int32 [B, K] distinct segments per row (K = ``sample``, or all N when 0), uniformly among those
   holding a valid token (Gumbel top-K; segments without one rank last, and their tokens are all
-  invalid, so they add no target). ``shared``: one Gumbel draw for every row, so rows holding the same
-  valid segments pick the same ones (each row still picks among its own valid segments)."""
+  invalid, so they add no target)."""
   if not sample:
     return jnp.broadcast_to(jnp.arange(segments, dtype=jnp.int32), (seg.shape[0], segments))
   has = jnp.any((seg[:, None, :] == jnp.arange(segments)[None, :, None]) & (valid[:, None, :] > 0), -1)
-  noise = jax.random.gumbel(key, (1, segments) if shared else has.shape)
-  score = noise + jnp.where(has, 0.0, -1e9)
+  score = jax.random.gumbel(key, has.shape) + jnp.where(has, 0.0, -1e9)
   return jnp.argsort(-score, axis=-1)[:, :sample].astype(jnp.int32)
 
 
@@ -216,7 +207,7 @@ def stepmerge_logprobs(logits_fn: Any, params: Any, tokens: jax.Array, prompt_le
   else:
     seg = token_segments(commit_step, steps, n)
     starts = jnp.asarray(segment_starts(steps, n))
-  chosen = sample_segments(key, seg, valid, n, stepmerge.sample, stepmerge.shared_draw)  # [B, K]
+  chosen = sample_segments(key, seg, valid, n, stepmerge.sample)  # [B, K]
   fns = as_model_fns(logits_fn)
   later_step = commit_step[:, None, :] > commit_step[:, :, None]  # [B, i, j]: j committed after i
   not_self = ~jnp.eye(length, dtype=bool)[None]

@@ -20,7 +20,7 @@ RECIPE_FIELDS = ("rl.num_iterations", "rl.learning_rate", "rl.lr_schedule", "rl.
                  "rollout.temperature", "likelihood.p_mask_prompt", "likelihood.spg_block.num_t",
                  "likelihood.spg_block.block_length", "likelihood.elbo_mc.samples", "likelihood.stepmerge.segments",
                  "likelihood.stepmerge.sample", "likelihood.stepmerge.segment_convention",
-                 "likelihood.stepmerge.shared_draw", "likelihood.espo_elbo.padding", "rl.mask_seed_reuse", "rl.steps")
+                 "likelihood.espo_elbo.padding", "rl.mask_seed_reuse", "rl.steps")
 # Why a field differs (the grid's shared recipe, chosen on the main job's validation split at CPU scale).
 WHY = {
     "rl.num_iterations": "the shared recipe's one update per rollout batch (μ > 1 costs a CPU cell μ times the "
@@ -43,7 +43,6 @@ WHY = {
     "likelihood.stepmerge.sample": "2 of the 5 segments sampled per update",
     "likelihood.stepmerge.segment_convention": "the cells ran before the setting existed, with d2's segments "
                                                "[start, next), which also score the step-0 tokens",
-    "likelihood.stepmerge.shared_draw": "the cells ran before the setting existed, with a segment draw per row",
     "likelihood.espo_elbo.padding": "the cells ran before the setting existed, with the library's rule: only "
                                     "positions inside the completion mask",
     "rl.mask_seed_reuse": "the cells ran before the setting existed; with μ = 1 and one micro-batch both rules "

@@ -128,25 +128,6 @@ def test_sampled_segments_mask_their_tokens_only_and_skip_invalid_segments():
   np.testing.assert_array_equal(np.asarray(run(jax.random.PRNGKey(3)).mask), np.asarray(run(jax.random.PRNGKey(3)).mask))
 
 
-def test_a_shared_segment_draw_picks_the_same_segments_in_rows_with_the_same_valid_ones():
-  """``stepmerge.shared_draw`` (MAP's one draw for every row): rows holding the same valid segments score
-  the same K; a row lacking one of them takes the next of its own; independent draws differ across rows."""
-  from daca_jax.likelihood.stepmerge import sample_segments
-  n, k, b = 8, 3, 6
-  seg = jnp.asarray(np.tile(np.repeat(np.arange(n), 2), (b, 1)))  # [B, 16]: 2 tokens per segment
-  valid = np.ones(seg.shape, np.float32)
-  valid[-1, :8] = 0.0  # the last row holds only segments 4-7
-  for i in range(6):
-    key = jax.random.PRNGKey(i)
-    shared = np.asarray(sample_segments(key, seg, jnp.asarray(valid), n, k, shared=True))
-    assert all(set(shared[r]) == set(shared[0]) for r in range(b - 1))
-    order = np.argsort(-np.asarray(jax.random.gumbel(key, (1, n)))[0])  # the draw's order of the segments
-    np.testing.assert_array_equal(shared[0], order[:k])
-    np.testing.assert_array_equal(shared[-1], [s for s in order if s >= 4][:k])
-  own = [np.asarray(sample_segments(jax.random.PRNGKey(i), seg, jnp.asarray(valid), n, k)) for i in range(6)]
-  assert any(len({tuple(sorted(r)) for r in o[:-1]}) > 1 for o in own)
-
-
 def _ref_gspo(new, old, adv, token_mask, completion_mask, lo, hi):
   """``_gspo_partial``: the sequence ratio over the sampled tokens, min with the clipped ratio, mean
   over rows with a valid completion token."""
@@ -213,9 +194,8 @@ def test_map_presets_carry_the_recipe():
   cfg = train_config_from_dict(paper.get_config("map_gsm8k"))
   sm, rl = cfg.likelihood.stepmerge, cfg.rl
   assert (rl.objective, rl.likelihood, sm.segments, sm.sample, sm.position) == ("map", "stepmerge", 32, 12, True)
-  assert (sm.position_method, sm.position_scope, sm.position_confidence, sm.position_source) == (
-      "softmax", "segment", "max_logit", "gt")
-  assert (sm.segment_convention, sm.shared_draw, rl.mask_seed_reuse) == ("map", True, True)
+  assert (sm.position_method, sm.position_scope, sm.position_confidence, sm.position_source, sm.segment_convention) == (
+      "softmax", "segment", "max_logit", "gt", "map")
   assert (rl.clip_eps, rl.map.clip_eps_high, rl.beta, rl.num_iterations, rl.map.position_weight) == (3e-4, 4e-4, 0.0, 12, 1.0)
   assert (rl.group_size, rl.prompts_per_step, rl.grad_accum, rl.learning_rate) == (4, 8, 4, 3e-6)
   assert train_config_from_dict(paper.get_config("map_math500")).likelihood.stepmerge.sample == 8
