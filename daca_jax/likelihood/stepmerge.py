@@ -19,9 +19,10 @@ committed in the segment is scored (MAP ``map/trainer.py`` ``DiffuGRPOTrainer._g
   the positions still to be unmasked — or ``bradley_terry``: ``Σ_{j∈C_i} log σ((c_i − a_j)/τ)``.
 
 Each update scores K sampled segments (``stepmerge.sample``; 0: all N), drawn per row among the
-segments holding a valid token (MAP samples K per batch among segments valid in any row,
-``_generate_and_score_completions``, its recipes' batch being one row per device; per-row draws keep
-rows independent for gradient accumulation). Each inner update draws anew under its own key, as MAP
+segments holding a valid token; per-row draws keep rows independent for gradient accumulation. MAP
+samples K per batch among segments valid in any row (``_generate_and_score_completions``; its recipes'
+batch is one row per device) under a seed that every device shares, so there rows with the same valid
+segments score the same ones: the same distribution per row, correlated across rows. Each inner update draws anew under its own key, as MAP
 draws per iteration.
 Tokens of the other segments are not targets (mask 0). The output has S = 2 contexts with
 ``position`` (``logp[:, :L]`` token terms, ``logp[:, L:]`` position terms, both masked by the sampled
@@ -30,11 +31,12 @@ segments) for the objective ``map``, S = 1 without.
 Conventions (where the references differ): MAP's recorded ``unmask_steps`` count from 0 and its
 segment n covers ``(n·T/N, (n+1)·T/N]`` in the state after step ``n·T/N``, so tokens committed at
 step 0 are never scored and its last segment has T/N − 1 steps; by default (``segment_convention="d2"``),
-as in d2, segment g covers ``[start_g, start_{g+1})`` in the state before ``start_g`` — MAP's computation
-with ``unmask_steps = commit_step + 1``. ``segment_convention="map"`` is MAP's computation with
-``unmask_steps = commit_step`` and MAP's segments of ⌊S/N⌋ steps: the library's with every commit step one
-lower, the step-0 tokens in no segment (never targets, never masked, never competitors), nor those after
-step N·⌊S/N⌋ when N does not divide S. The oracle tests transcribe MAP both ways. Confidences are over the proposable ids (MAP:
+as in d2, segment g covers ``[start_g, start_{g+1})`` in the state before ``start_g`` — when N divides S,
+MAP's computation with ``unmask_steps = commit_step + 1``. ``segment_convention="map"`` is MAP's computation
+with ``unmask_steps = commit_step`` and MAP's segments of ⌊S/N⌋ steps: the library's with every commit step
+one lower. The step-0 tokens fall in no segment (never targets, never masked, never competitors); when N does
+not divide S, neither do those after step N·⌊S/N⌋, which stay masked and compete in every segment's position
+term. The oracle tests transcribe MAP both ways. Confidences are over the proposable ids (MAP:
 the whole vocabulary, [MASK] included); the prompt is not masked (as MAP's StepMerge; d2's masks it
 with ``p_mask_prompt``).
 """

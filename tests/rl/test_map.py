@@ -87,7 +87,7 @@ def _inputs(seed=0, b=3):
     ("bradley_terry", "segment", "max_logit", "max", "d2", N),
     ("bradley_terry", "position", "top_prob", "max", "d2", N),
     ("softmax", "segment", "max_logit", "gt", "map", N),  # MAP's recipe with its own step count
-    ("bradley_terry", "position", "top_prob", "max", "map", 3)])  # 3 blocks of 2 steps: steps 7-8 unscored
+    ("bradley_terry", "position", "top_prob", "max", "map", 3)])  # 3 blocks of 2 steps: steps 0 and 7 unscored
 def test_stepmerge_token_and_position_logprobs_match_the_reference(method, scope, conf_type, source, convention, n):
   params = make_params(P + L, V, seed=2)
   tokens, commit_step = _inputs()
@@ -183,8 +183,6 @@ def test_refused_combinations():
                                    likelihood=LikelihoodConfig(stepmerge=StepMergeConfig(segments=64))))
   with pytest.raises(ConfigError, match=r"likelihood\.stepmerge\.segment_convention.*'MAP'.*'d2', 'map'"):
     StepMergeConfig(segment_convention="MAP").validate()
-  with pytest.raises(ConfigError, match=r"likelihood\.stepmerge\.shared_draw"):
-    StepMergeConfig(shared_draw="yes").validate()
 
 
 def test_map_presets_carry_the_recipe():
