@@ -22,8 +22,8 @@ Each update scores K sampled segments (``stepmerge.sample``; 0: all N), drawn pe
 segments holding a valid token; per-row draws keep rows independent for gradient accumulation. MAP
 samples K per batch among segments valid in any row (``_generate_and_score_completions``; its recipes'
 batch is one row per device) under a seed that every device shares, so there rows with the same valid
-segments score the same ones: the same distribution per row, correlated across rows. Each inner update draws anew under its own key, as MAP
-draws per iteration.
+segments score the same ones: the same distribution per row, correlated across rows. Each inner update
+draws anew under its own key, as MAP draws per iteration.
 Tokens of the other segments are not targets (mask 0). The output has S = 2 contexts with
 ``position`` (``logp[:, :L]`` token terms, ``logp[:, L:]`` position terms, both masked by the sampled
 segments) for the objective ``map``, S = 1 without.

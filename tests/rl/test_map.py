@@ -97,9 +97,10 @@ def test_stepmerge_token_and_position_logprobs_match_the_reference(method, scope
   scores = jax.jit(lambda prm: LIKELIHOOD.get("stepmerge")(  # compiled: op by op took several times as long
       jax_logits, prm, jnp.asarray(tokens), P, jax.random.PRNGKey(0), cfg, mask_id=MASK,
       commit_step=jnp.asarray(commit_step)))(jax.tree.map(jnp.asarray, params))
-  unmask = commit_step + (1 if convention == "d2" else 0)
+  shift = 1 if convention == "d2" else 0
+  unmask = commit_step + shift
   tok, pos = _ref_stepmerge(params, tokens, commit_step, method, scope, conf_type, 0.7, source,
-                            unmask_from=unmask - commit_step, n_blocks=n)
+                            unmask_from=shift, n_blocks=n)
   # Every segment is scored (sample = 0): every token under d2; under MAP's count, those in (0, n·⌊S/n⌋].
   np.testing.assert_array_equal(np.asarray(scores.mask[:, :L]), 1.0 * ((unmask > 0) & (unmask <= n * (S // n))))
   assert scores.num_states == 2 and (convention == "d2") == (float(jnp.min(scores.mask)) == 1.0)
