@@ -110,3 +110,28 @@ def test_the_sudoku_grids_cells_follow_from_the_outcomes():
                                                 for a, s in zip(after, row["seeds"])) / 4, abs=1e-9)
   assert row["vs_base_mean"] == pytest.approx(sum(a - score("base", s) for a, s in zip(after, row["seeds"])) / 4,
                                               abs=1e-9)
+
+
+def test_the_sudoku_grids_verdicts_follow_from_the_outcomes():
+  """Every paired comparison of the strongest-bases grid's Sudoku table: the per-seed differences are
+  recomputed from the committed outcomes of both arms, give the row's mean and interval, and their t-test
+  p-values, Holm-adjusted over the table's family of comparisons, decide which rows the generated table
+  marks "separates"."""
+  from daca_jax.reports.paired import ALPHA, holm, mean_ci95, t_p_value
+  from daca_jax.reports.reproduce import markdown
+
+  runs = {(r["arm"], r["seed"]): r for r in read_variants(str(RESULTS / "sota_grid_runs.json"), "runs")}
+  rows = json.loads((RESULTS / "sota_grid.json").read_text())["rows"]
+  score = lambda arm, s: _mean(RESULTS / runs[(arm, s)]["outcomes"]["test_after"], "strict_solved")
+  paired = [r for r in rows if "vs_base_mean" in r]
+  raw = []
+  for row in paired:
+    diffs = [score(row["arm"], s) - score(row["reference"], s) for s in row["seeds"]]
+    mean, half = mean_ci95(diffs)
+    assert (row["vs_base_mean"], row["vs_base_ci95"]) == pytest.approx((mean, half), abs=1e-9), row["arm"]
+    raw.append(t_p_value(diffs))
+  assert len(paired) == 10
+  separates = {r["arm"] for r, q in zip(paired, holm(raw)) if q < ALPHA}
+  table = {line.split(" | ")[3]: line for line in markdown(rows).splitlines()[2:]}
+  assert {arm for arm, line in table.items() if "**separates**" in line} == separates
+  assert "d1 + SML" in separates
