@@ -195,6 +195,7 @@ def test_map_presets_carry_the_recipe():
   assert (rl.objective, rl.likelihood, sm.segments, sm.sample, sm.position) == ("map", "stepmerge", 32, 12, True)
   assert (sm.position_method, sm.position_scope, sm.position_confidence, sm.position_source, sm.segment_convention) == (
       "softmax", "segment", "max_logit", "gt", "map")
+  assert rl.mask_seed_reuse is True
   assert (rl.clip_eps, rl.map.clip_eps_high, rl.beta, rl.num_iterations, rl.map.position_weight) == (3e-4, 4e-4, 0.0, 12, 1.0)
   assert (rl.group_size, rl.prompts_per_step, rl.grad_accum, rl.learning_rate) == (4, 8, 4, 3e-6)
   assert train_config_from_dict(paper.get_config("map_math500")).likelihood.stepmerge.sample == 8
